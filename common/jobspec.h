@@ -1,0 +1,104 @@
+/* The job file (YAML): parsing, validation and defaults. flrun, flworker
+ * and (later) flsubmit/flsched read the same file through this module. */
+#ifndef FLPS_COMMON_JOBSPEC_H
+#define FLPS_COMMON_JOBSPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+typedef enum {
+    JOBSPEC_MODEL_MLP = 0,
+    JOBSPEC_MODEL_CNN,
+} jobspec_model;
+
+typedef enum {
+    JOBSPEC_DATASET_FASHION_MNIST = 0,
+    JOBSPEC_DATASET_SYNTHETIC,
+} jobspec_dataset;
+
+typedef enum {
+    JOBSPEC_PARTITION_IID = 0,
+    JOBSPEC_PARTITION_DIRICHLET,
+} jobspec_partition;
+
+typedef enum {
+    JOBSPEC_MODE_SSGD = 0,
+    JOBSPEC_MODE_ASYNC,
+    JOBSPEC_MODE_SSP,
+    JOBSPEC_MODE_FEDAVG,
+} jobspec_mode;
+
+/* Values match proto's codec ids on the wire. */
+typedef enum {
+    JOBSPEC_COMP_DENSE = 0,
+    JOBSPEC_COMP_TOPK,
+    JOBSPEC_COMP_GTOPK,
+    JOBSPEC_COMP_RANDK,
+    JOBSPEC_COMP_DGC,
+    JOBSPEC_COMP_QSGD,
+    JOBSPEC_COMP_FP16,
+    JOBSPEC_COMP_AUTO,
+} jobspec_comp;
+
+typedef enum {
+    JOBSPEC_TRANSPORT_ZMQ = 0,
+    JOBSPEC_TRANSPORT_RDMA,
+} jobspec_transport;
+
+typedef struct jobspec {
+    char name[64];            /* required; [A-Za-z0-9_.-], 1..63 chars */
+    jobspec_model model;      /* required */
+    jobspec_dataset dataset;  /* default fashion-mnist */
+    char data_dir[256];       /* default /usr/share/datasets/fashion-mnist */
+    jobspec_partition partition;
+    double dirichlet_alpha;   /* partition: dirichlet:A (A > 0) */
+    uint32_t workers;         /* 1..1024, default 1 */
+    uint32_t servers;         /* 1..256, default 1 */
+    jobspec_mode mode;        /* default ssgd */
+    uint32_t staleness;       /* ssp:S, S >= 0 */
+    uint64_t iterations;      /* >= 1, default 1000 (ssgd/async/ssp) */
+    uint32_t rounds;          /* fedavg, default 10 */
+    uint32_t local_steps;     /* fedavg, default 10 */
+    double client_fraction;   /* fedavg, (0, 1], default 1 */
+    uint32_t batch_size;      /* 1..65536, default 32 */
+    double lr;                /* > 0, default 0.05 */
+    double momentum;          /* [0, 1), default 0.9 */
+    jobspec_comp compression; /* default dense */
+    double density;           /* topk/gtopk/randk/dgc: (0, 1] */
+    uint32_t qsgd_bits;       /* qsgd:BITS, 1..8 */
+    jobspec_transport transport; /* default zmq */
+    uint64_t seed;            /* default 1 */
+    uint64_t eval_every;      /* iterations between test evaluations,
+                                 0 = only at the end; default 100 */
+    uint32_t part_size;       /* max elements per part, default 65536 */
+    double checkpoint_interval; /* seconds, 0 = off; default 0 */
+    uint32_t max_restarts;    /* default 0 (used by flsched) */
+    uint32_t priority;        /* default 0 (used by flsched) */
+} jobspec;
+
+/* Parse and validate a job file held in memory (YAML; JSON is YAML too).
+ * On error returns FLPS_ECONFIG and writes into errbuf one message that
+ * names the line, the key, what was wrong and what is accepted, e.g.
+ * "line 7: compression: 'gtop:0.01' is not a codec; expected one of dense,
+ * topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, fp16, auto".
+ * *out is written only on FLPS_OK. Never does I/O. */
+flps_err jobspec_parse(const char *text, size_t len, jobspec *out,
+                       char *errbuf, size_t errlen);
+
+/* Read FILE and parse it as above; also checks that the dataset files exist
+ * (for fashion-mnist: the four IDX .gz files under data_dir). Errors name
+ * the file. */
+flps_err jobspec_load(const char *path, jobspec *out, char *errbuf,
+                      size_t errlen);
+
+/* Canonical text of the compression setting ("gtopk:0.01", "dense"). */
+void jobspec_comp_format(const jobspec *spec, char *buf, size_t len);
+
+/* Names for enums, for logs and JSON ("mlp", "ssgd", ...). */
+const char *jobspec_model_name(jobspec_model m);
+const char *jobspec_mode_name(jobspec_mode m);
+const char *jobspec_comp_name(jobspec_comp c);
+
+#endif

@@ -1,0 +1,1 @@
+/* placeholder */ typedef int proto_placeholder_;

@@ -1,0 +1,1 @@
+/* placeholder */ typedef int ps_placeholder_;

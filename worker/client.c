@@ -1,0 +1,1 @@
+/* placeholder */ typedef int flps_client_placeholder_;

@@ -1,0 +1,1 @@
+/* placeholder */ typedef int rt_placeholder_;
