@@ -1,1 +1,0 @@
-/* placeholder */ typedef int rt_placeholder_;
