@@ -1,0 +1,68 @@
+/* Reference-counted byte buffers shared by a sender and its transport. */
+#include "proto/buf.h"
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "common/alloc.h"
+
+struct proto_buf {
+    atomic_size_t refs;
+    size_t len;
+    void *data;
+    void *owned; /* separately allocated data (wrap), or NULL */
+    alignas(16) unsigned char inline_data[];
+};
+
+proto_buf *proto_buf_create(size_t len)
+{
+    proto_buf *b = flps_malloc(sizeof(*b) + len);
+
+    if (b == NULL)
+        return NULL;
+    atomic_init(&b->refs, 1);
+    b->len = len;
+    b->data = b->inline_data;
+    b->owned = NULL;
+    return b;
+}
+
+proto_buf *proto_buf_wrap(void *data, size_t len)
+{
+    proto_buf *b = flps_malloc(sizeof(*b));
+
+    if (b == NULL)
+        return NULL;
+    atomic_init(&b->refs, 1);
+    b->len = len;
+    b->data = data;
+    b->owned = data;
+    return b;
+}
+
+void *proto_buf_data(const proto_buf *b)
+{
+    return b->data;
+}
+
+size_t proto_buf_len(const proto_buf *b)
+{
+    return b->len;
+}
+
+proto_buf *proto_buf_hold(proto_buf *b)
+{
+    atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+    return b;
+}
+
+void proto_buf_release(proto_buf *b)
+{
+    if (b == NULL)
+        return;
+    if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) {
+        free(b->owned);
+        flps_free(b);
+    }
+}

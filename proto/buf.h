@@ -1,0 +1,25 @@
+/* Reference-counted byte buffers: payloads that a transport sends without
+ * copying while their owner still holds them (for a resend). */
+#ifndef FLPS_PROTO_BUF_H
+#define FLPS_PROTO_BUF_H
+
+#include <stddef.h>
+
+typedef struct proto_buf proto_buf;
+
+/* A new buffer of len bytes (16-byte aligned), refcount 1. NULL on OOM. */
+proto_buf *proto_buf_create(size_t len);
+
+/* Wrap malloc'd data of len bytes; takes ownership of data on success
+ * (freed with free() at the last release). NULL on OOM (data untouched). */
+proto_buf *proto_buf_wrap(void *data, size_t len);
+
+void *proto_buf_data(const proto_buf *b);
+size_t proto_buf_len(const proto_buf *b);
+
+/* Take / drop a reference. Thread-safe. proto_buf_release(NULL) is a
+ * no-op. */
+proto_buf *proto_buf_hold(proto_buf *b);
+void proto_buf_release(proto_buf *b);
+
+#endif

@@ -1,0 +1,512 @@
+/* Wire messages: MessagePack header + raw little-endian frames. */
+#include "proto/msg.h"
+
+#include <math.h>
+#include <msgpack.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "flps frames are little-endian and sent as-is; big-endian hosts are not supported"
+#endif
+
+const char *proto_op_name(uint8_t op)
+{
+    static const char *names[] = {
+        "?",    "REGISTER",   "REGISTER_OK", "INIT", "PUSH",  "UPDATE",
+        "PULL", "PULL_REPLY", "CHECKPOINT",  "ACK",  "ERROR",
+    };
+    return op <= PROTO_OP_MAX_ ? names[op] : "?";
+}
+
+static void pack_key(msgpack_packer *pk, const char *key)
+{
+    size_t n = strlen(key);
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, key, n);
+}
+
+static void pack_str(msgpack_packer *pk, const char *key, const char *val)
+{
+    size_t n = strlen(val);
+    pack_key(pk, key);
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, val, n);
+}
+
+static void pack_u64(msgpack_packer *pk, const char *key, uint64_t v)
+{
+    pack_key(pk, key);
+    msgpack_pack_uint64(pk, v);
+}
+
+static int op_has_values(uint8_t op)
+{
+    return op == PROTO_OP_PUSH || op == PROTO_OP_INIT ||
+           op == PROTO_OP_UPDATE || op == PROTO_OP_PULL_REPLY;
+}
+
+flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
+                          proto_frame frames[PROTO_MAX_FRAMES],
+                          size_t *nframes)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    size_t nkeys = 8, nf = 1;
+    int values = op_has_values(msg->op);
+    int sparse = values && msg->codec == PROTO_CODEC_SPARSE;
+
+    if (msg->op < 1 || msg->op > PROTO_OP_MAX_ ||
+        strlen(msg->job) > PROTO_JOB_MAX)
+        return FLPS_EINVAL;
+    if (values && msg->codec > PROTO_CODEC_SPARSE)
+        return FLPS_EINVAL;
+    if (sparse && msg->op != PROTO_OP_PUSH && msg->op != PROTO_OP_UPDATE)
+        return FLPS_EINVAL;
+    if (msg->op == PROTO_OP_UPDATE)
+        nkeys++;
+    if (msg->op == PROTO_OP_ERROR || msg->op == PROTO_OP_ACK)
+        nkeys += 2;
+    if (msg->op == PROTO_OP_REGISTER)
+        nkeys += 2;
+
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, nkeys);
+    pack_u64(&pk, "v", PROTO_VERSION);
+    pack_u64(&pk, "op", msg->op);
+    pack_str(&pk, "job", msg->job);
+    pack_u64(&pk, "rank", msg->rank);
+    pack_u64(&pk, "part", msg->part);
+    pack_u64(&pk, "iter", msg->iter);
+    pack_u64(&pk, "ver", msg->version);
+    pack_key(&pk, "data");
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_uint64(&pk, values ? msg->codec : 0);
+    msgpack_pack_uint64(&pk, values ? msg->n : 0);
+    if (msg->op == PROTO_OP_UPDATE)
+        pack_u64(&pk, "nrej", msg->nrej);
+    if (msg->op == PROTO_OP_ERROR || msg->op == PROTO_OP_ACK) {
+        pack_u64(&pk, "status", msg->status);
+        pack_str(&pk, "text", msg->text);
+    }
+    if (msg->op == PROTO_OP_REGISTER) {
+        const proto_jobcfg *c = &msg->cfg;
+        pack_key(&pk, "cfg");
+        msgpack_pack_array(&pk, 8);
+        msgpack_pack_uint64(&pk, c->shard);
+        msgpack_pack_uint64(&pk, c->nshards);
+        msgpack_pack_uint64(&pk, c->workers);
+        msgpack_pack_uint64(&pk, c->part_size);
+        msgpack_pack_uint64(&pk, c->mode);
+        msgpack_pack_uint64(&pk, c->agg);
+        msgpack_pack_double(&pk, c->density);
+        msgpack_pack_double(&pk, c->lr);
+        pack_key(&pk, "tensors");
+        msgpack_pack_array(&pk, msg->ntensors);
+        for (uint32_t i = 0; i < msg->ntensors; i++) {
+            size_t len = strnlen(msg->tensors[i].name, PROTO_NAME_MAX + 1);
+            if (len > PROTO_NAME_MAX) {
+                msgpack_sbuffer_destroy(&sb);
+                return FLPS_EINVAL;
+            }
+            msgpack_pack_array(&pk, 2);
+            msgpack_pack_str(&pk, len);
+            msgpack_pack_str_body(&pk, msg->tensors[i].name, len);
+            msgpack_pack_uint64(&pk, msg->tensors[i].numel);
+        }
+    }
+    if (sb.data == NULL)
+        return FLPS_ENOMEM;
+
+    frames[0].data = sb.data;
+    frames[0].len = sb.size;
+    if (values) {
+        if (sparse) {
+            frames[nf].data = msg->idx;
+            frames[nf++].len = (size_t)msg->n * sizeof(uint32_t);
+        }
+        frames[nf].data = msg->val;
+        frames[nf++].len = (size_t)msg->n * sizeof(float);
+        if (msg->op == PROTO_OP_UPDATE) {
+            frames[nf].data = msg->rej;
+            frames[nf++].len = (size_t)msg->nrej * sizeof(uint32_t);
+        }
+    }
+    *hdr = sb.data; /* the sbuffer's storage is malloc'd; caller frees */
+    *hdrlen = sb.size;
+    *nframes = nf;
+    return FLPS_OK;
+}
+
+/* ---- decoding ---- */
+
+static flps_err fail(char *errbuf, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static flps_err fail(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (errbuf != NULL && errlen > 0) {
+        va_start(ap, fmt);
+        vsnprintf(errbuf, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return FLPS_EPROTO;
+}
+
+static int obj_u64(const msgpack_object *o, uint64_t *v)
+{
+    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return 0;
+    *v = o->via.u64;
+    return 1;
+}
+
+static int obj_u32(const msgpack_object *o, uint32_t *v)
+{
+    uint64_t x;
+    if (!obj_u64(o, &x) || x > UINT32_MAX)
+        return 0;
+    *v = (uint32_t)x;
+    return 1;
+}
+
+static int obj_f64(const msgpack_object *o, double *v)
+{
+    if (o->type == MSGPACK_OBJECT_FLOAT64 || o->type == MSGPACK_OBJECT_FLOAT32)
+        *v = o->via.f64;
+    else if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+        *v = (double)o->via.u64;
+    else
+        return 0;
+    return isfinite(*v);
+}
+
+static int obj_str(const msgpack_object *o, char *buf, size_t cap)
+{
+    if (o->type != MSGPACK_OBJECT_STR || o->via.str.size >= cap)
+        return 0;
+    memcpy(buf, o->via.str.ptr, o->via.str.size);
+    buf[o->via.str.size] = '\0';
+    return memchr(buf, '\0', o->via.str.size) == NULL;
+}
+
+static int key_is(const msgpack_object *k, const char *name)
+{
+    size_t n = strlen(name);
+    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
+           memcmp(k->via.str.ptr, name, n) == 0;
+}
+
+static int decode_cfg(const msgpack_object *o, proto_jobcfg *c)
+{
+    const msgpack_object *a;
+    uint32_t mode, agg;
+
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 8)
+        return 0;
+    a = o->via.array.ptr;
+    if (!obj_u32(&a[0], &c->shard) || !obj_u32(&a[1], &c->nshards) ||
+        !obj_u32(&a[2], &c->workers) || !obj_u32(&a[3], &c->part_size) ||
+        !obj_u32(&a[4], &mode) || !obj_u32(&a[5], &agg) ||
+        !obj_f64(&a[6], &c->density) || !obj_f64(&a[7], &c->lr))
+        return 0;
+    if (mode > PROTO_MODE_ASYNC || agg > PROTO_AGG_GTOPK)
+        return 0;
+    c->mode = (uint8_t)mode;
+    c->agg = (uint8_t)agg;
+    return 1;
+}
+
+static flps_err decode_tensors(const msgpack_object *o, proto_msg *m,
+                               char *errbuf, size_t errlen)
+{
+    uint32_t n;
+
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size == 0 ||
+        o->via.array.size > PROTO_MAX_TENSORS)
+        return fail(errbuf, errlen,
+                    "tensors must be an array of 1..%d [name, numel] pairs",
+                    PROTO_MAX_TENSORS);
+    n = o->via.array.size;
+    m->tensors = flps_calloc(n, sizeof(*m->tensors));
+    if (m->tensors == NULL)
+        return FLPS_ENOMEM;
+    for (uint32_t i = 0; i < n; i++) {
+        const msgpack_object *t = &o->via.array.ptr[i];
+        if (t->type != MSGPACK_OBJECT_ARRAY || t->via.array.size != 2 ||
+            !obj_str(&t->via.array.ptr[0], m->tensors[i].name,
+                     sizeof(m->tensors[i].name)) ||
+            !obj_u64(&t->via.array.ptr[1], &m->tensors[i].numel) ||
+            m->tensors[i].numel == 0 || m->tensors[i].numel > UINT32_MAX) {
+            flps_free(m->tensors);
+            m->tensors = NULL;
+            return fail(errbuf, errlen,
+                        "tensor %u is not a [name, numel] pair with "
+                        "0 < numel < 2^32",
+                        i);
+        }
+    }
+    m->ntensors = n;
+    return FLPS_OK;
+}
+
+/* Required header fields, as bits. */
+enum {
+    F_V = 1 << 0,
+    F_OP = 1 << 1,
+    F_JOB = 1 << 2,
+    F_RANK = 1 << 3,
+    F_PART = 1 << 4,
+    F_ITER = 1 << 5,
+    F_VER = 1 << 6,
+    F_DATA = 1 << 7,
+    F_NREJ = 1 << 8,
+    F_STATUS = 1 << 9,
+    F_TEXT = 1 << 10,
+    F_CFG = 1 << 11,
+    F_TENSORS = 1 << 12,
+    F_BASE = F_V | F_OP | F_JOB | F_RANK | F_PART | F_ITER | F_VER | F_DATA,
+};
+
+static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
+                              size_t errlen)
+{
+    msgpack_unpacked up;
+    size_t off = 0;
+    unsigned seen = 0;
+    flps_err rc = FLPS_EPROTO;
+    const msgpack_object *map;
+
+    msgpack_unpacked_init(&up);
+    if (msgpack_unpack_next(&up, f->data, f->len, &off) !=
+            MSGPACK_UNPACK_SUCCESS ||
+        off != f->len) {
+        rc = fail(errbuf, errlen, "header is not one MessagePack object");
+        goto out;
+    }
+    map = &up.data;
+    if (map->type != MSGPACK_OBJECT_MAP) {
+        rc = fail(errbuf, errlen, "header is not a MessagePack map");
+        goto out;
+    }
+    for (uint32_t i = 0; i < map->via.map.size; i++) {
+        const msgpack_object *k = &map->via.map.ptr[i].key;
+        const msgpack_object *v = &map->via.map.ptr[i].val;
+        uint64_t x = 0;
+        unsigned bit = 0;
+        int ok = 1;
+
+        if (key_is(k, "v")) {
+            bit = F_V;
+            ok = obj_u64(v, &x);
+            if (ok && x != PROTO_VERSION) {
+                rc = fail(errbuf, errlen,
+                          "protocol version %llu is not supported "
+                          "(this build speaks %u)",
+                          (unsigned long long)x, PROTO_VERSION);
+                goto out;
+            }
+        } else if (key_is(k, "op")) {
+            bit = F_OP;
+            ok = obj_u64(v, &x);
+            if (ok && (x < 1 || x > PROTO_OP_MAX_)) {
+                rc = fail(errbuf, errlen, "unknown op %llu",
+                          (unsigned long long)x);
+                goto out;
+            }
+            m->op = (uint8_t)x;
+        } else if (key_is(k, "job")) {
+            bit = F_JOB;
+            ok = obj_str(v, m->job, sizeof(m->job));
+        } else if (key_is(k, "rank")) {
+            bit = F_RANK;
+            ok = obj_u32(v, &m->rank);
+        } else if (key_is(k, "part")) {
+            bit = F_PART;
+            ok = obj_u32(v, &m->part);
+        } else if (key_is(k, "iter")) {
+            bit = F_ITER;
+            ok = obj_u64(v, &m->iter);
+        } else if (key_is(k, "ver")) {
+            bit = F_VER;
+            ok = obj_u64(v, &m->version);
+        } else if (key_is(k, "data")) {
+            uint32_t codec;
+            bit = F_DATA;
+            ok = v->type == MSGPACK_OBJECT_ARRAY && v->via.array.size == 2 &&
+                 obj_u32(&v->via.array.ptr[0], &codec) &&
+                 obj_u32(&v->via.array.ptr[1], &m->n) &&
+                 codec <= PROTO_CODEC_SPARSE;
+            if (ok)
+                m->codec = (uint8_t)codec;
+        } else if (key_is(k, "nrej")) {
+            bit = F_NREJ;
+            ok = obj_u32(v, &m->nrej);
+        } else if (key_is(k, "status")) {
+            bit = F_STATUS;
+            ok = obj_u32(v, &m->status);
+        } else if (key_is(k, "text")) {
+            bit = F_TEXT;
+            ok = obj_str(v, m->text, sizeof(m->text));
+        } else if (key_is(k, "cfg")) {
+            bit = F_CFG;
+            ok = decode_cfg(v, &m->cfg);
+        } else if (key_is(k, "tensors")) {
+            bit = F_TENSORS;
+            if (seen & F_TENSORS) {
+                ok = 0;
+            } else {
+                rc = decode_tensors(v, m, errbuf, errlen);
+                if (rc != FLPS_OK)
+                    goto out;
+            }
+        } else {
+            continue; /* unknown keys are allowed within a version */
+        }
+        if (!ok || (seen & bit)) {
+            char key[32] = "?";
+            if (k->type == MSGPACK_OBJECT_STR && k->via.str.size < sizeof(key))
+                snprintf(key, sizeof(key), "%.*s", (int)k->via.str.size,
+                         k->via.str.ptr);
+            rc = fail(errbuf, errlen, "header field '%s' is %s", key,
+                      ok ? "repeated" : "of the wrong type or range");
+            goto out;
+        }
+        seen |= bit;
+    }
+    if ((seen & F_BASE) != F_BASE) {
+        rc = fail(errbuf, errlen,
+                  "header lacks a required field (v, op, job, rank, part, "
+                  "iter, ver, data)");
+        goto out;
+    }
+    if ((m->op == PROTO_OP_UPDATE && !(seen & F_NREJ)) ||
+        ((m->op == PROTO_OP_ERROR || m->op == PROTO_OP_ACK) &&
+         (seen & (F_STATUS | F_TEXT)) != (F_STATUS | F_TEXT)) ||
+        (m->op == PROTO_OP_REGISTER &&
+         (seen & (F_CFG | F_TENSORS)) != (F_CFG | F_TENSORS))) {
+        rc = fail(errbuf, errlen, "%s header lacks its op-specific fields",
+                  proto_op_name(m->op));
+        goto out;
+    }
+    rc = FLPS_OK;
+out:
+    if (rc != FLPS_OK) {
+        flps_free(m->tensors);
+        m->tensors = NULL;
+    }
+    msgpack_unpacked_destroy(&up);
+    return rc;
+}
+
+static int is_aligned4(const void *p)
+{
+    return ((uintptr_t)p & 3u) == 0;
+}
+
+flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
+                          proto_msg *out, char *errbuf, size_t errlen)
+{
+    proto_msg m;
+    flps_err rc;
+    size_t want, nf = 1;
+    int values, sparse;
+
+    memset(&m, 0, sizeof(m));
+    if (nframes < 1 || frames == NULL)
+        return fail(errbuf, errlen, "message has no header frame");
+    rc = decode_header(&frames[0], &m, errbuf, errlen);
+    if (rc != FLPS_OK)
+        return rc;
+    values = op_has_values(m.op);
+    sparse = values && m.codec == PROTO_CODEC_SPARSE;
+    if (!values && m.n != 0) {
+        rc = fail(errbuf, errlen, "%s carries no values but says n=%u",
+                  proto_op_name(m.op), m.n);
+        goto bad;
+    }
+    if (sparse && m.op != PROTO_OP_PUSH && m.op != PROTO_OP_UPDATE) {
+        rc = fail(errbuf, errlen, "%s cannot be sparse", proto_op_name(m.op));
+        goto bad;
+    }
+    want = 1 + (values ? 1 : 0) + (sparse ? 1 : 0) +
+           (m.op == PROTO_OP_UPDATE ? 1 : 0);
+    if (nframes != want) {
+        rc = fail(errbuf, errlen, "%s %s has %zu frames; expected %zu",
+                  proto_op_name(m.op), sparse ? "sparse" : "dense", nframes,
+                  want);
+        goto bad;
+    }
+    if (values) {
+        if (sparse) {
+            const proto_frame *fi = &frames[nf++];
+            if (fi->len != (size_t)m.n * sizeof(uint32_t) ||
+                (m.n > 0 && !is_aligned4(fi->data))) {
+                rc = fail(errbuf, errlen,
+                          "index frame has %zu bytes; expected %zu (n=%u)",
+                          fi->len, (size_t)m.n * sizeof(uint32_t), m.n);
+                goto bad;
+            }
+            m.idx = fi->data;
+            for (uint32_t i = 1; i < m.n; i++) {
+                if (m.idx[i] <= m.idx[i - 1]) {
+                    rc = fail(errbuf, errlen,
+                              "indices are not strictly ascending at "
+                              "position %u (%u after %u)",
+                              i, m.idx[i], m.idx[i - 1]);
+                    goto bad;
+                }
+            }
+        }
+        {
+            const proto_frame *fv = &frames[nf++];
+            if (fv->len != (size_t)m.n * sizeof(float) ||
+                (m.n > 0 && !is_aligned4(fv->data))) {
+                rc = fail(errbuf, errlen,
+                          "value frame has %zu bytes; expected %zu (n=%u)",
+                          fv->len, (size_t)m.n * sizeof(float), m.n);
+                goto bad;
+            }
+            m.val = fv->data;
+            for (uint32_t i = 0; i < m.n; i++) {
+                if (!isfinite(m.val[i])) {
+                    fail(errbuf, errlen, "value %u is not finite", i);
+                    rc = FLPS_ENONFINITE;
+                    goto bad;
+                }
+            }
+        }
+        if (m.op == PROTO_OP_UPDATE) {
+            const proto_frame *fr = &frames[nf++];
+            if (fr->len != (size_t)m.nrej * sizeof(uint32_t) ||
+                (m.nrej > 0 && !is_aligned4(fr->data))) {
+                rc = fail(errbuf, errlen,
+                          "rejected-index frame has %zu bytes; expected %zu",
+                          fr->len, (size_t)m.nrej * sizeof(uint32_t));
+                goto bad;
+            }
+            m.rej = fr->data;
+        }
+    }
+    *out = m;
+    return FLPS_OK;
+bad:
+    proto_msg_fini(&m);
+    return rc;
+}
+
+void proto_msg_fini(proto_msg *msg)
+{
+    if (msg == NULL)
+        return;
+    flps_free(msg->tensors);
+    msg->tensors = NULL;
+    msg->ntensors = 0;
+}

@@ -1,0 +1,123 @@
+/* Wire messages: a MessagePack header frame followed by raw little-endian
+ * binary frames. Encoding, decoding and context-free validation; no I/O. */
+#ifndef FLPS_PROTO_MSG_H
+#define FLPS_PROTO_MSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+#define PROTO_VERSION 1u
+#define PROTO_MAX_FRAMES 4
+#define PROTO_JOB_MAX 63
+#define PROTO_NAME_MAX 127
+#define PROTO_MAX_TENSORS 4096
+#define PROTO_ERRMSG_MAX 255
+
+typedef enum {
+    PROTO_OP_REGISTER = 1,    /* worker -> shard: layout + job config */
+    PROTO_OP_REGISTER_OK = 2, /* shard -> worker */
+    PROTO_OP_INIT = 3,        /* rank 0 -> shard: initial values of a part */
+    PROTO_OP_PUSH = 4,        /* worker -> shard: contribution to (part, iter) */
+    PROTO_OP_UPDATE = 5,      /* shard -> worker: the update of (part, iter) */
+    PROTO_OP_PULL = 6,        /* worker -> shard: send me the whole part */
+    PROTO_OP_PULL_REPLY = 7,  /* shard -> worker: the part's values */
+    PROTO_OP_CHECKPOINT = 8,  /* anyone -> shard: write a checkpoint now */
+    PROTO_OP_ACK = 9,         /* shard -> worker: done (init, checkpoint) */
+    PROTO_OP_ERROR = 10,      /* shard -> worker: refused; status + text */
+    PROTO_OP_MAX_ = 10,
+} proto_op;
+
+/* How the values of a PUSH/UPDATE/INIT are laid out. */
+typedef enum {
+    PROTO_CODEC_DENSE = 0,  /* frames: values f32[n], n = the part's size */
+    PROTO_CODEC_SPARSE = 1, /* frames: indices u32[n] (strictly ascending),
+                               values f32[n] */
+} proto_codec;
+
+/* How a shard turns the pushes of an iteration into an update. */
+typedef enum {
+    PROTO_AGG_DENSE = 0, /* dense pushes, dense update */
+    PROTO_AGG_TOPK = 1,  /* union of the sparse pushes */
+    PROTO_AGG_GTOPK = 2, /* global top-k of the summed sparse pushes */
+} proto_agg;
+
+typedef enum {
+    PROTO_MODE_SSGD = 0,  /* synchronous: one update per iteration */
+    PROTO_MODE_ASYNC = 1, /* apply every push at once */
+} proto_mode;
+
+/* The job configuration every worker sends with REGISTER; all must agree. */
+typedef struct proto_jobcfg {
+    uint32_t shard;     /* which shard this message is for */
+    uint32_t nshards;
+    uint32_t workers;
+    uint32_t part_size;
+    uint8_t mode;       /* proto_mode */
+    uint8_t agg;        /* proto_agg */
+    double density;     /* gtopk: k = max(floor(density * numel), 1) */
+    double lr;
+} proto_jobcfg;
+
+typedef struct proto_tensor {
+    char name[PROTO_NAME_MAX + 1];
+    uint64_t numel;
+} proto_tensor;
+
+/* A decoded message. Pointers into frames are borrowed from the buffers
+ * given to proto_msg_decode and valid while those are. The tensor list of
+ * a REGISTER is owned by the message: free with proto_msg_fini(). */
+typedef struct proto_msg {
+    uint8_t op;
+    char job[PROTO_JOB_MAX + 1];
+    uint32_t rank;
+    uint32_t part;
+    uint64_t iter;
+    uint64_t version;
+    uint8_t codec;       /* proto_codec */
+    uint32_t n;          /* elements in idx/val */
+    const uint32_t *idx; /* SPARSE: n indices */
+    const float *val;    /* n values */
+    uint32_t nrej;       /* UPDATE (gtopk): indices of this worker's push */
+    const uint32_t *rej; /* that the update did not take */
+    uint32_t status;     /* ERROR: an flps_err; ACK: op-specific flag */
+    char text[PROTO_ERRMSG_MAX + 1]; /* ERROR: human message */
+    proto_jobcfg cfg;    /* REGISTER */
+    uint32_t ntensors;   /* REGISTER */
+    proto_tensor *tensors;
+} proto_msg;
+
+/* One frame of an encoded message. */
+typedef struct proto_frame {
+    const void *data;
+    size_t len;
+} proto_frame;
+
+/* Encode msg's header into *hdr (caller owns, free with free()) and fill
+ * frames[0..*nframes) with the header followed by the payload frames, which
+ * point at msg->idx/val/rej (borrowed, not copied). The frame layout per op:
+ *   PUSH/INIT DENSE: hdr, val      PUSH SPARSE: hdr, idx, val
+ *   UPDATE DENSE: hdr, val, rej    UPDATE SPARSE: hdr, idx, val, rej
+ *   PULL_REPLY: hdr, val           others: hdr
+ * Errors: FLPS_EINVAL (unknown op, too long strings), FLPS_ENOMEM. */
+flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
+                          proto_frame frames[PROTO_MAX_FRAMES],
+                          size_t *nframes);
+
+/* Decode and validate nframes frames into *out: version, known op, the
+ * fields each op requires, frame count and sizes matching n, finite values,
+ * strictly ascending indices. Index ranges depend on the part and are
+ * checked by the shard. Frames whose data is not 4-byte aligned are
+ * rejected with FLPS_EPROTO (transports deliver aligned buffers).
+ * On error returns FLPS_EPROTO (or FLPS_ENONFINITE for NaN/Inf values,
+ * FLPS_ENOMEM) and writes a reason into errbuf; *out untouched. */
+flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
+                          proto_msg *out, char *errbuf, size_t errlen);
+
+/* Frees what a decoded message owns (the tensor list). */
+void proto_msg_fini(proto_msg *msg);
+
+const char *proto_op_name(uint8_t op);
+
+#endif

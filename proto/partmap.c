@@ -1,0 +1,88 @@
+/* The partition map: parts of tensors, assigned to shards. */
+#include "proto/partmap.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+
+typedef struct {
+    uint32_t numel;
+    uint32_t id;
+} part_order;
+
+static int cmp_largest_first(const void *pa, const void *pb)
+{
+    const part_order *a = pa, *b = pb;
+
+    if (a->numel != b->numel)
+        return a->numel > b->numel ? -1 : 1;
+    return a->id < b->id ? -1 : (a->id > b->id);
+}
+
+flps_err partmap_build(const uint64_t *numel, uint32_t ntensors,
+                       uint32_t nshards, uint32_t part_size, partmap *out)
+{
+    partmap pm;
+    part_order *order = NULL;
+    uint64_t total = 0;
+    uint32_t p = 0;
+
+    if (numel == NULL || ntensors == 0 || nshards == 0 || part_size == 0)
+        return FLPS_EINVAL;
+    for (uint32_t t = 0; t < ntensors; t++) {
+        if (numel[t] == 0)
+            return FLPS_EINVAL;
+        total += (numel[t] + part_size - 1) / part_size;
+        if (total > UINT32_MAX)
+            return FLPS_EINVAL;
+    }
+    memset(&pm, 0, sizeof(pm));
+    pm.nparts = (uint32_t)total;
+    pm.nshards = nshards;
+    pm.ntensors = ntensors;
+    pm.parts = flps_calloc(pm.nparts, sizeof(*pm.parts));
+    pm.shard_load = flps_calloc(nshards, sizeof(*pm.shard_load));
+    pm.first_part = flps_calloc(ntensors, sizeof(*pm.first_part));
+    order = flps_calloc(pm.nparts, sizeof(*order));
+    if (pm.parts == NULL || pm.shard_load == NULL || pm.first_part == NULL ||
+        order == NULL) {
+        flps_free(order);
+        partmap_fini(&pm);
+        return FLPS_ENOMEM;
+    }
+    for (uint32_t t = 0; t < ntensors; t++) {
+        pm.first_part[t] = p;
+        for (uint64_t off = 0; off < numel[t]; off += part_size) {
+            uint64_t left = numel[t] - off;
+            pm.parts[p].tensor = t;
+            pm.parts[p].offset = off;
+            pm.parts[p].numel = (uint32_t)(left < part_size ? left : part_size);
+            order[p].numel = pm.parts[p].numel;
+            order[p].id = p;
+            p++;
+        }
+    }
+    qsort(order, pm.nparts, sizeof(*order), cmp_largest_first);
+    for (uint32_t i = 0; i < pm.nparts; i++) {
+        uint32_t best = 0;
+        for (uint32_t s = 1; s < nshards; s++)
+            if (pm.shard_load[s] < pm.shard_load[best])
+                best = s;
+        pm.parts[order[i].id].shard = best;
+        pm.shard_load[best] += order[i].numel;
+    }
+    flps_free(order);
+    *out = pm;
+    return FLPS_OK;
+}
+
+void partmap_fini(partmap *pm)
+{
+    if (pm == NULL)
+        return;
+    flps_free(pm->parts);
+    flps_free(pm->shard_load);
+    flps_free(pm->first_part);
+    memset(pm, 0, sizeof(*pm));
+}

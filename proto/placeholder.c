@@ -1,1 +1,0 @@
-/* placeholder */ typedef int proto_placeholder_;

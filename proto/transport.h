@@ -1,0 +1,121 @@
+/* The transport interface: a table of functions every transport (ZeroMQ,
+ * RDMA) implements, so shards and clients never see which one runs.
+ *
+ * A transport is either a listener (a shard: many peers connect to it) or a
+ * connector (a worker: it connects to every shard). Peers are small
+ * integers: on a connector, the order of transport_connect calls; on a
+ * listener, assigned on first contact and stable while that connection
+ * lives. A transport is used by one thread at a time. */
+#ifndef FLPS_PROTO_TRANSPORT_H
+#define FLPS_PROTO_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "proto/buf.h"
+#include "proto/msg.h"
+
+typedef struct transport transport;
+
+/* One outgoing frame: len bytes at offset off of buf. */
+typedef struct transport_frame {
+    proto_buf *buf;
+    size_t off;
+    size_t len;
+} transport_frame;
+
+/* A received message: its frames (4-byte aligned), valid until
+ * transport_rx_release. */
+typedef struct transport_rx {
+    uint32_t peer;
+    size_t nframes;
+    proto_frame frames[PROTO_MAX_FRAMES + 1];
+    size_t wire_bytes; /* bytes this message took on the wire */
+    void *impl;        /* the transport's own storage */
+    void (*release)(struct transport_rx *rx);
+} transport_rx;
+
+typedef struct transport_stats {
+    uint64_t bytes_sent; /* payload + framing put on the wire */
+    uint64_t bytes_recv;
+    uint64_t msgs_sent;
+    uint64_t msgs_recv;
+} transport_stats;
+
+typedef struct transport_vtable {
+    const char *name;
+    flps_err (*listen)(transport *t, const char *endpoint, char *bound,
+                       size_t boundlen);
+    flps_err (*connect)(transport *t, const char *endpoint, uint32_t *peer);
+    flps_err (*send)(transport *t, uint32_t peer, const transport_frame *f,
+                     size_t nframes);
+    flps_err (*recv)(transport *t, int timeout_ms, transport_rx **rx);
+    void (*destroy)(transport *t);
+} transport_vtable;
+
+struct transport {
+    const transport_vtable *vt;
+    transport_stats stats;
+    char errmsg[256]; /* the last error, for logs */
+};
+
+/* Bind to endpoint ("tcp://127.0.0.1:0" picks a free port); writes the
+ * address actually bound into bound. */
+static inline flps_err transport_listen(transport *t, const char *endpoint,
+                                        char *bound, size_t boundlen)
+{
+    return t->vt->listen(t, endpoint, bound, boundlen);
+}
+
+/* Connect to a listener; returns its peer number. Does not block: the
+ * connection is made (and remade after a loss) in the background. */
+static inline flps_err transport_connect(transport *t, const char *endpoint,
+                                         uint32_t *peer)
+{
+    return t->vt->connect(t, endpoint, peer);
+}
+
+/* Queue one message of nframes frames for peer. Never blocks.
+ * Ownership: on FLPS_OK the transport holds its own reference to every
+ * frame's buffer until sent; the caller keeps (and must release) its own.
+ * On error nothing is queued. FLPS_ECLOSED: the peer is unknown/gone. */
+static inline flps_err transport_send(transport *t, uint32_t peer,
+                                      const transport_frame *f, size_t nframes)
+{
+    return t->vt->send(t, peer, f, nframes);
+}
+
+/* Wait up to timeout_ms (-1 = forever, 0 = poll) for one message.
+ * FLPS_ETIMEDOUT when none came; FLPS_EPROTO for a message with too many
+ * frames (dropped, counted). Caller owns *rx on FLPS_OK. */
+static inline flps_err transport_recv(transport *t, int timeout_ms,
+                                      transport_rx **rx)
+{
+    return t->vt->recv(t, timeout_ms, rx);
+}
+
+static inline void transport_rx_release(transport_rx *rx)
+{
+    if (rx != NULL)
+        rx->release(rx);
+}
+
+/* transport_destroy(NULL) does nothing. */
+static inline void transport_destroy(transport *t)
+{
+    if (t != NULL)
+        t->vt->destroy(t);
+}
+
+/* The ZeroMQ transport: ROUTER when listening, one DEALER per connection.
+ * The ZMTP frame headers are counted in the byte statistics. */
+flps_err transport_zmq_create(transport **out);
+
+/* Bytes a frame of len bytes takes on a ZMTP 3 wire (flags+size header). */
+static inline size_t transport_zmtp_frame_bytes(size_t len)
+{
+    return len + (len < 256 ? 2 : 9);
+}
+
+#endif
