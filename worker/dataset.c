@@ -125,8 +125,8 @@ static flps_err ds_read(gzFile gz, const char *path, const char *what,
                           what, msg);
                 return FLPS_EPROTO;
             }
-            log_error("dataset: %s: truncated: %s needs %zu bytes, file "
-                      "ends after %zu",
+            log_error("dataset: %s: truncated in %s: expected %zu bytes, "
+                      "the file ends after %zu",
                       path, what, len, done);
             return FLPS_EPROTO;
         }
