@@ -51,10 +51,10 @@ flps_err model_train_step(model *m, const float *x, const uint8_t *y,
                           size_t b, float *loss, model_grad_ready_fn layer_done,
                           void *arg);
 
-/* Predict classes of b rows of x; counts the correct ones against y and adds
- * the summed loss. b may exceed max_batch (processed in chunks).
- * *correct and *loss_sum are overwritten (not accumulated into) with the
- * count and the sum of the per-row losses over these b rows.
+/* Predict classes of b rows of x; counts the correct ones against y and sums
+ * the per-row losses. b may exceed max_batch (processed in chunks).
+ * *correct and *loss_sum are overwritten with the results for these b rows,
+ * not accumulated into.
  * Errors: FLPS_EINVAL (NULL, b == 0, a label >= classes). */
 flps_err model_evaluate(model *m, const float *x, const uint8_t *y, size_t b,
                         size_t *correct, double *loss_sum);
