@@ -108,6 +108,11 @@ static inline void transport_destroy(transport *t)
         t->vt->destroy(t);
 }
 
+/* A received message made from copies of frames (for tests, replays and
+ * transports that do not own their buffers). Caller owns *out. */
+flps_err transport_rx_copy(const proto_frame *frames, size_t nframes,
+                           uint32_t peer, transport_rx **out);
+
 /* The ZeroMQ transport: ROUTER when listening, one DEALER per connection.
  * The ZMTP frame headers are counted in the byte statistics. */
 flps_err transport_zmq_create(transport **out);

@@ -1,1 +1,229 @@
-int main(void) { return 0; } /* placeholder */
+/* flps: one parameter-server shard daemon. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "proto/transport.h"
+#include "ps/net.h"
+#include "ps/shard.h"
+
+/* Set by the signal handler, read by the main loop: the one piece of
+ * process-wide mutable state a daemon needs. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
+{
+    stop_requested = sig;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: flps --job NAME --shard I --shards N [options]\n"
+            "  --listen ENDPOINT          where to listen (default "
+            "tcp://127.0.0.1:0, a free port)\n"
+            "  --checkpoint-dir DIR       keep a write-ahead log and "
+            "checkpoints in DIR\n"
+            "  --checkpoint-interval SEC  write a checkpoint every SEC "
+            "seconds (0 = only on request and at exit)\n"
+            "  --restore                  start from the checkpoint and log "
+            "in --checkpoint-dir\n"
+            "  --fsync                    fsync the log before every "
+            "acknowledgement\n"
+            "On start it prints one line 'listening on ENDPOINT' to stdout.\n");
+}
+
+static int parse_u32(const char *s, const char *opt, uint32_t *out)
+{
+    char *end;
+    unsigned long v;
+
+    errno = 0;
+    v = strtoul(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v > UINT32_MAX ||
+        s[0] == '-') {
+        fprintf(stderr, "flps: %s wants a non-negative integer, got '%s'\n",
+                opt, s);
+        return 0;
+    }
+    *out = (uint32_t)v;
+    return 1;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "job", required_argument, NULL, 'j' },
+        { "shard", required_argument, NULL, 's' },
+        { "shards", required_argument, NULL, 'n' },
+        { "listen", required_argument, NULL, 'l' },
+        { "checkpoint-dir", required_argument, NULL, 'd' },
+        { "checkpoint-interval", required_argument, NULL, 'i' },
+        { "restore", no_argument, NULL, 'r' },
+        { "fsync", no_argument, NULL, 'f' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *job = NULL, *listen_ep = "tcp://127.0.0.1:0", *dir = NULL;
+    uint32_t shard = UINT32_MAX, nshards = 0, interval = 0;
+    int restore = 0, do_fsync = 0, c;
+    char bound[256], comp[64];
+    transport *t = NULL;
+    ps_shard *s = NULL;
+    ps_shard_config cfg;
+    struct sigaction sa;
+    double last_ckpt;
+    flps_err rc;
+    int status = 1;
+
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'j':
+            job = optarg;
+            break;
+        case 's':
+            if (!parse_u32(optarg, "--shard", &shard))
+                return 2;
+            break;
+        case 'n':
+            if (!parse_u32(optarg, "--shards", &nshards))
+                return 2;
+            break;
+        case 'l':
+            listen_ep = optarg;
+            break;
+        case 'd':
+            dir = optarg;
+            break;
+        case 'i':
+            if (!parse_u32(optarg, "--checkpoint-interval", &interval))
+                return 2;
+            break;
+        case 'r':
+            restore = 1;
+            break;
+        case 'f':
+            do_fsync = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (job == NULL || nshards == 0 || shard >= nshards) {
+        fprintf(stderr, "flps: --job, --shard and --shards are required, "
+                        "with 0 <= shard < shards\n");
+        usage(stderr);
+        return 2;
+    }
+    if ((restore || interval > 0) && dir == NULL) {
+        fprintf(stderr, "flps: --restore and --checkpoint-interval need "
+                        "--checkpoint-dir\n");
+        return 2;
+    }
+    snprintf(comp, sizeof(comp), "flps/%u", shard);
+    flps_log_setup(comp, FLPS_LOG_INFO);
+    if (dir != NULL && mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        log_error("cannot create checkpoint directory %s: %s", dir,
+                  strerror(errno));
+        return 1;
+    }
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    rc = transport_zmq_create(&t);
+    if (rc != FLPS_OK) {
+        log_error("cannot create the ZeroMQ transport: %s",
+                  flps_strerror(rc));
+        return 1;
+    }
+    rc = transport_listen(t, listen_ep, bound, sizeof(bound));
+    if (rc != FLPS_OK) {
+        log_error("%s", t->errmsg);
+        goto out;
+    }
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.job = job;
+    cfg.shard = shard;
+    cfg.nshards = nshards;
+    cfg.ckpt_dir = dir;
+    cfg.fsync_wal = do_fsync;
+    cfg.send = ps_net_send;
+    cfg.send_arg = t;
+    rc = ps_shard_create(&cfg, restore, &s);
+    if (rc != FLPS_OK) {
+        log_error("cannot start shard %u: %s", shard, flps_strerror(rc));
+        goto out;
+    }
+    log_info("shard %u of %u for job %s listening on %s%s%s", shard, nshards,
+             job, bound, dir ? ", checkpoints in " : "", dir ? dir : "");
+    printf("listening on %s\n", bound);
+    fflush(stdout);
+
+    last_ckpt = now_s();
+    while (!stop_requested) {
+        transport_rx *rx = NULL;
+        rc = transport_recv(t, 200, &rx);
+        if (rc == FLPS_OK) {
+            rc = ps_shard_handle(s, rx);
+            if (rc == FLPS_EIO || rc == FLPS_ENOMEM) {
+                log_error("stopping: the shard cannot keep its state "
+                          "durable (%s)",
+                          flps_strerror(rc));
+                goto out;
+            }
+        } else if (rc == FLPS_EPROTO) {
+            log_warn("dropped a message: %s", t->errmsg);
+        } else if (rc != FLPS_ETIMEDOUT) {
+            log_error("receive failed: %s", t->errmsg);
+            goto out;
+        }
+        if (interval > 0 && ps_shard_num_owned(s) > 0 &&
+            now_s() - last_ckpt >= interval) {
+            if (ps_shard_checkpoint(s) != FLPS_OK)
+                log_error("periodic checkpoint failed; will retry");
+            last_ckpt = now_s();
+        }
+    }
+    log_info("signal %d: shutting down", (int)stop_requested);
+    if (dir != NULL && ps_shard_num_owned(s) > 0)
+        ps_shard_checkpoint(s);
+    status = 0;
+out:
+    if (s != NULL) {
+        const ps_shard_stats *st = ps_shard_stats_get(s);
+        uint64_t refused = 0;
+        for (int i = 0; i < FLPS_ERR_COUNT_; i++)
+            refused += st->rejected[i];
+        log_info("served %llu pushes, %llu updates, %llu pulls; refused %llu "
+                 "messages; received %llu bytes, sent %llu bytes",
+                 (unsigned long long)st->pushes,
+                 (unsigned long long)st->updates,
+                 (unsigned long long)st->pulls, (unsigned long long)refused,
+                 (unsigned long long)t->stats.bytes_recv,
+                 (unsigned long long)t->stats.bytes_sent);
+    }
+    ps_shard_destroy(s);
+    transport_destroy(t);
+    return status;
+}

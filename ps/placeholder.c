@@ -1,1 +1,0 @@
-/* placeholder */ typedef int ps_placeholder_;

@@ -1,0 +1,1060 @@
+/* One parameter-server shard: owned parts, aggregation, durability. */
+#include "ps/shard.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "compress/topk.h"
+#include "proto/partmap.h"
+#include "ps/persist.h"
+
+typedef struct ps_pull_wait {
+    uint32_t peer;
+    uint32_t rank;
+    struct ps_pull_wait *next;
+} ps_pull_wait;
+
+typedef struct ps_part {
+    uint32_t id;
+    uint32_t numel;
+    float *w;
+    uint64_t version; /* bumped by every applied update */
+    uint64_t iter;    /* sync: the open iteration; async: unused */
+    int initialized;
+    /* Synchronous aggregation of the open iteration. */
+    uint32_t arrived;
+    transport_rx **rx;  /* per rank: the waiting push, or NULL */
+    proto_msg *push;    /* per rank: its decoded header (points into rx) */
+    uint32_t *peer;     /* per rank: where to send the update */
+    float *acc;         /* dense accumulator, zero outside touched */
+    uint8_t *mark;      /* per element: 1 touched, 2 selected */
+    uint32_t *touched;
+    uint64_t *last_async; /* async: per rank, last iteration applied + 1 */
+    ps_pull_wait *pulls;  /* pulls waiting for initial values */
+} ps_part;
+
+struct ps_shard {
+    ps_shard_config cfg;
+    char job[PROTO_JOB_MAX + 1];
+    char ckpt_path[4096];
+    char wal_path[4096];
+    int wal_fd;
+    int configured;
+    proto_jobcfg jc;
+    uint32_t ntensors;
+    proto_tensor *tensors;
+    partmap pm;
+    ps_part **parts; /* by part id; NULL where another shard owns it */
+    uint32_t nowned;
+    uint32_t *sel;   /* scratch for gtopk positions */
+    float *gath;     /* scratch for gtopk values */
+    size_t scratch_cap;
+    ps_shard_stats stats;
+};
+
+/* ---- replies ---- */
+
+static void reply_error(ps_shard *s, uint32_t peer, const proto_msg *req,
+                        flps_err err, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static void reply_error(ps_shard *s, uint32_t peer, const proto_msg *req,
+                        flps_err err, const char *fmt, ...)
+{
+    ps_reply r;
+    va_list ap;
+
+    memset(&r, 0, sizeof(r));
+    r.msg.op = PROTO_OP_ERROR;
+    snprintf(r.msg.job, sizeof(r.msg.job), "%s", s->job);
+    if (req != NULL) {
+        r.msg.rank = req->rank;
+        r.msg.part = req->part;
+        r.msg.iter = req->iter;
+        r.msg.status = err;
+    }
+    r.msg.status = err;
+    va_start(ap, fmt);
+    vsnprintf(r.msg.text, sizeof(r.msg.text), fmt, ap);
+    va_end(ap);
+    s->stats.rejected[err]++;
+    log_warn("refused %s from peer %u (rank %u, part %u, iteration %llu): "
+             "%s: %s",
+             req ? proto_op_name(req->op) : "message", peer,
+             req ? req->rank : 0, req ? req->part : 0,
+             req ? (unsigned long long)req->iter : 0ULL, flps_errname(err),
+             r.msg.text);
+    s->cfg.send(s->cfg.send_arg, peer, &r);
+}
+
+static void reply_ack(ps_shard *s, uint32_t peer, const proto_msg *req,
+                      uint32_t status, const char *text, uint64_t version)
+{
+    ps_reply r;
+
+    memset(&r, 0, sizeof(r));
+    r.msg.op = PROTO_OP_ACK;
+    snprintf(r.msg.job, sizeof(r.msg.job), "%s", s->job);
+    r.msg.rank = req->rank;
+    r.msg.part = req->part;
+    r.msg.iter = req->iter;
+    r.msg.version = version;
+    r.msg.status = status;
+    snprintf(r.msg.text, sizeof(r.msg.text), "%s", text);
+    s->cfg.send(s->cfg.send_arg, peer, &r);
+}
+
+static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
+                             const ps_part *p)
+{
+    ps_reply r;
+    proto_buf *b = proto_buf_create((size_t)p->numel * sizeof(float));
+
+    if (b == NULL)
+        return FLPS_ENOMEM;
+    /* A copy: the part keeps changing while the transport sends. */
+    memcpy(proto_buf_data(b), p->w, (size_t)p->numel * sizeof(float));
+    memset(&r, 0, sizeof(r));
+    r.msg.op = PROTO_OP_PULL_REPLY;
+    snprintf(r.msg.job, sizeof(r.msg.job), "%s", s->job);
+    r.msg.rank = rank;
+    r.msg.part = p->id;
+    r.msg.iter = p->iter;
+    r.msg.version = p->version;
+    r.msg.codec = PROTO_CODEC_DENSE;
+    r.msg.n = p->numel;
+    r.msg.val = proto_buf_data(b);
+    r.payload = b;
+    s->stats.pulls++;
+    s->cfg.send(s->cfg.send_arg, peer, &r);
+    proto_buf_release(b);
+    return FLPS_OK;
+}
+
+/* ---- parts and layout ---- */
+
+static void part_destroy(ps_part *p, uint32_t workers)
+{
+    if (p == NULL)
+        return;
+    for (uint32_t r = 0; p->rx != NULL && r < workers; r++)
+        transport_rx_release(p->rx[r]);
+    while (p->pulls != NULL) {
+        ps_pull_wait *n = p->pulls->next;
+        flps_free(p->pulls);
+        p->pulls = n;
+    }
+    flps_free(p->w);
+    flps_free(p->rx);
+    flps_free(p->push);
+    flps_free(p->peer);
+    flps_free(p->acc);
+    flps_free(p->mark);
+    flps_free(p->touched);
+    flps_free(p->last_async);
+    flps_free(p);
+}
+
+static flps_err part_create(uint32_t id, uint32_t numel, uint32_t workers,
+                            ps_part **out)
+{
+    ps_part *p = flps_calloc(1, sizeof(*p));
+
+    if (p == NULL)
+        return FLPS_ENOMEM;
+    p->id = id;
+    p->numel = numel;
+    p->w = flps_calloc(numel, sizeof(float));
+    p->rx = flps_calloc(workers, sizeof(*p->rx));
+    p->push = flps_calloc(workers, sizeof(*p->push));
+    p->peer = flps_calloc(workers, sizeof(*p->peer));
+    p->acc = flps_calloc(numel, sizeof(float));
+    p->mark = flps_calloc(numel, 1);
+    p->last_async = flps_calloc(workers, sizeof(*p->last_async));
+    /* touched holds at most one entry per element. */
+    p->touched = flps_malloc((size_t)numel * sizeof(uint32_t));
+    if (p->w == NULL || p->rx == NULL || p->push == NULL || p->peer == NULL ||
+        p->acc == NULL || p->mark == NULL || p->touched == NULL ||
+        p->last_async == NULL) {
+        part_destroy(p, workers);
+        return FLPS_ENOMEM;
+    }
+    *out = p;
+    return FLPS_OK;
+}
+
+static void shard_drop_layout(ps_shard *s)
+{
+    if (s->parts != NULL)
+        for (uint32_t i = 0; i < s->pm.nparts; i++)
+            part_destroy(s->parts[i], s->jc.workers);
+    flps_free(s->parts);
+    s->parts = NULL;
+    partmap_fini(&s->pm);
+    flps_free(s->tensors);
+    s->tensors = NULL;
+    s->ntensors = 0;
+    s->nowned = 0;
+    s->configured = 0;
+    flps_free(s->sel);
+    flps_free(s->gath);
+    s->sel = NULL;
+    s->gath = NULL;
+    s->scratch_cap = 0;
+}
+
+/* Check a job configuration on its own; writes a reason on failure. */
+static flps_err jobcfg_check(const ps_shard *s, const proto_jobcfg *c,
+                             char *why, size_t len)
+{
+    if (c->shard != s->cfg.shard || c->nshards != s->cfg.nshards) {
+        snprintf(why, len,
+                 "this is shard %u of %u, the worker thinks it is shard %u "
+                 "of %u",
+                 s->cfg.shard, s->cfg.nshards, c->shard, c->nshards);
+        return FLPS_ECONFIG;
+    }
+    if (c->workers == 0 || c->workers > 65536 || c->part_size == 0 ||
+        !(c->lr > 0) || !isfinite(c->lr) || !(c->density > 0) ||
+        c->density > 1) {
+        snprintf(why, len,
+                 "bad job configuration (workers %u, part_size %u, lr %g, "
+                 "density %g)",
+                 c->workers, c->part_size, c->lr, c->density);
+        return FLPS_ECONFIG;
+    }
+    return FLPS_OK;
+}
+
+static flps_err shard_configure(ps_shard *s, const proto_jobcfg *c,
+                                const proto_tensor *t, uint32_t nt)
+{
+    uint64_t *numel = flps_malloc(nt * sizeof(*numel));
+    flps_err rc;
+
+    if (numel == NULL)
+        return FLPS_ENOMEM;
+    for (uint32_t i = 0; i < nt; i++)
+        numel[i] = t[i].numel;
+    rc = partmap_build(numel, nt, c->nshards, c->part_size, &s->pm);
+    flps_free(numel);
+    if (rc != FLPS_OK)
+        return rc;
+    s->jc = *c;
+    s->tensors = flps_malloc(nt * sizeof(*t));
+    s->parts = flps_calloc(s->pm.nparts, sizeof(*s->parts));
+    if (s->tensors == NULL || s->parts == NULL) {
+        rc = FLPS_ENOMEM;
+        goto fail;
+    }
+    memcpy(s->tensors, t, nt * sizeof(*t));
+    s->ntensors = nt;
+    for (uint32_t i = 0; i < s->pm.nparts; i++) {
+        if (s->pm.parts[i].shard != s->cfg.shard)
+            continue;
+        rc = part_create(i, s->pm.parts[i].numel, c->workers, &s->parts[i]);
+        if (rc != FLPS_OK)
+            goto fail;
+        s->nowned++;
+        if (s->pm.parts[i].numel > s->scratch_cap)
+            s->scratch_cap = s->pm.parts[i].numel;
+    }
+    s->sel = flps_malloc((s->scratch_cap + 1) * sizeof(*s->sel));
+    s->gath = flps_malloc((s->scratch_cap + 1) * sizeof(*s->gath));
+    if (s->sel == NULL || s->gath == NULL) {
+        rc = FLPS_ENOMEM;
+        goto fail;
+    }
+    s->configured = 1;
+    return FLPS_OK;
+fail:
+    shard_drop_layout(s);
+    return rc;
+}
+
+/* Compare a worker's layout and configuration with the registered ones. */
+static flps_err layout_compare(const ps_shard *s, const proto_msg *m,
+                               char *why, size_t len)
+{
+    const proto_jobcfg *a = &s->jc, *b = &m->cfg;
+
+    if (m->ntensors != s->ntensors) {
+        snprintf(why, len, "the worker's model has %u tensors, the job's %u",
+                 m->ntensors, s->ntensors);
+        return FLPS_ELAYOUT;
+    }
+    for (uint32_t i = 0; i < m->ntensors; i++) {
+        if (strcmp(m->tensors[i].name, s->tensors[i].name) != 0 ||
+            m->tensors[i].numel != s->tensors[i].numel) {
+            snprintf(why, len,
+                     "tensor %u is %s[%llu] on the worker but %s[%llu] in "
+                     "the job",
+                     i, m->tensors[i].name,
+                     (unsigned long long)m->tensors[i].numel,
+                     s->tensors[i].name,
+                     (unsigned long long)s->tensors[i].numel);
+            return FLPS_ELAYOUT;
+        }
+    }
+    if (a->workers != b->workers || a->part_size != b->part_size ||
+        a->mode != b->mode || a->agg != b->agg || a->density != b->density ||
+        a->lr != b->lr) {
+        snprintf(why, len,
+                 "the worker's job settings (workers %u, part_size %u, mode "
+                 "%u, aggregation %u, density %g, lr %g) differ from the "
+                 "job's (%u, %u, %u, %u, %g, %g)",
+                 b->workers, b->part_size, b->mode, b->agg, b->density, b->lr,
+                 a->workers, a->part_size, a->mode, a->agg, a->density,
+                 a->lr);
+        return FLPS_ELAYOUT;
+    }
+    return FLPS_OK;
+}
+
+/* The checkpoint's meta block is a REGISTER message: layout + config. */
+static flps_err shard_encode_meta(const ps_shard *s, void **meta, size_t *len)
+{
+    proto_msg m;
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_REGISTER;
+    snprintf(m.job, sizeof(m.job), "%s", s->job);
+    m.cfg = s->jc;
+    m.ntensors = s->ntensors;
+    m.tensors = s->tensors;
+    return proto_msg_encode(&m, meta, len, f, &nf);
+}
+
+static flps_err shard_wal(ps_shard *s, const wal_record *r)
+{
+    if (s->wal_fd < 0)
+        return FLPS_OK;
+    return wal_append(s->wal_fd, r, s->cfg.fsync_wal);
+}
+
+/* ---- registration, init, pull ---- */
+
+static flps_err on_register(ps_shard *s, uint32_t peer, const proto_msg *m)
+{
+    char why[PROTO_ERRMSG_MAX + 1];
+    ps_reply r;
+    uint64_t min_iter = UINT64_MAX;
+    flps_err rc = jobcfg_check(s, &m->cfg, why, sizeof(why));
+
+    if (rc != FLPS_OK) {
+        reply_error(s, peer, m, rc, "%s", why);
+        return rc;
+    }
+    if (!s->configured) {
+        rc = shard_configure(s, &m->cfg, m->tensors, m->ntensors);
+        if (rc != FLPS_OK) {
+            reply_error(s, peer, m, rc, "cannot build the partition map: %s",
+                        flps_strerror(rc));
+            return rc;
+        }
+        log_info("job %s registered by rank %u: %u tensors, %u parts, %u "
+                 "owned by shard %u (%llu elements), %u workers",
+                 s->job, m->rank, s->ntensors, s->pm.nparts, s->nowned,
+                 s->cfg.shard,
+                 (unsigned long long)s->pm.shard_load[s->cfg.shard],
+                 s->jc.workers);
+    } else {
+        rc = layout_compare(s, m, why, sizeof(why));
+        if (rc != FLPS_OK) {
+            reply_error(s, peer, m, rc, "%s", why);
+            return rc;
+        }
+    }
+    for (uint32_t i = 0; i < s->pm.nparts; i++)
+        if (s->parts[i] != NULL && s->parts[i]->iter < min_iter)
+            min_iter = s->parts[i]->iter;
+    memset(&r, 0, sizeof(r));
+    r.msg.op = PROTO_OP_REGISTER_OK;
+    snprintf(r.msg.job, sizeof(r.msg.job), "%s", s->job);
+    r.msg.rank = m->rank;
+    r.msg.iter = min_iter == UINT64_MAX ? 0 : min_iter;
+    s->cfg.send(s->cfg.send_arg, peer, &r);
+    return FLPS_OK;
+}
+
+/* Find the owned, initialised part a request names, or answer an error. */
+static ps_part *request_part(ps_shard *s, uint32_t peer, const proto_msg *m,
+                             int need_init, flps_err *err)
+{
+    ps_part *p;
+
+    if (!s->configured) {
+        *err = FLPS_ESTATE;
+        reply_error(s, peer, m, *err,
+                    "the shard has no model layout yet; register first");
+        return NULL;
+    }
+    if (m->part >= s->pm.nparts || s->parts[m->part] == NULL) {
+        *err = FLPS_EINVAL;
+        reply_error(s, peer, m, *err, "part %u is not held by shard %u",
+                    m->part, s->cfg.shard);
+        return NULL;
+    }
+    if (m->rank >= s->jc.workers) {
+        *err = FLPS_EINVAL;
+        reply_error(s, peer, m, *err, "rank %u is not below workers=%u",
+                    m->rank, s->jc.workers);
+        return NULL;
+    }
+    p = s->parts[m->part];
+    if (need_init && !p->initialized) {
+        *err = FLPS_ESTATE;
+        reply_error(s, peer, m, *err,
+                    "part %u has no initial values yet; rank 0 sends them",
+                    m->part);
+        return NULL;
+    }
+    return p;
+}
+
+static flps_err on_init(ps_shard *s, uint32_t peer, const proto_msg *m)
+{
+    flps_err rc;
+    ps_part *p = request_part(s, peer, m, 0, &rc);
+    wal_record wr;
+
+    if (p == NULL)
+        return rc;
+    if (m->codec != PROTO_CODEC_DENSE || m->n != p->numel) {
+        reply_error(s, peer, m, FLPS_EPROTO,
+                    "initial values of part %u must be dense with %u "
+                    "elements, got %u",
+                    p->id, p->numel, m->n);
+        return FLPS_EPROTO;
+    }
+    if (p->initialized) {
+        /* Restored from a checkpoint, or another worker was first. */
+        reply_ack(s, peer, m, 1, "already initialised; pull the values",
+                  p->version);
+        return FLPS_OK;
+    }
+    memset(&wr, 0, sizeof(wr));
+    wr.kind = WAL_SET;
+    wr.part = p->id;
+    wr.iter = p->iter;
+    wr.version = p->version + 1;
+    wr.n = m->n;
+    wr.val = m->val;
+    rc = shard_wal(s, &wr);
+    if (rc != FLPS_OK) {
+        reply_error(s, peer, m, rc, "cannot log the initial values");
+        return rc;
+    }
+    memcpy(p->w, m->val, (size_t)p->numel * sizeof(float));
+    p->version++;
+    p->initialized = 1;
+    reply_ack(s, peer, m, 0, "initialised", p->version);
+    while (p->pulls != NULL) {
+        ps_pull_wait *w = p->pulls;
+        p->pulls = w->next;
+        reply_values(s, w->peer, w->rank, p);
+        flps_free(w);
+    }
+    return FLPS_OK;
+}
+
+static flps_err on_pull(ps_shard *s, uint32_t peer, const proto_msg *m)
+{
+    flps_err rc;
+    ps_part *p = request_part(s, peer, m, 0, &rc);
+
+    if (p == NULL)
+        return rc;
+    if (!p->initialized) {
+        ps_pull_wait *w = flps_malloc(sizeof(*w));
+        if (w == NULL) {
+            reply_error(s, peer, m, FLPS_ENOMEM, "out of memory");
+            return FLPS_ENOMEM;
+        }
+        w->peer = peer;
+        w->rank = m->rank;
+        w->next = p->pulls;
+        p->pulls = w;
+        return FLPS_OK;
+    }
+    rc = reply_values(s, peer, m->rank, p);
+    if (rc != FLPS_OK)
+        reply_error(s, peer, m, rc, "cannot build the reply");
+    return rc;
+}
+
+/* ---- pushes ---- */
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : (x > y);
+}
+
+/* Close the open iteration of p: sum the pushes in rank order (so the
+ * result does not depend on arrival order), choose the update, apply it,
+ * log it, answer every worker, reset. */
+static flps_err close_iteration(ps_shard *s, ps_part *p)
+{
+    const uint32_t W = s->jc.workers;
+    const int dense = s->jc.agg == PROTO_AGG_DENSE;
+    const float scale = (float)(s->jc.lr / (double)W);
+    uint32_t nt = 0, nu;
+    proto_buf *payload;
+    uint32_t *uidx;
+    float *uval;
+    wal_record wr;
+    flps_err rc;
+
+    if (dense) {
+        for (uint32_t r = 0; r < W; r++) {
+            const float *v = p->push[r].val;
+            for (uint32_t i = 0; i < p->numel; i++)
+                p->acc[i] += v[i];
+        }
+        nu = p->numel;
+    } else {
+        for (uint32_t r = 0; r < W; r++) {
+            const proto_msg *m = &p->push[r];
+            for (uint32_t j = 0; j < m->n; j++) {
+                uint32_t i = m->idx[j];
+                if (!p->mark[i]) {
+                    p->mark[i] = 1;
+                    p->touched[nt++] = i;
+                }
+                p->acc[i] += m->val[j];
+            }
+        }
+        qsort(p->touched, nt, sizeof(*p->touched), cmp_u32);
+        nu = nt;
+        if (s->jc.agg == PROTO_AGG_GTOPK) {
+            uint64_t k = (uint64_t)floor(s->jc.density * (double)p->numel);
+            if (k < 1)
+                k = 1;
+            if (k < nt)
+                nu = (uint32_t)k;
+        }
+    }
+    payload = proto_buf_create((size_t)nu * (dense ? 4 : 8));
+    if (payload == NULL)
+        return FLPS_ENOMEM;
+    uidx = dense ? NULL : proto_buf_data(payload);
+    uval = dense ? proto_buf_data(payload)
+                 : (float *)((uint32_t *)proto_buf_data(payload) + nu);
+    if (dense) {
+        for (uint32_t i = 0; i < nu; i++)
+            uval[i] = -(scale * p->acc[i]);
+    } else if (nu == nt) {
+        for (uint32_t j = 0; j < nu; j++) {
+            uidx[j] = p->touched[j];
+            uval[j] = -(scale * p->acc[p->touched[j]]);
+        }
+    } else {
+        /* Global top-k over the touched entries only: no dense scan. The
+         * candidates are in ascending index order, so topk's tie rule
+         * (lower position) is the lower index. */
+        for (uint32_t j = 0; j < nt; j++)
+            s->gath[j] = p->acc[p->touched[j]];
+        rc = topk_select(s->gath, nt, nu, s->sel);
+        if (rc != FLPS_OK) {
+            proto_buf_release(payload);
+            return rc;
+        }
+        for (uint32_t j = 0; j < nu; j++) {
+            uint32_t i = p->touched[s->sel[j]];
+            uidx[j] = i;
+            uval[j] = -(scale * p->acc[i]);
+            p->mark[i] = 2;
+        }
+    }
+
+    memset(&wr, 0, sizeof(wr));
+    wr.kind = dense ? WAL_ADD_DENSE : WAL_ADD_SPARSE;
+    wr.part = p->id;
+    wr.iter = p->iter + 1;
+    wr.version = p->version + 1;
+    wr.n = nu;
+    wr.idx = uidx;
+    wr.val = uval;
+    /* Durable before anyone hears of it: an update a worker has seen is
+     * never lost by a shard crash. */
+    rc = shard_wal(s, &wr);
+    if (rc != FLPS_OK) {
+        proto_buf_release(payload);
+        return rc;
+    }
+    if (dense) {
+        for (uint32_t i = 0; i < nu; i++)
+            p->w[i] += uval[i];
+    } else {
+        for (uint32_t j = 0; j < nu; j++)
+            p->w[uidx[j]] += uval[j];
+    }
+    p->version++;
+    s->stats.updates++;
+    s->stats.elements_out += (uint64_t)nu * W;
+
+    for (uint32_t r = 0; r < W; r++) {
+        ps_reply rep;
+        proto_buf *rej = NULL;
+        uint32_t nrej = 0;
+        const proto_msg *m = &p->push[r];
+
+        memset(&rep, 0, sizeof(rep));
+        if (!dense && nu < nt) {
+            rej = proto_buf_create((size_t)m->n * sizeof(uint32_t));
+            if (rej != NULL) {
+                uint32_t *ri = proto_buf_data(rej);
+                for (uint32_t j = 0; j < m->n; j++)
+                    if (p->mark[m->idx[j]] != 2)
+                        ri[nrej++] = m->idx[j];
+            } else {
+                /* Without the list the worker keeps its values as sent;
+                 * only their error feedback is lost. Log it loudly. */
+                log_error("out of memory building rejected indices for rank "
+                          "%u, part %u",
+                          r, p->id);
+            }
+        }
+        rep.msg.op = PROTO_OP_UPDATE;
+        snprintf(rep.msg.job, sizeof(rep.msg.job), "%s", s->job);
+        rep.msg.rank = r;
+        rep.msg.part = p->id;
+        rep.msg.iter = p->iter;
+        rep.msg.version = p->version;
+        rep.msg.codec = dense ? PROTO_CODEC_DENSE : PROTO_CODEC_SPARSE;
+        rep.msg.n = nu;
+        rep.msg.idx = uidx;
+        rep.msg.val = uval;
+        rep.msg.nrej = nrej;
+        rep.msg.rej = rej ? proto_buf_data(rej) : NULL;
+        rep.payload = payload;
+        rep.rej = rej;
+        s->cfg.send(s->cfg.send_arg, p->peer[r], &rep);
+        proto_buf_release(rej);
+    }
+    proto_buf_release(payload);
+
+    /* Reset only what this iteration touched. */
+    if (dense) {
+        memset(p->acc, 0, (size_t)p->numel * sizeof(float));
+    } else {
+        for (uint32_t j = 0; j < nt; j++) {
+            p->acc[p->touched[j]] = 0;
+            p->mark[p->touched[j]] = 0;
+        }
+    }
+    for (uint32_t r = 0; r < W; r++) {
+        transport_rx_release(p->rx[r]);
+        p->rx[r] = NULL;
+    }
+    p->arrived = 0;
+    p->iter++;
+    return FLPS_OK;
+}
+
+static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
+                            const proto_msg *m)
+{
+    const float scale = (float)(s->jc.lr / (double)s->jc.workers);
+    const int dense = m->codec == PROTO_CODEC_DENSE;
+    float *delta = flps_malloc(((size_t)m->n + 1) * sizeof(float));
+    wal_record wr;
+    flps_err rc;
+
+    if (delta == NULL)
+        return FLPS_ENOMEM;
+    for (uint32_t j = 0; j < m->n; j++)
+        delta[j] = -(scale * m->val[j]);
+    memset(&wr, 0, sizeof(wr));
+    wr.kind = dense ? WAL_ADD_DENSE : WAL_ADD_SPARSE;
+    wr.part = p->id;
+    wr.iter = p->iter;
+    wr.version = p->version + 1;
+    wr.n = m->n;
+    wr.idx = m->idx;
+    wr.val = delta;
+    rc = shard_wal(s, &wr);
+    if (rc == FLPS_OK) {
+        for (uint32_t j = 0; j < m->n; j++)
+            p->w[dense ? j : m->idx[j]] += delta[j];
+        p->version++;
+        p->last_async[m->rank] = m->iter + 1;
+        s->stats.updates++;
+        reply_ack(s, peer, m, 0, "applied", p->version);
+    }
+    flps_free(delta);
+    return rc;
+}
+
+static flps_err on_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
+                        int *kept)
+{
+    const uint32_t peer = rx->peer;
+    flps_err rc;
+    ps_part *p = request_part(s, peer, m, 1, &rc);
+    int want_sparse;
+
+    if (p == NULL)
+        return rc;
+    want_sparse = s->jc.agg != PROTO_AGG_DENSE;
+    if ((m->codec == PROTO_CODEC_SPARSE) != want_sparse) {
+        reply_error(s, peer, m, FLPS_EPROTO,
+                    "this job aggregates %s pushes, got a %s one",
+                    want_sparse ? "sparse" : "dense",
+                    m->codec == PROTO_CODEC_SPARSE ? "sparse" : "dense");
+        return FLPS_EPROTO;
+    }
+    if (m->codec == PROTO_CODEC_DENSE && m->n != p->numel) {
+        reply_error(s, peer, m, FLPS_EPROTO,
+                    "dense push for part %u has %u values; the part has %u",
+                    p->id, m->n, p->numel);
+        return FLPS_EPROTO;
+    }
+    if (m->codec == PROTO_CODEC_SPARSE && m->n > 0 &&
+        m->idx[m->n - 1] >= p->numel) {
+        /* Indices are ascending (checked on decode): the last is the max. */
+        reply_error(s, peer, m, FLPS_ERANGE,
+                    "index %u is outside part %u of %u elements",
+                    m->idx[m->n - 1], p->id, p->numel);
+        return FLPS_ERANGE;
+    }
+    if (s->jc.mode == PROTO_MODE_ASYNC) {
+        if (m->iter < p->last_async[m->rank]) {
+            reply_error(s, peer, m, FLPS_EDUP,
+                        "rank %u already pushed iteration %llu of part %u",
+                        m->rank, (unsigned long long)m->iter, p->id);
+            return FLPS_EDUP;
+        }
+        rc = apply_async(s, peer, p, m);
+        if (rc != FLPS_OK) {
+            reply_error(s, peer, m, rc, "cannot apply the push");
+            return rc;
+        }
+        s->stats.pushes++;
+        s->stats.elements_in += m->n;
+        return FLPS_OK;
+    }
+    if (m->iter < p->iter) {
+        reply_error(s, peer, m, FLPS_ELATE,
+                    "iteration %llu of part %u is closed (open: %llu)",
+                    (unsigned long long)m->iter, p->id,
+                    (unsigned long long)p->iter);
+        return FLPS_ELATE;
+    }
+    if (m->iter > p->iter) {
+        reply_error(s, peer, m, FLPS_EFUTURE,
+                    "iteration %llu of part %u is not open yet (open: %llu)",
+                    (unsigned long long)m->iter, p->id,
+                    (unsigned long long)p->iter);
+        return FLPS_EFUTURE;
+    }
+    if (p->rx[m->rank] != NULL) {
+        reply_error(s, peer, m, FLPS_EDUP,
+                    "rank %u already pushed iteration %llu of part %u",
+                    m->rank, (unsigned long long)m->iter, p->id);
+        return FLPS_EDUP;
+    }
+    p->rx[m->rank] = rx;
+    p->push[m->rank] = *m;
+    p->peer[m->rank] = peer;
+    p->arrived++;
+    *kept = 1;
+    s->stats.pushes++;
+    s->stats.elements_in += m->n;
+    if (p->arrived == s->jc.workers) {
+        rc = close_iteration(s, p);
+        if (rc != FLPS_OK) {
+            /* A broken invariant or a full disk: the daemon cannot keep
+             * its promise of durability, so it must not go on. */
+            log_error("cannot close iteration %llu of part %u: %s",
+                      (unsigned long long)p->iter, p->id, flps_strerror(rc));
+            return rc;
+        }
+    }
+    return FLPS_OK;
+}
+
+flps_err ps_shard_handle(ps_shard *s, transport_rx *rx)
+{
+    proto_msg m;
+    char why[256];
+    flps_err rc;
+    int kept = 0;
+
+    rc = proto_msg_decode(rx->frames, rx->nframes, &m, why, sizeof(why));
+    if (rc != FLPS_OK) {
+        reply_error(s, rx->peer, NULL, rc, "%s", why);
+        transport_rx_release(rx);
+        return rc;
+    }
+    if (strcmp(m.job, s->job) != 0) {
+        reply_error(s, rx->peer, &m, FLPS_EJOB,
+                    "this shard serves job '%s', not '%s'", s->job, m.job);
+        rc = FLPS_EJOB;
+        goto out;
+    }
+    switch (m.op) {
+    case PROTO_OP_REGISTER:
+        rc = on_register(s, rx->peer, &m);
+        break;
+    case PROTO_OP_INIT:
+        rc = on_init(s, rx->peer, &m);
+        break;
+    case PROTO_OP_PULL:
+        rc = on_pull(s, rx->peer, &m);
+        break;
+    case PROTO_OP_PUSH:
+        rc = on_push(s, rx, &m, &kept);
+        break;
+    case PROTO_OP_CHECKPOINT:
+        rc = ps_shard_checkpoint(s);
+        if (rc == FLPS_OK)
+            reply_ack(s, rx->peer, &m, 0, "checkpoint written", 0);
+        else
+            reply_error(s, rx->peer, &m, rc, "checkpoint failed: %s",
+                        flps_strerror(rc));
+        break;
+    default:
+        reply_error(s, rx->peer, &m, FLPS_EPROTO,
+                    "a shard does not accept %s", proto_op_name(m.op));
+        rc = FLPS_EPROTO;
+        break;
+    }
+out:
+    proto_msg_fini(&m);
+    if (!kept)
+        transport_rx_release(rx);
+    return rc;
+}
+
+/* ---- durability ---- */
+
+flps_err ps_shard_checkpoint(ps_shard *s)
+{
+    ckpt_part *cp;
+    void *meta = NULL;
+    size_t metalen = 0;
+    uint32_t n = 0;
+    flps_err rc;
+
+    if (!s->configured || s->cfg.ckpt_dir == NULL)
+        return FLPS_ESTATE;
+    rc = shard_encode_meta(s, &meta, &metalen);
+    if (rc != FLPS_OK)
+        return rc;
+    cp = flps_calloc(s->nowned, sizeof(*cp));
+    if (cp == NULL) {
+        free(meta);
+        return FLPS_ENOMEM;
+    }
+    for (uint32_t i = 0; i < s->pm.nparts; i++) {
+        ps_part *p = s->parts[i];
+        if (p == NULL || !p->initialized)
+            continue;
+        cp[n].id = p->id;
+        cp[n].numel = p->numel;
+        cp[n].version = p->version;
+        cp[n].iter = p->iter;
+        cp[n].values = p->w;
+        n++;
+    }
+    rc = ckpt_write(s->ckpt_path, meta, metalen, cp, n);
+    free(meta);
+    flps_free(cp);
+    if (rc == FLPS_OK && s->wal_fd >= 0)
+        rc = wal_truncate(s->wal_fd);
+    if (rc == FLPS_OK) {
+        s->stats.checkpoints++;
+        log_info("checkpoint written: %s (%u parts)", s->ckpt_path, n);
+    }
+    return rc;
+}
+
+static flps_err restore_part(void *arg, const ckpt_part *cp)
+{
+    ps_shard *s = arg;
+    ps_part *p;
+
+    if (cp->id >= s->pm.nparts || s->parts[cp->id] == NULL ||
+        s->parts[cp->id]->numel != cp->numel) {
+        log_error("checkpoint holds part %u (%u elements) which this shard "
+                  "does not own with that size",
+                  cp->id, cp->numel);
+        return FLPS_EPROTO;
+    }
+    p = s->parts[cp->id];
+    memcpy(p->w, cp->values, (size_t)cp->numel * sizeof(float));
+    p->version = cp->version;
+    p->iter = cp->iter;
+    p->initialized = 1;
+    return FLPS_OK;
+}
+
+static flps_err replay_record(void *arg, const wal_record *r)
+{
+    ps_shard *s = arg;
+    ps_part *p;
+
+    if (r->part >= s->pm.nparts || s->parts[r->part] == NULL) {
+        log_error("write-ahead log names part %u, not owned here", r->part);
+        return FLPS_EPROTO;
+    }
+    p = s->parts[r->part];
+    /* Records the checkpoint already contains (a crash between writing the
+     * checkpoint and truncating the log) are skipped by version. */
+    if (r->version <= p->version)
+        return FLPS_OK;
+    if (r->version != p->version + 1 ||
+        (r->kind != WAL_ADD_SPARSE && r->n != p->numel)) {
+        log_error("write-ahead log record for part %u does not follow "
+                  "version %llu",
+                  p->id, (unsigned long long)p->version);
+        return FLPS_EPROTO;
+    }
+    if (r->kind == WAL_SET) {
+        memcpy(p->w, r->val, (size_t)p->numel * sizeof(float));
+        p->initialized = 1;
+    } else if (r->kind == WAL_ADD_DENSE) {
+        for (uint32_t i = 0; i < p->numel; i++)
+            p->w[i] += r->val[i];
+    } else {
+        for (uint32_t j = 0; j < r->n; j++) {
+            if (r->idx[j] >= p->numel)
+                return FLPS_EPROTO;
+            p->w[r->idx[j]] += r->val[j];
+        }
+    }
+    p->version = r->version;
+    p->iter = r->iter;
+    return FLPS_OK;
+}
+
+static flps_err meta_only(void *arg, const ckpt_part *cp)
+{
+    (void)arg;
+    (void)cp;
+    return FLPS_OK;
+}
+
+flps_err ps_shard_create(const ps_shard_config *cfg, int restore,
+                         ps_shard **out)
+{
+    ps_shard *s;
+    flps_err rc;
+
+    if (cfg == NULL || cfg->job == NULL || cfg->send == NULL ||
+        cfg->nshards == 0 || cfg->shard >= cfg->nshards ||
+        strlen(cfg->job) > PROTO_JOB_MAX || strlen(cfg->job) == 0)
+        return FLPS_EINVAL;
+    s = flps_calloc(1, sizeof(*s));
+    if (s == NULL)
+        return FLPS_ENOMEM;
+    s->cfg = *cfg;
+    s->wal_fd = -1;
+    snprintf(s->job, sizeof(s->job), "%s", cfg->job);
+    if (cfg->ckpt_dir != NULL) {
+        persist_paths(cfg->ckpt_dir, cfg->shard, s->ckpt_path, s->wal_path,
+                      sizeof(s->ckpt_path));
+        if (restore) {
+            void *meta = NULL;
+            size_t metalen = 0;
+            int missing = 0;
+
+            rc = ckpt_read(s->ckpt_path, &meta, &metalen, meta_only, NULL,
+                           &missing);
+            if (rc == FLPS_OK) {
+                proto_msg m;
+                proto_frame f = { meta, metalen };
+                char why[256];
+                uint64_t nrec = 0;
+
+                rc = proto_msg_decode(&f, 1, &m, why, sizeof(why));
+                if (rc == FLPS_OK && m.op != PROTO_OP_REGISTER)
+                    rc = FLPS_EPROTO;
+                if (rc == FLPS_OK && strcmp(m.job, s->job) != 0) {
+                    log_error("checkpoint %s belongs to job '%s', not '%s'",
+                              s->ckpt_path, m.job, s->job);
+                    rc = FLPS_EJOB;
+                }
+                if (rc == FLPS_OK)
+                    rc = shard_configure(s, &m.cfg, m.tensors, m.ntensors);
+                proto_msg_fini(&m);
+                free(meta);
+                if (rc == FLPS_OK)
+                    rc = ckpt_read(s->ckpt_path, &meta, &metalen,
+                                   restore_part, s, &missing);
+                if (rc == FLPS_OK) {
+                    free(meta);
+                    rc = wal_replay(s->wal_path, replay_record, s, &nrec);
+                }
+                if (rc != FLPS_OK)
+                    goto fail;
+                log_info("restored %u parts from %s and %llu log records "
+                         "from %s",
+                         s->nowned, s->ckpt_path, (unsigned long long)nrec,
+                         s->wal_path);
+            } else if (missing) {
+                log_info("no checkpoint at %s: starting empty",
+                         s->ckpt_path);
+            } else {
+                goto fail;
+            }
+        } else {
+            /* A fresh start must not replay somebody else's old log. */
+            unlink(s->wal_path);
+        }
+        rc = wal_open(s->wal_path, &s->wal_fd);
+        if (rc != FLPS_OK)
+            goto fail;
+    }
+    *out = s;
+    return FLPS_OK;
+fail:
+    ps_shard_destroy(s);
+    return rc;
+}
+
+void ps_shard_destroy(ps_shard *s)
+{
+    if (s == NULL)
+        return;
+    shard_drop_layout(s);
+    if (s->wal_fd >= 0)
+        close(s->wal_fd);
+    flps_free(s);
+}
+
+const ps_shard_stats *ps_shard_stats_get(const ps_shard *s)
+{
+    return &s->stats;
+}
+
+flps_err ps_shard_part(const ps_shard *s, uint32_t part, const float **values,
+                       uint32_t *numel, uint64_t *version, uint64_t *iter)
+{
+    const ps_part *p;
+
+    if (!s->configured || part >= s->pm.nparts || s->parts[part] == NULL ||
+        !s->parts[part]->initialized)
+        return FLPS_EINVAL;
+    p = s->parts[part];
+    *values = p->w;
+    *numel = p->numel;
+    *version = p->version;
+    *iter = p->iter;
+    return FLPS_OK;
+}
+
+uint32_t ps_shard_num_owned(const ps_shard *s)
+{
+    return s->nowned;
+}

@@ -1,0 +1,78 @@
+/* One parameter-server shard: the parts it owns, synchronous and
+ * asynchronous aggregation, init/pull, and the write-ahead log and
+ * checkpoints that make acknowledged updates durable. No sockets: the daemon
+ * (ps/main.c) feeds it received messages and sends what it replies. */
+#ifndef FLPS_PS_SHARD_H
+#define FLPS_PS_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "proto/buf.h"
+#include "proto/msg.h"
+#include "proto/transport.h"
+
+typedef struct ps_shard ps_shard;
+
+/* A reply: header fields in msg; msg.idx/val point into payload and
+ * msg.rej into rej (either may be NULL). Borrowed for the send callback;
+ * a callback that keeps the buffers holds them (proto_buf_hold). */
+typedef struct ps_reply {
+    proto_msg msg;
+    proto_buf *payload;
+    proto_buf *rej;
+} ps_reply;
+
+typedef void (*ps_send_fn)(void *arg, uint32_t peer, const ps_reply *reply);
+
+typedef struct ps_shard_config {
+    const char *job;      /* the job this shard serves; borrowed */
+    uint32_t shard;       /* this shard's index */
+    uint32_t nshards;
+    const char *ckpt_dir; /* NULL: no write-ahead log, no checkpoints */
+    int fsync_wal;        /* fsync the log before every acknowledgement */
+    ps_send_fn send;
+    void *send_arg;
+} ps_shard_config;
+
+/* Counters, for logs and /metrics. */
+typedef struct ps_shard_stats {
+    uint64_t pushes;      /* accepted */
+    uint64_t updates;     /* iterations closed (sync) or pushes applied */
+    uint64_t pulls;
+    uint64_t rejected[FLPS_ERR_COUNT_]; /* refused messages, by reason */
+    uint64_t elements_in;  /* index/value pairs received */
+    uint64_t elements_out; /* pairs sent in updates */
+    uint64_t checkpoints;
+} ps_shard_stats;
+
+/* Create a shard. If cfg->ckpt_dir is set and restore is non-zero, loads
+ * the checkpoint and replays the write-ahead log found there (a missing
+ * checkpoint is not an error: the shard starts empty). Caller owns *out. */
+flps_err ps_shard_create(const ps_shard_config *cfg, int restore,
+                         ps_shard **out);
+void ps_shard_destroy(ps_shard *s);
+
+/* Handle one received message. Takes ownership of rx in every case (keeps
+ * it while a push waits for its iteration, else releases it). Replies go
+ * through the send callback, possibly to other peers (closing an iteration
+ * answers every worker). Returns the error a refused message got (it was
+ * answered with an ERROR reply and counted) or FLPS_OK. */
+flps_err ps_shard_handle(ps_shard *s, transport_rx *rx);
+
+/* Write a checkpoint now (atomic: temp file, fsync, rename) and truncate
+ * the log. FLPS_ESTATE when the shard has no layout yet or no ckpt_dir. */
+flps_err ps_shard_checkpoint(ps_shard *s);
+
+const ps_shard_stats *ps_shard_stats_get(const ps_shard *s);
+
+/* Test and tool access: the values and version of part `part` (NULL /
+ * FLPS_EINVAL if not owned or not initialised). */
+flps_err ps_shard_part(const ps_shard *s, uint32_t part, const float **values,
+                       uint32_t *numel, uint64_t *version, uint64_t *iter);
+
+/* Number of parts this shard owns (0 before a layout is known). */
+uint32_t ps_shard_num_owned(const ps_shard *s);
+
+#endif
