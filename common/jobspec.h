@@ -83,22 +83,41 @@ typedef struct jobspec {
  * names the line, the key, what was wrong and what is accepted, e.g.
  * "line 7: compression: 'gtop:0.01' is not a codec; expected one of dense,
  * topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, fp16, auto".
- * *out is written only on FLPS_OK. Never does I/O. */
+ * *out is written only on FLPS_OK. Never does I/O.
+ * Keys left out take the defaults above. When the codec takes no density,
+ * density is 1; qsgd_bits is 0 unless the codec is qsgd; dirichlet_alpha
+ * is 0 for iid and staleness 0 unless the mode is ssp. rounds, local_steps
+ * and client_fraction are accepted in every mode but used only by fedavg,
+ * which needs rounds >= 1. Integers are decimal digits only; reals are
+ * plain decimals (no nan, inf or hex).
+ * Returns FLPS_OK, FLPS_ECONFIG (message in errbuf), FLPS_ENOMEM, or
+ * FLPS_EINVAL when text (with len > 0) or out is NULL. errbuf may be NULL
+ * or errlen 0; the message is then dropped; a long one is cut to errlen. */
 flps_err jobspec_parse(const char *text, size_t len, jobspec *out,
                        char *errbuf, size_t errlen);
 
 /* Read FILE and parse it as above; also checks that the dataset files exist
  * (for fashion-mnist: the four IDX .gz files under data_dir). Errors name
- * the file. */
+ * the file. Returns FLPS_EIO when the file cannot be read (message with
+ * strerror), FLPS_ECONFIG for a file over 1 MiB, any parse error (message
+ * prefixed with the path) or a missing dataset file (message names the
+ * file and how to install the dataset), FLPS_ENOMEM, FLPS_EINVAL for NULL
+ * path or out. *out is written only on FLPS_OK. Blocks on file I/O. */
 flps_err jobspec_load(const char *path, jobspec *out, char *errbuf,
                       size_t errlen);
 
-/* Canonical text of the compression setting ("gtopk:0.01", "dense"). */
+/* Canonical text of the compression setting ("gtopk:0.01", "qsgd:4",
+ * "dense"), which jobspec_parse reads back to the same setting. Always
+ * NUL-terminates buf when len > 0 (cutting the text if it does not fit). */
 void jobspec_comp_format(const jobspec *spec, char *buf, size_t len);
 
-/* Names for enums, for logs and JSON ("mlp", "ssgd", ...). */
+/* Names for enums, for logs and JSON ("mlp", "ssgd", ...): static strings,
+ * never NULL; "unknown" for a value outside the enum. */
 const char *jobspec_model_name(jobspec_model m);
 const char *jobspec_mode_name(jobspec_mode m);
 const char *jobspec_comp_name(jobspec_comp c);
+const char *jobspec_dataset_name(jobspec_dataset d);
+const char *jobspec_partition_name(jobspec_partition p);
+const char *jobspec_transport_name(jobspec_transport t);
 
 #endif
