@@ -1,0 +1,870 @@
+/* Tests for common/jobspec.c: parsing, defaults, messages, files. */
+#include "common/jobspec.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+
+#define ERRLEN 1024
+
+static const char full_yaml[] =
+    "# every key, none at its default\n"
+    "name: full-job_1.x\n"
+    "model: cnn\n"
+    "dataset: synthetic\n"
+    "data_dir: /tmp/somewhere\n"
+    "partition: dirichlet:0.5\n"
+    "workers: 8\n"
+    "servers: 3\n"
+    "mode: ssp:4\n"
+    "iterations: 600\n"
+    "rounds: 20\n"
+    "local_steps: 5\n"
+    "client_fraction: 0.25\n"
+    "batch_size: 64\n"
+    "lr: 0.1\n"
+    "momentum: 0.5\n"
+    "compression: gtopk:0.01   # the paper's setting\n"
+    "transport: rdma\n"
+    "seed: 42\n"
+    "eval_every: 0\n"
+    "part_size: 4096\n"
+    "checkpoint_interval: 30.5\n"
+    "max_restarts: 3\n"
+    "priority: 7\n";
+
+static flps_err parse(const char *text, jobspec *out, char *err)
+{
+    return jobspec_parse(text, strlen(text), out, err, ERRLEN);
+}
+
+/* Parse text that must fail: FLPS_ECONFIG, *out untouched, and every
+ * needle (NULL-terminated list) in the message. */
+static void expect_error(const char *text, ...)
+{
+    jobspec spec, sentinel;
+    char err[ERRLEN] = "";
+    va_list ap;
+    const char *needle;
+
+    memset(&spec, 0xA5, sizeof(spec));
+    memcpy(&sentinel, &spec, sizeof(spec));
+    cr_assert_eq(parse(text, &spec, err), FLPS_ECONFIG, "accepted:\n%s", text);
+    cr_assert_eq(memcmp(&spec, &sentinel, sizeof(spec)), 0,
+                 "a failed parse must leave *out untouched");
+    cr_assert_eq(strchr(err, '\n'), NULL, "one line: %s", err);
+    va_start(ap, text);
+    while ((needle = va_arg(ap, const char *)) != NULL)
+        cr_assert_neq(strstr(err, needle), NULL, "message lacks \"%s\": %s",
+                      needle, err);
+    va_end(ap);
+}
+
+static void parse_ok(const char *text, jobspec *out)
+{
+    char err[ERRLEN] = "";
+
+    cr_assert_eq(parse(text, out, err), FLPS_OK, "rejected: %s\n%s", err, text);
+}
+
+Test(jobspec, parses_a_full_file_with_every_key)
+{
+    jobspec s;
+
+    parse_ok(full_yaml, &s);
+    cr_assert_str_eq(s.name, "full-job_1.x");
+    cr_assert_eq(s.model, JOBSPEC_MODEL_CNN);
+    cr_assert_eq(s.dataset, JOBSPEC_DATASET_SYNTHETIC);
+    cr_assert_str_eq(s.data_dir, "/tmp/somewhere");
+    cr_assert_eq(s.partition, JOBSPEC_PARTITION_DIRICHLET);
+    cr_assert_eq(s.dirichlet_alpha, 0.5);
+    cr_assert_eq(s.workers, 8);
+    cr_assert_eq(s.servers, 3);
+    cr_assert_eq(s.mode, JOBSPEC_MODE_SSP);
+    cr_assert_eq(s.staleness, 4);
+    cr_assert_eq(s.iterations, 600);
+    cr_assert_eq(s.rounds, 20);
+    cr_assert_eq(s.local_steps, 5);
+    cr_assert_eq(s.client_fraction, 0.25);
+    cr_assert_eq(s.batch_size, 64);
+    cr_assert_eq(s.lr, 0.1);
+    cr_assert_eq(s.momentum, 0.5);
+    cr_assert_eq(s.compression, JOBSPEC_COMP_GTOPK);
+    cr_assert_eq(s.density, 0.01);
+    cr_assert_eq(s.transport, JOBSPEC_TRANSPORT_RDMA);
+    cr_assert_eq(s.seed, 42);
+    cr_assert_eq(s.eval_every, 0);
+    cr_assert_eq(s.part_size, 4096);
+    cr_assert_eq(s.checkpoint_interval, 30.5);
+    cr_assert_eq(s.max_restarts, 3);
+    cr_assert_eq(s.priority, 7);
+}
+
+Test(jobspec, applies_the_documented_defaults_to_keys_left_out)
+{
+    jobspec s;
+
+    parse_ok("name: tiny\nmodel: mlp\n", &s);
+    cr_assert_str_eq(s.name, "tiny");
+    cr_assert_eq(s.model, JOBSPEC_MODEL_MLP);
+    cr_assert_eq(s.dataset, JOBSPEC_DATASET_FASHION_MNIST);
+    cr_assert_str_eq(s.data_dir, "/usr/share/datasets/fashion-mnist");
+    cr_assert_eq(s.partition, JOBSPEC_PARTITION_IID);
+    cr_assert_eq(s.workers, 1);
+    cr_assert_eq(s.servers, 1);
+    cr_assert_eq(s.mode, JOBSPEC_MODE_SSGD);
+    cr_assert_eq(s.staleness, 0);
+    cr_assert_eq(s.iterations, 1000);
+    cr_assert_eq(s.rounds, 10);
+    cr_assert_eq(s.local_steps, 10);
+    cr_assert_eq(s.client_fraction, 1.0);
+    cr_assert_eq(s.batch_size, 32);
+    cr_assert_eq(s.lr, 0.05);
+    cr_assert_eq(s.momentum, 0.9);
+    cr_assert_eq(s.compression, JOBSPEC_COMP_DENSE);
+    cr_assert_eq(s.density, 1.0);
+    cr_assert_eq(s.qsgd_bits, 0);
+    cr_assert_eq(s.transport, JOBSPEC_TRANSPORT_ZMQ);
+    cr_assert_eq(s.seed, 1);
+    cr_assert_eq(s.eval_every, 100);
+    cr_assert_eq(s.part_size, 65536);
+    cr_assert_eq(s.checkpoint_interval, 0.0);
+    cr_assert_eq(s.max_restarts, 0);
+    cr_assert_eq(s.priority, 0);
+}
+
+Test(jobspec, reads_the_json_form_of_a_job_file)
+{
+    jobspec s;
+
+    parse_ok("{\n"
+             "  \"name\": \"json-job\",\n"
+             "  \"model\": \"mlp\",\n"
+             "  \"workers\": 4,\n"
+             "  \"lr\": 0.05,\n"
+             "  \"momentum\": 0,\n"
+             "  \"compression\": \"topk:0.001\",\n"
+             "  \"seed\": 18446744073709551615\n"
+             "}\n",
+             &s);
+    cr_assert_str_eq(s.name, "json-job");
+    cr_assert_eq(s.workers, 4);
+    cr_assert_eq(s.momentum, 0.0);
+    cr_assert_eq(s.compression, JOBSPEC_COMP_TOPK);
+    cr_assert_eq(s.density, 0.001);
+    cr_assert_eq(s.seed, UINT64_MAX);
+}
+
+Test(jobspec, reads_compact_json_without_spaces)
+{
+    jobspec s;
+
+    parse_ok("{\"name\":\"c\",\"model\":\"cnn\",\"batch_size\":16}", &s);
+    cr_assert_eq(s.model, JOBSPEC_MODEL_CNN);
+    cr_assert_eq(s.batch_size, 16);
+}
+
+Test(jobspec, accepts_quoted_values_comments_and_a_document_marker)
+{
+    jobspec s;
+
+    parse_ok("---\n# a comment\nname: 'q'  # trailing\nmodel: \"mlp\"\n"
+             "workers: '12'\n...\n",
+             &s);
+    cr_assert_str_eq(s.name, "q");
+    cr_assert_eq(s.workers, 12);
+}
+
+Test(jobspec, parses_every_codec_form_with_its_density_or_bits)
+{
+    static const struct {
+        const char *text;
+        jobspec_comp comp;
+        double density;
+        uint32_t bits;
+    } cases[] = {
+        {"dense", JOBSPEC_COMP_DENSE, 1.0, 0},
+        {"topk:0.01", JOBSPEC_COMP_TOPK, 0.01, 0},
+        {"gtopk:0.001", JOBSPEC_COMP_GTOPK, 0.001, 0},
+        {"randk:0.5", JOBSPEC_COMP_RANDK, 0.5, 0},
+        {"dgc:1", JOBSPEC_COMP_DGC, 1.0, 0},
+        {"topk:1e-3", JOBSPEC_COMP_TOPK, 0.001, 0},
+        {"qsgd:1", JOBSPEC_COMP_QSGD, 1.0, 1},
+        {"qsgd:4", JOBSPEC_COMP_QSGD, 1.0, 4},
+        {"qsgd:8", JOBSPEC_COMP_QSGD, 1.0, 8},
+        {"fp16", JOBSPEC_COMP_FP16, 1.0, 0},
+        {"auto", JOBSPEC_COMP_AUTO, 1.0, 0},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char text[128];
+        char back[64];
+        jobspec s, again;
+
+        snprintf(text, sizeof(text), "name: c\nmodel: mlp\ncompression: %s\n",
+                 cases[i].text);
+        parse_ok(text, &s);
+        cr_assert_eq(s.compression, cases[i].comp, "%s", cases[i].text);
+        cr_assert_eq(s.density, cases[i].density, "%s", cases[i].text);
+        cr_assert_eq(s.qsgd_bits, cases[i].bits, "%s", cases[i].text);
+
+        /* The canonical text reads back to the same setting. */
+        jobspec_comp_format(&s, back, sizeof(back));
+        snprintf(text, sizeof(text), "name: c\nmodel: mlp\ncompression: %s\n",
+                 back);
+        parse_ok(text, &again);
+        cr_assert_eq(again.compression, s.compression, "%s", back);
+        cr_assert_eq(again.density, s.density, "%s", back);
+        cr_assert_eq(again.qsgd_bits, s.qsgd_bits, "%s", back);
+    }
+}
+
+Test(jobspec, formats_compression_in_its_shortest_canonical_text)
+{
+    jobspec s;
+    char buf[32];
+
+    parse_ok("name: c\nmodel: mlp\ncompression: gtopk:0.0100\n", &s);
+    jobspec_comp_format(&s, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "gtopk:0.01");
+    parse_ok("name: c\nmodel: mlp\ncompression: qsgd:4\n", &s);
+    jobspec_comp_format(&s, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "qsgd:4");
+    parse_ok("name: c\nmodel: mlp\n", &s);
+    jobspec_comp_format(&s, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "dense");
+    parse_ok("name: c\nmodel: mlp\ncompression: topk:0.001\n", &s);
+    jobspec_comp_format(&s, buf, 5);
+    cr_assert_str_eq(buf, "topk", "a short buffer is cut and terminated");
+}
+
+Test(jobspec, names_every_enum_value)
+{
+    cr_assert_str_eq(jobspec_model_name(JOBSPEC_MODEL_MLP), "mlp");
+    cr_assert_str_eq(jobspec_model_name(JOBSPEC_MODEL_CNN), "cnn");
+    cr_assert_str_eq(jobspec_mode_name(JOBSPEC_MODE_SSGD), "ssgd");
+    cr_assert_str_eq(jobspec_mode_name(JOBSPEC_MODE_ASYNC), "async");
+    cr_assert_str_eq(jobspec_mode_name(JOBSPEC_MODE_SSP), "ssp");
+    cr_assert_str_eq(jobspec_mode_name(JOBSPEC_MODE_FEDAVG), "fedavg");
+    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_DENSE), "dense");
+    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_TOPK), "topk");
+    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_GTOPK), "gtopk");
+    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_RANDK), "randk");
+    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_DGC), "dgc");
+    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_QSGD), "qsgd");
+    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_FP16), "fp16");
+    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_AUTO), "auto");
+    cr_assert_str_eq(jobspec_dataset_name(JOBSPEC_DATASET_FASHION_MNIST),
+                     "fashion-mnist");
+    cr_assert_str_eq(jobspec_dataset_name(JOBSPEC_DATASET_SYNTHETIC),
+                     "synthetic");
+    cr_assert_str_eq(jobspec_partition_name(JOBSPEC_PARTITION_IID), "iid");
+    cr_assert_str_eq(jobspec_partition_name(JOBSPEC_PARTITION_DIRICHLET),
+                     "dirichlet");
+    cr_assert_str_eq(jobspec_transport_name(JOBSPEC_TRANSPORT_ZMQ), "zmq");
+    cr_assert_str_eq(jobspec_transport_name(JOBSPEC_TRANSPORT_RDMA), "rdma");
+    cr_assert_str_eq(jobspec_comp_name((jobspec_comp)99), "unknown");
+    cr_assert_str_eq(jobspec_mode_name((jobspec_mode)99), "unknown");
+}
+
+Test(jobspec, accepts_every_mode_and_partition_form)
+{
+    jobspec s;
+
+    parse_ok("name: m\nmodel: mlp\nmode: async\n", &s);
+    cr_assert_eq(s.mode, JOBSPEC_MODE_ASYNC);
+    parse_ok("name: m\nmodel: mlp\nmode: ssp:0\n", &s);
+    cr_assert_eq(s.mode, JOBSPEC_MODE_SSP);
+    cr_assert_eq(s.staleness, 0);
+    parse_ok("name: m\nmodel: mlp\nmode: fedavg\nrounds: 3\n"
+             "local_steps: 2\nclient_fraction: 1\n",
+             &s);
+    cr_assert_eq(s.mode, JOBSPEC_MODE_FEDAVG);
+    cr_assert_eq(s.rounds, 3);
+    parse_ok("name: m\nmodel: mlp\nmode: fedavg\n", &s);
+    cr_assert_eq(s.rounds, 10, "fedavg takes the default of 10 rounds");
+    parse_ok("name: m\nmodel: mlp\nmode: ssgd\nrounds: 0\n", &s);
+    cr_assert_eq(s.rounds, 0, "rounds is accepted, unused, outside fedavg");
+    parse_ok("name: m\nmodel: mlp\npartition: iid\n", &s);
+    cr_assert_eq(s.partition, JOBSPEC_PARTITION_IID);
+    parse_ok("name: m\nmodel: mlp\npartition: dirichlet:2\n", &s);
+    cr_assert_eq(s.dirichlet_alpha, 2.0);
+}
+
+/* ---- Messages -------------------------------------------------------- */
+
+Test(jobspec, suggests_the_closest_key_for_a_typo)
+{
+    expect_error("name: a\nmodel: mlp\nwrokers: 4\n", "line 3",
+                 "unknown key 'wrokers'", "did you mean 'workers'?",
+                 "accepted keys: name, model,", "priority", NULL);
+    expect_error("name: a\nmodel: mlp\nbatch-size: 4\n", "line 3",
+                 "did you mean 'batch_size'?", NULL);
+}
+
+Test(jobspec, lists_the_accepted_keys_for_a_key_far_from_all_of_them)
+{
+    jobspec s;
+    char err[ERRLEN] = "";
+
+    expect_error("name: a\nmodel: mlp\ncolour: blue\n", "line 3",
+                 "unknown key 'colour'", "accepted keys: name, model", NULL);
+    cr_assert_eq(parse("name: a\nmodel: mlp\ncolour: blue\n", &s, err),
+                 FLPS_ECONFIG);
+    cr_assert_eq(strstr(err, "did you mean"), NULL, "%s", err);
+}
+
+Test(jobspec, rejects_integers_out_of_range)
+{
+    expect_error("name: a\nmodel: mlp\n\n\nworkers: 0\n", "line 5: workers",
+                 "'0' is out of range", "expected an integer from 1 to 1024",
+                 NULL);
+    expect_error("name: a\nmodel: mlp\nworkers: 1025\n", "line 3: workers",
+                 "out of range", NULL);
+    expect_error("name: a\nmodel: mlp\nservers: 257\n", "line 3: servers",
+                 "from 1 to 256", NULL);
+    expect_error("name: a\nmodel: mlp\nbatch_size: 65537\n",
+                 "line 3: batch_size", "out of range", NULL);
+    expect_error("name: a\nmodel: mlp\niterations: 0\n", "line 3: iterations",
+                 "out of range", NULL);
+    expect_error("name: a\nmodel: mlp\npart_size: 4294967296\n",
+                 "line 3: part_size", "out of range", NULL);
+    expect_error("name: a\nmodel: mlp\nseed: 18446744073709551616\n",
+                 "line 3: seed", "out of range", NULL);
+}
+
+Test(jobspec, rejects_numbers_with_trailing_garbage)
+{
+    expect_error("name: a\nmodel: mlp\nbatch_size: 32x\n",
+                 "line 3: batch_size: '32x' is not an integer",
+                 "expected an integer from 1 to 65536", NULL);
+    expect_error("name: a\nmodel: mlp\nworkers: 4.0\n", "line 3: workers",
+                 "not an integer", NULL);
+    expect_error("name: a\nmodel: mlp\nworkers: 0x10\n", "line 3: workers",
+                 "not an integer", NULL);
+    expect_error("name: a\nmodel: mlp\nworkers: ' 4'\n", "line 3: workers",
+                 "not an integer", NULL);
+    expect_error("name: a\nmodel: mlp\nworkers: +4\n", "line 3: workers",
+                 "not an integer", NULL);
+    expect_error("name: a\nmodel: mlp\nlr: 0.05x\n", "line 3: lr",
+                 "'0.05x' is not a number", "expected a number > 0", NULL);
+    expect_error("name: a\nmodel: mlp\nlr: 0x1p-3\n", "line 3: lr",
+                 "not a number", NULL);
+}
+
+Test(jobspec, rejects_negative_numbers_for_unsigned_fields)
+{
+    expect_error("name: a\nmodel: mlp\nseed: -1\n", "line 3: seed",
+                 "'-1' is negative", "from 0 to", NULL);
+    expect_error("name: a\nmodel: mlp\nworkers: -4\n", "line 3: workers",
+                 "is negative", NULL);
+}
+
+Test(jobspec, rejects_nan_and_infinity_for_reals)
+{
+    expect_error("name: a\nmodel: mlp\nlr: nan\n", "line 3: lr",
+                 "'nan' is not a finite number", NULL);
+    expect_error("name: a\nmodel: mlp\nlr: .inf\n", "line 3: lr",
+                 "not a finite number", NULL);
+    expect_error("name: a\nmodel: mlp\nmomentum: -.Inf\n", "line 3: momentum",
+                 "not a finite number", NULL);
+    expect_error("name: a\nmodel: mlp\ncheckpoint_interval: infinity\n",
+                 "line 3: checkpoint_interval", "not a finite number", NULL);
+    expect_error("name: a\nmodel: mlp\nlr: 1e999\n", "line 3: lr",
+                 "out of range", NULL);
+    expect_error("name: a\nmodel: mlp\ncompression: topk:nan\n",
+                 "line 3: compression", "density 'nan'", "not a finite number",
+                 NULL);
+}
+
+Test(jobspec, rejects_reals_out_of_range)
+{
+    expect_error("name: a\nmodel: mlp\nlr: 0\n", "line 3: lr",
+                 "'0' is out of range", "a number > 0", NULL);
+    expect_error("name: a\nmodel: mlp\nmomentum: 1\n", "line 3: momentum",
+                 "out of range", "0 <= M < 1", NULL);
+    expect_error("name: a\nmodel: mlp\nmomentum: -0.1\n", "line 3: momentum",
+                 "out of range", NULL);
+    expect_error("name: a\nmodel: mlp\nclient_fraction: 0\n",
+                 "line 3: client_fraction", "out of range", NULL);
+    expect_error("name: a\nmodel: mlp\nclient_fraction: 1.5\n",
+                 "line 3: client_fraction", "out of range", NULL);
+    expect_error("name: a\nmodel: mlp\ncheckpoint_interval: -1\n",
+                 "line 3: checkpoint_interval", "out of range", NULL);
+}
+
+Test(jobspec, rejects_a_codec_parameter_out_of_range)
+{
+    expect_error("name: a\nmodel: mlp\n\n\n\n\n\n\ncompression: topk:2\n",
+                 "line 9: compression: 'topk:2' has density 2 out of range; "
+                 "expected topk:D with 0 < D <= 1",
+                 NULL);
+    expect_error("name: a\nmodel: mlp\ncompression: gtopk:0\n",
+                 "line 3: compression", "density 0 out of range",
+                 "gtopk:D with 0 < D <= 1", NULL);
+    expect_error("name: a\nmodel: mlp\ncompression: randk:-0.5\n",
+                 "line 3: compression", "out of range", NULL);
+    expect_error("name: a\nmodel: mlp\ncompression: dgc:abc\n",
+                 "line 3: compression", "density 'abc' which is not a number",
+                 NULL);
+    expect_error("name: a\nmodel: mlp\ncompression: qsgd:9\n",
+                 "line 3: compression", "'qsgd:9' has bits 9 out of range",
+                 "BITS from 1 to 8", NULL);
+    expect_error("name: a\nmodel: mlp\ncompression: qsgd:0\n",
+                 "line 3: compression", "out of range", NULL);
+    expect_error("name: a\nmodel: mlp\ncompression: qsgd:4.5\n",
+                 "line 3: compression", "not an integer", NULL);
+}
+
+Test(jobspec, rejects_a_codec_missing_or_given_a_needless_parameter)
+{
+    expect_error("name: a\nmodel: mlp\ncompression: topk\n",
+                 "line 3: compression", "'topk' needs a density",
+                 "topk:D with 0 < D <= 1", NULL);
+    expect_error("name: a\nmodel: mlp\ncompression: qsgd\n",
+                 "line 3: compression", "needs a bit width", NULL);
+    expect_error("name: a\nmodel: mlp\ncompression: dense:0.5\n",
+                 "line 3: compression", "dense takes no parameter", NULL);
+    expect_error("name: a\nmodel: mlp\ncompression: 'topk:'\n",
+                 "line 3: compression", "density ''", "not a number", NULL);
+}
+
+Test(jobspec, names_the_codecs_for_an_unknown_one_and_suggests_the_closest)
+{
+    expect_error("name: a\nmodel: mlp\n\n\n\n\ncompression: gtop:0.01\n",
+                 "line 7: compression: 'gtop:0.01' is not a codec; expected "
+                 "one of dense, topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, "
+                 "fp16, auto",
+                 "did you mean 'gtopk:0.01'?", NULL);
+    expect_error("name: a\nmodel: mlp\ncompression: zstd\n",
+                 "line 3: compression", "'zstd' is not a codec", NULL);
+}
+
+Test(jobspec, rejects_unknown_words_for_enumerated_keys)
+{
+    expect_error("name: a\nmodel: resnet\n", "line 2: model",
+                 "'resnet' is not accepted", "one of mlp, cnn", NULL);
+    expect_error("name: a\nmodel: MLP\n", "line 2: model",
+                 "did you mean 'mlp'?", NULL);
+    expect_error("name: a\nmodel: mlp\ndataset: mnist\n", "line 3: dataset",
+                 "one of fashion-mnist, synthetic", NULL);
+    expect_error("name: a\nmodel: mlp\ntransport: tcp\n", "line 3: transport",
+                 "one of zmq, rdma", NULL);
+    expect_error("name: a\nmodel: mlp\nmode: sync\n", "line 3: mode",
+                 "'sync' is not a mode", "did you mean 'async'?", NULL);
+    expect_error("name: a\nmodel: mlp\nmode: ssp\n", "line 3: mode",
+                 "needs a staleness bound", NULL);
+    expect_error("name: a\nmodel: mlp\nmode: ssp:-1\n", "line 3: mode",
+                 "staleness '-1' which is negative", NULL);
+    expect_error("name: a\nmodel: mlp\nmode: async:3\n", "line 3: mode",
+                 "async takes no parameter", NULL);
+    expect_error("name: a\nmodel: mlp\npartition: dirichlet:0\n",
+                 "line 3: partition", "alpha 0 out of range", "A > 0", NULL);
+    expect_error("name: a\nmodel: mlp\npartition: dirichlet\n",
+                 "line 3: partition", "needs a concentration alpha", NULL);
+    expect_error("name: a\nmodel: mlp\npartition: noniid\n",
+                 "line 3: partition", "is not a partition", NULL);
+}
+
+Test(jobspec, fedavg_needs_at_least_one_round)
+{
+    expect_error("name: a\nmodel: mlp\nmode: fedavg\nrounds: 0\n",
+                 "line 4: rounds", "mode fedavg (line 3)", "from 1 to", NULL);
+}
+
+Test(jobspec, rejects_a_duplicate_key)
+{
+    expect_error("model: mlp\nmodel: cnn\nname: a\n",
+                 "line 2: duplicate key 'model'", "first given on line 1",
+                 NULL);
+}
+
+Test(jobspec, reports_each_missing_required_key)
+{
+    expect_error("model: mlp\n", "missing required key 'name'", NULL);
+    expect_error("name: a\n", "missing required key 'model'", "one of mlp, cnn",
+                 NULL);
+}
+
+Test(jobspec, rejects_a_bad_name)
+{
+    expect_error("name: 'my job'\nmodel: mlp\n", "line 1: name", "contains ' '",
+                 NULL);
+    expect_error("name: ''\nmodel: mlp\n", "line 1: name", "is empty", NULL);
+    expect_error("name: "
+                 "abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghij"
+                 "abcd\nmodel: mlp\n",
+                 "line 1: name", "too long", "1 to 63", NULL);
+    expect_error("name: \"a\\0b\"\nmodel: mlp\n", "line 1: name",
+                 "NUL character", NULL);
+
+    jobspec s;
+    parse_ok("name: "
+             "abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabc"
+             "\nmodel: mlp\n",
+             &s);
+    cr_assert_eq(strlen(s.name), 63);
+}
+
+Test(jobspec, rejects_a_data_dir_that_does_not_fit)
+{
+    char text[600];
+
+    snprintf(text, sizeof(text), "name: a\nmodel: mlp\ndata_dir: /%0300d\n", 0);
+    expect_error(text, "line 3: data_dir", "too long", "1 to 255 bytes", NULL);
+}
+
+Test(jobspec, reports_yaml_syntax_errors_with_line_and_column)
+{
+    expect_error("name: a\nmodel: mlp\nworkers: 4: 5\n", "line 3, column 11",
+                 "YAML syntax error", "mapping values are not allowed", NULL);
+    expect_error("name: a\nmodel: mlp\nworkers: [4\n", "line 4, column",
+                 "YAML syntax error", NULL);
+    expect_error("{\"name\": \"a\" \"model\": \"mlp\"}", "line 1, column",
+                 "YAML syntax error", NULL);
+    expect_error("name: a\nmodel: mlp\n  workers: 4\n", "line 3, column",
+                 "YAML syntax error", NULL);
+    expect_error("name: a\nmodel: 'mlp\n", "YAML syntax error", "line 2", NULL);
+}
+
+Test(jobspec, rejects_a_document_that_is_not_a_mapping)
+{
+    expect_error("just a string\n", "line 1", "must be a mapping",
+                 "found a single value", NULL);
+    expect_error("- name: a\n- model: mlp\n", "line 1", "must be a mapping",
+                 "found a list", NULL);
+}
+
+Test(jobspec, rejects_a_nested_value_where_a_single_value_belongs)
+{
+    expect_error("name: a\nmodel: mlp\nworkers:\n  count: 4\n",
+                 "line 4: workers", "found a mapping", "from 1 to 1024", NULL);
+    expect_error("name: a\nmodel: mlp\nworkers: [4]\n", "line 3: workers",
+                 "found a list", NULL);
+    expect_error("name: a\nmodel: mlp\ncompression: [topk, 0.01]\n",
+                 "line 3: compression", "found a list", NULL);
+    expect_error("name: a\nmodel: mlp\n? [x]\n: 1\n", "line 3",
+                 "a key must be a plain word", NULL);
+}
+
+Test(jobspec, rejects_a_key_given_no_value)
+{
+    expect_error("name: a\nmodel: mlp\nworkers:\n", "line 3: workers",
+                 "no value", "from 1 to 1024", NULL);
+    expect_error("name: a\nmodel: ~\n", "line 2: model", "no value", NULL);
+}
+
+Test(jobspec, rejects_aliases_and_a_second_document)
+{
+    expect_error("name: &n a\nmodel: mlp\nseed: *n\n", "line 3: seed",
+                 "aliases", NULL);
+    expect_error("name: a\nmodel: mlp\n---\nname: b\nmodel: mlp\n", "line 3",
+                 "second YAML document", NULL);
+}
+
+Test(jobspec, rejects_an_empty_file)
+{
+    expect_error("", "the job file is empty", NULL);
+    expect_error("# only a comment\n\n", "the job file is empty", NULL);
+    expect_error("---\n", "the job file is empty", NULL);
+}
+
+Test(jobspec, reports_invalid_utf8_with_its_byte_offset)
+{
+    expect_error("name: a\nmodel: \xff\n", "byte 15", "UTF-8", NULL);
+}
+
+Test(jobspec, survives_a_missing_or_tiny_error_buffer)
+{
+    jobspec s;
+    char err[8];
+
+    cr_assert_eq(jobspec_parse("x: 1", 4, &s, NULL, 0), FLPS_ECONFIG);
+    cr_assert_eq(jobspec_parse("x: 1", 4, &s, err, sizeof(err)), FLPS_ECONFIG);
+    cr_assert_eq(strlen(err), sizeof(err) - 1, "cut and terminated");
+    cr_assert_eq(jobspec_parse(NULL, 4, &s, NULL, 0), FLPS_EINVAL);
+    cr_assert_eq(jobspec_parse("x: 1", 4, NULL, NULL, 0), FLPS_EINVAL);
+}
+
+Test(jobspec, reads_only_the_given_length_of_text)
+{
+    const char text[] = "name: a\nmodel: mlp\nworkers: 4x";
+    jobspec s;
+    char err[ERRLEN];
+
+    cr_assert_eq(jobspec_parse(text, sizeof(text) - 2, &s, err, sizeof(err)),
+                 FLPS_OK, "%s", err);
+    cr_assert_eq(s.workers, 4);
+}
+
+/* ---- Files ----------------------------------------------------------- */
+
+static char tmpdir[64];
+
+static void make_tmpdir(void)
+{
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/flps-jobspec-XXXXXX");
+    cr_assert_neq(mkdtemp(tmpdir), NULL);
+}
+
+static void remove_tmpdir(void)
+{
+    char cmd[128];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+
+    cr_assert_neq(f, NULL, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void make_dataset(const char *dir)
+{
+    static const char *const files[] = {
+        "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+        "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+    char path[256];
+
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+        write_file(path, "");
+    }
+}
+
+Test(jobspec, load_names_a_missing_file_and_the_system_error,
+     .init = make_tmpdir, .fini = remove_tmpdir)
+{
+    char path[128];
+    char err[ERRLEN] = "";
+    jobspec s, sentinel;
+
+    memset(&s, 0x5A, sizeof(s));
+    sentinel = s;
+    snprintf(path, sizeof(path), "%s/nope.yaml", tmpdir);
+    cr_assert_eq(jobspec_load(path, &s, err, sizeof(err)), FLPS_EIO);
+    cr_assert_neq(strstr(err, path), NULL, "%s", err);
+    cr_assert_neq(strstr(err, "No such file or directory"), NULL, "%s", err);
+    cr_assert_eq(memcmp(&s, &sentinel, sizeof(s)), 0);
+}
+
+Test(jobspec, load_names_the_missing_dataset_file_and_how_to_install_it,
+     .init = make_tmpdir, .fini = remove_tmpdir)
+{
+    char path[128];
+    char text[256];
+    char err[ERRLEN] = "";
+    jobspec s, sentinel;
+
+    memset(&s, 0x5A, sizeof(s));
+    sentinel = s;
+    snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+    snprintf(text, sizeof(text),
+             "name: a\nmodel: mlp\ndataset: fashion-mnist\n"
+             "data_dir: %s/no-such-dir\n",
+             tmpdir);
+    write_file(path, text);
+    cr_assert_eq(jobspec_load(path, &s, err, sizeof(err)), FLPS_ECONFIG);
+    cr_assert_neq(strstr(err, path), NULL, "%s", err);
+    cr_assert_neq(strstr(err, "line 4: data_dir"), NULL, "%s", err);
+    cr_assert_neq(strstr(err, "no-such-dir/train-images-idx3-ubyte.gz"), NULL,
+                  "%s", err);
+    cr_assert_neq(strstr(err, "apt-get install dataset-fashion-mnist"), NULL,
+                  "%s", err);
+    cr_assert_eq(memcmp(&s, &sentinel, sizeof(s)), 0);
+}
+
+Test(jobspec, load_names_the_one_dataset_file_that_is_missing,
+     .init = make_tmpdir, .fini = remove_tmpdir)
+{
+    char path[128], dir[128], gone[192], text[256];
+    char err[ERRLEN] = "";
+    jobspec s;
+
+    snprintf(dir, sizeof(dir), "%s/fm", tmpdir);
+    make_dataset(dir);
+    snprintf(gone, sizeof(gone), "%s/t10k-labels-idx1-ubyte.gz", dir);
+    cr_assert_eq(unlink(gone), 0);
+    snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+    snprintf(text, sizeof(text), "name: a\nmodel: mlp\ndata_dir: %s/\n", dir);
+    write_file(path, text);
+    cr_assert_eq(jobspec_load(path, &s, err, sizeof(err)), FLPS_ECONFIG);
+    cr_assert_neq(strstr(err, gone), NULL, "%s", err);
+}
+
+Test(jobspec, load_accepts_a_data_dir_holding_the_four_files,
+     .init = make_tmpdir, .fini = remove_tmpdir)
+{
+    char path[128], dir[128], text[256];
+    char err[ERRLEN] = "";
+    jobspec s;
+
+    snprintf(dir, sizeof(dir), "%s/fm", tmpdir);
+    make_dataset(dir);
+    snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+    snprintf(text, sizeof(text), "name: a\nmodel: cnn\ndata_dir: %s\n", dir);
+    write_file(path, text);
+    cr_assert_eq(jobspec_load(path, &s, err, sizeof(err)), FLPS_OK, "%s", err);
+    cr_assert_eq(s.model, JOBSPEC_MODEL_CNN);
+    cr_assert_str_eq(s.data_dir, dir);
+}
+
+Test(jobspec, load_skips_the_dataset_check_for_synthetic_data,
+     .init = make_tmpdir, .fini = remove_tmpdir)
+{
+    char path[128];
+    char err[ERRLEN] = "";
+    jobspec s;
+
+    snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+    write_file(path, "name: a\nmodel: mlp\ndataset: synthetic\n"
+                     "data_dir: /no/such/dir\n");
+    cr_assert_eq(jobspec_load(path, &s, err, sizeof(err)), FLPS_OK, "%s", err);
+}
+
+Test(jobspec, load_prefixes_parse_errors_with_the_path, .init = make_tmpdir,
+     .fini = remove_tmpdir)
+{
+    char path[128];
+    char err[ERRLEN] = "";
+    jobspec s;
+
+    snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+    write_file(path, "name: a\nmodel: mlp\nworkers: 0\n");
+    cr_assert_eq(jobspec_load(path, &s, err, sizeof(err)), FLPS_ECONFIG);
+    cr_assert_eq(strncmp(err, path, strlen(path)), 0, "%s", err);
+    cr_assert_neq(strstr(err, ": line 3: workers: '0' is out of range"), NULL,
+                  "%s", err);
+}
+
+Test(jobspec, load_refuses_a_file_over_one_mebibyte, .init = make_tmpdir,
+     .fini = remove_tmpdir)
+{
+    char path[128];
+    char err[ERRLEN] = "";
+    jobspec s;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/big.yaml", tmpdir);
+    f = fopen(path, "w");
+    cr_assert_neq(f, NULL);
+    fputs("name: a\nmodel: mlp\n", f);
+    for (int i = 0; i < (1 << 20) / 8; i++)
+        fputs("#.......\n", f);
+    fclose(f);
+    cr_assert_eq(jobspec_load(path, &s, err, sizeof(err)), FLPS_ECONFIG);
+    cr_assert_neq(strstr(err, "1 MiB"), NULL, "%s", err);
+    cr_assert_neq(strstr(err, path), NULL, "%s", err);
+}
+
+Test(jobspec, load_reports_a_failed_allocation, .init = make_tmpdir,
+     .fini = remove_tmpdir)
+{
+    char path[128];
+    char err[ERRLEN] = "";
+    jobspec s, sentinel;
+
+    memset(&s, 0x5A, sizeof(s));
+    sentinel = s;
+    snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+    write_file(path, "name: a\nmodel: mlp\ndataset: synthetic\n");
+    flps_alloc_fail_at(1);
+    cr_assert_eq(jobspec_load(path, &s, err, sizeof(err)), FLPS_ENOMEM);
+    flps_alloc_fail_at(0);
+    cr_assert_eq(memcmp(&s, &sentinel, sizeof(s)), 0);
+}
+
+/* ---- Examples -------------------------------------------------------- */
+
+Test(jobspec, parses_every_example_job_file)
+{
+    const char *dir = FLPS_SOURCE_DIR "/examples";
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int seen = 0;
+
+    cr_assert_neq(d, NULL, "%s", dir);
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        char path[512];
+        char text[8192];
+        char err[ERRLEN] = "";
+        size_t len;
+        jobspec s;
+        FILE *f;
+
+        if (n < 5 || strcmp(e->d_name + n - 5, ".yaml") != 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        f = fopen(path, "r");
+        cr_assert_neq(f, NULL, "%s", path);
+        len = fread(text, 1, sizeof(text), f);
+        fclose(f);
+        cr_assert_lt(len, sizeof(text), "%s is unexpectedly large", path);
+        cr_assert_eq(jobspec_parse(text, len, &s, err, sizeof(err)), FLPS_OK,
+                     "%s: %s", path, err);
+        seen++;
+    }
+    closedir(d);
+    cr_assert_geq(seen, 3, "the three fmnist-mlp examples at least");
+}
+
+Test(jobspec, example_files_hold_the_documented_settings)
+{
+    static const struct {
+        const char *file;
+        const char *comp;
+    } ex[] = {
+        {"fmnist-mlp-dense.yaml", "dense"},
+        {"fmnist-mlp-gtopk.yaml", "gtopk:0.01"},
+        {"fmnist-mlp-topk.yaml", "topk:0.01"},
+    };
+
+    for (size_t i = 0; i < 3; i++) {
+        char path[512];
+        char text[8192];
+        char err[ERRLEN] = "";
+        char comp[32];
+        size_t len;
+        jobspec s;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "%s/examples/%s", FLPS_SOURCE_DIR,
+                 ex[i].file);
+        f = fopen(path, "r");
+        cr_assert_neq(f, NULL, "%s", path);
+        len = fread(text, 1, sizeof(text), f);
+        fclose(f);
+        cr_assert_eq(jobspec_parse(text, len, &s, err, sizeof(err)), FLPS_OK,
+                     "%s: %s", path, err);
+        jobspec_comp_format(&s, comp, sizeof(comp));
+        cr_assert_str_eq(comp, ex[i].comp, "%s", path);
+        cr_assert_eq(s.model, JOBSPEC_MODEL_MLP);
+        cr_assert_eq(s.dataset, JOBSPEC_DATASET_FASHION_MNIST);
+        cr_assert_eq(s.partition, JOBSPEC_PARTITION_IID);
+        cr_assert_eq(s.workers, 4);
+        cr_assert_eq(s.servers, 2);
+        cr_assert_eq(s.mode, JOBSPEC_MODE_SSGD);
+        cr_assert_eq(s.iterations, 1500);
+        cr_assert_eq(s.batch_size, 32);
+        cr_assert_eq(s.lr, 0.05);
+        cr_assert_eq(s.momentum, 0.9);
+        cr_assert_eq(s.transport, JOBSPEC_TRANSPORT_ZMQ);
+        cr_assert_eq(s.seed, 1);
+        cr_assert_eq(s.eval_every, 250);
+    }
+}
