@@ -1,1 +1,838 @@
-/* placeholder */ typedef int flps_client_placeholder_;
+/* flps client library: registration, init/pull, compressed pushes with
+ * error feedback, and the sparse updates applied to the local replica.
+ *
+ * Every request to a shard is tracked per part (one outstanding request per
+ * part) or per shard (registration), kept with its encoded frames so it can
+ * be re-sent unchanged after a timeout: a shard that restarts from its
+ * checkpoint loses nothing it acknowledged, and the client carries on. */
+#include "flps.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "compress/topk.h"
+#include "proto/msg.h"
+#include "proto/partmap.h"
+#include "proto/transport.h"
+
+typedef enum {
+    CREQ_NONE = 0,
+    CREQ_REGISTER,
+    CREQ_INIT,
+    CREQ_PULL,
+    CREQ_PUSH,
+    CREQ_CHECKPOINT,
+} creq_kind;
+
+/* One outstanding request and what is needed to send it again. */
+typedef struct creq {
+    creq_kind kind;
+    uint32_t shard;
+    uint64_t iter;
+    proto_buf *hdr;
+    proto_buf *payload; /* PUSH: idx (part-relative) then values; INIT */
+    transport_frame frames[PROTO_MAX_FRAMES];
+    size_t nframes;
+    uint32_t n;     /* PUSH: pairs (sparse) or values (dense) */
+    double sent_at; /* seconds, monotonic */
+    double first_sent;
+    int acked; /* async push: applied, waiting for nothing */
+} creq;
+
+typedef struct cpart {
+    uint32_t tensor;
+    uint64_t offset;
+    uint32_t numel;
+    uint32_t shard;
+    creq req;
+} cpart;
+
+typedef struct ctensor {
+    char name[PROTO_NAME_MAX + 1];
+    size_t numel;
+    float *data;
+    float *residual; /* error feedback (sparse codecs) */
+    float *velocity; /* momentum */
+    float *acc;      /* scratch: residual + velocity */
+    uint32_t *sel;   /* scratch: selected indices */
+    uint32_t k;
+} ctensor;
+
+struct flps_client {
+    char job[PROTO_JOB_MAX + 1];
+    uint32_t rank, workers, nshards, ntensors;
+    int async;
+    proto_agg agg;
+    double density, lr, momentum;
+    double retry_s, deadline_s;
+    uint32_t part_size;
+    transport *t;
+    char **endpoints;
+    ctensor *tensors;
+    partmap pm;
+    cpart *parts;
+    creq *shard_req; /* per shard: REGISTER / CHECKPOINT */
+    uint64_t resume_iter;
+    flps_client_stats stats;
+    flps_err err; /* sticky */
+    char errmsg[512];
+};
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static flps_err set_error(flps_client *c, flps_err err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static flps_err set_error(flps_client *c, flps_err err, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (c->err != FLPS_OK)
+        return c->err; /* keep the first cause */
+    c->err = err;
+    va_start(ap, fmt);
+    vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+const char *flps_client_last_error(const flps_client *c)
+{
+    return c->errmsg;
+}
+
+void flps_client_get_stats(const flps_client *c, flps_client_stats *out)
+{
+    *out = c->stats;
+    out->bytes_sent = c->t->stats.bytes_sent;
+    out->bytes_received = c->t->stats.bytes_recv;
+}
+
+uint64_t flps_client_resume_iteration(const flps_client *c)
+{
+    return c->resume_iter;
+}
+
+static void creq_clear(creq *r)
+{
+    proto_buf_release(r->hdr);
+    proto_buf_release(r->payload);
+    memset(r, 0, sizeof(*r));
+}
+
+/* Encode msg (whose idx/val point into payload, if any) as request r. */
+static flps_err creq_build(creq *r, creq_kind kind, uint32_t shard,
+                           const proto_msg *msg, proto_buf *payload)
+{
+    proto_frame pf[PROTO_MAX_FRAMES];
+    void *hdr = NULL;
+    size_t hdrlen = 0, nf = 0;
+    flps_err rc = proto_msg_encode(msg, &hdr, &hdrlen, pf, &nf);
+
+    if (rc != FLPS_OK)
+        return rc;
+    creq_clear(r);
+    r->hdr = proto_buf_wrap(hdr, hdrlen);
+    if (r->hdr == NULL) {
+        free(hdr);
+        return FLPS_ENOMEM;
+    }
+    r->kind = kind;
+    r->shard = shard;
+    r->iter = msg->iter;
+    r->n = msg->n;
+    r->payload = payload ? proto_buf_hold(payload) : NULL;
+    r->nframes = nf;
+    r->frames[0].buf = r->hdr;
+    r->frames[0].off = 0;
+    r->frames[0].len = hdrlen;
+    for (size_t i = 1; i < nf; i++) {
+        r->frames[i].buf = payload;
+        r->frames[i].off = (size_t)((const char *)pf[i].data -
+                                    (const char *)proto_buf_data(payload));
+        r->frames[i].len = pf[i].len;
+    }
+    return FLPS_OK;
+}
+
+static flps_err creq_send(flps_client *c, creq *r)
+{
+    flps_err rc = transport_send(c->t, r->shard, r->frames, r->nframes);
+
+    if (rc != FLPS_OK)
+        return set_error(c, rc, "cannot send to shard %u (%s): %s", r->shard,
+                         c->endpoints[r->shard], c->t->errmsg);
+    r->sent_at = mono_s();
+    if (r->first_sent == 0)
+        r->first_sent = r->sent_at;
+    return FLPS_OK;
+}
+
+static void msg_base(const flps_client *c, proto_msg *m, uint8_t op,
+                     uint32_t part, uint64_t iter)
+{
+    memset(m, 0, sizeof(*m));
+    m->op = op;
+    snprintf(m->job, sizeof(m->job), "%s", c->job);
+    m->rank = c->rank;
+    m->part = part;
+    m->iter = iter;
+}
+
+/* ---- receiving ---- */
+
+static void apply_update(flps_client *c, cpart *p, const proto_msg *m)
+{
+    ctensor *t = &c->tensors[p->tensor];
+    float *w = t->data + p->offset;
+
+    if (m->codec == PROTO_CODEC_DENSE) {
+        for (uint32_t i = 0; i < m->n; i++)
+            w[i] += m->val[i];
+    } else {
+        for (uint32_t j = 0; j < m->n; j++)
+            w[m->idx[j]] += m->val[j];
+    }
+    if (m->nrej > 0 && p->req.payload != NULL) {
+        /* gtopk: what the shard did not take goes back into the residual.
+         * Both lists are ascending: one merge walk. */
+        const uint32_t *sent = proto_buf_data(p->req.payload);
+        const float *vals = (const float *)(sent + p->req.n);
+        float *r = t->residual + p->offset;
+        uint32_t j = 0;
+        for (uint32_t q = 0; q < m->nrej; q++) {
+            while (j < p->req.n && sent[j] < m->rej[q])
+                j++;
+            if (j < p->req.n && sent[j] == m->rej[q])
+                r[sent[j]] += vals[j];
+        }
+    }
+}
+
+/* Handle one reply; returns an error only for a refusal that ends the
+ * request (stored as the sticky error). */
+static flps_err on_reply(flps_client *c, const transport_rx *rx)
+{
+    proto_msg m;
+    char why[256];
+    cpart *p = NULL;
+    creq *r;
+    flps_err rc = proto_msg_decode(rx->frames, rx->nframes, &m, why,
+                                   sizeof(why));
+
+    if (rc != FLPS_OK) {
+        log_warn("ignoring a malformed reply from shard %u: %s", rx->peer,
+                 why);
+        return FLPS_OK;
+    }
+    if (m.op == PROTO_OP_REGISTER_OK ||
+        (m.op == PROTO_OP_ACK &&
+         c->shard_req[rx->peer].kind == CREQ_CHECKPOINT) ||
+        (m.op == PROTO_OP_ERROR &&
+         c->shard_req[rx->peer].kind != CREQ_NONE &&
+         (m.part >= c->pm.nparts ||
+          c->parts[m.part].req.kind == CREQ_NONE))) {
+        r = &c->shard_req[rx->peer];
+    } else {
+        if (m.part >= c->pm.nparts || c->parts[m.part].shard != rx->peer)
+            goto ignore;
+        p = &c->parts[m.part];
+        r = &p->req;
+    }
+    if (r->kind == CREQ_NONE)
+        goto ignore;
+
+    switch (m.op) {
+    case PROTO_OP_REGISTER_OK:
+        if (r->kind != CREQ_REGISTER)
+            goto ignore;
+        if (m.iter > c->resume_iter)
+            c->resume_iter = m.iter;
+        creq_clear(r);
+        break;
+    case PROTO_OP_ACK:
+        if (r->kind == CREQ_CHECKPOINT) {
+            creq_clear(r);
+        } else if (r->kind == CREQ_INIT) {
+            creq_clear(r);
+        } else if (r->kind == CREQ_PUSH && c->async && m.iter == r->iter) {
+            creq_clear(r);
+        } else {
+            goto ignore;
+        }
+        break;
+    case PROTO_OP_PULL_REPLY:
+        if (r->kind != CREQ_PULL || p == NULL || m.n != p->numel)
+            goto ignore;
+        memcpy(c->tensors[p->tensor].data + p->offset, m.val,
+               (size_t)m.n * sizeof(float));
+        creq_clear(r);
+        break;
+    case PROTO_OP_UPDATE:
+        if (r->kind != CREQ_PUSH || c->async || m.iter != r->iter)
+            goto ignore; /* a duplicate answer to a re-sent push */
+        if ((m.codec == PROTO_CODEC_DENSE && m.n != p->numel) ||
+            (m.codec == PROTO_CODEC_SPARSE && m.n > 0 &&
+             m.idx[m.n - 1] >= p->numel)) {
+            rc = set_error(c, FLPS_EPROTO,
+                           "shard %u sent an update that does not fit part "
+                           "%u",
+                           rx->peer, m.part);
+            break;
+        }
+        apply_update(c, p, &m);
+        creq_clear(r);
+        break;
+    case PROTO_OP_ERROR:
+        if (r->kind == CREQ_PUSH && m.status == FLPS_EDUP) {
+            /* The shard has our push from an earlier send: keep waiting
+             * for the update, without re-sending for a while. */
+            r->sent_at = mono_s();
+            break;
+        }
+        if (r->kind == CREQ_PUSH && m.status == FLPS_ELATE && p != NULL) {
+            /* The iteration closed but its update never reached us (the
+             * shard restarted in between): recover by pulling the part. */
+            proto_msg pm;
+            log_warn("part %u: iteration %llu closed without our update; "
+                     "pulling the part",
+                     m.part, (unsigned long long)m.iter);
+            msg_base(c, &pm, PROTO_OP_PULL, m.part, m.iter);
+            rc = creq_build(r, CREQ_PULL, p->shard, &pm, NULL);
+            if (rc == FLPS_OK)
+                rc = creq_send(c, r);
+            if (rc != FLPS_OK)
+                rc = set_error(c, rc, "cannot re-pull part %u", m.part);
+            break;
+        }
+        if (r->kind == CREQ_INIT && m.status == FLPS_ESTATE) {
+            break; /* not registered yet after a restart: resend later */
+        }
+        rc = set_error(c, m.status < FLPS_ERR_COUNT_ ? (flps_err)m.status
+                                                     : FLPS_EREMOTE,
+                       "shard %u (%s) refused %s: %s", rx->peer,
+                       c->endpoints[rx->peer],
+                       r->kind == CREQ_PUSH       ? "a push"
+                       : r->kind == CREQ_REGISTER ? "the registration"
+                       : r->kind == CREQ_PULL     ? "a pull"
+                       : r->kind == CREQ_INIT     ? "the initial values"
+                                                  : "a request",
+                       m.text);
+        creq_clear(r);
+        break;
+    default:
+        goto ignore;
+    }
+    proto_msg_fini(&m);
+    return rc;
+ignore:
+    log_debug("ignoring %s for part %u from shard %u", proto_op_name(m.op),
+              m.part, rx->peer);
+    proto_msg_fini(&m);
+    return FLPS_OK;
+}
+
+static int any_pending(const flps_client *c)
+{
+    for (uint32_t s = 0; s < c->nshards; s++)
+        if (c->shard_req[s].kind != CREQ_NONE)
+            return 1;
+    for (uint32_t i = 0; i < c->pm.nparts; i++)
+        if (c->parts[i].req.kind != CREQ_NONE)
+            return 1;
+    return 0;
+}
+
+/* Resend what waited too long; fail what waited past the deadline. */
+static flps_err check_timeouts(flps_client *c, creq *r, double now)
+{
+    if (r->kind == CREQ_NONE || now - r->sent_at < c->retry_s)
+        return FLPS_OK;
+    if (now - r->first_sent >= c->deadline_s)
+        return set_error(c, FLPS_ETIMEDOUT,
+                         "shard %u (%s) did not answer within %.0f s; is it "
+                         "running and reachable?",
+                         r->shard, c->endpoints[r->shard], c->deadline_s);
+    c->stats.resends++;
+    log_warn("no answer from shard %u (%s) for %.1f s: sending again",
+             r->shard, c->endpoints[r->shard], now - r->sent_at);
+    return creq_send(c, r);
+}
+
+/* Receive and handle replies until nothing is outstanding. */
+static flps_err drain(flps_client *c)
+{
+    while (any_pending(c)) {
+        transport_rx *rx = NULL;
+        double now;
+        flps_err rc = transport_recv(c->t, 100, &rx);
+
+        if (rc == FLPS_OK) {
+            rc = on_reply(c, rx);
+            transport_rx_release(rx);
+            if (rc != FLPS_OK)
+                return rc;
+        } else if (rc != FLPS_ETIMEDOUT && rc != FLPS_EPROTO) {
+            return set_error(c, rc, "receive failed: %s", c->t->errmsg);
+        }
+        now = mono_s();
+        for (uint32_t s = 0; s < c->nshards; s++) {
+            rc = check_timeouts(c, &c->shard_req[s], now);
+            if (rc != FLPS_OK)
+                return rc;
+        }
+        for (uint32_t i = 0; i < c->pm.nparts; i++) {
+            rc = check_timeouts(c, &c->parts[i].req, now);
+            if (rc != FLPS_OK)
+                return rc;
+        }
+    }
+    return FLPS_OK;
+}
+
+/* ---- set-up ---- */
+
+static flps_err parse_compression(flps_client *c, const char *spec)
+{
+    const char *colon;
+    char *end;
+    double d;
+
+    if (spec == NULL || strcmp(spec, "dense") == 0) {
+        c->agg = PROTO_AGG_DENSE;
+        c->density = 1.0;
+        return FLPS_OK;
+    }
+    colon = strchr(spec, ':');
+    if (colon == NULL)
+        goto bad;
+    errno = 0;
+    d = strtod(colon + 1, &end);
+    if (errno != 0 || *end != '\0' || !(d > 0) || d > 1)
+        goto bad;
+    if ((size_t)(colon - spec) == 4 && strncmp(spec, "topk", 4) == 0)
+        c->agg = PROTO_AGG_TOPK;
+    else if ((size_t)(colon - spec) == 5 && strncmp(spec, "gtopk", 5) == 0)
+        c->agg = PROTO_AGG_GTOPK;
+    else
+        goto bad;
+    c->density = d;
+    return FLPS_OK;
+bad:
+    return set_error(c, FLPS_ECONFIG,
+                     "compression '%s' is not supported by the shards; use "
+                     "dense, topk:D or gtopk:D with 0 < D <= 1",
+                     spec);
+}
+
+static flps_err client_setup(flps_client *c, const flps_client_config *cfg)
+{
+    uint64_t *numel;
+    flps_err rc;
+
+    c->tensors = flps_calloc(cfg->ntensors, sizeof(*c->tensors));
+    numel = flps_calloc(cfg->ntensors, sizeof(*numel));
+    if (c->tensors == NULL || numel == NULL) {
+        flps_free(numel);
+        return FLPS_ENOMEM;
+    }
+    c->ntensors = cfg->ntensors;
+    for (uint32_t i = 0; i < cfg->ntensors; i++) {
+        const flps_tensor *src = &cfg->tensors[i];
+        ctensor *t = &c->tensors[i];
+        if (src->name == NULL || strlen(src->name) > PROTO_NAME_MAX ||
+            src->numel == 0 || src->numel > UINT32_MAX || src->data == NULL) {
+            flps_free(numel);
+            return set_error(c, FLPS_EINVAL,
+                             "tensor %u needs a name of 1..%d chars, "
+                             "0 < numel < 2^32 and data",
+                             i, PROTO_NAME_MAX);
+        }
+        snprintf(t->name, sizeof(t->name), "%s", src->name);
+        t->numel = src->numel;
+        t->data = src->data;
+        numel[i] = src->numel;
+        t->velocity = flps_calloc(t->numel, sizeof(float));
+        if (t->velocity == NULL) {
+            flps_free(numel);
+            return FLPS_ENOMEM;
+        }
+        if (c->agg != PROTO_AGG_DENSE) {
+            double k = floor(c->density * (double)t->numel);
+            t->k = k < 1 ? 1 : (uint32_t)k;
+            t->residual = flps_calloc(t->numel, sizeof(float));
+            t->acc = flps_malloc(t->numel * sizeof(float));
+            t->sel = flps_malloc(t->k * sizeof(uint32_t));
+            if (t->residual == NULL || t->acc == NULL || t->sel == NULL) {
+                flps_free(numel);
+                return FLPS_ENOMEM;
+            }
+        }
+    }
+    rc = partmap_build(numel, c->ntensors, c->nshards, c->part_size, &c->pm);
+    flps_free(numel);
+    if (rc != FLPS_OK)
+        return rc;
+    c->parts = flps_calloc(c->pm.nparts, sizeof(*c->parts));
+    c->shard_req = flps_calloc(c->nshards, sizeof(*c->shard_req));
+    if (c->parts == NULL || c->shard_req == NULL)
+        return FLPS_ENOMEM;
+    for (uint32_t i = 0; i < c->pm.nparts; i++) {
+        c->parts[i].tensor = c->pm.parts[i].tensor;
+        c->parts[i].offset = c->pm.parts[i].offset;
+        c->parts[i].numel = c->pm.parts[i].numel;
+        c->parts[i].shard = c->pm.parts[i].shard;
+    }
+    return FLPS_OK;
+}
+
+static flps_err client_register(flps_client *c)
+{
+    proto_tensor *pt = flps_calloc(c->ntensors, sizeof(*pt));
+    flps_err rc = FLPS_OK;
+
+    if (pt == NULL)
+        return FLPS_ENOMEM;
+    for (uint32_t i = 0; i < c->ntensors; i++) {
+        snprintf(pt[i].name, sizeof(pt[i].name), "%s", c->tensors[i].name);
+        pt[i].numel = c->tensors[i].numel;
+    }
+    for (uint32_t s = 0; s < c->nshards && rc == FLPS_OK; s++) {
+        proto_msg m;
+        msg_base(c, &m, PROTO_OP_REGISTER, 0, 0);
+        m.cfg.shard = s;
+        m.cfg.nshards = c->nshards;
+        m.cfg.workers = c->workers;
+        m.cfg.part_size = c->part_size;
+        m.cfg.mode = c->async ? PROTO_MODE_ASYNC : PROTO_MODE_SSGD;
+        m.cfg.agg = (uint8_t)c->agg;
+        m.cfg.density = c->density;
+        m.cfg.lr = c->lr;
+        m.ntensors = c->ntensors;
+        m.tensors = pt;
+        rc = creq_build(&c->shard_req[s], CREQ_REGISTER, s, &m, NULL);
+        if (rc == FLPS_OK)
+            rc = creq_send(c, &c->shard_req[s]);
+    }
+    flps_free(pt);
+    if (rc != FLPS_OK)
+        return set_error(c, rc, "cannot register with the shards: %s",
+                         flps_strerror(rc));
+    return drain(c);
+}
+
+flps_err flps_client_create(const flps_client_config *cfg, flps_client **out)
+{
+    flps_client *c;
+    flps_err rc;
+
+    if (cfg == NULL || out == NULL || cfg->job == NULL ||
+        strlen(cfg->job) == 0 || strlen(cfg->job) > PROTO_JOB_MAX ||
+        cfg->workers == 0 || cfg->rank >= cfg->workers ||
+        cfg->nservers == 0 || cfg->servers == NULL || cfg->ntensors == 0 ||
+        cfg->ntensors > PROTO_MAX_TENSORS || cfg->tensors == NULL ||
+        !(cfg->lr > 0) || !isfinite(cfg->lr) || !(cfg->momentum >= 0) ||
+        cfg->momentum >= 1)
+        return FLPS_EINVAL;
+    c = flps_calloc(1, sizeof(*c));
+    if (c == NULL)
+        return FLPS_ENOMEM;
+    snprintf(c->job, sizeof(c->job), "%s", cfg->job);
+    c->rank = cfg->rank;
+    c->workers = cfg->workers;
+    c->nshards = cfg->nservers;
+    c->async = cfg->async != 0;
+    c->lr = cfg->lr;
+    c->momentum = cfg->momentum;
+    c->part_size = cfg->part_size ? cfg->part_size : 65536;
+    c->retry_s = (cfg->retry_ms > 0 ? cfg->retry_ms : 2000) / 1000.0;
+    c->deadline_s = (cfg->deadline_ms > 0 ? cfg->deadline_ms : 300000) / 1000.0;
+    rc = parse_compression(c, cfg->compression);
+    if (rc != FLPS_OK)
+        goto fail;
+    c->endpoints = flps_calloc(c->nshards, sizeof(*c->endpoints));
+    if (c->endpoints == NULL) {
+        rc = FLPS_ENOMEM;
+        goto fail;
+    }
+    rc = client_setup(c, cfg);
+    if (rc != FLPS_OK)
+        goto fail;
+    rc = transport_zmq_create(&c->t);
+    if (rc != FLPS_OK)
+        goto fail;
+    for (uint32_t s = 0; s < c->nshards; s++) {
+        uint32_t peer;
+        c->endpoints[s] = flps_strdup(cfg->servers[s] ? cfg->servers[s] : "");
+        if (c->endpoints[s] == NULL) {
+            rc = FLPS_ENOMEM;
+            goto fail;
+        }
+        rc = transport_connect(c->t, c->endpoints[s], &peer);
+        if (rc != FLPS_OK) {
+            log_error("%s", c->t->errmsg);
+            goto fail;
+        }
+    }
+    rc = client_register(c);
+    if (rc != FLPS_OK) {
+        log_error("%s", c->errmsg);
+        goto fail;
+    }
+    *out = c;
+    return FLPS_OK;
+fail:
+    flps_client_destroy(c);
+    return rc;
+}
+
+void flps_client_destroy(flps_client *c)
+{
+    if (c == NULL)
+        return;
+    for (uint32_t i = 0; c->parts != NULL && i < c->pm.nparts; i++)
+        creq_clear(&c->parts[i].req);
+    for (uint32_t s = 0; c->shard_req != NULL && s < c->nshards; s++)
+        creq_clear(&c->shard_req[s]);
+    transport_destroy(c->t);
+    for (uint32_t i = 0; c->tensors != NULL && i < c->ntensors; i++) {
+        flps_free(c->tensors[i].residual);
+        flps_free(c->tensors[i].velocity);
+        flps_free(c->tensors[i].acc);
+        flps_free(c->tensors[i].sel);
+    }
+    for (uint32_t s = 0; c->endpoints != NULL && s < c->nshards; s++)
+        flps_free(c->endpoints[s]);
+    flps_free(c->endpoints);
+    flps_free(c->tensors);
+    flps_free(c->parts);
+    flps_free(c->shard_req);
+    partmap_fini(&c->pm);
+    flps_free(c);
+}
+
+/* ---- init, pull, checkpoint ---- */
+
+static flps_err send_pulls(flps_client *c)
+{
+    for (uint32_t i = 0; i < c->pm.nparts; i++) {
+        proto_msg m;
+        flps_err rc;
+        msg_base(c, &m, PROTO_OP_PULL, i, 0);
+        rc = creq_build(&c->parts[i].req, CREQ_PULL, c->parts[i].shard, &m,
+                        NULL);
+        if (rc == FLPS_OK)
+            rc = creq_send(c, &c->parts[i].req);
+        if (rc != FLPS_OK)
+            return set_error(c, rc, "cannot pull part %u", i);
+    }
+    return drain(c);
+}
+
+flps_err flps_client_pull(flps_client *c)
+{
+    if (c->err != FLPS_OK)
+        return c->err;
+    return send_pulls(c);
+}
+
+flps_err flps_client_init(flps_client *c)
+{
+    if (c->err != FLPS_OK)
+        return c->err;
+    if (c->rank == 0) {
+        for (uint32_t i = 0; i < c->pm.nparts; i++) {
+            cpart *p = &c->parts[i];
+            proto_buf *b = proto_buf_create((size_t)p->numel * 4);
+            proto_msg m;
+            flps_err rc;
+            if (b == NULL)
+                return set_error(c, FLPS_ENOMEM, "out of memory");
+            memcpy(proto_buf_data(b), c->tensors[p->tensor].data + p->offset,
+                   (size_t)p->numel * 4);
+            msg_base(c, &m, PROTO_OP_INIT, i, 0);
+            m.codec = PROTO_CODEC_DENSE;
+            m.n = p->numel;
+            m.val = proto_buf_data(b);
+            rc = creq_build(&p->req, CREQ_INIT, p->shard, &m, b);
+            proto_buf_release(b);
+            if (rc == FLPS_OK)
+                rc = creq_send(c, &p->req);
+            if (rc != FLPS_OK)
+                return set_error(c, rc, "cannot send initial values");
+            c->stats.dense_bytes +=
+                transport_zmtp_frame_bytes(proto_buf_len(p->req.hdr)) +
+                transport_zmtp_frame_bytes((size_t)p->numel * 4);
+        }
+        if (drain(c) != FLPS_OK)
+            return c->err;
+    }
+    return send_pulls(c);
+}
+
+flps_err flps_client_checkpoint(flps_client *c)
+{
+    if (c->err != FLPS_OK)
+        return c->err;
+    for (uint32_t s = 0; s < c->nshards; s++) {
+        proto_msg m;
+        flps_err rc;
+        msg_base(c, &m, PROTO_OP_CHECKPOINT, 0, 0);
+        rc = creq_build(&c->shard_req[s], CREQ_CHECKPOINT, s, &m, NULL);
+        if (rc == FLPS_OK)
+            rc = creq_send(c, &c->shard_req[s]);
+        if (rc != FLPS_OK)
+            return set_error(c, rc, "cannot ask shard %u for a checkpoint",
+                             s);
+    }
+    return drain(c);
+}
+
+/* ---- push ---- */
+
+/* Send values (dense) or the pairs of sel[lo..hi) (sparse) for part pi. */
+static flps_err push_part(flps_client *c, uint32_t pi, uint64_t iter,
+                          const float *src, const uint32_t *sel, uint32_t lo,
+                          uint32_t hi)
+{
+    cpart *p = &c->parts[pi];
+    const int dense = c->agg == PROTO_AGG_DENSE;
+    uint32_t n = dense ? p->numel : hi - lo;
+    proto_buf *b = proto_buf_create((size_t)n * (dense ? 4 : 8));
+    proto_msg m;
+    flps_err rc;
+
+    if (b == NULL)
+        return set_error(c, FLPS_ENOMEM, "out of memory");
+    msg_base(c, &m, PROTO_OP_PUSH, pi, iter);
+    m.n = n;
+    if (dense) {
+        float *v = proto_buf_data(b);
+        memcpy(v, src + p->offset, (size_t)n * 4);
+        m.codec = PROTO_CODEC_DENSE;
+        m.val = v;
+    } else {
+        uint32_t *ix = proto_buf_data(b);
+        float *v = (float *)(ix + n);
+        for (uint32_t j = 0; j < n; j++) {
+            uint32_t i = sel[lo + j];
+            ix[j] = (uint32_t)(i - p->offset);
+            v[j] = src[i];
+        }
+        m.codec = PROTO_CODEC_SPARSE;
+        m.idx = ix;
+        m.val = v;
+    }
+    rc = creq_build(&p->req, CREQ_PUSH, p->shard, &m, b);
+    proto_buf_release(b);
+    if (rc == FLPS_OK)
+        rc = creq_send(c, &p->req);
+    if (rc != FLPS_OK)
+        return set_error(c, rc, "cannot push part %u: %s", pi,
+                         flps_strerror(rc));
+    c->stats.pushes++;
+    c->stats.elements_sent += n;
+    c->stats.dense_bytes +=
+        transport_zmtp_frame_bytes(proto_buf_len(p->req.hdr)) +
+        transport_zmtp_frame_bytes((size_t)p->numel * 4);
+    return FLPS_OK;
+}
+
+flps_err flps_client_push(flps_client *c, uint32_t tensor, const float *grad,
+                          uint64_t iter)
+{
+    ctensor *t;
+    const float m = (float)c->momentum;
+    uint32_t first, last;
+    flps_err rc;
+
+    if (c->err != FLPS_OK)
+        return c->err;
+    if (tensor >= c->ntensors || grad == NULL)
+        return FLPS_EINVAL;
+    t = &c->tensors[tensor];
+    first = c->pm.first_part[tensor];
+    last = tensor + 1 < c->ntensors ? c->pm.first_part[tensor + 1]
+                                    : c->pm.nparts;
+    for (uint32_t pi = first; pi < last; pi++)
+        if (c->parts[pi].req.kind != CREQ_NONE)
+            return set_error(c, FLPS_ESTATE,
+                             "tensor %s pushed again before the update of "
+                             "its previous push arrived (call "
+                             "flps_client_wait first)",
+                             t->name);
+    for (size_t i = 0; i < t->numel; i++)
+        if (!isfinite(grad[i]))
+            return FLPS_ENONFINITE; /* not sticky: nothing was changed */
+
+    /* u <- m u + g (momentum correction); dense sends u as it is. */
+    for (size_t i = 0; i < t->numel; i++)
+        t->velocity[i] = m * t->velocity[i] + grad[i];
+    if (c->agg == PROTO_AGG_DENSE) {
+        for (uint32_t pi = first; pi < last; pi++) {
+            rc = push_part(c, pi, iter, t->velocity, NULL, 0, 0);
+            if (rc != FLPS_OK)
+                return rc;
+        }
+        return FLPS_OK;
+    }
+    /* a <- r + u; S <- top-k(a); send a[S]; r <- a with S zeroed; u[S] = 0
+     * (momentum factor masking). */
+    for (size_t i = 0; i < t->numel; i++)
+        t->acc[i] = t->residual[i] + t->velocity[i];
+    rc = topk_select(t->acc, t->numel, t->k, t->sel);
+    if (rc != FLPS_OK)
+        return set_error(c, rc, "top-k of tensor %s failed: %s", t->name,
+                         flps_strerror(rc));
+    memcpy(t->residual, t->acc, t->numel * sizeof(float));
+    {
+        uint32_t j = 0;
+        for (uint32_t pi = first; pi < last; pi++) {
+            uint64_t end = c->parts[pi].offset + c->parts[pi].numel;
+            uint32_t lo = j;
+            while (j < t->k && t->sel[j] < end)
+                j++;
+            rc = push_part(c, pi, iter, t->acc, t->sel, lo, j);
+            if (rc != FLPS_OK)
+                return rc;
+        }
+    }
+    for (uint32_t j = 0; j < t->k; j++) {
+        t->residual[t->sel[j]] = 0;
+        t->velocity[t->sel[j]] = 0;
+    }
+    return FLPS_OK;
+}
+
+flps_err flps_client_wait(flps_client *c, uint64_t iter)
+{
+    flps_err rc;
+
+    if (c->err != FLPS_OK)
+        return c->err;
+    for (uint32_t i = 0; i < c->pm.nparts; i++) {
+        const creq *r = &c->parts[i].req;
+        if (r->kind == CREQ_PUSH && r->iter != iter)
+            return set_error(c, FLPS_ESTATE,
+                             "waiting for iteration %llu but part %u was "
+                             "pushed for iteration %llu",
+                             (unsigned long long)iter, i,
+                             (unsigned long long)r->iter);
+    }
+    rc = drain(c);
+    if (rc != FLPS_OK || !c->async)
+        return rc;
+    return send_pulls(c);
+}
