@@ -1,1 +1,496 @@
-int main(void) { return 0; } /* placeholder */
+/* flrun: run one whole job on this machine, no Redis needed: starts the
+ * job's parameter servers and workers on free loopback ports, shows the
+ * progress, stops everything cleanly, and prints one JSON summary as its
+ * last line. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/procs.h"
+#include "common/jobspec.h"
+#include "common/log.h"
+
+#define RUN_MAX_PROCS 1300
+
+/* Set by the signal handler, read by the main loop (process-wide by
+ * nature). */
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    interrupted = sig;
+}
+
+typedef struct run {
+    jobspec spec;
+    proc *procs; /* servers first, then workers */
+    size_t nprocs, nservers;
+    char endpoints[256][128];
+    int tty, quiet;
+    double t0;
+    /* From the workers' events. */
+    uint32_t done;
+    uint64_t bytes_sent, bytes_received, dense_bytes;
+    double test_accuracy, test_loss;
+    int have_accuracy;
+    uint64_t last_iter;
+    double last_loss;
+    uint64_t last_sent, last_dense;
+    int need_newline;
+} run;
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void human_bytes(double b, char *buf, size_t len)
+{
+    const char *u[] = { "B", "KB", "MB", "GB", "TB" };
+    int i = 0;
+    while (b >= 1000 && i < 4) {
+        b /= 1000;
+        i++;
+    }
+    snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}
+
+static void show_progress(run *r)
+{
+    char sent[32];
+    double el = mono_s() - r->t0;
+    double frac = r->spec.iterations
+                      ? (double)r->last_iter / (double)r->spec.iterations
+                      : 0;
+    double eta = frac > 0 ? el / frac - el : 0;
+    int width = 24, fill = (int)(frac * width);
+    char bar[32];
+
+    if (r->quiet)
+        return;
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[width] = '\0';
+    human_bytes((double)r->last_sent, sent, sizeof(sent));
+    if (r->tty) {
+        fprintf(stderr,
+                "\r[%s] iter %llu/%llu  loss %.4f  sent %s (%.2f%% of "
+                "dense)  %.0fs, eta %.0fs ",
+                bar, (unsigned long long)r->last_iter,
+                (unsigned long long)r->spec.iterations, r->last_loss, sent,
+                r->last_dense ? 100.0 * (double)r->last_sent /
+                                    (double)r->last_dense
+                              : 0.0,
+                el, eta);
+        r->need_newline = 1;
+    } else {
+        fprintf(stderr,
+                "iter %llu/%llu  loss %.4f  sent %s (%.2f%% of dense)  "
+                "%.1fs\n",
+                (unsigned long long)r->last_iter,
+                (unsigned long long)r->spec.iterations, r->last_loss, sent,
+                r->last_dense ? 100.0 * (double)r->last_sent /
+                                    (double)r->last_dense
+                              : 0.0,
+                el);
+    }
+}
+
+static void end_progress_line(run *r)
+{
+    if (r->need_newline) {
+        fputc('\n', stderr);
+        r->need_newline = 0;
+    }
+}
+
+static uint64_t json_u64(json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    return json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
+}
+
+/* One line a worker printed on stdout: a JSON event. */
+static void on_worker_line(void *arg, proc *p, const char *line)
+{
+    run *r = arg;
+    json_error_t jerr;
+    json_t *o = json_loads(line, 0, &jerr);
+    const char *ev;
+
+    if (o == NULL || !json_is_object(o)) {
+        json_decref(o);
+        return; /* not an event; the log has the details */
+    }
+    ev = json_string_value(json_object_get(o, "event"));
+    if (ev == NULL) {
+        json_decref(o);
+        return;
+    }
+    if (strcmp(ev, "progress") == 0) {
+        uint64_t it = json_u64(o, "iter");
+        r->last_iter = it;
+        r->last_loss = json_real_value(json_object_get(o, "loss"));
+        r->last_sent = json_u64(o, "bytes_sent");
+        r->last_dense = json_u64(o, "dense_bytes");
+        if (r->tty || r->spec.iterations < 10 ||
+            it % (r->spec.iterations / 10 ? r->spec.iterations / 10 : 1) ==
+                0 ||
+            it == r->spec.iterations)
+            show_progress(r);
+    } else if (strcmp(ev, "eval") == 0) {
+        r->test_accuracy =
+            json_real_value(json_object_get(o, "test_accuracy"));
+        r->test_loss = json_real_value(json_object_get(o, "test_loss"));
+        r->have_accuracy = 1;
+        if (!r->quiet) {
+            end_progress_line(r);
+            fprintf(stderr, "iter %llu: test accuracy %.4f, test loss %.4f\n",
+                    (unsigned long long)json_u64(o, "iter"), r->test_accuracy,
+                    r->test_loss);
+        }
+    } else if (strcmp(ev, "done") == 0) {
+        r->done++;
+        r->bytes_sent += json_u64(o, "bytes_sent");
+        r->bytes_received += json_u64(o, "bytes_received");
+        r->dense_bytes += json_u64(o, "dense_bytes");
+    }
+    (void)p;
+    json_decref(o);
+}
+
+/* A server prints one line: "listening on ENDPOINT". */
+static void on_server_line(void *arg, proc *p, const char *line)
+{
+    run *r = arg;
+    size_t i = (size_t)(p - r->procs);
+
+    if (strncmp(line, "listening on ", 13) == 0 && i < r->nservers)
+        snprintf(r->endpoints[i], sizeof(r->endpoints[i]), "%s", line + 13);
+}
+
+static void report_death(run *r, proc *p)
+{
+    char how[96];
+
+    end_progress_line(r);
+    proc_describe(p->status, how, sizeof(how));
+    fprintf(stderr, "flrun: %s (pid %d) stopped unexpectedly: %s; last lines "
+                    "of %s:\n",
+            p->name, (int)p->pid, how, p->log_path);
+    proc_print_tail(p->log_path, 12);
+}
+
+static int find_bin(const char *name, char *out, size_t len)
+{
+    const char *env = getenv("FLPS_BIN_DIR");
+    char self[PATH_MAX];
+    ssize_t n;
+
+    if (env != NULL) {
+        return snprintf(out, len, "%s/%s", env, name) < (int)len &&
+               access(out, X_OK) == 0;
+    }
+    n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        char *slash;
+        self[n] = '\0';
+        slash = strrchr(self, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            if (snprintf(out, len, "%s/%s", self, name) < (int)len &&
+                access(out, X_OK) == 0)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: flrun [--log-dir DIR] [--quiet] JOB.yaml\n"
+            "Runs the job's servers and workers on this machine (loopback),\n"
+            "shows progress on stderr and prints a JSON summary as the last\n"
+            "line of stdout. Logs of every process go to --log-dir (default:\n"
+            "a new directory under $TMPDIR or /tmp).\n");
+}
+
+/* Poll every open stdout pipe once, for up to timeout_ms. */
+static void pump(run *r, int timeout_ms)
+{
+    struct pollfd fds[RUN_MAX_PROCS];
+    size_t map[RUN_MAX_PROCS], n = 0;
+
+    for (size_t i = 0; i < r->nprocs; i++) {
+        if (r->procs[i].out_fd >= 0) {
+            fds[n].fd = r->procs[i].out_fd;
+            fds[n].events = POLLIN;
+            fds[n].revents = 0;
+            map[n++] = i;
+        }
+    }
+    if (n == 0) {
+        struct timespec ts = { 0, (long)timeout_ms * 1000000L };
+        nanosleep(&ts, NULL);
+        return;
+    }
+    if (poll(fds, n, timeout_ms) <= 0)
+        return;
+    for (size_t k = 0; k < n; k++) {
+        proc *p = &r->procs[map[k]];
+        if (fds[k].revents == 0)
+            continue;
+        proc_read_lines(p, map[k] < r->nservers ? on_server_line
+                                                : on_worker_line,
+                        r);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "log-dir", required_argument, NULL, 'l' },
+        { "quiet", no_argument, NULL, 'q' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    char errbuf[1024], flps_bin[PATH_MAX], worker_bin[PATH_MAX];
+    char logdir[PATH_MAX] = "", ckptdir[PATH_MAX + 16], comp[64];
+    char servers_arg[256 * 130];
+    const char *job_path, *tmp;
+    run r;
+    struct sigaction sa;
+    int c, status = 1;
+    double wall;
+
+    memset(&r, 0, sizeof(r));
+    while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
+        switch (c) {
+        case 'l':
+            snprintf(logdir, sizeof(logdir), "%s", optarg);
+            break;
+        case 'q':
+            r.quiet = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind + 1 != argc) {
+        usage(stderr);
+        return 2;
+    }
+    job_path = argv[optind];
+    flps_log_setup("flrun", FLPS_LOG_INFO);
+    if (jobspec_load(job_path, &r.spec, errbuf, sizeof(errbuf)) != FLPS_OK) {
+        fprintf(stderr, "flrun: %s\nnothing was started.\n", errbuf);
+        return 2;
+    }
+    if (r.spec.servers > 256 || r.spec.workers + r.spec.servers > RUN_MAX_PROCS) {
+        fprintf(stderr, "flrun: %u servers and %u workers are more than one "
+                        "machine runs; use flsubmit on a cluster\n",
+                r.spec.servers, r.spec.workers);
+        return 2;
+    }
+    if (!find_bin("flps", flps_bin, sizeof(flps_bin)) ||
+        !find_bin("flworker", worker_bin, sizeof(worker_bin))) {
+        fprintf(stderr, "flrun: cannot find the flps and flworker binaries "
+                        "next to flrun (or in $FLPS_BIN_DIR)\n");
+        return 2;
+    }
+    if (logdir[0] == '\0') {
+        tmp = getenv("TMPDIR");
+        snprintf(logdir, sizeof(logdir), "%s/flrun-%s-XXXXXX",
+                 tmp ? tmp : "/tmp", r.spec.name);
+        if (mkdtemp(logdir) == NULL) {
+            fprintf(stderr, "flrun: cannot create a log directory: %s\n",
+                    strerror(errno));
+            return 1;
+        }
+    } else if (mkdir(logdir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "flrun: cannot create %s: %s\n", logdir,
+                strerror(errno));
+        return 1;
+    }
+    snprintf(ckptdir, sizeof(ckptdir), "%s/checkpoints", logdir);
+    r.tty = isatty(STDERR_FILENO);
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    r.procs = calloc(r.spec.servers + r.spec.workers, sizeof(*r.procs));
+    if (r.procs == NULL) {
+        fprintf(stderr, "flrun: out of memory\n");
+        return 1;
+    }
+    jobspec_comp_format(&r.spec, comp, sizeof(comp));
+    if (!r.quiet)
+        fprintf(stderr,
+                "flrun: job %s: %s on %s, %u workers, %u servers, mode %s, "
+                "compression %s, %llu iterations; logs in %s\n",
+                r.spec.name, jobspec_model_name(r.spec.model),
+                jobspec_dataset_name(r.spec.dataset), r.spec.workers,
+                r.spec.servers, jobspec_mode_name(r.spec.mode), comp,
+                (unsigned long long)r.spec.iterations, logdir);
+    r.t0 = mono_s();
+
+    /* Servers first; each reports the port it bound. */
+    for (uint32_t i = 0; i < r.spec.servers; i++) {
+        char shard[16], shards[16], interval[32], name[64], log[PATH_MAX + 32];
+        char *args[16];
+        int a = 0;
+        snprintf(shard, sizeof(shard), "%u", i);
+        snprintf(shards, sizeof(shards), "%u", r.spec.servers);
+        snprintf(interval, sizeof(interval), "%.0f",
+                 r.spec.checkpoint_interval < 1 ? 1
+                                                : r.spec.checkpoint_interval);
+        snprintf(name, sizeof(name), "flps shard %u", i);
+        snprintf(log, sizeof(log), "%s/flps-%u.log", logdir, i);
+        args[a++] = flps_bin;
+        args[a++] = "--job";
+        args[a++] = r.spec.name;
+        args[a++] = "--shard";
+        args[a++] = shard;
+        args[a++] = "--shards";
+        args[a++] = shards;
+        args[a++] = "--listen";
+        args[a++] = "tcp://127.0.0.1:0";
+        if (r.spec.checkpoint_interval > 0) {
+            args[a++] = "--checkpoint-dir";
+            args[a++] = ckptdir;
+            args[a++] = "--checkpoint-interval";
+            args[a++] = interval;
+        }
+        args[a] = NULL;
+        if (proc_start(&r.procs[i], name, args, log) != FLPS_OK)
+            goto stop;
+        r.nprocs++;
+        r.nservers++;
+    }
+    for (;;) {
+        uint32_t ready = 0;
+        proc *dead;
+        for (uint32_t i = 0; i < r.nservers; i++)
+            ready += r.endpoints[i][0] != '\0';
+        if (ready == r.nservers)
+            break;
+        if (interrupted)
+            goto stop;
+        if ((dead = proc_reap(r.procs, r.nprocs)) != NULL) {
+            report_death(&r, dead);
+            goto stop;
+        }
+        if (mono_s() - r.t0 > 30) {
+            fprintf(stderr, "flrun: the servers did not report their ports "
+                            "within 30 s; see %s\n",
+                    logdir);
+            goto stop;
+        }
+        pump(&r, 100);
+    }
+    servers_arg[0] = '\0';
+    for (uint32_t i = 0; i < r.nservers; i++) {
+        strcat(servers_arg, r.endpoints[i]);
+        if (i + 1 < r.nservers)
+            strcat(servers_arg, ",");
+    }
+    for (uint32_t w = 0; w < r.spec.workers; w++) {
+        char rank[16], name[64], log[PATH_MAX + 32];
+        char *args[] = { worker_bin, "--job",     (char *)job_path, "--rank",
+                         rank,       "--servers", servers_arg,      NULL };
+        snprintf(rank, sizeof(rank), "%u", w);
+        snprintf(name, sizeof(name), "flworker rank %u", w);
+        snprintf(log, sizeof(log), "%s/flworker-%u.log", logdir, w);
+        if (proc_start(&r.procs[r.nprocs], name, args, log) != FLPS_OK)
+            goto stop;
+        r.nprocs++;
+    }
+
+    /* Run until every worker has finished. */
+    for (;;) {
+        proc *p;
+        uint32_t finished = 0;
+        pump(&r, 100);
+        while ((p = proc_reap(r.procs, r.nprocs)) != NULL) {
+            size_t idx = (size_t)(p - r.procs);
+            /* Drain what it printed before judging its exit. */
+            while (p->out_fd >= 0 && proc_read_lines(p, idx < r.nservers
+                                                            ? on_server_line
+                                                            : on_worker_line,
+                                                     &r))
+                pump(&r, 10);
+            if (interrupted)
+                goto stop;
+            if (idx < r.nservers || !WIFEXITED(p->status) ||
+                WEXITSTATUS(p->status) != 0) {
+                report_death(&r, p);
+                goto stop;
+            }
+        }
+        for (size_t i = r.nservers; i < r.nprocs; i++)
+            finished += r.procs[i].exited && r.procs[i].out_fd < 0;
+        if (finished == r.spec.workers)
+            break;
+        if (interrupted)
+            goto stop;
+    }
+    end_progress_line(&r);
+    proc_stop_all(r.procs, r.nprocs, 10000);
+    wall = mono_s() - r.t0;
+    if (r.done != r.spec.workers || !r.have_accuracy) {
+        fprintf(stderr, "flrun: %u of %u workers reported their results; see "
+                        "%s\n",
+                r.done, r.spec.workers, logdir);
+        return 1;
+    }
+    if (!r.quiet)
+        fprintf(stderr,
+                "flrun: done in %.1f s: test accuracy %.4f; workers sent %llu "
+                "bytes, %.2f%% of the %llu a dense run sends\n",
+                wall, r.test_accuracy, (unsigned long long)r.bytes_sent,
+                r.dense_bytes ? 100.0 * (double)r.bytes_sent /
+                                    (double)r.dense_bytes
+                              : 0.0,
+                (unsigned long long)r.dense_bytes);
+    printf("{\"test_accuracy\":%.4f,\"iterations\":%llu,\"bytes_sent\":%llu,"
+           "\"bytes_received\":%llu,\"dense_bytes\":%llu,"
+           "\"wall_seconds\":%.3f}\n",
+           r.test_accuracy, (unsigned long long)r.spec.iterations,
+           (unsigned long long)r.bytes_sent,
+           (unsigned long long)r.bytes_received,
+           (unsigned long long)r.dense_bytes, wall);
+    fflush(stdout);
+    free(r.procs);
+    return 0;
+
+stop:
+    end_progress_line(&r);
+    if (interrupted)
+        fprintf(stderr, "flrun: interrupted; stopping %zu processes\n",
+                r.nprocs);
+    else
+        fprintf(stderr, "flrun: stopping the job; logs are in %s\n", logdir);
+    proc_stop_all(r.procs, r.nprocs, 5000);
+    free(r.procs);
+    status = interrupted ? 130 : 1;
+    return status;
+}

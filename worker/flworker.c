@@ -1,1 +1,390 @@
-int main(void) { return 0; } /* placeholder */
+/* flworker: one training worker of a job. Trains its shard of the data set
+ * and exchanges compressed gradients with the parameter servers through
+ * libflps. Progress goes to stdout as JSON lines (read by flrun and
+ * flagent), logs to stderr. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/alloc.h"
+#include "common/jobspec.h"
+#include "common/log.h"
+#include "flps.h"
+#include "worker/dataset.h"
+#include "worker/model.h"
+
+#define FLW_MAX_SERVERS 256
+
+typedef struct push_ctx {
+    flps_client *client;
+    model *m;
+    uint64_t iter;
+    flps_err err;
+} push_ctx;
+
+/* Called by backprop as each tensor's gradient is final: the push starts
+ * while earlier layers are still being computed. */
+static void on_grad_ready(void *arg, size_t ti)
+{
+    push_ctx *pc = arg;
+    model_tensor *t;
+    flps_err rc;
+
+    if (pc->err != FLPS_OK)
+        return;
+    t = model_tensor_at(pc->m, ti);
+    rc = flps_client_push(pc->client, (uint32_t)ti, t->grad, pc->iter);
+    if (rc != FLPS_OK)
+        pc->err = rc;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* Shuffle idx[0..n) with a seeded generator (Fisher-Yates). */
+static void shuffle(uint32_t *idx, size_t n, uint64_t seed)
+{
+    uint64_t state = seed;
+    for (size_t i = n; i > 1; i--) {
+        size_t j;
+        state = mix64(state);
+        j = (size_t)(state % i);
+        uint32_t tmp = idx[i - 1];
+        idx[i - 1] = idx[j];
+        idx[j] = tmp;
+    }
+}
+
+static int split_servers(char *list, const char **out, uint32_t *n)
+{
+    char *save = NULL;
+    *n = 0;
+    for (char *tok = strtok_r(list, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (*n == FLW_MAX_SERVERS)
+            return 0;
+        out[(*n)++] = tok;
+    }
+    return *n > 0;
+}
+
+static flps_err evaluate(model *m, const dataset *test, double *acc,
+                         double *loss)
+{
+    size_t correct = 0;
+    double loss_sum = 0;
+    flps_err rc = model_evaluate(m, test->x, test->y, test->n, &correct,
+                                 &loss_sum);
+    if (rc == FLPS_OK) {
+        *acc = (double)correct / (double)test->n;
+        *loss = loss_sum / (double)test->n;
+    }
+    return rc;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: flworker --job FILE --rank R --servers EP[,EP...]\n"
+               "  [--job-id ID]  job id used on the wire (default: the job "
+               "file's name)\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "job", required_argument, NULL, 'j' },
+        { "rank", required_argument, NULL, 'r' },
+        { "servers", required_argument, NULL, 's' },
+        { "job-id", required_argument, NULL, 'i' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *job_file = NULL, *job_id = NULL;
+    const char *servers[FLW_MAX_SERVERS];
+    char *server_list = NULL, errbuf[512], comp[64], logname[32];
+    uint32_t nservers = 0;
+    long rank = -1;
+    jobspec spec;
+    dataset train, test;
+    uint32_t *mine = NULL, *xb_idx = NULL;
+    size_t nmine = 0, cursor = 0, epoch = 0;
+    float *xb = NULL;
+    uint8_t *yb = NULL;
+    model *m = NULL;
+    flps_client *client = NULL;
+    flps_tensor *tensors = NULL;
+    flps_client_config cc;
+    flps_client_stats st;
+    size_t hidden[2] = { 256, 128 };
+    double t0, loss_window = 0, acc = -1, tloss = 0;
+    uint64_t start_iter, progress_every, nwin = 0;
+    int c, status = 1;
+    flps_err rc;
+    char *end;
+
+    memset(&train, 0, sizeof(train));
+    memset(&test, 0, sizeof(test));
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'j':
+            job_file = optarg;
+            break;
+        case 'r':
+            errno = 0;
+            rank = strtol(optarg, &end, 10);
+            if (errno != 0 || *end != '\0' || rank < 0) {
+                fprintf(stderr, "flworker: --rank wants an integer >= 0, got "
+                                "'%s'\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 's':
+            server_list = optarg;
+            break;
+        case 'i':
+            job_id = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (job_file == NULL || rank < 0 || server_list == NULL ||
+        !split_servers(server_list, servers, &nservers)) {
+        usage(stderr);
+        return 2;
+    }
+    snprintf(logname, sizeof(logname), "flworker/%ld", rank);
+    flps_log_setup(logname, FLPS_LOG_INFO);
+    if (jobspec_load(job_file, &spec, errbuf, sizeof(errbuf)) != FLPS_OK) {
+        log_error("%s", errbuf);
+        return 2;
+    }
+    if (job_id == NULL)
+        job_id = spec.name;
+    if ((uint32_t)rank >= spec.workers || nservers != spec.servers) {
+        log_error("rank %ld and %u servers do not fit the job (workers: %u, "
+                  "servers: %u)",
+                  rank, nservers, spec.workers, spec.servers);
+        return 2;
+    }
+    if (spec.model != JOBSPEC_MODEL_MLP) {
+        log_error("model: '%s' is not available in this build; use mlp",
+                  jobspec_model_name(spec.model));
+        return 2;
+    }
+    if (spec.mode != JOBSPEC_MODE_SSGD && spec.mode != JOBSPEC_MODE_ASYNC) {
+        log_error("mode: '%s' is not available in this build; use ssgd or "
+                  "async",
+                  jobspec_mode_name(spec.mode));
+        return 2;
+    }
+    if (spec.partition != JOBSPEC_PARTITION_IID) {
+        log_error("partition: only iid is available in this build");
+        return 2;
+    }
+    if (spec.transport != JOBSPEC_TRANSPORT_ZMQ) {
+        log_error("transport: rdma needs an RDMA device and a build with "
+                  "libibverbs; this build has zmq only");
+        return 2;
+    }
+    jobspec_comp_format(&spec, comp, sizeof(comp));
+
+    if (spec.dataset == JOBSPEC_DATASET_FASHION_MNIST) {
+        if (dataset_load_fmnist(spec.data_dir, "train", &train) != FLPS_OK ||
+            dataset_load_fmnist(spec.data_dir, "test", &test) != FLPS_OK) {
+            log_error("cannot load Fashion-MNIST from %s", spec.data_dir);
+            goto out;
+        }
+    } else if (dataset_synthetic(12000, 784, 10, spec.seed, &train) !=
+                   FLPS_OK ||
+               dataset_synthetic(2000, 784, 10, spec.seed + 7919, &test) !=
+                   FLPS_OK) {
+        log_error("cannot build the synthetic data set");
+        goto out;
+    }
+    if (dataset_split_iid(train.n, spec.workers, (uint32_t)rank, spec.seed,
+                          &mine, &nmine) != FLPS_OK ||
+        nmine == 0) {
+        log_error("cannot split %zu training samples over %u workers",
+                  train.n, spec.workers);
+        goto out;
+    }
+    rc = model_create_mlp(train.dim, hidden, 2, train.classes,
+                          spec.batch_size, spec.seed, &m);
+    if (rc != FLPS_OK) {
+        log_error("cannot build the model: %s", flps_strerror(rc));
+        goto out;
+    }
+    xb = flps_malloc((size_t)spec.batch_size * train.dim * sizeof(float));
+    yb = flps_malloc(spec.batch_size);
+    xb_idx = flps_malloc(nmine * sizeof(uint32_t));
+    tensors = flps_calloc(model_num_tensors(m), sizeof(*tensors));
+    if (xb == NULL || yb == NULL || xb_idx == NULL || tensors == NULL) {
+        log_error("out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < model_num_tensors(m); i++) {
+        model_tensor *t = model_tensor_at(m, i);
+        tensors[i].name = t->name;
+        tensors[i].numel = t->numel;
+        tensors[i].data = t->param;
+    }
+
+    memset(&cc, 0, sizeof(cc));
+    cc.job = job_id;
+    cc.rank = (uint32_t)rank;
+    cc.workers = spec.workers;
+    cc.servers = servers;
+    cc.nservers = nservers;
+    cc.tensors = tensors;
+    cc.ntensors = (uint32_t)model_num_tensors(m);
+    cc.part_size = spec.part_size;
+    cc.async = spec.mode == JOBSPEC_MODE_ASYNC;
+    cc.compression = comp;
+    cc.lr = spec.lr;
+    cc.momentum = spec.momentum;
+    rc = flps_client_create(&cc, &client);
+    if (rc != FLPS_OK) {
+        log_error("cannot join the parameter servers: %s",
+                  flps_strerror(rc));
+        goto out;
+    }
+    if (flps_client_init(client) != FLPS_OK) {
+        log_error("cannot get the initial model: %s",
+                  flps_client_last_error(client));
+        goto out;
+    }
+    start_iter = flps_client_resume_iteration(client);
+    log_info("rank %ld of %u: %zu training samples, model %s with %zu "
+             "parameters, compression %s, starting at iteration %llu",
+             rank, spec.workers, nmine, jobspec_model_name(spec.model),
+             model_num_params(m), comp, (unsigned long long)start_iter);
+    printf("{\"event\":\"start\",\"rank\":%ld,\"samples\":%zu,"
+           "\"params\":%zu,\"start_iteration\":%llu}\n",
+           rank, nmine, model_num_params(m), (unsigned long long)start_iter);
+    fflush(stdout);
+
+    memcpy(xb_idx, mine, nmine * sizeof(uint32_t));
+    shuffle(xb_idx, nmine, mix64(spec.seed * 1000003ULL + (uint64_t)rank));
+    progress_every = spec.iterations / 100 ? spec.iterations / 100 : 1;
+    t0 = mono_s();
+    for (uint64_t it = start_iter; it < spec.iterations; it++) {
+        push_ctx pc = { client, m, it, FLPS_OK };
+        float loss = 0;
+
+        for (uint32_t b = 0; b < spec.batch_size; b++) {
+            uint32_t s;
+            if (cursor == nmine) {
+                cursor = 0;
+                epoch++;
+                shuffle(xb_idx, nmine,
+                        mix64(spec.seed * 1000003ULL + (uint64_t)rank +
+                              epoch * 7919ULL));
+            }
+            s = xb_idx[cursor++];
+            memcpy(xb + (size_t)b * train.dim, train.x + (size_t)s * train.dim,
+                   train.dim * sizeof(float));
+            yb[b] = train.y[s];
+        }
+        rc = model_train_step(m, xb, yb, spec.batch_size, &loss,
+                              on_grad_ready, &pc);
+        if (rc != FLPS_OK) {
+            log_error("training step %llu failed: %s (lower lr?)",
+                      (unsigned long long)it, flps_strerror(rc));
+            goto out;
+        }
+        if (pc.err != FLPS_OK || flps_client_wait(client, it) != FLPS_OK) {
+            log_error("iteration %llu: %s", (unsigned long long)it,
+                      flps_client_last_error(client)[0]
+                          ? flps_client_last_error(client)
+                          : flps_strerror(pc.err));
+            goto out;
+        }
+        loss_window += loss;
+        nwin++;
+        if (rank == 0 && ((it + 1) % progress_every == 0 ||
+                          it + 1 == spec.iterations)) {
+            flps_client_get_stats(client, &st);
+            printf("{\"event\":\"progress\",\"iter\":%llu,\"iterations\":%llu,"
+                   "\"loss\":%.5f,\"bytes_sent\":%llu,\"dense_bytes\":%llu,"
+                   "\"elapsed\":%.3f}\n",
+                   (unsigned long long)(it + 1),
+                   (unsigned long long)spec.iterations,
+                   loss_window / (double)nwin,
+                   (unsigned long long)st.bytes_sent,
+                   (unsigned long long)st.dense_bytes, mono_s() - t0);
+            fflush(stdout);
+            loss_window = 0;
+            nwin = 0;
+        }
+        if (rank == 0 && spec.eval_every > 0 &&
+            (it + 1) % spec.eval_every == 0 && it + 1 < spec.iterations) {
+            if (evaluate(m, &test, &acc, &tloss) == FLPS_OK) {
+                printf("{\"event\":\"eval\",\"iter\":%llu,"
+                       "\"test_accuracy\":%.4f,\"test_loss\":%.4f}\n",
+                       (unsigned long long)(it + 1), acc, tloss);
+                fflush(stdout);
+            }
+        }
+    }
+    if (rank == 0) {
+        if (evaluate(m, &test, &acc, &tloss) != FLPS_OK) {
+            log_error("final evaluation failed");
+            goto out;
+        }
+        printf("{\"event\":\"eval\",\"iter\":%llu,\"test_accuracy\":%.4f,"
+               "\"test_loss\":%.4f}\n",
+               (unsigned long long)spec.iterations, acc, tloss);
+    }
+    flps_client_get_stats(client, &st);
+    printf("{\"event\":\"done\",\"rank\":%ld,\"iterations\":%llu,"
+           "\"bytes_sent\":%llu,\"bytes_received\":%llu,"
+           "\"dense_bytes\":%llu,\"resends\":%llu",
+           rank, (unsigned long long)spec.iterations,
+           (unsigned long long)st.bytes_sent,
+           (unsigned long long)st.bytes_received,
+           (unsigned long long)st.dense_bytes,
+           (unsigned long long)st.resends);
+    if (rank == 0)
+        printf(",\"test_accuracy\":%.4f,\"test_loss\":%.4f", acc, tloss);
+    printf(",\"seconds\":%.3f}\n", mono_s() - t0);
+    fflush(stdout);
+    log_info("rank %ld done: %llu iterations in %.1f s, sent %llu bytes "
+             "(dense would be %llu)",
+             rank, (unsigned long long)spec.iterations, mono_s() - t0,
+             (unsigned long long)st.bytes_sent,
+             (unsigned long long)st.dense_bytes);
+    status = 0;
+out:
+    flps_client_destroy(client);
+    model_destroy(m);
+    dataset_fini(&train);
+    dataset_fini(&test);
+    free(mine);
+    flps_free(xb);
+    flps_free(yb);
+    flps_free(xb_idx);
+    flps_free(tensors);
+    return status;
+}
