@@ -51,8 +51,8 @@ typedef struct flps_client_stats {
     uint64_t bytes_sent;     /* put on the wire, message headers and
                                 framing included */
     uint64_t bytes_received; /* taken off the wire, likewise */
-    uint64_t dense_bytes;    /* what the same pushes would have sent as
-                                dense f32 messages */
+    uint64_t dense_bytes;    /* what bytes_sent would be had every push
+                                been a dense f32 message */
     uint64_t pushes;         /* push messages sent (first attempts) */
     uint64_t resends;        /* requests sent again after a timeout */
     uint64_t elements_sent;  /* index/value pairs (or dense values) pushed */

@@ -81,6 +81,8 @@ struct flps_client {
     creq *shard_req; /* per shard: REGISTER / CHECKPOINT */
     uint64_t resume_iter;
     flps_client_stats stats;
+    uint64_t push_wire_bytes;  /* what pushes took on the wire (first sends) */
+    uint64_t dense_wire_bytes; /* what they would have taken dense */
     flps_err err; /* sticky */
     char errmsg[512];
 };
@@ -118,6 +120,10 @@ void flps_client_get_stats(const flps_client *c, flps_client_stats *out)
     *out = c->stats;
     out->bytes_sent = c->t->stats.bytes_sent;
     out->bytes_received = c->t->stats.bytes_recv;
+    /* A dense run sends the same control messages and re-sends; only the
+     * pushes differ. */
+    out->dense_bytes =
+        out->bytes_sent - c->push_wire_bytes + c->dense_wire_bytes;
 }
 
 uint64_t flps_client_resume_iteration(const flps_client *c)
@@ -672,9 +678,6 @@ flps_err flps_client_init(flps_client *c)
                 rc = creq_send(c, &p->req);
             if (rc != FLPS_OK)
                 return set_error(c, rc, "cannot send initial values");
-            c->stats.dense_bytes +=
-                transport_zmtp_frame_bytes(proto_buf_len(p->req.hdr)) +
-                transport_zmtp_frame_bytes((size_t)p->numel * 4);
         }
         if (drain(c) != FLPS_OK)
             return c->err;
@@ -744,7 +747,11 @@ static flps_err push_part(flps_client *c, uint32_t pi, uint64_t iter,
                          flps_strerror(rc));
     c->stats.pushes++;
     c->stats.elements_sent += n;
-    c->stats.dense_bytes +=
+    for (size_t f = 0; f < p->req.nframes; f++)
+        c->push_wire_bytes += transport_zmtp_frame_bytes(p->req.frames[f].len);
+    /* The same push sent dense: the header (a dense header is the same
+     * size or smaller) and one frame of f32 values. */
+    c->dense_wire_bytes +=
         transport_zmtp_frame_bytes(proto_buf_len(p->req.hdr)) +
         transport_zmtp_frame_bytes((size_t)p->numel * 4);
     return FLPS_OK;

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install what is missing, build warnings-as-errors, run every test (unit,
+# integration, training acceptance), then the unit tests again under
+# AddressSanitizer + UndefinedBehaviorSanitizer, and the format check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+
+echo "== format check (clang-format)"
+git ls-files '*.c' '*.h' | xargs clang-format --dry-run -Werror
+
+echo "== build (Release, -Werror)"
+scripts/build.sh -DFLPS_WERROR=ON
+
+echo "== tests"
+ctest --test-dir build --output-on-failure --timeout 1200
+
+echo "== sanitizer build (ASan + UBSan) and unit + integration tests"
+cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DFLPS_SANITIZE=ON \
+  -DFLPS_WERROR=ON >/dev/null
+cmake --build build-san -j"$(nproc)"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-san --output-on-failure -LE training --timeout 1200
+echo "== all tests passed"
