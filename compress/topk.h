@@ -19,4 +19,38 @@
  * repeated calls without allocation). */
 flps_err topk_select(const float *a, size_t n, size_t k, uint32_t *idx);
 
+/* Reusable scratch memory for repeated selections. Its buffers grow to the
+ * largest call seen and are kept until topk_ctx_destroy, so a steady stream
+ * of same-sized calls allocates nothing after the first.
+ * Not thread-safe: one context per thread. */
+typedef struct topk_ctx topk_ctx;
+
+/* Create an empty context. Caller owns *out (topk_ctx_destroy).
+ * Errors: FLPS_EINVAL (out NULL), FLPS_ENOMEM. */
+flps_err topk_ctx_create(topk_ctx **out);
+
+/* Free ctx and its buffers. NULL does nothing. */
+void topk_ctx_destroy(topk_ctx *ctx);
+
+/* topk_select with ctx's scratch memory; same contract and errors. */
+flps_err topk_ctx_select(topk_ctx *ctx, const float *a, size_t n, size_t k,
+                         uint32_t *idx);
+
+/* Approximate selection, as Deep Gradient Compression does it: a threshold
+ * from a seeded random sample of |a|, one filtering pass, and the indices
+ * above the threshold. Writes between k - k/5 and k + k/5 indices (integer
+ * division; k itself when k < 5) to idx in ascending order and their number
+ * to *count; idx must hold k + k/5 entries. Every chosen |a[i]| is >= every
+ * |a[j]| not chosen (a threshold set, ties at the threshold may split by
+ * index). The result depends on seed only through the sample, and a call
+ * with the same arguments gives the same result. When the sample misjudges
+ * badly (count outside the band) it falls back to extra passes, so the
+ * band always holds; *passes (if not NULL) tells how many passes over a
+ * were made, 1 in the common case.
+ * Errors: as topk_select, and FLPS_EINVAL when count is NULL. On error
+ * *count and *passes are not written and idx is unspecified. */
+flps_err topk_ctx_select_approx(topk_ctx *ctx, const float *a, size_t n,
+                                size_t k, uint64_t seed, uint32_t *idx,
+                                size_t *count, unsigned *passes);
+
 #endif
