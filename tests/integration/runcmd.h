@@ -1,0 +1,77 @@
+/* Helpers for integration tests: run a command line, capture its output
+ * and parse the JSON summary on its last stdout line. */
+#ifndef FLPS_TESTS_RUNCMD_H
+#define FLPS_TESTS_RUNCMD_H
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+typedef struct run_result {
+    int status;      /* exit code */
+    char *out;       /* stdout */
+    char *err;       /* stderr */
+    json_t *summary; /* the last stdout line, parsed */
+} run_result;
+
+static inline char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *buf;
+    long n;
+
+    if (f == NULL)
+        return strdup("");
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = calloc(1, (size_t)n + 1);
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n)
+        buf[0] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Run a shell command line with stdout and stderr captured. */
+static inline void run_cmd(const char *cmd, run_result *r)
+{
+    char dir[] = "/tmp/flrun-test-XXXXXX", line[8192], out[64], err[64];
+    char *last;
+    int st;
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(out, sizeof(out), "%s/out", dir);
+    snprintf(err, sizeof(err), "%s/err", dir);
+    snprintf(line, sizeof(line), "%s >%s 2>%s", cmd, out, err);
+    st = system(line);
+    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    r->out = slurp(out);
+    r->err = slurp(err);
+    r->summary = NULL;
+    last = r->out + strlen(r->out);
+    while (last > r->out && last[-1] == '\n')
+        *--last = '\0';
+    last = strrchr(r->out, '\n');
+    last = last ? last + 1 : r->out;
+    if (*last == '{')
+        r->summary = json_loads(last, 0, NULL);
+}
+
+static inline void run_free(run_result *r)
+{
+    free(r->out);
+    free(r->err);
+    json_decref(r->summary);
+}
+
+static inline double num(json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    cr_assert(json_is_number(v), "summary lacks %s", k);
+    return json_number_value(v);
+}
+
+#endif

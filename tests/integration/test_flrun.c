@@ -1,0 +1,68 @@
+/* flrun end to end: real jobs on Fashion-MNIST must train as well as the
+ * issue demands, bad job files start nothing, and a dying process is
+ * named with its exit status. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runcmd.h"
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(flrun, a_job_file_with_an_unknown_key_starts_nothing_and_names_the_line)
+{
+    char dir[] = "/tmp/flrun-bad-XXXXXX", job[128], cmd[512], logs[160];
+    run_result r;
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(job, sizeof(job), "%s/bad.yaml", dir);
+    snprintf(logs, sizeof(logs), "%s/logs", dir);
+    write_file(job, "name: bad\nmodel: mlp\nwrokers: 4\n");
+    snprintf(cmd, sizeof(cmd), "%s/flrun --log-dir %s %s", FLPS_BIN_DIR, logs,
+             job);
+    run_cmd(cmd, &r);
+    cr_assert_eq(r.status, 2);
+    cr_assert_not_null(strstr(r.err, "line 3"), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "wrokers"), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "workers"), "%s", r.err);
+    cr_assert_eq(access(logs, F_OK), -1, "nothing may start: no log dir");
+    run_free(&r);
+}
+
+Test(flrun, a_worker_that_dies_is_named_with_its_exit_status)
+{
+    char dir[] = "/tmp/flrun-die-XXXXXX", job[128], cmd[1024], path[160];
+    run_result r;
+
+    /* A bin dir with the real flps and a flworker that fails at once. */
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/flps", dir);
+    cr_assert_eq(symlink(FLPS_BIN_DIR "/flps", path), 0);
+    snprintf(path, sizeof(path), "%s/flworker", dir);
+    write_file(path, "#!/bin/sh\necho 'simulated failure' >&2\nexit 3\n");
+    chmod(path, 0755);
+    snprintf(job, sizeof(job), "%s/job.yaml", dir);
+    write_file(job, "name: dies\nmodel: mlp\nworkers: 2\nservers: 1\n"
+                    "iterations: 10\n");
+    snprintf(cmd, sizeof(cmd), "FLPS_BIN_DIR=%s %s/flrun %s", dir,
+             FLPS_BIN_DIR, job);
+    run_cmd(cmd, &r);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "flworker rank"), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "exit status 3"), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "simulated failure"),
+                       "the tail of its log is shown: %s", r.err);
+    /* The shard it started was stopped: no flps of this job survives. */
+    cr_assert_eq(system("pgrep -f 'flps --job [d]ies' >/dev/null"), 256,
+                 "a shard of the job is still running");
+    run_free(&r);
+}
