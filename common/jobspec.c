@@ -49,6 +49,7 @@
     X(BATCH_SIZE, "batch_size", "an integer from 1 to 65536")                  \
     X(LR, "lr", "a number > 0")                                                \
     X(MOMENTUM, "momentum", "a number with 0 <= M < 1")                        \
+    X(LR_SCHEDULE, "lr_schedule", "one of constant, cosine")                   \
     X(COMPRESSION, "compression",                                              \
       "one of " JP_CODECS_TEXT " (0 < D <= 1, BITS from 1 to 8)")              \
     X(TRANSPORT, "transport", "one of zmq, rdma")                              \
@@ -83,7 +84,8 @@ static const char *const jp_key_expect[JP_KEY_COUNT] = {
 #define JP_ACCEPTED_KEYS                                                       \
     "name, model, dataset, data_dir, partition, workers, servers, mode, "      \
     "iterations, rounds, local_steps, client_fraction, batch_size, lr, "       \
-    "momentum, compression, transport, seed, eval_every, part_size, "          \
+    "momentum, lr_schedule, compression, transport, seed, eval_every, "        \
+    "part_size, "                                                              \
     "checkpoint_interval, max_restarts, priority"
 
 /* Parse state: where the message goes, and the line each key was given on
@@ -669,6 +671,7 @@ static flps_err jp_set(jp *p, const jp_val *v, jobspec *s)
     static const char *const models[] = {"mlp", "cnn"};
     static const char *const datasets[] = {"fashion-mnist", "synthetic"};
     static const char *const transports[] = {"zmq", "rdma"};
+    static const char *const schedules[] = {"constant", "cosine"};
     flps_err rc = FLPS_OK;
     int idx = 0;
 
@@ -710,6 +713,11 @@ static flps_err jp_set(jp *p, const jp_val *v, jobspec *s)
         return jp_real(p, v, jp_positive, &s->lr);
     case JP_KEY_MOMENTUM:
         return jp_real(p, v, jp_momentum, &s->momentum);
+    case JP_KEY_LR_SCHEDULE:
+        rc = jp_choice(p, v, schedules, 2, &idx);
+        if (rc == FLPS_OK)
+            s->lr_schedule = idx == 0 ? JOBSPEC_LR_CONSTANT : JOBSPEC_LR_COSINE;
+        return rc;
     case JP_KEY_COMPRESSION:
         return jp_set_compression(p, v, s);
     case JP_KEY_TRANSPORT:
@@ -757,6 +765,7 @@ static void jp_defaults(jobspec *s)
     s->batch_size = 32;
     s->lr = 0.05;
     s->momentum = 0.9;
+    s->lr_schedule = JOBSPEC_LR_CONSTANT;
     s->compression = JOBSPEC_COMP_DENSE;
     s->density = 1.0;
     s->qsgd_bits = 0;
@@ -1355,6 +1364,17 @@ const char *jobspec_transport_name(jobspec_transport t)
         return "zmq";
     case JOBSPEC_TRANSPORT_RDMA:
         return "rdma";
+    }
+    return "unknown";
+}
+
+const char *jobspec_lr_schedule_name(jobspec_lr_schedule l)
+{
+    switch (l) {
+    case JOBSPEC_LR_CONSTANT:
+        return "constant";
+    case JOBSPEC_LR_COSINE:
+        return "cosine";
     }
     return "unknown";
 }

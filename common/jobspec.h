@@ -42,6 +42,13 @@ typedef enum {
     JOBSPEC_COMP_AUTO,
 } jobspec_comp;
 
+/* Learning-rate schedule over the job's iterations (values match proto's
+ * schedule ids on the wire). */
+typedef enum {
+    JOBSPEC_LR_CONSTANT = 0, /* lr throughout */
+    JOBSPEC_LR_COSINE = 1,   /* lr * (1 + cos(pi * t / iterations)) / 2 */
+} jobspec_lr_schedule;
+
 typedef enum {
     JOBSPEC_TRANSPORT_ZMQ = 0,
     JOBSPEC_TRANSPORT_RDMA,
@@ -65,6 +72,7 @@ typedef struct jobspec {
     uint32_t batch_size;      /* 1..65536, default 32 */
     double lr;                /* > 0, default 0.05 */
     double momentum;          /* [0, 1), default 0.9 */
+    jobspec_lr_schedule lr_schedule; /* default constant */
     jobspec_comp compression; /* default dense */
     double density;           /* topk/gtopk/randk/dgc: (0, 1] */
     uint32_t qsgd_bits;       /* qsgd:BITS, 1..8 */
@@ -119,5 +127,6 @@ const char *jobspec_comp_name(jobspec_comp c);
 const char *jobspec_dataset_name(jobspec_dataset d);
 const char *jobspec_partition_name(jobspec_partition p);
 const char *jobspec_transport_name(jobspec_transport t);
+const char *jobspec_lr_schedule_name(jobspec_lr_schedule l);
 
 #endif

@@ -40,6 +40,10 @@ typedef struct flps_client_config {
     int async;                 /* 0: synchronous S-SGD; 1: asynchronous */
     const char *compression;   /* "dense", "topk:D" or "gtopk:D" */
     double lr;                 /* > 0 */
+    int lr_cosine;             /* 0: constant lr; 1: cosine decay of lr to
+                                  0 over `iterations` (applied by the
+                                  shards at each iteration) */
+    uint64_t iterations;       /* the schedule's length */
     double momentum;           /* [0, 1): worker-side momentum (correction) */
     int retry_ms;              /* resend an unanswered request after this;
                                   0 = 2000 */

@@ -97,7 +97,7 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
     if (msg->op == PROTO_OP_REGISTER) {
         const proto_jobcfg *c = &msg->cfg;
         pack_key(&pk, "cfg");
-        msgpack_pack_array(&pk, 8);
+        msgpack_pack_array(&pk, 10);
         msgpack_pack_uint64(&pk, c->shard);
         msgpack_pack_uint64(&pk, c->nshards);
         msgpack_pack_uint64(&pk, c->workers);
@@ -106,6 +106,8 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
         msgpack_pack_uint64(&pk, c->agg);
         msgpack_pack_double(&pk, c->density);
         msgpack_pack_double(&pk, c->lr);
+        msgpack_pack_uint64(&pk, c->lr_schedule);
+        msgpack_pack_uint64(&pk, c->iterations);
         pack_key(&pk, "tensors");
         msgpack_pack_array(&pk, msg->ntensors);
         for (uint32_t i = 0; i < msg->ntensors; i++) {
@@ -141,6 +143,17 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
     *hdrlen = sb.size;
     *nframes = nf;
     return FLPS_OK;
+}
+
+double proto_jobcfg_lr_at(const proto_jobcfg *cfg, uint64_t t)
+{
+    if (cfg->lr_schedule == PROTO_LR_COSINE && cfg->iterations > 0) {
+        double x = t >= cfg->iterations
+                       ? 1.0
+                       : (double)t / (double)cfg->iterations;
+        return cfg->lr * 0.5 * (1.0 + cos(M_PI * x));
+    }
+    return cfg->lr;
 }
 
 /* ---- decoding ---- */
@@ -207,18 +220,21 @@ static int key_is(const msgpack_object *k, const char *name)
 static int decode_cfg(const msgpack_object *o, proto_jobcfg *c)
 {
     const msgpack_object *a;
-    uint32_t mode, agg;
+    uint32_t mode, agg, sched;
 
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 8)
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 10)
         return 0;
     a = o->via.array.ptr;
     if (!obj_u32(&a[0], &c->shard) || !obj_u32(&a[1], &c->nshards) ||
         !obj_u32(&a[2], &c->workers) || !obj_u32(&a[3], &c->part_size) ||
         !obj_u32(&a[4], &mode) || !obj_u32(&a[5], &agg) ||
-        !obj_f64(&a[6], &c->density) || !obj_f64(&a[7], &c->lr))
+        !obj_f64(&a[6], &c->density) || !obj_f64(&a[7], &c->lr) ||
+        !obj_u32(&a[8], &sched) || !obj_u64(&a[9], &c->iterations))
         return 0;
-    if (mode > PROTO_MODE_ASYNC || agg > PROTO_AGG_GTOPK)
+    if (mode > PROTO_MODE_ASYNC || agg > PROTO_AGG_GTOPK ||
+        sched > PROTO_LR_COSINE)
         return 0;
+    c->lr_schedule = (uint8_t)sched;
     c->mode = (uint8_t)mode;
     c->agg = (uint8_t)agg;
     return 1;

@@ -43,6 +43,12 @@ typedef enum {
     PROTO_AGG_GTOPK = 2, /* global top-k of the summed sparse pushes */
 } proto_agg;
 
+/* Learning rate over the iterations: lr_at(t) = lr * factor(t). */
+typedef enum {
+    PROTO_LR_CONSTANT = 0,
+    PROTO_LR_COSINE = 1, /* (1 + cos(pi * t / iterations)) / 2 */
+} proto_lr_schedule;
+
 typedef enum {
     PROTO_MODE_SSGD = 0,  /* synchronous: one update per iteration */
     PROTO_MODE_ASYNC = 1, /* apply every push at once */
@@ -58,7 +64,12 @@ typedef struct proto_jobcfg {
     uint8_t agg;        /* proto_agg */
     double density;     /* gtopk: k = max(floor(density * numel), 1) */
     double lr;
+    uint8_t lr_schedule; /* proto_lr_schedule */
+    uint64_t iterations; /* the schedule's length */
 } proto_jobcfg;
+
+/* The learning rate of iteration t under cfg's schedule. */
+double proto_jobcfg_lr_at(const proto_jobcfg *cfg, uint64_t t);
 
 typedef struct proto_tensor {
     char name[PROTO_NAME_MAX + 1];

@@ -304,14 +304,17 @@ static flps_err layout_compare(const ps_shard *s, const proto_msg *m,
     }
     if (a->workers != b->workers || a->part_size != b->part_size ||
         a->mode != b->mode || a->agg != b->agg || a->density != b->density ||
-        a->lr != b->lr) {
+        a->lr != b->lr || a->lr_schedule != b->lr_schedule ||
+        a->iterations != b->iterations) {
         snprintf(why, len,
                  "the worker's job settings (workers %u, part_size %u, mode "
-                 "%u, aggregation %u, density %g, lr %g) differ from the "
-                 "job's (%u, %u, %u, %u, %g, %g)",
+                 "%u, aggregation %u, density %g, lr %g, schedule %u over "
+                 "%llu) differ from the job's (%u, %u, %u, %u, %g, %g, %u "
+                 "over %llu)",
                  b->workers, b->part_size, b->mode, b->agg, b->density, b->lr,
-                 a->workers, a->part_size, a->mode, a->agg, a->density,
-                 a->lr);
+                 b->lr_schedule, (unsigned long long)b->iterations,
+                 a->workers, a->part_size, a->mode, a->agg, a->density, a->lr,
+                 a->lr_schedule, (unsigned long long)a->iterations);
         return FLPS_ELAYOUT;
     }
     return FLPS_OK;
@@ -506,7 +509,8 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
 {
     const uint32_t W = s->jc.workers;
     const int dense = s->jc.agg == PROTO_AGG_DENSE;
-    const float scale = (float)(s->jc.lr / (double)W);
+    const float scale =
+        (float)(proto_jobcfg_lr_at(&s->jc, p->iter) / (double)W);
     uint32_t nt = 0, nu;
     proto_buf *payload;
     uint32_t *uidx;
@@ -664,7 +668,8 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
 static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
                             const proto_msg *m)
 {
-    const float scale = (float)(s->jc.lr / (double)s->jc.workers);
+    const float scale =
+        (float)(proto_jobcfg_lr_at(&s->jc, m->iter) / (double)s->jc.workers);
     const int dense = m->codec == PROTO_CODEC_DENSE;
     float *delta = flps_malloc(((size_t)m->n + 1) * sizeof(float));
     wal_record wr;

@@ -71,6 +71,8 @@ struct flps_client {
     int async;
     proto_agg agg;
     double density, lr, momentum;
+    int lr_cosine;
+    uint64_t iterations;
     double retry_s, deadline_s;
     uint32_t part_size;
     transport *t;
@@ -526,6 +528,8 @@ static flps_err client_register(flps_client *c)
         m.cfg.agg = (uint8_t)c->agg;
         m.cfg.density = c->density;
         m.cfg.lr = c->lr;
+        m.cfg.lr_schedule = c->lr_cosine ? PROTO_LR_COSINE : PROTO_LR_CONSTANT;
+        m.cfg.iterations = c->iterations;
         m.ntensors = c->ntensors;
         m.tensors = pt;
         rc = creq_build(&c->shard_req[s], CREQ_REGISTER, s, &m, NULL);
@@ -562,6 +566,8 @@ flps_err flps_client_create(const flps_client_config *cfg, flps_client **out)
     c->async = cfg->async != 0;
     c->lr = cfg->lr;
     c->momentum = cfg->momentum;
+    c->lr_cosine = cfg->lr_cosine != 0;
+    c->iterations = cfg->iterations;
     c->part_size = cfg->part_size ? cfg->part_size : 65536;
     c->retry_s = (cfg->retry_ms > 0 ? cfg->retry_ms : 2000) / 1000.0;
     c->deadline_s = (cfg->deadline_ms > 0 ? cfg->deadline_ms : 300000) / 1000.0;

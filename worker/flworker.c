@@ -264,6 +264,8 @@ int main(int argc, char **argv)
     cc.compression = comp;
     cc.lr = spec.lr;
     cc.momentum = spec.momentum;
+    cc.lr_cosine = spec.lr_schedule == JOBSPEC_LR_COSINE;
+    cc.iterations = spec.iterations;
     rc = flps_client_create(&cc, &client);
     if (rc != FLPS_OK) {
         log_error("cannot join the parameter servers: %s",
