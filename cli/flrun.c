@@ -57,7 +57,7 @@ static double mono_s(void)
 
 static void human_bytes(double b, char *buf, size_t len)
 {
-    const char *u[] = { "B", "KB", "MB", "GB", "TB" };
+    const char *u[] = {"B", "KB", "MB", "GB", "TB"};
     int i = 0;
     while (b >= 1000 && i < 4) {
         b /= 1000;
@@ -89,9 +89,9 @@ static void show_progress(run *r)
                 "dense)  %.0fs, eta %.0fs ",
                 bar, (unsigned long long)r->last_iter,
                 (unsigned long long)r->spec.iterations, r->last_loss, sent,
-                r->last_dense ? 100.0 * (double)r->last_sent /
-                                    (double)r->last_dense
-                              : 0.0,
+                r->last_dense
+                    ? 100.0 * (double)r->last_sent / (double)r->last_dense
+                    : 0.0,
                 el, eta);
         r->need_newline = 1;
     } else {
@@ -100,9 +100,9 @@ static void show_progress(run *r)
                 "%.1fs\n",
                 (unsigned long long)r->last_iter,
                 (unsigned long long)r->spec.iterations, r->last_loss, sent,
-                r->last_dense ? 100.0 * (double)r->last_sent /
-                                    (double)r->last_dense
-                              : 0.0,
+                r->last_dense
+                    ? 100.0 * (double)r->last_sent / (double)r->last_dense
+                    : 0.0,
                 el);
     }
 }
@@ -145,13 +145,11 @@ static void on_worker_line(void *arg, proc *p, const char *line)
         r->last_sent = json_u64(o, "bytes_sent");
         r->last_dense = json_u64(o, "dense_bytes");
         if (r->tty || r->spec.iterations < 10 ||
-            it % (r->spec.iterations / 10 ? r->spec.iterations / 10 : 1) ==
-                0 ||
+            it % (r->spec.iterations / 10 ? r->spec.iterations / 10 : 1) == 0 ||
             it == r->spec.iterations)
             show_progress(r);
     } else if (strcmp(ev, "eval") == 0) {
-        r->test_accuracy =
-            json_real_value(json_object_get(o, "test_accuracy"));
+        r->test_accuracy = json_real_value(json_object_get(o, "test_accuracy"));
         r->test_loss = json_real_value(json_object_get(o, "test_loss"));
         r->have_accuracy = 1;
         if (!r->quiet) {
@@ -186,8 +184,9 @@ static void report_death(run *r, proc *p)
 
     end_progress_line(r);
     proc_describe(p->status, how, sizeof(how));
-    fprintf(stderr, "flrun: %s (pid %d) stopped unexpectedly: %s; last lines "
-                    "of %s:\n",
+    fprintf(stderr,
+            "flrun: %s (pid %d) stopped unexpectedly: %s; last lines "
+            "of %s:\n",
             p->name, (int)p->pid, how, p->log_path);
     proc_print_tail(p->log_path, 12);
 }
@@ -242,7 +241,7 @@ static void pump(run *r, int timeout_ms)
         }
     }
     if (n == 0) {
-        struct timespec ts = { 0, (long)timeout_ms * 1000000L };
+        struct timespec ts = {0, (long)timeout_ms * 1000000L};
         nanosleep(&ts, NULL);
         return;
     }
@@ -252,19 +251,18 @@ static void pump(run *r, int timeout_ms)
         proc *p = &r->procs[map[k]];
         if (fds[k].revents == 0)
             continue;
-        proc_read_lines(p, map[k] < r->nservers ? on_server_line
-                                                : on_worker_line,
-                        r);
+        proc_read_lines(
+            p, map[k] < r->nservers ? on_server_line : on_worker_line, r);
     }
 }
 
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        { "log-dir", required_argument, NULL, 'l' },
-        { "quiet", no_argument, NULL, 'q' },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+        {"log-dir", required_argument, NULL, 'l'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     char errbuf[1024], flps_bin[PATH_MAX], worker_bin[PATH_MAX];
     char logdir[PATH_MAX] = "", ckptdir[PATH_MAX + 16], comp[64];
@@ -302,9 +300,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "flrun: %s\nnothing was started.\n", errbuf);
         return 2;
     }
-    if (r.spec.servers > 256 || r.spec.workers + r.spec.servers > RUN_MAX_PROCS) {
-        fprintf(stderr, "flrun: %u servers and %u workers are more than one "
-                        "machine runs; use flsubmit on a cluster\n",
+    if (r.spec.servers > 256 ||
+        r.spec.workers + r.spec.servers > RUN_MAX_PROCS) {
+        fprintf(stderr,
+                "flrun: %u servers and %u workers are more than one "
+                "machine runs; use flsubmit on a cluster\n",
                 r.spec.servers, r.spec.workers);
         return 2;
     }
@@ -400,8 +400,9 @@ int main(int argc, char **argv)
             goto stop;
         }
         if (mono_s() - r.t0 > 30) {
-            fprintf(stderr, "flrun: the servers did not report their ports "
-                            "within 30 s; see %s\n",
+            fprintf(stderr,
+                    "flrun: the servers did not report their ports "
+                    "within 30 s; see %s\n",
                     logdir);
             goto stop;
         }
@@ -415,8 +416,8 @@ int main(int argc, char **argv)
     }
     for (uint32_t w = 0; w < r.spec.workers; w++) {
         char rank[16], name[64], log[PATH_MAX + 32];
-        char *args[] = { worker_bin, "--job",     (char *)job_path, "--rank",
-                         rank,       "--servers", servers_arg,      NULL };
+        char *args[] = {worker_bin, "--job",     (char *)job_path, "--rank",
+                        rank,       "--servers", servers_arg,      NULL};
         snprintf(rank, sizeof(rank), "%u", w);
         snprintf(name, sizeof(name), "flworker rank %u", w);
         snprintf(log, sizeof(log), "%s/flworker-%u.log", logdir, w);
@@ -433,10 +434,10 @@ int main(int argc, char **argv)
         while ((p = proc_reap(r.procs, r.nprocs)) != NULL) {
             size_t idx = (size_t)(p - r.procs);
             /* Drain what it printed before judging its exit. */
-            while (p->out_fd >= 0 && proc_read_lines(p, idx < r.nservers
-                                                            ? on_server_line
-                                                            : on_worker_line,
-                                                     &r))
+            while (
+                p->out_fd >= 0 &&
+                proc_read_lines(
+                    p, idx < r.nservers ? on_server_line : on_worker_line, &r))
                 pump(&r, 10);
             if (interrupted)
                 goto stop;
@@ -457,8 +458,9 @@ int main(int argc, char **argv)
     proc_stop_all(r.procs, r.nprocs, 10000);
     wall = mono_s() - r.t0;
     if (r.done != r.spec.workers || !r.have_accuracy) {
-        fprintf(stderr, "flrun: %u of %u workers reported their results; see "
-                        "%s\n",
+        fprintf(stderr,
+                "flrun: %u of %u workers reported their results; see "
+                "%s\n",
                 r.done, r.spec.workers, logdir);
         return 1;
     }
@@ -467,9 +469,9 @@ int main(int argc, char **argv)
                 "flrun: done in %.1f s: test accuracy %.4f; workers sent %llu "
                 "bytes, %.2f%% of the %llu a dense run sends\n",
                 wall, r.test_accuracy, (unsigned long long)r.bytes_sent,
-                r.dense_bytes ? 100.0 * (double)r.bytes_sent /
-                                    (double)r.dense_bytes
-                              : 0.0,
+                r.dense_bytes
+                    ? 100.0 * (double)r.bytes_sent / (double)r.dense_bytes
+                    : 0.0,
                 (unsigned long long)r.dense_bytes);
     printf("{\"test_accuracy\":%.4f,\"iterations\":%llu,\"bytes_sent\":%llu,"
            "\"bytes_received\":%llu,\"dense_bytes\":%llu,"

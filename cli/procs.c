@@ -98,7 +98,7 @@ proc *proc_reap(proc *procs, size_t n)
 
 void proc_stop_all(proc *procs, size_t n, int grace_ms)
 {
-    struct timespec ts = { 0, 20 * 1000000L };
+    struct timespec ts = {0, 20 * 1000000L};
     int waited = 0, alive;
 
     for (size_t i = 0; i < n; i++)
@@ -139,7 +139,7 @@ void proc_describe(int status, char *buf, size_t len)
 void proc_print_tail(const char *path, int lines)
 {
     FILE *f = fopen(path, "r");
-    char *ring[64] = { 0 };
+    char *ring[64] = {0};
     char buf[1024];
     int n = 0;
 

@@ -9,14 +9,14 @@
 #include "common/err.h"
 
 typedef struct proc {
-    char name[64];     /* "flps shard 1", "flworker rank 3" */
+    char name[64]; /* "flps shard 1", "flworker rank 3" */
     char log_path[512];
-    pid_t pid;         /* 0 once reaped */
-    int out_fd;        /* read end of its stdout, -1 when closed */
-    char line[65536];  /* partial line being assembled */
+    pid_t pid;        /* 0 once reaped */
+    int out_fd;       /* read end of its stdout, -1 when closed */
+    char line[65536]; /* partial line being assembled */
     size_t linelen;
     int exited;
-    int status;        /* wait status once exited */
+    int status; /* wait status once exited */
 } proc;
 
 /* Start argv[0] (a path) with stdout piped to p->out_fd and stderr

@@ -55,35 +55,35 @@ typedef enum {
 } jobspec_transport;
 
 typedef struct jobspec {
-    char name[64];            /* required; [A-Za-z0-9_.-], 1..63 chars */
-    jobspec_model model;      /* required */
-    jobspec_dataset dataset;  /* default fashion-mnist */
-    char data_dir[256];       /* default /usr/share/datasets/fashion-mnist */
+    char name[64];           /* required; [A-Za-z0-9_.-], 1..63 chars */
+    jobspec_model model;     /* required */
+    jobspec_dataset dataset; /* default fashion-mnist */
+    char data_dir[256];      /* default /usr/share/datasets/fashion-mnist */
     jobspec_partition partition;
-    double dirichlet_alpha;   /* partition: dirichlet:A (A > 0) */
-    uint32_t workers;         /* 1..1024, default 1 */
-    uint32_t servers;         /* 1..256, default 1 */
-    jobspec_mode mode;        /* default ssgd */
-    uint32_t staleness;       /* ssp:S, S >= 0 */
-    uint64_t iterations;      /* >= 1, default 1000 (ssgd/async/ssp) */
-    uint32_t rounds;          /* fedavg, default 10 */
-    uint32_t local_steps;     /* fedavg, default 10 */
-    double client_fraction;   /* fedavg, (0, 1], default 1 */
-    uint32_t batch_size;      /* 1..65536, default 32 */
-    double lr;                /* > 0, default 0.05 */
-    double momentum;          /* [0, 1), default 0.9 */
+    double dirichlet_alpha;          /* partition: dirichlet:A (A > 0) */
+    uint32_t workers;                /* 1..1024, default 1 */
+    uint32_t servers;                /* 1..256, default 1 */
+    jobspec_mode mode;               /* default ssgd */
+    uint32_t staleness;              /* ssp:S, S >= 0 */
+    uint64_t iterations;             /* >= 1, default 1000 (ssgd/async/ssp) */
+    uint32_t rounds;                 /* fedavg, default 10 */
+    uint32_t local_steps;            /* fedavg, default 10 */
+    double client_fraction;          /* fedavg, (0, 1], default 1 */
+    uint32_t batch_size;             /* 1..65536, default 32 */
+    double lr;                       /* > 0, default 0.05 */
+    double momentum;                 /* [0, 1), default 0.9 */
     jobspec_lr_schedule lr_schedule; /* default constant */
-    jobspec_comp compression; /* default dense */
-    double density;           /* topk/gtopk/randk/dgc: (0, 1] */
-    uint32_t qsgd_bits;       /* qsgd:BITS, 1..8 */
-    jobspec_transport transport; /* default zmq */
-    uint64_t seed;            /* default 1 */
-    uint64_t eval_every;      /* iterations between test evaluations,
-                                 0 = only at the end; default 100 */
-    uint32_t part_size;       /* max elements per part, default 65536 */
-    double checkpoint_interval; /* seconds, 0 = off; default 0 */
-    uint32_t max_restarts;    /* default 0 (used by flsched) */
-    uint32_t priority;        /* default 0 (used by flsched) */
+    jobspec_comp compression;        /* default dense */
+    double density;                  /* topk/gtopk/randk/dgc: (0, 1] */
+    uint32_t qsgd_bits;              /* qsgd:BITS, 1..8 */
+    jobspec_transport transport;     /* default zmq */
+    uint64_t seed;                   /* default 1 */
+    uint64_t eval_every;             /* iterations between test evaluations,
+                                        0 = only at the end; default 100 */
+    uint32_t part_size;              /* max elements per part, default 65536 */
+    double checkpoint_interval;      /* seconds, 0 = off; default 0 */
+    uint32_t max_restarts;           /* default 0 (used by flsched) */
+    uint32_t priority;               /* default 0 (used by flsched) */
 } jobspec;
 
 /* Parse and validate a job file held in memory (YAML; JSON is YAML too).
@@ -101,8 +101,8 @@ typedef struct jobspec {
  * Returns FLPS_OK, FLPS_ECONFIG (message in errbuf), FLPS_ENOMEM, or
  * FLPS_EINVAL when text (with len > 0) or out is NULL. errbuf may be NULL
  * or errlen 0; the message is then dropped; a long one is cut to errlen. */
-flps_err jobspec_parse(const char *text, size_t len, jobspec *out,
-                       char *errbuf, size_t errlen);
+flps_err jobspec_parse(const char *text, size_t len, jobspec *out, char *errbuf,
+                       size_t errlen);
 
 /* Read FILE and parse it as above; also checks that the dataset files exist
  * (for fashion-mnist: the four IDX .gz files under data_dir). Errors name

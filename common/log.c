@@ -33,7 +33,7 @@ void flps_log_setup(const char *component, flps_log_level min_level)
 
 void flps_log(flps_log_level level, const char *fmt, ...)
 {
-    static const char *names[] = { "DEBUG", "INFO", "WARN", "ERROR" };
+    static const char *names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
     char line[1024];
     struct timespec ts;
     struct tm tm;
@@ -45,11 +45,11 @@ void flps_log(flps_log_level level, const char *fmt, ...)
         return;
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
-    n = snprintf(line, sizeof(line),
-                 "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s %s[%d]: ",
-                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                 tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000L,
-                 names[level & 3], log_component, (int)getpid());
+    n = snprintf(
+        line, sizeof(line),
+        "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s %s[%d]: ", tm.tm_year + 1900,
+        tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+        ts.tv_nsec / 1000000L, names[level & 3], log_component, (int)getpid());
     if (n < 0)
         return;
     len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
@@ -57,8 +57,8 @@ void flps_log(flps_log_level level, const char *fmt, ...)
     n = vsnprintf(line + len, sizeof(line) - len, fmt, ap);
     va_end(ap);
     if (n > 0)
-        len += (size_t)n < sizeof(line) - len ? (size_t)n
-                                              : sizeof(line) - len - 1;
+        len +=
+            (size_t)n < sizeof(line) - len ? (size_t)n : sizeof(line) - len - 1;
     if (len >= sizeof(line) - 1)
         len = sizeof(line) - 2;
     line[len++] = '\n';

@@ -29,26 +29,26 @@ typedef struct flps_tensor {
 } flps_tensor;
 
 typedef struct flps_client_config {
-    const char *job;           /* job id, 1..63 chars */
-    uint32_t rank;             /* 0..workers-1 */
+    const char *job; /* job id, 1..63 chars */
+    uint32_t rank;   /* 0..workers-1 */
     uint32_t workers;
     const char *const *servers; /* shard endpoints, shard i = servers[i] */
     uint32_t nservers;
     const flps_tensor *tensors; /* the model layout, first layer first */
     uint32_t ntensors;
-    uint32_t part_size;        /* max elements per part; 0 = 65536 */
-    int async;                 /* 0: synchronous S-SGD; 1: asynchronous */
-    const char *compression;   /* "dense", "topk:D" or "gtopk:D" */
-    double lr;                 /* > 0 */
-    int lr_cosine;             /* 0: constant lr; 1: cosine decay of lr to
-                                  0 over `iterations` (applied by the
-                                  shards at each iteration) */
-    uint64_t iterations;       /* the schedule's length */
-    double momentum;           /* [0, 1): worker-side momentum (correction) */
-    int retry_ms;              /* resend an unanswered request after this;
-                                  0 = 2000 */
-    int deadline_ms;           /* give up on a request after this;
-                                  0 = 300000 */
+    uint32_t part_size;      /* max elements per part; 0 = 65536 */
+    int async;               /* 0: synchronous S-SGD; 1: asynchronous */
+    const char *compression; /* "dense", "topk:D" or "gtopk:D" */
+    double lr;               /* > 0 */
+    int lr_cosine;           /* 0: constant lr; 1: cosine decay of lr to
+                                0 over `iterations` (applied by the
+                                shards at each iteration) */
+    uint64_t iterations;     /* the schedule's length */
+    double momentum;         /* [0, 1): worker-side momentum (correction) */
+    int retry_ms;            /* resend an unanswered request after this;
+                                0 = 2000 */
+    int deadline_ms;         /* give up on a request after this;
+                                0 = 300000 */
 } flps_client_config;
 
 typedef struct flps_client_stats {

@@ -11,7 +11,7 @@
     X(FLPS_ESYS, "system call failed")                                         \
     X(FLPS_ERANGE, "index out of range")                                       \
     X(FLPS_ENONFINITE, "non-finite value (NaN or Inf)")                        \
-    X(FLPS_ELATE, "push for an iteration that is already closed")             \
+    X(FLPS_ELATE, "push for an iteration that is already closed")              \
     X(FLPS_EDUP, "second push of the same worker in one iteration")            \
     X(FLPS_EFUTURE, "push for an iteration that has not opened yet")           \
     X(FLPS_EJOB, "wrong job id")                                               \

@@ -11,7 +11,8 @@
 #include "common/alloc.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "flps frames are little-endian and sent as-is; big-endian hosts are not supported"
+#error                                                                         \
+    "flps frames are little-endian and sent as-is; big-endian hosts are not supported"
 #endif
 
 const char *proto_op_name(uint8_t op)
@@ -51,8 +52,7 @@ static int op_has_values(uint8_t op)
 }
 
 flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
-                          proto_frame frames[PROTO_MAX_FRAMES],
-                          size_t *nframes)
+                          proto_frame frames[PROTO_MAX_FRAMES], size_t *nframes)
 {
     msgpack_sbuffer sb;
     msgpack_packer pk;
@@ -148,9 +148,8 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
 double proto_jobcfg_lr_at(const proto_jobcfg *cfg, uint64_t t)
 {
     if (cfg->lr_schedule == PROTO_LR_COSINE && cfg->iterations > 0) {
-        double x = t >= cfg->iterations
-                       ? 1.0
-                       : (double)t / (double)cfg->iterations;
+        double x =
+            t >= cfg->iterations ? 1.0 : (double)t / (double)cfg->iterations;
         return cfg->lr * 0.5 * (1.0 + cos(M_PI * x));
     }
     return cfg->lr;

@@ -19,13 +19,13 @@ typedef enum {
     PROTO_OP_REGISTER = 1,    /* worker -> shard: layout + job config */
     PROTO_OP_REGISTER_OK = 2, /* shard -> worker */
     PROTO_OP_INIT = 3,        /* rank 0 -> shard: initial values of a part */
-    PROTO_OP_PUSH = 4,        /* worker -> shard: contribution to (part, iter) */
-    PROTO_OP_UPDATE = 5,      /* shard -> worker: the update of (part, iter) */
-    PROTO_OP_PULL = 6,        /* worker -> shard: send me the whole part */
-    PROTO_OP_PULL_REPLY = 7,  /* shard -> worker: the part's values */
-    PROTO_OP_CHECKPOINT = 8,  /* anyone -> shard: write a checkpoint now */
-    PROTO_OP_ACK = 9,         /* shard -> worker: done (init, checkpoint) */
-    PROTO_OP_ERROR = 10,      /* shard -> worker: refused; status + text */
+    PROTO_OP_PUSH = 4,       /* worker -> shard: contribution to (part, iter) */
+    PROTO_OP_UPDATE = 5,     /* shard -> worker: the update of (part, iter) */
+    PROTO_OP_PULL = 6,       /* worker -> shard: send me the whole part */
+    PROTO_OP_PULL_REPLY = 7, /* shard -> worker: the part's values */
+    PROTO_OP_CHECKPOINT = 8, /* anyone -> shard: write a checkpoint now */
+    PROTO_OP_ACK = 9,        /* shard -> worker: done (init, checkpoint) */
+    PROTO_OP_ERROR = 10,     /* shard -> worker: refused; status + text */
     PROTO_OP_MAX_ = 10,
 } proto_op;
 
@@ -56,13 +56,13 @@ typedef enum {
 
 /* The job configuration every worker sends with REGISTER; all must agree. */
 typedef struct proto_jobcfg {
-    uint32_t shard;     /* which shard this message is for */
+    uint32_t shard; /* which shard this message is for */
     uint32_t nshards;
     uint32_t workers;
     uint32_t part_size;
-    uint8_t mode;       /* proto_mode */
-    uint8_t agg;        /* proto_agg */
-    double density;     /* gtopk: k = max(floor(density * numel), 1) */
+    uint8_t mode;   /* proto_mode */
+    uint8_t agg;    /* proto_agg */
+    double density; /* gtopk: k = max(floor(density * numel), 1) */
     double lr;
     uint8_t lr_schedule; /* proto_lr_schedule */
     uint64_t iterations; /* the schedule's length */
@@ -94,8 +94,8 @@ typedef struct proto_msg {
     const uint32_t *rej; /* that the update did not take */
     uint32_t status;     /* ERROR: an flps_err; ACK: op-specific flag */
     char text[PROTO_ERRMSG_MAX + 1]; /* ERROR: human message */
-    proto_jobcfg cfg;    /* REGISTER */
-    uint32_t ntensors;   /* REGISTER */
+    proto_jobcfg cfg;                /* REGISTER */
+    uint32_t ntensors;               /* REGISTER */
     proto_tensor *tensors;
 } proto_msg;
 

@@ -18,7 +18,7 @@ typedef struct partmap_part {
 
 typedef struct partmap {
     uint32_t nparts;
-    partmap_part *parts;  /* ordered by (tensor, offset); part id = index */
+    partmap_part *parts; /* ordered by (tensor, offset); part id = index */
     uint32_t nshards;
     uint64_t *shard_load; /* elements owned per shard */
     uint32_t ntensors;

@@ -170,8 +170,8 @@ static flps_err zt_send(transport *t, uint32_t peer, const transport_frame *f,
         return FLPS_ECLOSED;
     if (z->router != NULL) {
         s = z->router;
-        if (zmq_send(s, z->peers[peer].id, z->peers[peer].idlen,
-                     ZMQ_SNDMORE) < 0) {
+        if (zmq_send(s, z->peers[peer].id, z->peers[peer].idlen, ZMQ_SNDMORE) <
+            0) {
             /* EHOSTUNREACH: the peer's connection is gone. Nothing was
              * queued: a ROUTER discards a message whose first part fails. */
             zt_fail(z, "zmq_send(routing id)");
@@ -192,8 +192,8 @@ static flps_err zt_send(transport *t, uint32_t peer, const transport_frame *f,
             memcpy(zmq_msg_data(&m), base + f[i].off, f[i].len);
         } else {
             proto_buf_hold(f[i].buf);
-            if (zmq_msg_init_data(&m, base + f[i].off, f[i].len,
-                                  zt_frame_done, f[i].buf) != 0) {
+            if (zmq_msg_init_data(&m, base + f[i].off, f[i].len, zt_frame_done,
+                                  f[i].buf) != 0) {
                 proto_buf_release(f[i].buf);
                 return zt_fail(z, "zmq_msg_init_data");
             }
@@ -282,7 +282,7 @@ static flps_err zt_recv(transport *t, int timeout_ms, transport_rx **out)
     flps_err rc;
 
     if (z->router != NULL) {
-        zmq_pollitem_t it = { z->router, 0, ZMQ_POLLIN, 0 };
+        zmq_pollitem_t it = {z->router, 0, ZMQ_POLLIN, 0};
         n = zmq_poll(&it, 1, timeout_ms);
         s = z->router;
     } else {
@@ -360,8 +360,7 @@ static flps_err zt_recv(transport *t, int timeout_ms, transport_rx **out)
     t->stats.msgs_recv++;
     if (overflow) {
         snprintf(t->errmsg, sizeof(t->errmsg),
-                 "message with more than %d frames dropped",
-                 PROTO_MAX_FRAMES);
+                 "message with more than %d frames dropped", PROTO_MAX_FRAMES);
         rc = FLPS_EPROTO;
         goto fail;
     }

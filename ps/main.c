@@ -66,16 +66,16 @@ static double now_s(void)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        { "job", required_argument, NULL, 'j' },
-        { "shard", required_argument, NULL, 's' },
-        { "shards", required_argument, NULL, 'n' },
-        { "listen", required_argument, NULL, 'l' },
-        { "checkpoint-dir", required_argument, NULL, 'd' },
-        { "checkpoint-interval", required_argument, NULL, 'i' },
-        { "restore", no_argument, NULL, 'r' },
-        { "fsync", no_argument, NULL, 'f' },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+        {"job", required_argument, NULL, 'j'},
+        {"shard", required_argument, NULL, 's'},
+        {"shards", required_argument, NULL, 'n'},
+        {"listen", required_argument, NULL, 'l'},
+        {"checkpoint-dir", required_argument, NULL, 'd'},
+        {"checkpoint-interval", required_argument, NULL, 'i'},
+        {"restore", no_argument, NULL, 'r'},
+        {"fsync", no_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *job = NULL, *listen_ep = "tcp://127.0.0.1:0", *dir = NULL;
     uint32_t shard = UINT32_MAX, nshards = 0, interval = 0;
@@ -153,8 +153,7 @@ int main(int argc, char **argv)
 
     rc = transport_zmq_create(&t);
     if (rc != FLPS_OK) {
-        log_error("cannot create the ZeroMQ transport: %s",
-                  flps_strerror(rc));
+        log_error("cannot create the ZeroMQ transport: %s", flps_strerror(rc));
         return 1;
     }
     rc = transport_listen(t, listen_ep, bound, sizeof(bound));
@@ -218,8 +217,8 @@ out:
         log_info("served %llu pushes, %llu updates, %llu pulls; refused %llu "
                  "messages; received %llu bytes, sent %llu bytes",
                  (unsigned long long)st->pushes,
-                 (unsigned long long)st->updates,
-                 (unsigned long long)st->pulls, (unsigned long long)refused,
+                 (unsigned long long)st->updates, (unsigned long long)st->pulls,
+                 (unsigned long long)refused,
                  (unsigned long long)t->stats.bytes_recv,
                  (unsigned long long)t->stats.bytes_sent);
     }

@@ -16,7 +16,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 
-#define WAL_MAGIC 0x524c5746u  /* "FWLR" */
+#define WAL_MAGIC 0x524c5746u /* "FWLR" */
 #define CKPT_MAGIC "FLPSCKP1"
 
 /* On-disk WAL record header; the payload (idx then val) follows, then a
@@ -40,8 +40,7 @@ void persist_paths(const char *dir, uint32_t shard, char *ckpt, char *wal,
         snprintf(wal, len, "%s/shard-%u.wal", dir, shard);
 }
 
-static flps_err write_all(int fd, const void *buf, size_t len,
-                          const char *what)
+static flps_err write_all(int fd, const void *buf, size_t len, const char *what)
 {
     const char *p = buf;
 
@@ -64,8 +63,7 @@ flps_err wal_open(const char *path, int *fd)
     int f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 
     if (f < 0) {
-        log_error("cannot open write-ahead log %s: %s", path,
-                  strerror(errno));
+        log_error("cannot open write-ahead log %s: %s", path, strerror(errno));
         return FLPS_EIO;
     }
     *fd = f;

@@ -29,11 +29,11 @@ typedef struct ps_part {
     int initialized;
     /* Synchronous aggregation of the open iteration. */
     uint32_t arrived;
-    transport_rx **rx;  /* per rank: the waiting push, or NULL */
-    proto_msg *push;    /* per rank: its decoded header (points into rx) */
-    uint32_t *peer;     /* per rank: where to send the update */
-    float *acc;         /* dense accumulator, zero outside touched */
-    uint8_t *mark;      /* per element: 1 touched, 2 selected */
+    transport_rx **rx; /* per rank: the waiting push, or NULL */
+    proto_msg *push;   /* per rank: its decoded header (points into rx) */
+    uint32_t *peer;    /* per rank: where to send the update */
+    float *acc;        /* dense accumulator, zero outside touched */
+    uint8_t *mark;     /* per element: 1 touched, 2 selected */
     uint32_t *touched;
     uint64_t *last_async; /* async: per rank, last iteration applied + 1 */
     ps_pull_wait *pulls;  /* pulls waiting for initial values */
@@ -52,8 +52,8 @@ struct ps_shard {
     partmap pm;
     ps_part **parts; /* by part id; NULL where another shard owns it */
     uint32_t nowned;
-    uint32_t *sel;   /* scratch for gtopk positions */
-    float *gath;     /* scratch for gtopk values */
+    uint32_t *sel; /* scratch for gtopk positions */
+    float *gath;   /* scratch for gtopk values */
     size_t scratch_cap;
     ps_shard_stats stats;
 };
@@ -279,8 +279,8 @@ fail:
 }
 
 /* Compare a worker's layout and configuration with the registered ones. */
-static flps_err layout_compare(const ps_shard *s, const proto_msg *m,
-                               char *why, size_t len)
+static flps_err layout_compare(const ps_shard *s, const proto_msg *m, char *why,
+                               size_t len)
 {
     const proto_jobcfg *a = &s->jc, *b = &m->cfg;
 
@@ -292,13 +292,12 @@ static flps_err layout_compare(const ps_shard *s, const proto_msg *m,
     for (uint32_t i = 0; i < m->ntensors; i++) {
         if (strcmp(m->tensors[i].name, s->tensors[i].name) != 0 ||
             m->tensors[i].numel != s->tensors[i].numel) {
-            snprintf(why, len,
-                     "tensor %u is %s[%llu] on the worker but %s[%llu] in "
-                     "the job",
-                     i, m->tensors[i].name,
-                     (unsigned long long)m->tensors[i].numel,
-                     s->tensors[i].name,
-                     (unsigned long long)s->tensors[i].numel);
+            snprintf(
+                why, len,
+                "tensor %u is %s[%llu] on the worker but %s[%llu] in "
+                "the job",
+                i, m->tensors[i].name, (unsigned long long)m->tensors[i].numel,
+                s->tensors[i].name, (unsigned long long)s->tensors[i].numel);
             return FLPS_ELAYOUT;
         }
     }
@@ -312,8 +311,8 @@ static flps_err layout_compare(const ps_shard *s, const proto_msg *m,
                  "%llu) differ from the job's (%u, %u, %u, %u, %g, %g, %u "
                  "over %llu)",
                  b->workers, b->part_size, b->mode, b->agg, b->density, b->lr,
-                 b->lr_schedule, (unsigned long long)b->iterations,
-                 a->workers, a->part_size, a->mode, a->agg, a->density, a->lr,
+                 b->lr_schedule, (unsigned long long)b->iterations, a->workers,
+                 a->part_size, a->mode, a->agg, a->density, a->lr,
                  a->lr_schedule, (unsigned long long)a->iterations);
         return FLPS_ELAYOUT;
     }
@@ -363,12 +362,11 @@ static flps_err on_register(ps_shard *s, uint32_t peer, const proto_msg *m)
                         flps_strerror(rc));
             return rc;
         }
-        log_info("job %s registered by rank %u: %u tensors, %u parts, %u "
-                 "owned by shard %u (%llu elements), %u workers",
-                 s->job, m->rank, s->ntensors, s->pm.nparts, s->nowned,
-                 s->cfg.shard,
-                 (unsigned long long)s->pm.shard_load[s->cfg.shard],
-                 s->jc.workers);
+        log_info(
+            "job %s registered by rank %u: %u tensors, %u parts, %u "
+            "owned by shard %u (%llu elements), %u workers",
+            s->job, m->rank, s->ntensors, s->pm.nparts, s->nowned, s->cfg.shard,
+            (unsigned long long)s->pm.shard_load[s->cfg.shard], s->jc.workers);
     } else {
         rc = layout_compare(s, m, why, sizeof(why));
         if (rc != FLPS_OK) {
@@ -764,8 +762,8 @@ static flps_err on_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
     }
     if (p->rx[m->rank] != NULL) {
         reply_error(s, peer, m, FLPS_EDUP,
-                    "rank %u already pushed iteration %llu of part %u",
-                    m->rank, (unsigned long long)m->iter, p->id);
+                    "rank %u already pushed iteration %llu of part %u", m->rank,
+                    (unsigned long long)m->iter, p->id);
         return FLPS_EDUP;
     }
     p->rx[m->rank] = rx;
@@ -829,8 +827,8 @@ flps_err ps_shard_handle(ps_shard *s, transport_rx *rx)
                         flps_strerror(rc));
         break;
     default:
-        reply_error(s, rx->peer, &m, FLPS_EPROTO,
-                    "a shard does not accept %s", proto_op_name(m.op));
+        reply_error(s, rx->peer, &m, FLPS_EPROTO, "a shard does not accept %s",
+                    proto_op_name(m.op));
         rc = FLPS_EPROTO;
         break;
     }
@@ -978,7 +976,7 @@ flps_err ps_shard_create(const ps_shard_config *cfg, int restore,
                            &missing);
             if (rc == FLPS_OK) {
                 proto_msg m;
-                proto_frame f = { meta, metalen };
+                proto_frame f = {meta, metalen};
                 char why[256];
                 uint64_t nrec = 0;
 
@@ -995,8 +993,8 @@ flps_err ps_shard_create(const ps_shard_config *cfg, int restore,
                 proto_msg_fini(&m);
                 free(meta);
                 if (rc == FLPS_OK)
-                    rc = ckpt_read(s->ckpt_path, &meta, &metalen,
-                                   restore_part, s, &missing);
+                    rc = ckpt_read(s->ckpt_path, &meta, &metalen, restore_part,
+                                   s, &missing);
                 if (rc == FLPS_OK) {
                     free(meta);
                     rc = wal_replay(s->wal_path, replay_record, s, &nrec);
@@ -1008,8 +1006,7 @@ flps_err ps_shard_create(const ps_shard_config *cfg, int restore,
                          s->nowned, s->ckpt_path, (unsigned long long)nrec,
                          s->wal_path);
             } else if (missing) {
-                log_info("no checkpoint at %s: starting empty",
-                         s->ckpt_path);
+                log_info("no checkpoint at %s: starting empty", s->ckpt_path);
             } else {
                 goto fail;
             }

@@ -27,8 +27,8 @@ typedef struct ps_reply {
 typedef void (*ps_send_fn)(void *arg, uint32_t peer, const ps_reply *reply);
 
 typedef struct ps_shard_config {
-    const char *job;      /* the job this shard serves; borrowed */
-    uint32_t shard;       /* this shard's index */
+    const char *job; /* the job this shard serves; borrowed */
+    uint32_t shard;  /* this shard's index */
     uint32_t nshards;
     const char *ckpt_dir; /* NULL: no write-ahead log, no checkpoints */
     int fsync_wal;        /* fsync the log before every acknowledgement */
@@ -38,12 +38,12 @@ typedef struct ps_shard_config {
 
 /* Counters, for logs and /metrics. */
 typedef struct ps_shard_stats {
-    uint64_t pushes;      /* accepted */
-    uint64_t updates;     /* iterations closed (sync) or pushes applied */
+    uint64_t pushes;  /* accepted */
+    uint64_t updates; /* iterations closed (sync) or pushes applied */
     uint64_t pulls;
     uint64_t rejected[FLPS_ERR_COUNT_]; /* refused messages, by reason */
-    uint64_t elements_in;  /* index/value pairs received */
-    uint64_t elements_out; /* pairs sent in updates */
+    uint64_t elements_in;               /* index/value pairs received */
+    uint64_t elements_out;              /* pairs sent in updates */
     uint64_t checkpoints;
 } ps_shard_stats;
 

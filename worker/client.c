@@ -85,7 +85,7 @@ struct flps_client {
     flps_client_stats stats;
     uint64_t push_wire_bytes;  /* what pushes took on the wire (first sends) */
     uint64_t dense_wire_bytes; /* what they would have taken dense */
-    flps_err err; /* sticky */
+    flps_err err;              /* sticky */
     char errmsg[512];
 };
 
@@ -237,21 +237,18 @@ static flps_err on_reply(flps_client *c, const transport_rx *rx)
     char why[256];
     cpart *p = NULL;
     creq *r;
-    flps_err rc = proto_msg_decode(rx->frames, rx->nframes, &m, why,
-                                   sizeof(why));
+    flps_err rc =
+        proto_msg_decode(rx->frames, rx->nframes, &m, why, sizeof(why));
 
     if (rc != FLPS_OK) {
-        log_warn("ignoring a malformed reply from shard %u: %s", rx->peer,
-                 why);
+        log_warn("ignoring a malformed reply from shard %u: %s", rx->peer, why);
         return FLPS_OK;
     }
     if (m.op == PROTO_OP_REGISTER_OK ||
         (m.op == PROTO_OP_ACK &&
          c->shard_req[rx->peer].kind == CREQ_CHECKPOINT) ||
-        (m.op == PROTO_OP_ERROR &&
-         c->shard_req[rx->peer].kind != CREQ_NONE &&
-         (m.part >= c->pm.nparts ||
-          c->parts[m.part].req.kind == CREQ_NONE))) {
+        (m.op == PROTO_OP_ERROR && c->shard_req[rx->peer].kind != CREQ_NONE &&
+         (m.part >= c->pm.nparts || c->parts[m.part].req.kind == CREQ_NONE))) {
         r = &c->shard_req[rx->peer];
     } else {
         if (m.part >= c->pm.nparts || c->parts[m.part].shard != rx->peer)
@@ -328,16 +325,15 @@ static flps_err on_reply(flps_client *c, const transport_rx *rx)
         if (r->kind == CREQ_INIT && m.status == FLPS_ESTATE) {
             break; /* not registered yet after a restart: resend later */
         }
-        rc = set_error(c, m.status < FLPS_ERR_COUNT_ ? (flps_err)m.status
-                                                     : FLPS_EREMOTE,
-                       "shard %u (%s) refused %s: %s", rx->peer,
-                       c->endpoints[rx->peer],
-                       r->kind == CREQ_PUSH       ? "a push"
-                       : r->kind == CREQ_REGISTER ? "the registration"
-                       : r->kind == CREQ_PULL     ? "a pull"
-                       : r->kind == CREQ_INIT     ? "the initial values"
-                                                  : "a request",
-                       m.text);
+        rc = set_error(
+            c, m.status < FLPS_ERR_COUNT_ ? (flps_err)m.status : FLPS_EREMOTE,
+            "shard %u (%s) refused %s: %s", rx->peer, c->endpoints[rx->peer],
+            r->kind == CREQ_PUSH       ? "a push"
+            : r->kind == CREQ_REGISTER ? "the registration"
+            : r->kind == CREQ_PULL     ? "a pull"
+            : r->kind == CREQ_INIT     ? "the initial values"
+                                       : "a request",
+            m.text);
         creq_clear(r);
         break;
     default:
@@ -374,8 +370,8 @@ static flps_err check_timeouts(flps_client *c, creq *r, double now)
                          "running and reachable?",
                          r->shard, c->endpoints[r->shard], c->deadline_s);
     c->stats.resends++;
-    log_warn("no answer from shard %u (%s) for %.1f s: sending again",
-             r->shard, c->endpoints[r->shard], now - r->sent_at);
+    log_warn("no answer from shard %u (%s) for %.1f s: sending again", r->shard,
+             c->endpoints[r->shard], now - r->sent_at);
     return creq_send(c, r);
 }
 
@@ -550,8 +546,8 @@ flps_err flps_client_create(const flps_client_config *cfg, flps_client **out)
 
     if (cfg == NULL || out == NULL || cfg->job == NULL ||
         strlen(cfg->job) == 0 || strlen(cfg->job) > PROTO_JOB_MAX ||
-        cfg->workers == 0 || cfg->rank >= cfg->workers ||
-        cfg->nservers == 0 || cfg->servers == NULL || cfg->ntensors == 0 ||
+        cfg->workers == 0 || cfg->rank >= cfg->workers || cfg->nservers == 0 ||
+        cfg->servers == NULL || cfg->ntensors == 0 ||
         cfg->ntensors > PROTO_MAX_TENSORS || cfg->tensors == NULL ||
         !(cfg->lr > 0) || !isfinite(cfg->lr) || !(cfg->momentum >= 0) ||
         cfg->momentum >= 1)
@@ -703,8 +699,7 @@ flps_err flps_client_checkpoint(flps_client *c)
         if (rc == FLPS_OK)
             rc = creq_send(c, &c->shard_req[s]);
         if (rc != FLPS_OK)
-            return set_error(c, rc, "cannot ask shard %u for a checkpoint",
-                             s);
+            return set_error(c, rc, "cannot ask shard %u for a checkpoint", s);
     }
     return drain(c);
 }
@@ -777,8 +772,8 @@ flps_err flps_client_push(flps_client *c, uint32_t tensor, const float *grad,
         return FLPS_EINVAL;
     t = &c->tensors[tensor];
     first = c->pm.first_part[tensor];
-    last = tensor + 1 < c->ntensors ? c->pm.first_part[tensor + 1]
-                                    : c->pm.nparts;
+    last =
+        tensor + 1 < c->ntensors ? c->pm.first_part[tensor + 1] : c->pm.nparts;
     for (uint32_t pi = first; pi < last; pi++)
         if (c->parts[pi].req.kind != CREQ_NONE)
             return set_error(c, FLPS_ESTATE,

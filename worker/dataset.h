@@ -25,8 +25,8 @@ flps_err dataset_load_fmnist(const char *dir, const char *split, dataset *out);
 
 /* A deterministic synthetic classification set (Gaussian clusters, one per
  * class) with n samples, dim features, classes classes, seeded. */
-flps_err dataset_synthetic(size_t n, size_t dim, size_t classes,
-                           uint64_t seed, dataset *out);
+flps_err dataset_synthetic(size_t n, size_t dim, size_t classes, uint64_t seed,
+                           dataset *out);
 
 /* Frees what ds owns; ds may be zeroed or NULL. */
 void dataset_fini(dataset *ds);

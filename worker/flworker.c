@@ -89,8 +89,8 @@ static flps_err evaluate(model *m, const dataset *test, double *acc,
 {
     size_t correct = 0;
     double loss_sum = 0;
-    flps_err rc = model_evaluate(m, test->x, test->y, test->n, &correct,
-                                 &loss_sum);
+    flps_err rc =
+        model_evaluate(m, test->x, test->y, test->n, &correct, &loss_sum);
     if (rc == FLPS_OK) {
         *acc = (double)correct / (double)test->n;
         *loss = loss_sum / (double)test->n;
@@ -108,12 +108,12 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        { "job", required_argument, NULL, 'j' },
-        { "rank", required_argument, NULL, 'r' },
-        { "servers", required_argument, NULL, 's' },
-        { "job-id", required_argument, NULL, 'i' },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+        {"job", required_argument, NULL, 'j'},
+        {"rank", required_argument, NULL, 'r'},
+        {"servers", required_argument, NULL, 's'},
+        {"job-id", required_argument, NULL, 'i'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *job_file = NULL, *job_id = NULL;
     const char *servers[FLW_MAX_SERVERS];
@@ -131,7 +131,7 @@ int main(int argc, char **argv)
     flps_tensor *tensors = NULL;
     flps_client_config cc;
     flps_client_stats st;
-    size_t hidden[2] = { 256, 128 };
+    size_t hidden[2] = {256, 128};
     double t0, loss_window = 0, acc = -1, tloss = 0;
     uint64_t start_iter, progress_every, nwin = 0;
     int c, status = 1;
@@ -149,8 +149,9 @@ int main(int argc, char **argv)
             errno = 0;
             rank = strtol(optarg, &end, 10);
             if (errno != 0 || *end != '\0' || rank < 0) {
-                fprintf(stderr, "flworker: --rank wants an integer >= 0, got "
-                                "'%s'\n",
+                fprintf(stderr,
+                        "flworker: --rank wants an integer >= 0, got "
+                        "'%s'\n",
                         optarg);
                 return 2;
             }
@@ -226,12 +227,12 @@ int main(int argc, char **argv)
     if (dataset_split_iid(train.n, spec.workers, (uint32_t)rank, spec.seed,
                           &mine, &nmine) != FLPS_OK ||
         nmine == 0) {
-        log_error("cannot split %zu training samples over %u workers",
-                  train.n, spec.workers);
+        log_error("cannot split %zu training samples over %u workers", train.n,
+                  spec.workers);
         goto out;
     }
-    rc = model_create_mlp(train.dim, hidden, 2, train.classes,
-                          spec.batch_size, spec.seed, &m);
+    rc = model_create_mlp(train.dim, hidden, 2, train.classes, spec.batch_size,
+                          spec.seed, &m);
     if (rc != FLPS_OK) {
         log_error("cannot build the model: %s", flps_strerror(rc));
         goto out;
@@ -268,8 +269,7 @@ int main(int argc, char **argv)
     cc.iterations = spec.iterations;
     rc = flps_client_create(&cc, &client);
     if (rc != FLPS_OK) {
-        log_error("cannot join the parameter servers: %s",
-                  flps_strerror(rc));
+        log_error("cannot join the parameter servers: %s", flps_strerror(rc));
         goto out;
     }
     if (flps_client_init(client) != FLPS_OK) {
@@ -292,7 +292,7 @@ int main(int argc, char **argv)
     progress_every = spec.iterations / 100 ? spec.iterations / 100 : 1;
     t0 = mono_s();
     for (uint64_t it = start_iter; it < spec.iterations; it++) {
-        push_ctx pc = { client, m, it, FLPS_OK };
+        push_ctx pc = {client, m, it, FLPS_OK};
         float loss = 0;
 
         for (uint32_t b = 0; b < spec.batch_size; b++) {
@@ -309,8 +309,8 @@ int main(int argc, char **argv)
                    train.dim * sizeof(float));
             yb[b] = train.y[s];
         }
-        rc = model_train_step(m, xb, yb, spec.batch_size, &loss,
-                              on_grad_ready, &pc);
+        rc = model_train_step(m, xb, yb, spec.batch_size, &loss, on_grad_ready,
+                              &pc);
         if (rc != FLPS_OK) {
             log_error("training step %llu failed: %s (lower lr?)",
                       (unsigned long long)it, flps_strerror(rc));
@@ -325,8 +325,8 @@ int main(int argc, char **argv)
         }
         loss_window += loss;
         nwin++;
-        if (rank == 0 && ((it + 1) % progress_every == 0 ||
-                          it + 1 == spec.iterations)) {
+        if (rank == 0 &&
+            ((it + 1) % progress_every == 0 || it + 1 == spec.iterations)) {
             flps_client_get_stats(client, &st);
             printf("{\"event\":\"progress\",\"iter\":%llu,\"iterations\":%llu,"
                    "\"loss\":%.5f,\"bytes_sent\":%llu,\"dense_bytes\":%llu,"
@@ -366,8 +366,7 @@ int main(int argc, char **argv)
            rank, (unsigned long long)spec.iterations,
            (unsigned long long)st.bytes_sent,
            (unsigned long long)st.bytes_received,
-           (unsigned long long)st.dense_bytes,
-           (unsigned long long)st.resends);
+           (unsigned long long)st.dense_bytes, (unsigned long long)st.resends);
     if (rank == 0)
         printf(",\"test_accuracy\":%.4f,\"test_loss\":%.4f", acc, tloss);
     printf(",\"seconds\":%.3f}\n", mono_s() - t0);

@@ -47,8 +47,8 @@ size_t model_num_params(const model *m);
  * Errors: FLPS_EINVAL (NULL, b == 0, b > max_batch, a label >= classes),
  * FLPS_ENONFINITE (the loss is NaN or Inf; no grad is written). */
 typedef void (*model_grad_ready_fn)(void *arg, size_t tensor_index);
-flps_err model_train_step(model *m, const float *x, const uint8_t *y,
-                          size_t b, float *loss, model_grad_ready_fn layer_done,
+flps_err model_train_step(model *m, const float *x, const uint8_t *y, size_t b,
+                          float *loss, model_grad_ready_fn layer_done,
                           void *arg);
 
 /* Predict classes of b rows of x; counts the correct ones against y and sums

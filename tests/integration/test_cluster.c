@@ -14,7 +14,7 @@
 #define NT 3
 /* Tensor sizes and part size chosen so both shards own parts:
  * t0 = 10 elements -> parts of 4,4,2; t1 = 7 -> 4,3; t2 = 3 -> 3. */
-static const size_t numel[NT] = { 10, 7, 3 };
+static const size_t numel[NT] = {10, 7, 3};
 
 typedef struct worker {
     float *data[NT];
@@ -27,7 +27,7 @@ static void worker_init(worker *w, const char *job, uint32_t rank,
                         double lr)
 {
     flps_client_config cfg;
-    static const char *names[NT] = { "a.weight", "a.bias", "b.weight" };
+    static const char *names[NT] = {"a.weight", "a.bias", "b.weight"};
 
     for (int t = 0; t < NT; t++) {
         w->data[t] = calloc(numel[t], sizeof(float));
@@ -35,8 +35,8 @@ static void worker_init(worker *w, const char *job, uint32_t rank,
         /* Rank 0's values become the model; other ranks start wrong on
          * purpose so the pull must overwrite them. */
         for (size_t i = 0; i < numel[t]; i++)
-            w->data[t][i] = rank == 0 ? (float)(t * 100 + (int)i) * 0.5f
-                                      : -999.0f;
+            w->data[t][i] =
+                rank == 0 ? (float)(t * 100 + (int)i) * 0.5f : -999.0f;
         w->tensors[t].name = names[t];
         w->tensors[t].numel = numel[t];
         w->tensors[t].data = w->data[t];
@@ -81,8 +81,8 @@ static void step(worker *w, int nw, uint64_t it, float **expect, double lr)
             float g[16];
             for (size_t i = 0; i < numel[t]; i++)
                 g[i] = grad_of(r, it, t, i);
-            cr_assert_eq(flps_client_push(w[r].c, (uint32_t)t, g, it),
-                         FLPS_OK, "%s", flps_client_last_error(w[r].c));
+            cr_assert_eq(flps_client_push(w[r].c, (uint32_t)t, g, it), FLPS_OK,
+                         "%s", flps_client_last_error(w[r].c));
         }
     }
     for (int r = 0; r < nw; r++)
@@ -133,10 +133,10 @@ Test(cluster, two_shards_and_two_workers_hold_the_hand_computed_parameters,
     snprintf(log0, sizeof(log0), "%s/s0.log", dir);
     snprintf(log1, sizeof(log1), "%s/s1.log", dir);
     {
-        const char *a0[] = { "--job", "it", "--shard", "0", "--shards", "2",
-                             NULL };
-        const char *a1[] = { "--job", "it", "--shard", "1", "--shards", "2",
-                             NULL };
+        const char *a0[] = {"--job",    "it", "--shard", "0",
+                            "--shards", "2",  NULL};
+        const char *a1[] = {"--job",    "it", "--shard", "1",
+                            "--shards", "2",  NULL};
         cr_assert_eq(test_shard_start(&s[0], log0, a0), 0);
         cr_assert_eq(test_shard_start(&s[1], log1, a1), 0);
     }
@@ -185,10 +185,12 @@ Test(cluster, a_shard_killed_and_restarted_from_its_checkpoint_loses_nothing,
     snprintf(log1, sizeof(log1), "%s/s1.log", dir);
     snprintf(ck, sizeof(ck), "%s/ckpt", dir);
     {
-        const char *a0[] = { "--job", "it", "--shard", "0", "--shards", "2",
-                             "--checkpoint-dir", ck, NULL };
-        const char *a1[] = { "--job", "it", "--shard", "1", "--shards", "2",
-                             "--checkpoint-dir", ck, NULL };
+        const char *a0[] = {"--job",    "it", "--shard",          "0",
+                            "--shards", "2",  "--checkpoint-dir", ck,
+                            NULL};
+        const char *a1[] = {"--job",    "it", "--shard",          "1",
+                            "--shards", "2",  "--checkpoint-dir", ck,
+                            NULL};
         cr_assert_eq(test_shard_start(&s[0], log0, a0), 0);
         cr_assert_eq(test_shard_start(&s[1], log1, a1), 0);
     }
@@ -231,18 +233,27 @@ Test(cluster, a_shard_killed_and_restarted_from_its_checkpoint_loses_nothing,
     for (int t = 0; t < NT; t++) {
         expect[t] = malloc(numel[t] * sizeof(float));
         memcpy(expect[t], w[0].data[t], numel[t] * sizeof(float));
-        cr_assert_eq(memcmp(w[0].data[t], w[1].data[t],
-                            numel[t] * sizeof(float)),
-                     0, "the replicas of the two workers differ");
+        cr_assert_eq(
+            memcmp(w[0].data[t], w[1].data[t], numel[t] * sizeof(float)), 0,
+            "the replicas of the two workers differ");
     }
 
     /* Crash shard 0 without warning and restart it on the same port. */
     snprintf(port_ep, sizeof(port_ep), "%s", s[0].endpoint);
     cr_assert(WIFSIGNALED(test_shard_stop(&s[0], SIGKILL)));
     {
-        const char *a0[] = { "--job", "it", "--shard", "0", "--shards", "2",
-                             "--checkpoint-dir", ck, "--restore", "--listen",
-                             port_ep, NULL };
+        const char *a0[] = {"--job",
+                            "it",
+                            "--shard",
+                            "0",
+                            "--shards",
+                            "2",
+                            "--checkpoint-dir",
+                            ck,
+                            "--restore",
+                            "--listen",
+                            port_ep,
+                            NULL};
         cr_assert_eq(test_shard_start(&s[0], log0, a0), 0,
                      "the shard did not restart; see %s", log0);
     }
@@ -257,8 +268,7 @@ Test(cluster, a_shard_killed_and_restarted_from_its_checkpoint_loses_nothing,
             cr_assert_eq(w[1].data[t][i], expect[t][i],
                          "tensor %d element %zu lost after restart: %g, "
                          "acknowledged %g",
-                         t, i, (double)w[1].data[t][i],
-                         (double)expect[t][i]);
+                         t, i, (double)w[1].data[t][i], (double)expect[t][i]);
 
     /* Training goes on through the restarted shard: both replicas stay
      * equal and iteration 6 is accepted. */
@@ -267,16 +277,14 @@ Test(cluster, a_shard_killed_and_restarted_from_its_checkpoint_loses_nothing,
             float g[16];
             for (size_t i = 0; i < numel[t]; i++)
                 g[i] = grad_of(r, 6, t, i);
-            cr_assert_eq(flps_client_push(w[r].c, (uint32_t)t, g, 6),
-                         FLPS_OK);
+            cr_assert_eq(flps_client_push(w[r].c, (uint32_t)t, g, 6), FLPS_OK);
         }
     for (int r = 0; r < 2; r++)
         cr_assert_eq(flps_client_wait(w[r].c, 6), FLPS_OK, "%s",
                      flps_client_last_error(w[r].c));
     for (int t = 0; t < NT; t++)
-        cr_assert_eq(memcmp(w[0].data[t], w[1].data[t],
-                            numel[t] * sizeof(float)),
-                     0);
+        cr_assert_eq(
+            memcmp(w[0].data[t], w[1].data[t], numel[t] * sizeof(float)), 0);
 
     worker_fini(&w[0]);
     worker_fini(&w[1]);

@@ -53,8 +53,8 @@ Test(flrun, a_worker_that_dies_is_named_with_its_exit_status)
     snprintf(job, sizeof(job), "%s/job.yaml", dir);
     write_file(job, "name: dies\nmodel: mlp\nworkers: 2\nservers: 1\n"
                     "iterations: 10\n");
-    snprintf(cmd, sizeof(cmd), "FLPS_BIN_DIR=%s %s/flrun %s", dir,
-             FLPS_BIN_DIR, job);
+    snprintf(cmd, sizeof(cmd), "FLPS_BIN_DIR=%s %s/flrun %s", dir, FLPS_BIN_DIR,
+             job);
     run_cmd(cmd, &r);
     cr_assert_eq(r.status, 1, "%s", r.err);
     cr_assert_not_null(strstr(r.err, "flworker rank"), "%s", r.err);

@@ -9,8 +9,8 @@
 static void run_example(const char *name, run_result *r)
 {
     char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "%s/flrun --quiet %s/examples/%s",
-             FLPS_BIN_DIR, FLPS_SOURCE_DIR, name);
+    snprintf(cmd, sizeof(cmd), "%s/flrun --quiet %s/examples/%s", FLPS_BIN_DIR,
+             FLPS_SOURCE_DIR, name);
     run_cmd(cmd, r);
     cr_assert_eq(r->status, 0, "flrun %s failed:\n%s", name, r->err);
     cr_assert_not_null(r->summary, "no JSON summary as the last line:\n%s",
@@ -67,4 +67,3 @@ Test(flrun, sparse_jobs_train_as_well_as_dense_with_3_percent_of_the_bytes,
     run_free(&gtopk);
     run_free(&topk);
 }
-
