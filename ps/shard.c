@@ -367,6 +367,16 @@ static flps_err on_register(ps_shard *s, uint32_t peer, const proto_msg *m)
             "owned by shard %u (%llu elements), %u workers",
             s->job, m->rank, s->ntensors, s->pm.nparts, s->nowned, s->cfg.shard,
             (unsigned long long)s->pm.shard_load[s->cfg.shard], s->jc.workers);
+        /* A first checkpoint holds the layout, so the log written from now
+         * on can be replayed even if the shard dies before the next one. */
+        if (s->cfg.ckpt_dir != NULL) {
+            rc = ps_shard_checkpoint(s);
+            if (rc != FLPS_OK) {
+                reply_error(s, peer, m, rc, "cannot write a checkpoint: %s",
+                            flps_strerror(rc));
+                return rc;
+            }
+        }
     } else {
         rc = layout_compare(s, m, why, sizeof(why));
         if (rc != FLPS_OK) {

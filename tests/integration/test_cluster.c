@@ -213,6 +213,40 @@ Test(cluster, a_shard_killed_and_restarted_from_its_checkpoint_loses_nothing,
         for (int r = 0; r < 2; r++)
             cr_assert_eq(flps_client_wait(w[r].c, it), FLPS_OK);
     }
+    /* Shard 1 dies before anyone asked for a checkpoint: the one written
+     * at registration and the write-ahead log must be enough. */
+    for (int t = 0; t < NT; t++) {
+        expect[t] = malloc(numel[t] * sizeof(float));
+        memcpy(expect[t], w[0].data[t], numel[t] * sizeof(float));
+    }
+    snprintf(port_ep, sizeof(port_ep), "%s", s[1].endpoint);
+    cr_assert(WIFSIGNALED(test_shard_stop(&s[1], SIGKILL)));
+    {
+        const char *a1[] = {"--job",
+                            "it",
+                            "--shard",
+                            "1",
+                            "--shards",
+                            "2",
+                            "--checkpoint-dir",
+                            ck,
+                            "--restore",
+                            "--listen",
+                            port_ep,
+                            NULL};
+        cr_assert_eq(test_shard_start(&s[1], log1, a1), 0,
+                     "the shard did not restart; see %s", log1);
+    }
+    for (int t = 0; t < NT; t++)
+        memset(w[1].data[t], 0, numel[t] * sizeof(float));
+    cr_assert_eq(flps_client_pull(w[1].c), FLPS_OK, "%s",
+                 flps_client_last_error(w[1].c));
+    for (int t = 0; t < NT; t++) {
+        cr_assert_eq(memcmp(w[1].data[t], expect[t], numel[t] * sizeof(float)),
+                     0, "tensor %d lost updates in the restart of shard 1", t);
+        free(expect[t]);
+    }
+
     /* A checkpoint in the middle, then more acknowledged iterations that
      * only the write-ahead log holds. */
     cr_assert_eq(flps_client_checkpoint(w[0].c), FLPS_OK, "%s",
