@@ -1,0 +1,1211 @@
+/* Tests for proto/msg.c: round trips of every op, every validation rule,
+ * and decoding of random garbage. */
+#include "proto/msg.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <msgpack.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+
+#define ERRLEN 512
+
+/* ---- helpers ---- */
+
+/* Encode msg, decode the frames into *out; both must succeed. */
+static void round_trip(const proto_msg *msg, proto_msg *out,
+                       size_t want_frames)
+{
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf = 0, hlen = 0;
+    void *hdr = NULL;
+    char err[ERRLEN] = "";
+
+    cr_assert_eq(proto_msg_encode(msg, &hdr, &hlen, f, &nf), FLPS_OK);
+    cr_assert_eq(nf, want_frames, "%s encodes to %zu frames, expected %zu",
+                 proto_op_name(msg->op), nf, want_frames);
+    cr_assert_eq(f[0].data, hdr);
+    cr_assert_eq(f[0].len, hlen);
+    memset(out, 0, sizeof(*out));
+    cr_assert_eq(proto_msg_decode(f, nf, out, err, sizeof(err)), FLPS_OK,
+                 "decode of %s failed: %s", proto_op_name(msg->op), err);
+    free(hdr);
+}
+
+static void assert_common_equal(const proto_msg *a, const proto_msg *b)
+{
+    cr_assert_eq(a->op, b->op);
+    cr_assert_str_eq(a->job, b->job);
+    cr_assert_eq(a->rank, b->rank);
+    cr_assert_eq(a->part, b->part);
+    cr_assert_eq(a->iter, b->iter);
+    cr_assert_eq(a->version, b->version);
+}
+
+/* A hand-made header, for the messages proto_msg_encode refuses to make. */
+typedef struct hdr_spec {
+    uint64_t v, op, rank, part, iter, ver, codec, n, nrej, status;
+    const char *job;
+    const char *text;
+    uint64_t numel0; /* REGISTER: numel of the single tensor */
+    const char *omit;       /* leave this key out */
+    const char *dup;        /* write this key twice */
+    const char *wrong_type; /* write this key's value as an array */
+    int not_a_map;          /* write an array instead of the map */
+    int trailing;           /* one byte after the map */
+} hdr_spec;
+
+static hdr_spec spec_for(uint64_t op)
+{
+    hdr_spec s;
+
+    memset(&s, 0, sizeof(s));
+    s.v = PROTO_VERSION;
+    s.op = op;
+    s.job = "job";
+    s.text = "";
+    s.rank = 1;
+    s.part = 2;
+    s.iter = 3;
+    s.ver = 4;
+    s.numel0 = 10;
+    return s;
+}
+
+static void pk_str(msgpack_packer *pk, const char *s)
+{
+    msgpack_pack_str(pk, strlen(s));
+    msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+static void put_value(msgpack_packer *pk, const char *key, const hdr_spec *s)
+{
+    if (s->wrong_type != NULL && strcmp(key, s->wrong_type) == 0) {
+        /* Every field's type differs from a one-element array of nil,
+         * including the array-valued ones (they want other sizes). */
+        msgpack_pack_array(pk, 1);
+        msgpack_pack_nil(pk);
+        return;
+    }
+    if (strcmp(key, "v") == 0) {
+        msgpack_pack_uint64(pk, s->v);
+    } else if (strcmp(key, "op") == 0) {
+        msgpack_pack_uint64(pk, s->op);
+    } else if (strcmp(key, "job") == 0) {
+        pk_str(pk, s->job);
+    } else if (strcmp(key, "rank") == 0) {
+        msgpack_pack_uint64(pk, s->rank);
+    } else if (strcmp(key, "part") == 0) {
+        msgpack_pack_uint64(pk, s->part);
+    } else if (strcmp(key, "iter") == 0) {
+        msgpack_pack_uint64(pk, s->iter);
+    } else if (strcmp(key, "ver") == 0) {
+        msgpack_pack_uint64(pk, s->ver);
+    } else if (strcmp(key, "data") == 0) {
+        msgpack_pack_array(pk, 2);
+        msgpack_pack_uint64(pk, s->codec);
+        msgpack_pack_uint64(pk, s->n);
+    } else if (strcmp(key, "nrej") == 0) {
+        msgpack_pack_uint64(pk, s->nrej);
+    } else if (strcmp(key, "status") == 0) {
+        msgpack_pack_uint64(pk, s->status);
+    } else if (strcmp(key, "text") == 0) {
+        pk_str(pk, s->text);
+    } else if (strcmp(key, "cfg") == 0) {
+        msgpack_pack_array(pk, 8);
+        msgpack_pack_uint64(pk, 0);
+        msgpack_pack_uint64(pk, 1);
+        msgpack_pack_uint64(pk, 2);
+        msgpack_pack_uint64(pk, 4);
+        msgpack_pack_uint64(pk, 0);
+        msgpack_pack_uint64(pk, 2);
+        msgpack_pack_double(pk, 0.5);
+        msgpack_pack_double(pk, 0.1);
+    } else if (strcmp(key, "tensors") == 0) {
+        msgpack_pack_array(pk, 1);
+        msgpack_pack_array(pk, 2);
+        pk_str(pk, "w");
+        msgpack_pack_uint64(pk, s->numel0);
+    }
+}
+
+/* Build the header frame described by s; caller frees *out with free(). */
+static size_t build_hdr(const hdr_spec *s, char **out)
+{
+    const char *keys[20];
+    size_t nk = 0, nout = 0;
+    const char *base[] = { "v", "op", "job", "rank", "part", "iter", "ver",
+                           "data" };
+    const char *all[20];
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+
+    for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
+        keys[nk++] = base[i];
+    if (s->op == PROTO_OP_UPDATE)
+        keys[nk++] = "nrej";
+    if (s->op == PROTO_OP_ERROR || s->op == PROTO_OP_ACK) {
+        keys[nk++] = "status";
+        keys[nk++] = "text";
+    }
+    if (s->op == PROTO_OP_REGISTER) {
+        keys[nk++] = "cfg";
+        keys[nk++] = "tensors";
+    }
+    for (size_t i = 0; i < nk; i++) {
+        if (s->omit != NULL && strcmp(keys[i], s->omit) == 0)
+            continue;
+        all[nout++] = keys[i];
+        if (s->dup != NULL && strcmp(keys[i], s->dup) == 0)
+            all[nout++] = keys[i];
+    }
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    if (s->not_a_map)
+        msgpack_pack_array(&pk, nout * 2);
+    else
+        msgpack_pack_map(&pk, nout);
+    for (size_t i = 0; i < nout; i++) {
+        pk_str(&pk, all[i]);
+        put_value(&pk, all[i], s);
+    }
+    if (s->trailing)
+        msgpack_pack_nil(&pk);
+    *out = sb.data;
+    return sb.size;
+}
+
+static const uint32_t idx3[3] = { 1, 5, 9 };
+static const float val3[3] = { 0.5f, -1.25f, 3.0f };
+
+/* Decode frames that must be refused with want: *out untouched and the
+ * message contains needle. */
+static void expect_refused(const proto_frame *f, size_t nf, flps_err want,
+                           const char *needle)
+{
+    proto_msg out, sentinel;
+    char err[ERRLEN] = "";
+    flps_err rc;
+
+    memset(&out, 0xA5, sizeof(out));
+    memcpy(&sentinel, &out, sizeof(out));
+    rc = proto_msg_decode(f, nf, &out, err, sizeof(err));
+    cr_assert_eq(rc, want, "got %s (%s), expected %s", flps_errname(rc), err,
+                 flps_errname(want));
+    cr_assert_eq(memcmp(&out, &sentinel, sizeof(out)), 0,
+                 "a refused message must leave *out untouched");
+    cr_assert_neq(strstr(err, needle), NULL, "reason lacks \"%s\": %s", needle,
+                  err);
+}
+
+/* Build the header for s, followed by payload frames, and expect refusal. */
+static void expect_hdr_refused(const hdr_spec *s, const proto_frame *payload,
+                               size_t npayload, flps_err want,
+                               const char *needle)
+{
+    proto_frame f[PROTO_MAX_FRAMES + 1];
+    char *hdr = NULL;
+
+    f[0].len = build_hdr(s, &hdr);
+    f[0].data = hdr;
+    for (size_t i = 0; i < npayload; i++)
+        f[1 + i] = payload[i];
+    expect_refused(f, 1 + npayload, want, needle);
+    free(hdr);
+}
+
+/* Encode a valid sparse PUSH of idx3/val3; frames point at idx/val. */
+static void *encode_sparse_push(const uint32_t *idx, const float *val,
+                                uint32_t n, proto_frame f[PROTO_MAX_FRAMES],
+                                size_t *nf)
+{
+    proto_msg m;
+    void *hdr = NULL;
+    size_t hlen;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_PUSH;
+    strcpy(m.job, "job");
+    m.rank = 1;
+    m.part = 2;
+    m.iter = 3;
+    m.codec = PROTO_CODEC_SPARSE;
+    m.n = n;
+    m.idx = idx;
+    m.val = val;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, nf), FLPS_OK);
+    return hdr;
+}
+
+/* ---- round trips ---- */
+
+Test(msg, register_round_trips_with_its_config_and_tensors)
+{
+    proto_tensor t[3];
+    proto_msg m, d;
+
+    memset(&m, 0, sizeof(m));
+    memset(t, 0, sizeof(t));
+    strcpy(t[0].name, "fc1.weight");
+    t[0].numel = 784u * 256u;
+    strcpy(t[1].name, "fc1.bias");
+    t[1].numel = 256;
+    memset(t[2].name, 'n', PROTO_NAME_MAX); /* the longest name */
+    t[2].numel = UINT32_MAX;
+    m.op = PROTO_OP_REGISTER;
+    strcpy(m.job, "mnist-mlp");
+    m.rank = 3;
+    m.part = 0;
+    m.iter = 0;
+    m.version = 0;
+    m.cfg.shard = 1;
+    m.cfg.nshards = 4;
+    m.cfg.workers = 8;
+    m.cfg.part_size = 4096;
+    m.cfg.mode = PROTO_MODE_ASYNC;
+    m.cfg.agg = PROTO_AGG_GTOPK;
+    m.cfg.density = 0.01;
+    m.cfg.lr = 0.1;
+    m.ntensors = 3;
+    m.tensors = t;
+
+    round_trip(&m, &d, 1);
+    assert_common_equal(&m, &d);
+    cr_assert_eq(d.cfg.shard, 1);
+    cr_assert_eq(d.cfg.nshards, 4);
+    cr_assert_eq(d.cfg.workers, 8);
+    cr_assert_eq(d.cfg.part_size, 4096);
+    cr_assert_eq(d.cfg.mode, PROTO_MODE_ASYNC);
+    cr_assert_eq(d.cfg.agg, PROTO_AGG_GTOPK);
+    cr_assert_eq(d.cfg.density, 0.01, "doubles travel exactly");
+    cr_assert_eq(d.cfg.lr, 0.1);
+    cr_assert_eq(d.ntensors, 3);
+    cr_assert_neq(d.tensors, t, "the decoded list is the message's own");
+    for (int i = 0; i < 3; i++) {
+        cr_assert_str_eq(d.tensors[i].name, t[i].name);
+        cr_assert_eq(d.tensors[i].numel, t[i].numel);
+    }
+    cr_assert_eq(d.n, 0);
+    cr_assert_null(d.idx);
+    cr_assert_null(d.val);
+    proto_msg_fini(&d);
+    cr_assert_null(d.tensors);
+    cr_assert_eq(d.ntensors, 0);
+}
+
+Test(msg, dense_init_round_trips_with_its_values)
+{
+    float v[5] = { 1.0f, -2.5f, 0.0f, 1e-30f, 3.4e38f };
+    proto_msg m, d;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_INIT;
+    strcpy(m.job, "j");
+    m.rank = 0;
+    m.part = 7;
+    m.iter = 0;
+    m.version = 0;
+    m.codec = PROTO_CODEC_DENSE;
+    m.n = 5;
+    m.val = v;
+    round_trip(&m, &d, 2);
+    assert_common_equal(&m, &d);
+    cr_assert_eq(d.codec, PROTO_CODEC_DENSE);
+    cr_assert_eq(d.n, 5);
+    cr_assert_null(d.idx);
+    cr_assert_eq(memcmp(d.val, v, sizeof(v)), 0);
+    proto_msg_fini(&d);
+}
+
+Test(msg, sparse_push_round_trips_with_indices_and_values)
+{
+    proto_msg m, d;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_PUSH;
+    strcpy(m.job, "job-1");
+    m.rank = 65535;
+    m.part = UINT32_MAX;
+    m.iter = UINT64_MAX;
+    m.version = 12345678901234ull;
+    m.codec = PROTO_CODEC_SPARSE;
+    m.n = 3;
+    m.idx = idx3;
+    m.val = val3;
+    round_trip(&m, &d, 3);
+    assert_common_equal(&m, &d);
+    cr_assert_eq(d.codec, PROTO_CODEC_SPARSE);
+    cr_assert_eq(d.n, 3);
+    cr_assert_eq(memcmp(d.idx, idx3, sizeof(idx3)), 0);
+    cr_assert_eq(memcmp(d.val, val3, sizeof(val3)), 0);
+    proto_msg_fini(&d);
+}
+
+Test(msg, dense_push_round_trips_with_its_values)
+{
+    float v[4] = { 0.25f, -0.5f, 8.0f, -0.0f };
+    proto_msg m, d;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_PUSH;
+    strcpy(m.job, "job");
+    m.rank = 2;
+    m.part = 1;
+    m.iter = 99;
+    m.codec = PROTO_CODEC_DENSE;
+    m.n = 4;
+    m.val = v;
+    round_trip(&m, &d, 2);
+    assert_common_equal(&m, &d);
+    cr_assert_eq(d.codec, PROTO_CODEC_DENSE);
+    cr_assert_eq(d.n, 4);
+    cr_assert_eq(memcmp(d.val, v, sizeof(v)), 0);
+    proto_msg_fini(&d);
+}
+
+Test(msg, sparse_push_with_no_elements_round_trips)
+{
+    proto_msg m, d;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_PUSH;
+    strcpy(m.job, "job");
+    m.codec = PROTO_CODEC_SPARSE;
+    round_trip(&m, &d, 3);
+    cr_assert_eq(d.n, 0);
+    cr_assert_eq(d.codec, PROTO_CODEC_SPARSE);
+    proto_msg_fini(&d);
+}
+
+Test(msg, sparse_update_round_trips_with_its_rejected_indices)
+{
+    const uint32_t rej[2] = { 0, 7 };
+    proto_msg m, d;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_UPDATE;
+    strcpy(m.job, "job");
+    m.rank = 1;
+    m.part = 4;
+    m.iter = 17;
+    m.version = 18;
+    m.codec = PROTO_CODEC_SPARSE;
+    m.n = 3;
+    m.idx = idx3;
+    m.val = val3;
+    m.nrej = 2;
+    m.rej = rej;
+    round_trip(&m, &d, 4);
+    assert_common_equal(&m, &d);
+    cr_assert_eq(d.codec, PROTO_CODEC_SPARSE);
+    cr_assert_eq(d.n, 3);
+    cr_assert_eq(memcmp(d.idx, idx3, sizeof(idx3)), 0);
+    cr_assert_eq(memcmp(d.val, val3, sizeof(val3)), 0);
+    cr_assert_eq(d.nrej, 2);
+    cr_assert_eq(memcmp(d.rej, rej, sizeof(rej)), 0);
+    proto_msg_fini(&d);
+}
+
+Test(msg, dense_update_round_trips_with_an_empty_rejected_list)
+{
+    float v[3] = { -0.1f, 0.2f, -0.3f };
+    proto_msg m, d;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_UPDATE;
+    strcpy(m.job, "job");
+    m.rank = 0;
+    m.part = 0;
+    m.iter = 1;
+    m.version = 2;
+    m.codec = PROTO_CODEC_DENSE;
+    m.n = 3;
+    m.val = v;
+    round_trip(&m, &d, 3);
+    assert_common_equal(&m, &d);
+    cr_assert_eq(d.codec, PROTO_CODEC_DENSE);
+    cr_assert_eq(d.n, 3);
+    cr_assert_eq(memcmp(d.val, v, sizeof(v)), 0);
+    cr_assert_eq(d.nrej, 0);
+    proto_msg_fini(&d);
+}
+
+Test(msg, pull_round_trips_without_frames)
+{
+    proto_msg m, d;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_PULL;
+    strcpy(m.job, "job");
+    m.rank = 5;
+    m.part = 6;
+    m.iter = 7;
+    m.version = 8;
+    round_trip(&m, &d, 1);
+    assert_common_equal(&m, &d);
+    cr_assert_eq(d.n, 0);
+    cr_assert_null(d.val);
+    proto_msg_fini(&d);
+}
+
+Test(msg, pull_reply_round_trips_with_the_part_values)
+{
+    float v[6] = { 1, 2, 3, 4, 5, 6 };
+    proto_msg m, d;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_PULL_REPLY;
+    strcpy(m.job, "job");
+    m.rank = 1;
+    m.part = 3;
+    m.iter = 40;
+    m.version = 41;
+    m.codec = PROTO_CODEC_DENSE;
+    m.n = 6;
+    m.val = v;
+    round_trip(&m, &d, 2);
+    assert_common_equal(&m, &d);
+    cr_assert_eq(d.n, 6);
+    cr_assert_eq(memcmp(d.val, v, sizeof(v)), 0);
+    proto_msg_fini(&d);
+}
+
+Test(msg, ack_round_trips_with_status_and_text)
+{
+    proto_msg m, d;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_ACK;
+    strcpy(m.job, "job");
+    m.rank = 0;
+    m.part = 2;
+    m.iter = 0;
+    m.version = 1;
+    m.status = 1;
+    strcpy(m.text, "already initialised; pull the values");
+    round_trip(&m, &d, 1);
+    assert_common_equal(&m, &d);
+    cr_assert_eq(d.status, 1);
+    cr_assert_str_eq(d.text, m.text);
+    proto_msg_fini(&d);
+}
+
+Test(msg, error_round_trips_with_status_and_the_longest_text)
+{
+    proto_msg m, d;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_ERROR;
+    strcpy(m.job, "job");
+    m.rank = 1;
+    m.part = 2;
+    m.iter = 3;
+    m.status = FLPS_EDUP;
+    memset(m.text, 'x', PROTO_ERRMSG_MAX);
+    round_trip(&m, &d, 1);
+    assert_common_equal(&m, &d);
+    cr_assert_eq(d.status, FLPS_EDUP);
+    cr_assert_str_eq(d.text, m.text);
+    proto_msg_fini(&d);
+}
+
+Test(msg, checkpoint_and_register_ok_round_trip)
+{
+    proto_msg m, d;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_CHECKPOINT;
+    memset(m.job, 'j', PROTO_JOB_MAX); /* the longest job */
+    round_trip(&m, &d, 1);
+    assert_common_equal(&m, &d);
+    proto_msg_fini(&d);
+
+    m.op = PROTO_OP_REGISTER_OK;
+    m.iter = 12;
+    round_trip(&m, &d, 1);
+    assert_common_equal(&m, &d);
+    proto_msg_fini(&d);
+}
+
+Test(msg, unknown_keys_in_the_header_are_ignored)
+{
+    proto_frame f;
+    proto_msg d;
+    char *hdr = NULL, err[ERRLEN] = "";
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 9);
+    pk_str(&pk, "future");
+    msgpack_pack_true(&pk);
+    pk_str(&pk, "v");
+    msgpack_pack_uint64(&pk, PROTO_VERSION);
+    pk_str(&pk, "op");
+    msgpack_pack_uint64(&pk, PROTO_OP_PULL);
+    pk_str(&pk, "job");
+    pk_str(&pk, "job");
+    pk_str(&pk, "rank");
+    msgpack_pack_uint64(&pk, 1);
+    pk_str(&pk, "part");
+    msgpack_pack_uint64(&pk, 2);
+    pk_str(&pk, "iter");
+    msgpack_pack_uint64(&pk, 3);
+    pk_str(&pk, "ver");
+    msgpack_pack_uint64(&pk, 4);
+    pk_str(&pk, "data");
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_uint64(&pk, 0);
+    msgpack_pack_uint64(&pk, 0);
+    hdr = sb.data;
+    f.data = hdr;
+    f.len = sb.size;
+    cr_assert_eq(proto_msg_decode(&f, 1, &d, err, sizeof(err)), FLPS_OK,
+                 "%s", err);
+    cr_assert_eq(d.op, PROTO_OP_PULL);
+    cr_assert_eq(d.rank, 1);
+    cr_assert_eq(d.part, 2);
+    cr_assert_eq(d.iter, 3);
+    cr_assert_eq(d.version, 4);
+    proto_msg_fini(&d);
+    free(hdr);
+}
+
+/* ---- encode refusals ---- */
+
+Test(msg, encode_refuses_unknown_ops_sparse_init_and_unknown_codecs)
+{
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf = 77, hlen = 77;
+    void *hdr = (void *)&nf;
+    proto_msg m;
+
+    memset(&m, 0, sizeof(m));
+    m.op = 0;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_EINVAL);
+    m.op = PROTO_OP_MAX_ + 1;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_EINVAL);
+
+    /* The longest job encodes (a longer one does not fit the struct; the
+     * decoder's refusal of one is tested below). */
+    m.op = PROTO_OP_PULL;
+    memset(m.job, 'j', PROTO_JOB_MAX);
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_OK);
+    free(hdr);
+    hdr = (void *)&nf;
+    nf = 77;
+    hlen = 77;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_INIT;
+    m.codec = PROTO_CODEC_SPARSE;
+    m.n = 3;
+    m.idx = idx3;
+    m.val = val3;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_EINVAL);
+    m.op = PROTO_OP_PUSH;
+    m.codec = 2;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_EINVAL);
+    cr_assert_eq(hdr, (void *)&nf, "a refused encode writes nothing");
+    cr_assert_eq(nf, 77);
+    cr_assert_eq(hlen, 77);
+}
+
+Test(msg, encode_refuses_a_tensor_name_without_a_terminator)
+{
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf = 0, hlen = 0;
+    void *hdr = NULL;
+    proto_tensor t;
+    proto_msg m;
+
+    memset(&m, 0, sizeof(m));
+    memset(&t, 'n', sizeof(t.name)); /* 128 bytes of name: too long */
+    t.numel = 4;
+    m.op = PROTO_OP_REGISTER;
+    strcpy(m.job, "job");
+    m.ntensors = 1;
+    m.tensors = &t;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_EINVAL);
+    cr_assert_null(hdr);
+}
+
+/* ---- decode refusals ---- */
+
+Test(msg, refuses_another_protocol_version)
+{
+    hdr_spec s = spec_for(PROTO_OP_PULL);
+
+    s.v = PROTO_VERSION + 1;
+    expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, "version 2 is not supported");
+    s.v = 0;
+    expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, "version 0");
+}
+
+Test(msg, refuses_an_unknown_op)
+{
+    hdr_spec s = spec_for(0);
+
+    expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, "unknown op 0");
+    s.op = PROTO_OP_MAX_ + 1;
+    expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, "unknown op 11");
+    s.op = 256 + PROTO_OP_PULL; /* would be PULL if truncated to a byte */
+    expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, "unknown op 262");
+}
+
+Test(msg, refuses_a_header_missing_any_required_field)
+{
+    const char *base[] = { "v", "op", "job", "rank", "part", "iter", "ver",
+                           "data" };
+
+    for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++) {
+        hdr_spec s = spec_for(PROTO_OP_PULL);
+        s.omit = base[i];
+        expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO,
+                           "lacks a required field");
+    }
+}
+
+Test(msg, refuses_a_header_missing_an_op_specific_field)
+{
+    struct {
+        uint64_t op;
+        const char *key;
+    } cases[] = {
+        { PROTO_OP_UPDATE, "nrej" },     { PROTO_OP_ERROR, "status" },
+        { PROTO_OP_ERROR, "text" },      { PROTO_OP_ACK, "status" },
+        { PROTO_OP_ACK, "text" },        { PROTO_OP_REGISTER, "cfg" },
+        { PROTO_OP_REGISTER, "tensors" },
+    };
+    float v = 1.0f;
+    proto_frame upd[2] = { { &v, 4 }, { NULL, 0 } };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        hdr_spec s = spec_for(cases[i].op);
+        char needle[64];
+        int update = cases[i].op == PROTO_OP_UPDATE;
+        s.omit = cases[i].key;
+        s.n = update ? 1 : 0;
+        snprintf(needle, sizeof(needle), "%s header lacks its op-specific",
+                 proto_op_name((uint8_t)cases[i].op));
+        expect_hdr_refused(&s, update ? upd : NULL, update ? 2 : 0,
+                           FLPS_EPROTO, needle);
+    }
+}
+
+Test(msg, refuses_every_field_of_the_wrong_type)
+{
+    const char *keys[] = { "v",    "op",     "job",  "rank", "part",
+                           "iter", "ver",    "data", "nrej", "status",
+                           "text", "cfg",    "tensors" };
+
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        hdr_spec s;
+        char needle[64];
+        const char *k = keys[i];
+        uint64_t op = PROTO_OP_PULL;
+
+        if (strcmp(k, "nrej") == 0)
+            op = PROTO_OP_UPDATE;
+        else if (strcmp(k, "status") == 0 || strcmp(k, "text") == 0)
+            op = PROTO_OP_ERROR;
+        else if (strcmp(k, "cfg") == 0 || strcmp(k, "tensors") == 0)
+            op = PROTO_OP_REGISTER;
+        s = spec_for(op);
+        s.wrong_type = k;
+        if (strcmp(k, "tensors") == 0) {
+            expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO,
+                               "tensor 0 is not a [name, numel] pair");
+            continue;
+        }
+        snprintf(needle, sizeof(needle),
+                 "header field '%s' is of the wrong type", k);
+        expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, needle);
+    }
+}
+
+Test(msg, refuses_values_out_of_their_range)
+{
+    hdr_spec s = spec_for(PROTO_OP_PULL);
+
+    s.rank = (uint64_t)UINT32_MAX + 1;
+    expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO,
+                       "header field 'rank' is of the wrong type or range");
+    s = spec_for(PROTO_OP_PULL);
+    s.part = UINT64_MAX;
+    expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, "'part'");
+    s = spec_for(PROTO_OP_PUSH);
+    s.codec = 2;
+    expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, "'data'");
+}
+
+Test(msg, refuses_a_repeated_field)
+{
+    const char *keys[] = { "v", "op", "job", "rank", "part", "iter", "ver",
+                           "data" };
+
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        hdr_spec s = spec_for(PROTO_OP_PULL);
+        char needle[64];
+        s.dup = keys[i];
+        snprintf(needle, sizeof(needle), "header field '%s' is repeated",
+                 keys[i]);
+        expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, needle);
+    }
+    {
+        hdr_spec s = spec_for(PROTO_OP_REGISTER);
+        s.dup = "tensors";
+        expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO,
+                           "header field 'tensors' is");
+        s.dup = "cfg";
+        expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO,
+                           "header field 'cfg' is repeated");
+    }
+}
+
+Test(msg, refuses_trailing_garbage_after_the_header_map)
+{
+    hdr_spec s = spec_for(PROTO_OP_PULL);
+
+    s.trailing = 1;
+    expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO,
+                       "header is not one MessagePack object");
+}
+
+Test(msg, refuses_a_header_that_is_not_a_map)
+{
+    hdr_spec s = spec_for(PROTO_OP_PULL);
+    const unsigned char one = 0x01;
+    proto_frame f = { &one, 1 };
+
+    s.not_a_map = 1;
+    expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO,
+                       "header is not a MessagePack map");
+    expect_refused(&f, 1, FLPS_EPROTO, "not a MessagePack map");
+}
+
+Test(msg, refuses_an_empty_or_truncated_header)
+{
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf;
+    void *hdr = encode_sparse_push(idx3, val3, 3, f, &nf);
+    proto_frame empty = { "", 0 };
+
+    expect_refused(&empty, 1, FLPS_EPROTO, "not one MessagePack object");
+    f[0].len -= 1;
+    expect_refused(f, nf, FLPS_EPROTO, "not one MessagePack object");
+    expect_refused(f, 0, FLPS_EPROTO, "no header frame");
+    expect_refused(NULL, 1, FLPS_EPROTO, "no header frame");
+    free(hdr);
+}
+
+Test(msg, refuses_the_wrong_number_of_frames)
+{
+    proto_frame f[PROTO_MAX_FRAMES + 1];
+    size_t nf;
+    void *hdr = encode_sparse_push(idx3, val3, 3, f, &nf);
+
+    cr_assert_eq(nf, 3);
+    expect_refused(f, 2, FLPS_EPROTO, "PUSH sparse has 2 frames; expected 3");
+    f[3] = f[2];
+    expect_refused(f, 4, FLPS_EPROTO, "has 4 frames; expected 3");
+    free(hdr);
+
+    {
+        hdr_spec s = spec_for(PROTO_OP_PULL);
+        proto_frame extra = { val3, 0 };
+        expect_hdr_refused(&s, &extra, 1, FLPS_EPROTO,
+                           "PULL dense has 2 frames; expected 1");
+    }
+    {
+        /* A dense UPDATE needs its (possibly empty) rejected-index frame. */
+        hdr_spec s = spec_for(PROTO_OP_UPDATE);
+        proto_frame vals = { val3, sizeof(val3) };
+        s.n = 3;
+        expect_hdr_refused(&s, &vals, 1, FLPS_EPROTO,
+                           "UPDATE dense has 2 frames; expected 3");
+    }
+}
+
+Test(msg, refuses_an_index_frame_of_the_wrong_size)
+{
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf;
+    void *hdr = encode_sparse_push(idx3, val3, 3, f, &nf);
+
+    f[1].len = 8;
+    expect_refused(f, nf, FLPS_EPROTO, "index frame has 8 bytes; expected 12");
+    f[1].len = 13;
+    expect_refused(f, nf, FLPS_EPROTO, "index frame has 13 bytes");
+    free(hdr);
+}
+
+Test(msg, refuses_a_value_frame_of_the_wrong_size)
+{
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf;
+    void *hdr = encode_sparse_push(idx3, val3, 3, f, &nf);
+
+    f[2].len = 16;
+    expect_refused(f, nf, FLPS_EPROTO, "value frame has 16 bytes; expected 12");
+    f[2].len = 0;
+    expect_refused(f, nf, FLPS_EPROTO, "value frame has 0 bytes");
+    free(hdr);
+}
+
+Test(msg, refuses_a_rejected_index_frame_of_the_wrong_size)
+{
+    hdr_spec s = spec_for(PROTO_OP_UPDATE);
+    proto_frame pl[3] = { { idx3, sizeof(idx3) },
+                          { val3, sizeof(val3) },
+                          { idx3, 4 } };
+
+    s.codec = PROTO_CODEC_SPARSE;
+    s.n = 3;
+    s.nrej = 2;
+    expect_hdr_refused(&s, pl, 3, FLPS_EPROTO,
+                       "rejected-index frame has 4 bytes; expected 8");
+}
+
+Test(msg, refuses_unaligned_frames)
+{
+    /* Valid contents one byte past an aligned address. */
+    uint32_t store[8];
+    unsigned char *raw = (unsigned char *)store;
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf;
+    void *hdr = encode_sparse_push(idx3, val3, 3, f, &nf);
+
+    memcpy(raw + 1, idx3, sizeof(idx3));
+    f[1].data = raw + 1;
+    expect_refused(f, nf, FLPS_EPROTO, "index frame");
+    f[1].data = idx3;
+    memcpy(raw + 1, val3, sizeof(val3));
+    f[2].data = raw + 1;
+    expect_refused(f, nf, FLPS_EPROTO, "value frame");
+    free(hdr);
+
+    {
+        hdr_spec s = spec_for(PROTO_OP_UPDATE);
+        proto_frame pl[3] = { { idx3, sizeof(idx3) },
+                              { val3, sizeof(val3) },
+                              { raw + 1, 8 } };
+        memcpy(raw + 1, idx3, 8);
+        s.codec = PROTO_CODEC_SPARSE;
+        s.n = 3;
+        s.nrej = 2;
+        expect_hdr_refused(&s, pl, 3, FLPS_EPROTO, "rejected-index frame");
+    }
+}
+
+Test(msg, refuses_indices_that_are_not_strictly_ascending)
+{
+    const uint32_t down[3] = { 1, 9, 5 };
+    const uint32_t dup[3] = { 1, 5, 5 };
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf;
+    void *hdr = encode_sparse_push(down, val3, 3, f, &nf);
+
+    expect_refused(f, nf, FLPS_EPROTO,
+                   "not strictly ascending at position 2 (5 after 9)");
+    free(hdr);
+    hdr = encode_sparse_push(dup, val3, 3, f, &nf);
+    expect_refused(f, nf, FLPS_EPROTO,
+                   "not strictly ascending at position 2 (5 after 5)");
+    free(hdr);
+}
+
+Test(msg, refuses_nan_and_infinite_values)
+{
+    const float bad[4] = { NAN, INFINITY, -INFINITY, -NAN };
+
+    for (int i = 0; i < 4; i++) {
+        float v[3] = { 1.0f, 2.0f, 3.0f };
+        proto_frame f[PROTO_MAX_FRAMES];
+        size_t nf;
+        void *hdr;
+
+        v[i % 3] = bad[i];
+        hdr = encode_sparse_push(idx3, v, 3, f, &nf);
+        {
+            char needle[32];
+            snprintf(needle, sizeof(needle), "value %d is not finite", i % 3);
+            expect_refused(f, nf, FLPS_ENONFINITE, needle);
+        }
+        free(hdr);
+    }
+    {
+        /* Dense values, and the values of an UPDATE, are checked too. */
+        float v[2] = { 0.0f, INFINITY };
+        hdr_spec s = spec_for(PROTO_OP_INIT);
+        proto_frame pl[2] = { { v, sizeof(v) }, { NULL, 0 } };
+        s.n = 2;
+        expect_hdr_refused(&s, pl, 1, FLPS_ENONFINITE, "value 1 is not finite");
+        s = spec_for(PROTO_OP_UPDATE);
+        s.n = 2;
+        expect_hdr_refused(&s, pl, 2, FLPS_ENONFINITE, "value 1 is not finite");
+    }
+}
+
+Test(msg, refuses_a_valueless_op_that_says_it_carries_values)
+{
+    uint64_t ops[] = { PROTO_OP_REGISTER,   PROTO_OP_REGISTER_OK,
+                       PROTO_OP_PULL,       PROTO_OP_CHECKPOINT,
+                       PROTO_OP_ACK,        PROTO_OP_ERROR };
+
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+        hdr_spec s = spec_for(ops[i]);
+        char needle[64];
+        s.n = 3;
+        snprintf(needle, sizeof(needle), "%s carries no values but says n=3",
+                 proto_op_name((uint8_t)ops[i]));
+        expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, needle);
+    }
+}
+
+Test(msg, refuses_sparse_init_and_sparse_pull_reply)
+{
+    proto_frame pl[2] = { { idx3, sizeof(idx3) }, { val3, sizeof(val3) } };
+    hdr_spec s = spec_for(PROTO_OP_INIT);
+
+    s.codec = PROTO_CODEC_SPARSE;
+    s.n = 3;
+    expect_hdr_refused(&s, pl, 2, FLPS_EPROTO, "INIT cannot be sparse");
+    s.op = PROTO_OP_PULL_REPLY;
+    expect_hdr_refused(&s, pl, 2, FLPS_EPROTO, "PULL_REPLY cannot be sparse");
+}
+
+Test(msg, refuses_tensors_with_no_elements_or_more_than_2_to_the_32)
+{
+    hdr_spec s = spec_for(PROTO_OP_REGISTER);
+
+    s.numel0 = 0;
+    expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO,
+                       "tensor 0 is not a [name, numel] pair");
+    s.numel0 = (uint64_t)UINT32_MAX + 1;
+    expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, "0 < numel < 2^32");
+}
+
+Test(msg, refuses_an_empty_tensor_list)
+{
+    proto_msg m;
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf, hlen;
+    void *hdr = NULL;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_REGISTER;
+    strcpy(m.job, "job");
+    m.ntensors = 0;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_OK);
+    expect_refused(f, nf, FLPS_EPROTO, "tensors must be an array of 1..4096");
+    free(hdr);
+}
+
+Test(msg, refuses_a_job_string_that_is_too_long)
+{
+    char longjob[PROTO_JOB_MAX + 2];
+    hdr_spec s = spec_for(PROTO_OP_PULL);
+
+    memset(longjob, 'j', PROTO_JOB_MAX + 1);
+    longjob[PROTO_JOB_MAX + 1] = '\0';
+    s.job = longjob;
+    expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO,
+                       "header field 'job' is of the wrong type or range");
+    longjob[PROTO_JOB_MAX] = '\0'; /* the maximum is fine */
+    {
+        proto_frame f;
+        char *hdr = NULL, err[ERRLEN] = "";
+        proto_msg d;
+        f.len = build_hdr(&s, &hdr);
+        f.data = hdr;
+        cr_assert_eq(proto_msg_decode(&f, 1, &d, err, sizeof(err)), FLPS_OK,
+                     "%s", err);
+        cr_assert_str_eq(d.job, longjob);
+        free(hdr);
+    }
+}
+
+Test(msg, refuses_a_job_string_with_an_embedded_nul)
+{
+    hdr_spec s = spec_for(PROTO_OP_PULL);
+    char *hdr = NULL;
+    proto_frame f;
+    unsigned char *p;
+
+    s.job = "abc";
+    f.len = build_hdr(&s, &hdr);
+    f.data = hdr;
+    /* Find the job's bytes ("abc" after the fixstr marker 0xa3) and put a
+     * NUL in the middle. */
+    p = memmem(hdr, f.len, "\xa3"
+                           "abc",
+               4);
+    cr_assert_not_null(p);
+    p[2] = '\0';
+    expect_refused(&f, 1, FLPS_EPROTO, "'job'");
+    free(hdr);
+}
+
+Test(msg, decode_fails_cleanly_when_the_tensor_list_cannot_be_allocated)
+{
+    hdr_spec s = spec_for(PROTO_OP_REGISTER);
+    char *hdr = NULL;
+    proto_frame f;
+    proto_msg out, sentinel;
+    char err[ERRLEN] = "";
+    flps_err rc;
+
+    f.len = build_hdr(&s, &hdr);
+    f.data = hdr;
+    memset(&out, 0xA5, sizeof(out));
+    memcpy(&sentinel, &out, sizeof(out));
+    flps_alloc_fail_at(1);
+    rc = proto_msg_decode(&f, 1, &out, err, sizeof(err));
+    flps_alloc_fail_at(0);
+    cr_assert_eq(rc, FLPS_ENOMEM);
+    cr_assert_eq(memcmp(&out, &sentinel, sizeof(out)), 0);
+    free(hdr);
+}
+
+Test(msg, errbuf_may_be_null_or_tiny)
+{
+    hdr_spec s = spec_for(0);
+    char *hdr = NULL;
+    proto_frame f;
+    proto_msg out;
+    char tiny[4] = "zzz";
+
+    f.len = build_hdr(&s, &hdr);
+    f.data = hdr;
+    cr_assert_eq(proto_msg_decode(&f, 1, &out, NULL, 0), FLPS_EPROTO);
+    cr_assert_eq(proto_msg_decode(&f, 1, &out, tiny, sizeof(tiny)),
+                 FLPS_EPROTO);
+    cr_assert_str_eq(tiny, "unk", "the reason is cut to the buffer");
+    free(hdr);
+}
+
+/* ---- garbage ---- */
+
+/* msgpack-c reserves room for a declared array or map before reading its
+ * elements, so five garbage bytes (0xdd and a 32-bit count) ask for up to
+ * ~100 GiB. malloc refuses that and msgpack reports the header as broken
+ * (FLPS_EPROTO); under ASan the allocator would abort instead, so it is
+ * told to return NULL the way malloc does. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "allocator_may_return_null=1";
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    /* splitmix64: deterministic, good enough for fuzzing inputs. */
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void check_decode_survives(const proto_frame *f, size_t nf)
+{
+    proto_msg out;
+    char err[ERRLEN];
+    flps_err rc = proto_msg_decode(f, nf, &out, err, sizeof(err));
+
+    cr_assert(rc == FLPS_OK || rc == FLPS_EPROTO || rc == FLPS_ENONFINITE,
+              "decode returned %s", flps_errname(rc));
+    if (rc == FLPS_OK)
+        proto_msg_fini(&out);
+}
+
+Test(msg, random_garbage_never_crashes_the_decoder)
+{
+    uint64_t seed = 0x5eed;
+    uint32_t buf[64]; /* aligned storage */
+    unsigned char *b = (unsigned char *)buf;
+    int ok = 0;
+
+    for (int i = 0; i < 5000; i++) {
+        size_t len = rng_next(&seed) % sizeof(buf);
+        proto_frame f[3];
+        for (size_t j = 0; j < len; j++)
+            b[j] = (unsigned char)rng_next(&seed);
+        /* Some buffers start as a small map, so parsing gets further. */
+        if (len > 0 && i % 4 == 0)
+            b[0] = (unsigned char)(0x80 | (rng_next(&seed) % 16));
+        f[0].data = b;
+        f[0].len = len;
+        f[1].data = buf;
+        f[1].len = (rng_next(&seed) % 4) * 4;
+        f[2] = f[1];
+        check_decode_survives(f, 1 + i % 3);
+        ok++;
+    }
+    cr_assert_eq(ok, 5000);
+}
+
+Test(msg, random_mutations_of_a_valid_header_never_crash_the_decoder)
+{
+    uint64_t seed = 42;
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf, n_ok = 0;
+    void *hdr = encode_sparse_push(idx3, val3, 3, f, &nf);
+    size_t hlen = f[0].len;
+    uint32_t mut[64];
+    unsigned char *mb = (unsigned char *)mut;
+
+    cr_assert(hlen + 8 <= sizeof(mut));
+    for (int i = 0; i < 20000; i++) {
+        size_t len = hlen;
+        int edits = 1 + (int)(rng_next(&seed) % 4);
+        proto_frame g[PROTO_MAX_FRAMES];
+
+        memcpy(mb, hdr, hlen);
+        for (int e = 0; e < edits; e++) {
+            uint64_t r = rng_next(&seed);
+            size_t pos = len ? (size_t)(r >> 8) % len : 0;
+            switch (r % 4) {
+            case 0: /* flip bits */
+                mb[pos] ^= (unsigned char)(1u << ((r >> 40) % 8));
+                break;
+            case 1: /* random byte */
+                mb[pos] = (unsigned char)(r >> 48);
+                break;
+            case 2: /* truncate */
+                len = pos;
+                break;
+            default: /* an interesting byte */
+                {
+                    static const unsigned char interesting[] = {
+                        0x00, 0x7f, 0x80, 0x8f, 0x90, 0xa0, 0xc0, 0xc1,
+                        0xcb, 0xcf, 0xd3, 0xdc, 0xdd, 0xde, 0xdf, 0xff };
+                    mb[pos] = interesting[(r >> 32) % sizeof(interesting)];
+                }
+                break;
+            }
+        }
+        memcpy(g, f, sizeof(g));
+        g[0].data = mb;
+        g[0].len = len;
+        {
+            proto_msg out;
+            char err[ERRLEN];
+            flps_err rc = proto_msg_decode(g, nf, &out, err, sizeof(err));
+            cr_assert(rc == FLPS_OK || rc == FLPS_EPROTO,
+                      "mutation %d: decode returned %s", i, flps_errname(rc));
+            if (rc == FLPS_OK) {
+                n_ok++;
+                proto_msg_fini(&out);
+            }
+        }
+    }
+    /* Mutations that hit e.g. the rank's value still decode. */
+    cr_assert_gt(n_ok, 0);
+    free(hdr);
+}

@@ -1,0 +1,269 @@
+/* Tests for proto/partmap.c: the exact map of a small layout, coverage,
+ * balance, determinism, argument errors and allocation failures. */
+#include "proto/partmap.h"
+
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#define ASSERT_NO_LEAKS()                                                      \
+    cr_assert_eq(__lsan_do_recoverable_leak_check(), 0,                        \
+                 "memory leaked (see the LeakSanitizer report)")
+#else
+#define ASSERT_NO_LEAKS() ((void)0)
+#endif
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Every element of every tensor lies in exactly one part, parts are ordered
+ * by (tensor, offset), first_part points at each tensor's first part, and
+ * shard_load is the sum of the owned parts' sizes. */
+static void check_map(const partmap *pm, const uint64_t *numel, uint32_t nt,
+                      uint32_t nshards, uint32_t part_size)
+{
+    uint64_t *load = calloc(nshards, sizeof(*load));
+    uint32_t p = 0;
+
+    cr_assert_not_null(load);
+    cr_assert_eq(pm->ntensors, nt);
+    cr_assert_eq(pm->nshards, nshards);
+    for (uint32_t t = 0; t < nt; t++) {
+        uint64_t next = 0; /* the first element not yet covered */
+        cr_assert_eq(pm->first_part[t], p, "tensor %u starts at part %u", t,
+                     p);
+        while (p < pm->nparts && pm->parts[p].tensor == t) {
+            const partmap_part *q = &pm->parts[p];
+            cr_assert_eq(q->offset, next,
+                         "part %u starts at %llu, not right after the "
+                         "previous part (%llu): a gap or an overlap",
+                         p, (unsigned long long)q->offset,
+                         (unsigned long long)next);
+            cr_assert(q->numel >= 1 && q->numel <= part_size);
+            cr_assert_lt(q->shard, nshards);
+            /* Only a tensor's last part may be short. */
+            if (q->offset + q->numel < numel[t])
+                cr_assert_eq(q->numel, part_size);
+            next += q->numel;
+            load[q->shard] += q->numel;
+            p++;
+        }
+        cr_assert_eq(next, numel[t], "tensor %u is covered up to %llu of %llu",
+                     t, (unsigned long long)next,
+                     (unsigned long long)numel[t]);
+    }
+    cr_assert_eq(p, pm->nparts, "parts left over after the last tensor");
+    for (uint32_t s = 0; s < nshards; s++)
+        cr_assert_eq(pm->shard_load[s], load[s], "load of shard %u", s);
+    free(load);
+}
+
+static void assert_balanced(const partmap *pm, uint32_t part_size)
+{
+    uint64_t lo = UINT64_MAX, hi = 0;
+
+    for (uint32_t s = 0; s < pm->nshards; s++) {
+        if (pm->shard_load[s] < lo)
+            lo = pm->shard_load[s];
+        if (pm->shard_load[s] > hi)
+            hi = pm->shard_load[s];
+    }
+    cr_assert_leq(hi - lo, part_size,
+                  "loads differ by %llu, more than a part (%u)",
+                  (unsigned long long)(hi - lo), part_size);
+}
+
+Test(partmap, builds_the_hand_computed_map_of_a_small_layout)
+{
+    /* Tensors of 10, 7 and 3 elements, part_size 4, 2 shards.
+     * Cutting:  p0 = t0[0,4)  p1 = t0[4,8)  p2 = t0[8,10)
+     *           p3 = t1[0,4)  p4 = t1[4,7)
+     *           p5 = t2[0,3)
+     * Largest first, ties by lower id: p0(4) p1(4) p3(4) p4(3) p5(3) p2(2).
+     * Onto the least-loaded shard, ties by lower shard (loads s0/s1):
+     *   p0 -> s0 (4/0)   p1 -> s1 (4/4)   p3 -> s0 (8/4)
+     *   p4 -> s1 (8/7)   p5 -> s1 (8/10)  p2 -> s0 (10/10) */
+    const uint64_t numel[] = { 10, 7, 3 };
+    const partmap_part want[] = {
+        { 0, 0, 4, 0 }, { 0, 4, 4, 1 }, { 0, 8, 2, 0 },
+        { 1, 0, 4, 0 }, { 1, 4, 3, 1 }, { 2, 0, 3, 1 },
+    };
+    partmap pm;
+
+    cr_assert_eq(partmap_build(numel, 3, 2, 4, &pm), FLPS_OK);
+    cr_assert_eq(pm.nparts, 6);
+    for (uint32_t i = 0; i < 6; i++) {
+        cr_assert_eq(pm.parts[i].tensor, want[i].tensor, "part %u", i);
+        cr_assert_eq(pm.parts[i].offset, want[i].offset, "part %u", i);
+        cr_assert_eq(pm.parts[i].numel, want[i].numel, "part %u", i);
+        cr_assert_eq(pm.parts[i].shard, want[i].shard, "part %u", i);
+    }
+    cr_assert_eq(pm.first_part[0], 0);
+    cr_assert_eq(pm.first_part[1], 3);
+    cr_assert_eq(pm.first_part[2], 5);
+    cr_assert_eq(pm.shard_load[0], 10);
+    cr_assert_eq(pm.shard_load[1], 10);
+    check_map(&pm, numel, 3, 2, 4);
+    partmap_fini(&pm);
+    cr_assert_null(pm.parts, "fini clears the map");
+    cr_assert_eq(pm.nparts, 0);
+}
+
+Test(partmap, one_shard_owns_every_part)
+{
+    const uint64_t numel[] = { 5, 1 };
+    partmap pm;
+
+    cr_assert_eq(partmap_build(numel, 2, 1, 2, &pm), FLPS_OK);
+    cr_assert_eq(pm.nparts, 4);
+    for (uint32_t i = 0; i < pm.nparts; i++)
+        cr_assert_eq(pm.parts[i].shard, 0);
+    cr_assert_eq(pm.shard_load[0], 6);
+    check_map(&pm, numel, 2, 1, 2);
+    partmap_fini(&pm);
+}
+
+Test(partmap, more_shards_than_parts_leaves_the_last_shards_empty)
+{
+    const uint64_t numel[] = { 3 };
+    partmap pm;
+
+    cr_assert_eq(partmap_build(numel, 1, 4, 2, &pm), FLPS_OK);
+    cr_assert_eq(pm.nparts, 2);
+    cr_assert_eq(pm.parts[0].shard, 0);
+    cr_assert_eq(pm.parts[1].shard, 1);
+    cr_assert_eq(pm.shard_load[0], 2);
+    cr_assert_eq(pm.shard_load[1], 1);
+    cr_assert_eq(pm.shard_load[2], 0);
+    cr_assert_eq(pm.shard_load[3], 0);
+    partmap_fini(&pm);
+}
+
+Test(partmap, a_tensor_of_exactly_one_part_size_is_one_part)
+{
+    const uint64_t numel[] = { 4, 8, 4096 };
+    partmap pm;
+
+    cr_assert_eq(partmap_build(numel, 3, 3, 4, &pm), FLPS_OK);
+    cr_assert_eq(pm.nparts, 1 + 2 + 1024);
+    check_map(&pm, numel, 3, 3, 4);
+    assert_balanced(&pm, 4);
+    partmap_fini(&pm);
+}
+
+Test(partmap, random_layouts_are_covered_exactly_once_and_balanced)
+{
+    uint64_t seed = 7;
+
+    for (int trial = 0; trial < 300; trial++) {
+        uint32_t nt = 1 + (uint32_t)(rng_next(&seed) % 12);
+        uint32_t nshards = 1 + (uint32_t)(rng_next(&seed) % 9);
+        uint32_t part_size = 1 + (uint32_t)(rng_next(&seed) % 64);
+        uint64_t numel[12];
+        partmap pm;
+
+        for (uint32_t t = 0; t < nt; t++)
+            numel[t] = 1 + rng_next(&seed) % (rng_next(&seed) % 2 ? 10 : 900);
+        cr_assert_eq(partmap_build(numel, nt, nshards, part_size, &pm),
+                     FLPS_OK);
+        check_map(&pm, numel, nt, nshards, part_size);
+        assert_balanced(&pm, part_size);
+        partmap_fini(&pm);
+    }
+}
+
+Test(partmap, is_a_pure_function_of_its_arguments)
+{
+    const uint64_t numel[] = { 1000, 3, 77, 4096, 1, 513 };
+    partmap a, b;
+
+    cr_assert_eq(partmap_build(numel, 6, 3, 64, &a), FLPS_OK);
+    cr_assert_eq(partmap_build(numel, 6, 3, 64, &b), FLPS_OK);
+    cr_assert_eq(a.nparts, b.nparts);
+    cr_assert_eq(memcmp(a.parts, b.parts, a.nparts * sizeof(*a.parts)), 0);
+    cr_assert_eq(memcmp(a.shard_load, b.shard_load,
+                        a.nshards * sizeof(*a.shard_load)),
+                 0);
+    cr_assert_eq(memcmp(a.first_part, b.first_part,
+                        a.ntensors * sizeof(*a.first_part)),
+                 0);
+    partmap_fini(&a);
+    partmap_fini(&b);
+}
+
+Test(partmap, refuses_empty_layouts_and_zero_sizes)
+{
+    const uint64_t numel[] = { 10, 0, 3 };
+    partmap pm, sentinel;
+
+    memset(&pm, 0xA5, sizeof(pm));
+    memcpy(&sentinel, &pm, sizeof(pm));
+    cr_assert_eq(partmap_build(numel, 0, 2, 4, &pm), FLPS_EINVAL,
+                 "no tensors");
+    cr_assert_eq(partmap_build(NULL, 1, 2, 4, &pm), FLPS_EINVAL, "no layout");
+    cr_assert_eq(partmap_build(numel, 2, 2, 4, &pm), FLPS_EINVAL,
+                 "a tensor of zero elements");
+    cr_assert_eq(partmap_build(numel, 1, 0, 4, &pm), FLPS_EINVAL,
+                 "zero shards");
+    cr_assert_eq(partmap_build(numel, 1, 2, 0, &pm), FLPS_EINVAL,
+                 "zero part_size");
+    cr_assert_eq(memcmp(&pm, &sentinel, sizeof(pm)), 0,
+                 "a refused build leaves *out untouched");
+}
+
+Test(partmap, refuses_a_layout_of_more_than_2_to_the_32_parts)
+{
+    const uint64_t numel[] = { (uint64_t)UINT32_MAX + 1 };
+    partmap pm;
+
+    cr_assert_eq(partmap_build(numel, 1, 1, 1, &pm), FLPS_EINVAL);
+}
+
+Test(partmap, fini_of_a_cleared_map_does_nothing)
+{
+    partmap pm;
+
+    memset(&pm, 0, sizeof(pm));
+    partmap_fini(&pm);
+    partmap_fini(NULL);
+}
+
+Test(partmap, fails_every_allocation_in_turn_with_enomem_and_no_leak)
+{
+    const uint64_t numel[] = { 10, 7, 3 };
+    unsigned long n;
+    partmap pm;
+
+    for (n = 1;; n++) {
+        flps_err rc;
+        memset(&pm, 0xA5, sizeof(pm));
+        flps_alloc_fail_at(n);
+        rc = partmap_build(numel, 3, 2, 4, &pm);
+        flps_alloc_fail_at(0);
+        if (rc == FLPS_OK)
+            break;
+        cr_assert_eq(rc, FLPS_ENOMEM, "allocation %lu failed: got %s", n,
+                     flps_errname(rc));
+        {
+            partmap sentinel;
+            memset(&sentinel, 0xA5, sizeof(sentinel));
+            cr_assert_eq(memcmp(&pm, &sentinel, sizeof(pm)), 0,
+                         "allocation %lu failed: *out was written", n);
+        }
+        ASSERT_NO_LEAKS();
+    }
+    cr_assert_eq(n, 5, "partmap_build makes four allocations");
+    check_map(&pm, numel, 3, 2, 4);
+    partmap_fini(&pm);
+    ASSERT_NO_LEAKS();
+}

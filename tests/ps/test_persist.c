@@ -1,0 +1,598 @@
+/* Tests for ps/persist.c: the write-ahead log and checkpoint files. */
+#include "ps/persist.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+
+/* ---- helpers ---- */
+
+static char dir[64];
+static char path[256];
+
+static void make_dir(void)
+{
+    strcpy(dir, "/tmp/flps-persist-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/file", dir);
+}
+
+static void remove_dir(void)
+{
+    char p[300];
+
+    unlink(path);
+    snprintf(p, sizeof(p), "%s.tmp", path);
+    unlink(p);
+    rmdir(dir);
+}
+
+static off_t file_size(const char *p)
+{
+    struct stat st;
+
+    cr_assert_eq(stat(p, &st), 0, "%s: %s", p, strerror(errno));
+    return st.st_size;
+}
+
+static void flip_byte(const char *p, off_t at)
+{
+    int fd = open(p, O_RDWR);
+    unsigned char b;
+
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(pread(fd, &b, 1, at), 1);
+    b ^= 0x40;
+    cr_assert_eq(pwrite(fd, &b, 1, at), 1);
+    close(fd);
+}
+
+/* Records seen by a replay, copied. */
+#define MAXREC 16
+typedef struct seen {
+    int n;
+    int fail_at; /* return FLPS_EPROTO for this record (-1: never) */
+    wal_record r[MAXREC];
+    uint32_t idx[MAXREC][8];
+    float val[MAXREC][8];
+} seen;
+
+static flps_err collect(void *arg, const wal_record *r)
+{
+    seen *s = arg;
+
+    cr_assert_lt(s->n, MAXREC);
+    cr_assert_leq(r->n, 8);
+    if (s->n == s->fail_at)
+        return FLPS_EPROTO;
+    s->r[s->n] = *r;
+    if (r->kind == WAL_ADD_SPARSE) {
+        cr_assert_not_null(r->idx);
+        memcpy(s->idx[s->n], r->idx, r->n * sizeof(uint32_t));
+    } else {
+        cr_assert_null(r->idx);
+    }
+    cr_assert_eq((uintptr_t)r->val % 4, 0, "values are 4-byte aligned");
+    memcpy(s->val[s->n], r->val, r->n * sizeof(float));
+    s->n++;
+    return FLPS_OK;
+}
+
+static const uint32_t sp_idx[3] = { 0, 4, 7 };
+static const float sp_val[3] = { -0.5f, 0.25f, 1e-7f };
+static const float dn_val[4] = { 1.0f, -2.0f, 3.5f, -0.0f };
+static const float set_val[4] = { 9.0f, 8.0f, 7.0f, 6.0f };
+
+static wal_record rec(uint8_t kind, uint32_t part, uint64_t iter,
+                      uint64_t version)
+{
+    wal_record r;
+
+    memset(&r, 0, sizeof(r));
+    r.kind = kind;
+    r.part = part;
+    r.iter = iter;
+    r.version = version;
+    if (kind == WAL_ADD_SPARSE) {
+        r.n = 3;
+        r.idx = sp_idx;
+        r.val = sp_val;
+    } else {
+        r.n = 4;
+        r.val = kind == WAL_SET ? set_val : dn_val;
+    }
+    return r;
+}
+
+/* The three kinds, in the order a shard writes them. */
+static void write_three(int do_fsync)
+{
+    int fd = -1;
+    wal_record a = rec(WAL_SET, 5, 0, 1);
+    wal_record b = rec(WAL_ADD_SPARSE, 5, 1, 2);
+    wal_record c = rec(WAL_ADD_DENSE, 9, 12, 40);
+
+    cr_assert_eq(wal_open(path, &fd), FLPS_OK);
+    cr_assert_eq(wal_append(fd, &a, do_fsync), FLPS_OK);
+    cr_assert_eq(wal_append(fd, &b, do_fsync), FLPS_OK);
+    cr_assert_eq(wal_append(fd, &c, do_fsync), FLPS_OK);
+    close(fd);
+}
+
+static void assert_record(const seen *s, int i, const wal_record *want)
+{
+    const wal_record *r = &s->r[i];
+
+    cr_assert_eq(r->kind, want->kind, "record %d", i);
+    cr_assert_eq(r->part, want->part, "record %d", i);
+    cr_assert_eq(r->iter, want->iter, "record %d", i);
+    cr_assert_eq(r->version, want->version, "record %d", i);
+    cr_assert_eq(r->n, want->n, "record %d", i);
+    if (want->kind == WAL_ADD_SPARSE)
+        cr_assert_eq(memcmp(s->idx[i], want->idx, want->n * 4), 0);
+    cr_assert_eq(memcmp(s->val[i], want->val, want->n * 4), 0,
+                 "record %d: values bit for bit", i);
+}
+
+/* The first n of write_three's records were replayed. */
+static void assert_prefix(const seen *s, int n)
+{
+    wal_record want[3] = { rec(WAL_SET, 5, 0, 1), rec(WAL_ADD_SPARSE, 5, 1, 2),
+                           rec(WAL_ADD_DENSE, 9, 12, 40) };
+
+    cr_assert_geq(s->n, n);
+    for (int i = 0; i < n; i++)
+        assert_record(s, i, &want[i]);
+}
+
+/* Exactly the first n of write_three's records were replayed. */
+static void assert_first_records(const seen *s, int n)
+{
+    cr_assert_eq(s->n, n, "replayed %d records, expected %d", s->n, n);
+    assert_prefix(s, n);
+}
+
+/* ---- write-ahead log ---- */
+
+Test(persist, paths_name_the_shards_files_in_the_directory)
+{
+    char ck[64], wl[64];
+
+    persist_paths("/var/lib/flps", 3, ck, wl, sizeof(ck));
+    cr_assert_str_eq(ck, "/var/lib/flps/shard-3.ckpt");
+    cr_assert_str_eq(wl, "/var/lib/flps/shard-3.wal");
+}
+
+Test(persist, wal_replays_every_kind_of_record_in_order)
+{
+    seen s = { .fail_at = -1 };
+    uint64_t n = 99;
+
+    make_dir();
+    write_three(1);
+    cr_assert_eq(file_size(path), (32 + 24 + 4) + (32 + 16 + 4) * 2,
+                 "32-byte header, payload, 4-byte CRC per record");
+    cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
+    cr_assert_eq(n, 3);
+    assert_first_records(&s, 3);
+    remove_dir();
+}
+
+Test(persist, wal_append_after_reopening_continues_the_log)
+{
+    seen s = { .fail_at = -1 };
+    uint64_t n = 0;
+    int fd;
+    wal_record d = rec(WAL_ADD_SPARSE, 1, 2, 3);
+
+    make_dir();
+    write_three(0);
+    cr_assert_eq(wal_open(path, &fd), FLPS_OK);
+    cr_assert_eq(wal_append(fd, &d, 0), FLPS_OK);
+    close(fd);
+    cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
+    cr_assert_eq(n, 4);
+    assert_prefix(&s, 3);
+    assert_record(&s, 3, &d);
+    remove_dir();
+}
+
+Test(persist, wal_record_with_no_elements_round_trips)
+{
+    seen s = { .fail_at = -1 };
+    uint64_t n = 0;
+    int fd;
+    wal_record e;
+
+    make_dir();
+    memset(&e, 0, sizeof(e));
+    e.kind = WAL_ADD_SPARSE;
+    e.part = 2;
+    e.iter = 8;
+    e.version = 8;
+    e.n = 0;
+    e.idx = sp_idx;
+    e.val = sp_val;
+    cr_assert_eq(wal_open(path, &fd), FLPS_OK);
+    cr_assert_eq(wal_append(fd, &e, 0), FLPS_OK);
+    close(fd);
+    cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(s.r[0].n, 0);
+    cr_assert_eq(s.r[0].version, 8);
+    remove_dir();
+}
+
+Test(persist, wal_replay_ignores_a_torn_tail)
+{
+    off_t full;
+
+    make_dir();
+    write_three(0);
+    full = file_size(path);
+    /* Cut the last record anywhere: inside the CRC, the payload, the
+     * header, or leaving a single byte of it. */
+    for (off_t cut = 1; cut < 32 + 16 + 4; cut += 3) {
+        seen s = { .fail_at = -1 };
+        uint64_t n = 99;
+        unlink(path); /* write_three appends: start from scratch */
+        write_three(0);
+        cr_assert_eq(truncate(path, full - cut), 0);
+        cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK,
+                     "cut %lld bytes", (long long)cut);
+        cr_assert_eq(n, 2, "cut %lld bytes", (long long)cut);
+        assert_first_records(&s, 2);
+    }
+    remove_dir();
+}
+
+Test(persist, wal_replay_stops_at_a_record_with_a_bad_crc)
+{
+    seen s = { .fail_at = -1 };
+    uint64_t n = 99;
+    const off_t second = 32 + 24 + 4;
+
+    make_dir();
+    write_three(0);
+    flip_byte(path, second + 32 + 2); /* a value byte of record 2 */
+    cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
+    cr_assert_eq(n, 1, "nothing after the corrupt record is replayed");
+    assert_first_records(&s, 1);
+    remove_dir();
+}
+
+Test(persist, wal_replay_stops_at_a_record_with_a_bad_magic_or_kind)
+{
+    const off_t second = 32 + 24 + 4;
+
+    make_dir();
+    for (int field = 0; field < 2; field++) {
+        seen s = { .fail_at = -1 };
+        uint64_t n = 99;
+        unlink(path);
+        write_three(0);
+        flip_byte(path, second + (field == 0 ? 0 : 4)); /* magic, kind */
+        cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
+        cr_assert_eq(n, 1);
+        assert_first_records(&s, 1);
+    }
+    remove_dir();
+}
+
+Test(persist, wal_replay_returns_the_callbacks_error_and_stops)
+{
+    seen s = { .fail_at = 1 };
+    uint64_t n = 99;
+
+    make_dir();
+    write_three(0);
+    cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_EPROTO);
+    cr_assert_eq(s.n, 1);
+    remove_dir();
+}
+
+Test(persist, wal_replay_of_a_missing_or_empty_log_replays_nothing)
+{
+    seen s = { .fail_at = -1 };
+    uint64_t n = 99;
+    int fd;
+
+    make_dir();
+    cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(wal_open(path, &fd), FLPS_OK);
+    close(fd);
+    n = 99;
+    cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(s.n, 0);
+    remove_dir();
+}
+
+Test(persist, wal_truncate_empties_the_log_and_appends_start_over)
+{
+    seen s = { .fail_at = -1 };
+    uint64_t n = 99;
+    int fd;
+    wal_record d = rec(WAL_ADD_DENSE, 9, 13, 41);
+
+    make_dir();
+    cr_assert_eq(wal_open(path, &fd), FLPS_OK);
+    for (int i = 0; i < 3; i++) {
+        wal_record r = rec(WAL_SET, 1, 0, 1);
+        cr_assert_eq(wal_append(fd, &r, 0), FLPS_OK);
+    }
+    cr_assert_eq(wal_truncate(fd), FLPS_OK);
+    cr_assert_eq(file_size(path), 0);
+    cr_assert_eq(wal_append(fd, &d, 1), FLPS_OK);
+    close(fd);
+    cr_assert_eq(file_size(path), 32 + 16 + 4, "no hole before the record");
+    cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
+    cr_assert_eq(n, 1);
+    assert_record(&s, 0, &d);
+    remove_dir();
+}
+
+Test(persist, wal_open_fails_with_eio_in_a_missing_directory)
+{
+    int fd = -7;
+
+    cr_assert_eq(wal_open("/nonexistent-flps-dir/shard-0.wal", &fd),
+                 FLPS_EIO);
+    cr_assert_eq(fd, -7, "fd untouched on error");
+}
+
+Test(persist, wal_append_fails_cleanly_when_out_of_memory)
+{
+    int fd;
+    wal_record r = rec(WAL_SET, 1, 0, 1);
+
+    make_dir();
+    cr_assert_eq(wal_open(path, &fd), FLPS_OK);
+    flps_alloc_fail_at(1);
+    cr_assert_eq(wal_append(fd, &r, 0), FLPS_ENOMEM);
+    flps_alloc_fail_at(0);
+    close(fd);
+    cr_assert_eq(file_size(path), 0, "nothing written");
+    remove_dir();
+}
+
+/* ---- checkpoints ---- */
+
+#define MAXPART 4
+typedef struct parts_seen {
+    uint32_t n;
+    int fail_at;
+    ckpt_part p[MAXPART];
+    float vals[MAXPART][16];
+} parts_seen;
+
+static flps_err collect_part(void *arg, const ckpt_part *p)
+{
+    parts_seen *s = arg;
+
+    cr_assert_lt(s->n, MAXPART);
+    cr_assert_leq(p->numel, 16);
+    if ((int)s->n == s->fail_at)
+        return FLPS_ELAYOUT;
+    s->p[s->n] = *p;
+    memcpy(s->vals[s->n], p->values, p->numel * sizeof(float));
+    s->p[s->n].values = s->vals[s->n];
+    s->n++;
+    return FLPS_OK;
+}
+
+static const float v0[5] = { 1.5f, -2.25f, 0.0f, 1e-38f, 3e38f };
+static const float v1[1] = { -7.0f };
+static const float v2[16] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
+                              15, 16 };
+static const char meta_text[] = "layout and config, opaque to persist";
+
+static void write_ckpt(void)
+{
+    ckpt_part parts[3] = {
+        { 2, 5, 17, 16, v0 },
+        { 5, 1, 1, 0, v1 },
+        { 9, 16, UINT64_MAX, 123456789012345ull, v2 },
+    };
+
+    cr_assert_eq(ckpt_write(path, meta_text, sizeof(meta_text), parts, 3),
+                 FLPS_OK);
+}
+
+static long ckpt_size(void)
+{
+    return 8 + 4 + (long)sizeof(meta_text) + 4 + 3 * 24 + (5 + 1 + 16) * 4 +
+           4;
+}
+
+Test(persist, checkpoint_round_trips_meta_and_every_part)
+{
+    parts_seen s = { .fail_at = -1 };
+    void *meta = NULL;
+    size_t metalen = 0;
+    int missing = 7;
+    const float *want[3] = { v0, v1, v2 };
+    const uint32_t ids[3] = { 2, 5, 9 }, numel[3] = { 5, 1, 16 };
+    const uint64_t vers[3] = { 17, 1, UINT64_MAX },
+                   iters[3] = { 16, 0, 123456789012345ull };
+
+    make_dir();
+    write_ckpt();
+    cr_assert_eq(file_size(path), ckpt_size());
+    cr_assert_eq(ckpt_read(path, &meta, &metalen, collect_part, &s, &missing),
+                 FLPS_OK);
+    cr_assert_eq(missing, 0);
+    cr_assert_eq(metalen, sizeof(meta_text));
+    cr_assert_eq(memcmp(meta, meta_text, metalen), 0);
+    cr_assert_eq(s.n, 3);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(s.p[i].id, ids[i]);
+        cr_assert_eq(s.p[i].numel, numel[i]);
+        cr_assert_eq(s.p[i].version, vers[i]);
+        cr_assert_eq(s.p[i].iter, iters[i]);
+        cr_assert_eq(memcmp(s.vals[i], want[i], numel[i] * 4), 0,
+                     "part %d values bit for bit", i);
+    }
+    free(meta);
+    remove_dir();
+}
+
+Test(persist, checkpoint_with_no_parts_and_empty_meta_round_trips)
+{
+    parts_seen s = { .fail_at = -1 };
+    void *meta = NULL;
+    size_t metalen = 99;
+    int missing = 7;
+
+    make_dir();
+    cr_assert_eq(ckpt_write(path, "", 0, NULL, 0), FLPS_OK);
+    cr_assert_eq(ckpt_read(path, &meta, &metalen, collect_part, &s, &missing),
+                 FLPS_OK);
+    cr_assert_eq(metalen, 0);
+    cr_assert_not_null(meta);
+    cr_assert_eq(s.n, 0);
+    free(meta);
+    remove_dir();
+}
+
+Test(persist, checkpoint_write_leaves_no_temporary_file_behind)
+{
+    char tmp[300];
+
+    make_dir();
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    write_ckpt();
+    cr_assert_eq(access(tmp, F_OK), -1);
+    cr_assert_eq(errno, ENOENT);
+    cr_assert_eq(access(path, F_OK), 0);
+    remove_dir();
+}
+
+Test(persist, checkpoint_write_replaces_the_previous_checkpoint_whole)
+{
+    parts_seen s = { .fail_at = -1 };
+    ckpt_part one = { 1, 1, 2, 3, v1 };
+    void *meta = NULL;
+    size_t metalen = 0;
+    int missing;
+    char tmp[300];
+
+    make_dir();
+    write_ckpt();
+    /* A stale temp file from a crash mid-write is overwritten too. */
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    {
+        FILE *f = fopen(tmp, "w");
+        cr_assert_not_null(f);
+        fputs("half a checkpoint from a crash", f);
+        fclose(f);
+    }
+    cr_assert_eq(ckpt_write(path, "m", 1, &one, 1), FLPS_OK);
+    cr_assert_eq(access(tmp, F_OK), -1);
+    cr_assert_eq(ckpt_read(path, &meta, &metalen, collect_part, &s, &missing),
+                 FLPS_OK);
+    cr_assert_eq(metalen, 1);
+    cr_assert_eq(s.n, 1);
+    cr_assert_eq(s.p[0].id, 1);
+    cr_assert_eq(s.vals[0][0], -7.0f);
+    free(meta);
+    remove_dir();
+}
+
+Test(persist, checkpoint_read_reports_a_missing_file)
+{
+    parts_seen s = { .fail_at = -1 };
+    void *meta = (void *)&s;
+    size_t metalen = 99;
+    int missing = 0;
+
+    make_dir();
+    cr_assert_eq(ckpt_read(path, &meta, &metalen, collect_part, &s, &missing),
+                 FLPS_EIO);
+    cr_assert_eq(missing, 1);
+    cr_assert_eq(meta, (void *)&s, "meta untouched");
+    cr_assert_eq(metalen, 99);
+    cr_assert_eq(s.n, 0);
+    remove_dir();
+}
+
+Test(persist, checkpoint_read_refuses_any_flipped_byte)
+{
+    long size;
+
+    make_dir();
+    write_ckpt();
+    size = (long)file_size(path);
+    for (long at = 0; at < size; at++) {
+        parts_seen s = { .fail_at = -1 };
+        void *meta = (void *)&s;
+        size_t metalen = 99;
+        int missing = 7;
+        flip_byte(path, at);
+        cr_assert_eq(ckpt_read(path, &meta, &metalen, collect_part, &s,
+                               &missing),
+                     FLPS_EPROTO, "byte %ld flipped", at);
+        cr_assert_eq(missing, 0);
+        cr_assert_eq(meta, (void *)&s, "meta untouched");
+        cr_assert_eq(s.n, 0, "no part of a corrupt file is handed out");
+        flip_byte(path, at); /* restore */
+    }
+    remove_dir();
+}
+
+Test(persist, checkpoint_read_refuses_a_truncated_file)
+{
+    long size;
+
+    make_dir();
+    write_ckpt();
+    size = (long)file_size(path);
+    for (long len = 0; len < size; len += 7) {
+        parts_seen s = { .fail_at = -1 };
+        void *meta = NULL;
+        size_t metalen;
+        int missing = 7;
+        cr_assert_eq(truncate(path, len), 0);
+        cr_assert_eq(ckpt_read(path, &meta, &metalen, collect_part, &s,
+                               &missing),
+                     FLPS_EPROTO, "cut to %ld bytes", len);
+        cr_assert_eq(missing, 0);
+        cr_assert_null(meta);
+        unlink(path);
+        write_ckpt();
+    }
+    remove_dir();
+}
+
+Test(persist, checkpoint_read_passes_on_the_callbacks_error)
+{
+    parts_seen s = { .fail_at = 1 };
+    void *meta = NULL;
+    size_t metalen;
+    int missing;
+
+    make_dir();
+    write_ckpt();
+    cr_assert_eq(ckpt_read(path, &meta, &metalen, collect_part, &s, &missing),
+                 FLPS_ELAYOUT);
+    cr_assert_null(meta);
+    cr_assert_eq(s.n, 1);
+    remove_dir();
+}
+
+Test(persist, checkpoint_write_fails_with_eio_in_a_missing_directory)
+{
+    ckpt_part one = { 1, 1, 2, 3, v1 };
+
+    cr_assert_eq(ckpt_write("/nonexistent-flps-dir/shard-0.ckpt", "m", 1,
+                            &one, 1),
+                 FLPS_EIO);
+}
