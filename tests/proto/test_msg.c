@@ -17,8 +17,7 @@
 /* ---- helpers ---- */
 
 /* Encode msg, decode the frames into *out; both must succeed. */
-static void round_trip(const proto_msg *msg, proto_msg *out,
-                       size_t want_frames)
+static void round_trip(const proto_msg *msg, proto_msg *out, size_t want_frames)
 {
     proto_frame f[PROTO_MAX_FRAMES];
     size_t nf = 0, hlen = 0;
@@ -51,7 +50,8 @@ typedef struct hdr_spec {
     uint64_t v, op, rank, part, iter, ver, codec, n, nrej, status;
     const char *job;
     const char *text;
-    uint64_t numel0; /* REGISTER: numel of the single tensor */
+    uint64_t numel0;        /* REGISTER: numel of the single tensor */
+    uint64_t lr_schedule;   /* REGISTER: cfg's schedule */
     const char *omit;       /* leave this key out */
     const char *dup;        /* write this key twice */
     const char *wrong_type; /* write this key's value as an array */
@@ -116,7 +116,7 @@ static void put_value(msgpack_packer *pk, const char *key, const hdr_spec *s)
     } else if (strcmp(key, "text") == 0) {
         pk_str(pk, s->text);
     } else if (strcmp(key, "cfg") == 0) {
-        msgpack_pack_array(pk, 8);
+        msgpack_pack_array(pk, 10);
         msgpack_pack_uint64(pk, 0);
         msgpack_pack_uint64(pk, 1);
         msgpack_pack_uint64(pk, 2);
@@ -125,6 +125,8 @@ static void put_value(msgpack_packer *pk, const char *key, const hdr_spec *s)
         msgpack_pack_uint64(pk, 2);
         msgpack_pack_double(pk, 0.5);
         msgpack_pack_double(pk, 0.1);
+        msgpack_pack_uint64(pk, s->lr_schedule);
+        msgpack_pack_uint64(pk, 100);
     } else if (strcmp(key, "tensors") == 0) {
         msgpack_pack_array(pk, 1);
         msgpack_pack_array(pk, 2);
@@ -138,8 +140,8 @@ static size_t build_hdr(const hdr_spec *s, char **out)
 {
     const char *keys[20];
     size_t nk = 0, nout = 0;
-    const char *base[] = { "v", "op", "job", "rank", "part", "iter", "ver",
-                           "data" };
+    const char *base[] = {"v",    "op",   "job", "rank",
+                          "part", "iter", "ver", "data"};
     const char *all[20];
     msgpack_sbuffer sb;
     msgpack_packer pk;
@@ -179,8 +181,8 @@ static size_t build_hdr(const hdr_spec *s, char **out)
     return sb.size;
 }
 
-static const uint32_t idx3[3] = { 1, 5, 9 };
-static const float val3[3] = { 0.5f, -1.25f, 3.0f };
+static const uint32_t idx3[3] = {1, 5, 9};
+static const float val3[3] = {0.5f, -1.25f, 3.0f};
 
 /* Decode frames that must be refused with want: *out untouched and the
  * message contains needle. */
@@ -270,6 +272,8 @@ Test(msg, register_round_trips_with_its_config_and_tensors)
     m.cfg.agg = PROTO_AGG_GTOPK;
     m.cfg.density = 0.01;
     m.cfg.lr = 0.1;
+    m.cfg.lr_schedule = PROTO_LR_COSINE;
+    m.cfg.iterations = 600;
     m.ntensors = 3;
     m.tensors = t;
 
@@ -283,6 +287,8 @@ Test(msg, register_round_trips_with_its_config_and_tensors)
     cr_assert_eq(d.cfg.agg, PROTO_AGG_GTOPK);
     cr_assert_eq(d.cfg.density, 0.01, "doubles travel exactly");
     cr_assert_eq(d.cfg.lr, 0.1);
+    cr_assert_eq(d.cfg.lr_schedule, PROTO_LR_COSINE);
+    cr_assert_eq(d.cfg.iterations, 600);
     cr_assert_eq(d.ntensors, 3);
     cr_assert_neq(d.tensors, t, "the decoded list is the message's own");
     for (int i = 0; i < 3; i++) {
@@ -299,7 +305,7 @@ Test(msg, register_round_trips_with_its_config_and_tensors)
 
 Test(msg, dense_init_round_trips_with_its_values)
 {
-    float v[5] = { 1.0f, -2.5f, 0.0f, 1e-30f, 3.4e38f };
+    float v[5] = {1.0f, -2.5f, 0.0f, 1e-30f, 3.4e38f};
     proto_msg m, d;
 
     memset(&m, 0, sizeof(m));
@@ -347,7 +353,7 @@ Test(msg, sparse_push_round_trips_with_indices_and_values)
 
 Test(msg, dense_push_round_trips_with_its_values)
 {
-    float v[4] = { 0.25f, -0.5f, 8.0f, -0.0f };
+    float v[4] = {0.25f, -0.5f, 8.0f, -0.0f};
     proto_msg m, d;
 
     memset(&m, 0, sizeof(m));
@@ -383,7 +389,7 @@ Test(msg, sparse_push_with_no_elements_round_trips)
 
 Test(msg, sparse_update_round_trips_with_its_rejected_indices)
 {
-    const uint32_t rej[2] = { 0, 7 };
+    const uint32_t rej[2] = {0, 7};
     proto_msg m, d;
 
     memset(&m, 0, sizeof(m));
@@ -412,7 +418,7 @@ Test(msg, sparse_update_round_trips_with_its_rejected_indices)
 
 Test(msg, dense_update_round_trips_with_an_empty_rejected_list)
 {
-    float v[3] = { -0.1f, 0.2f, -0.3f };
+    float v[3] = {-0.1f, 0.2f, -0.3f};
     proto_msg m, d;
 
     memset(&m, 0, sizeof(m));
@@ -454,7 +460,7 @@ Test(msg, pull_round_trips_without_frames)
 
 Test(msg, pull_reply_round_trips_with_the_part_values)
 {
-    float v[6] = { 1, 2, 3, 4, 5, 6 };
+    float v[6] = {1, 2, 3, 4, 5, 6};
     proto_msg m, d;
 
     memset(&m, 0, sizeof(m));
@@ -565,8 +571,8 @@ Test(msg, unknown_keys_in_the_header_are_ignored)
     hdr = sb.data;
     f.data = hdr;
     f.len = sb.size;
-    cr_assert_eq(proto_msg_decode(&f, 1, &d, err, sizeof(err)), FLPS_OK,
-                 "%s", err);
+    cr_assert_eq(proto_msg_decode(&f, 1, &d, err, sizeof(err)), FLPS_OK, "%s",
+                 err);
     cr_assert_eq(d.op, PROTO_OP_PULL);
     cr_assert_eq(d.rank, 1);
     cr_assert_eq(d.part, 2);
@@ -660,14 +666,13 @@ Test(msg, refuses_an_unknown_op)
 
 Test(msg, refuses_a_header_missing_any_required_field)
 {
-    const char *base[] = { "v", "op", "job", "rank", "part", "iter", "ver",
-                           "data" };
+    const char *base[] = {"v",    "op",   "job", "rank",
+                          "part", "iter", "ver", "data"};
 
     for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++) {
         hdr_spec s = spec_for(PROTO_OP_PULL);
         s.omit = base[i];
-        expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO,
-                           "lacks a required field");
+        expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, "lacks a required field");
     }
 }
 
@@ -677,13 +682,13 @@ Test(msg, refuses_a_header_missing_an_op_specific_field)
         uint64_t op;
         const char *key;
     } cases[] = {
-        { PROTO_OP_UPDATE, "nrej" },     { PROTO_OP_ERROR, "status" },
-        { PROTO_OP_ERROR, "text" },      { PROTO_OP_ACK, "status" },
-        { PROTO_OP_ACK, "text" },        { PROTO_OP_REGISTER, "cfg" },
-        { PROTO_OP_REGISTER, "tensors" },
+        {PROTO_OP_UPDATE, "nrej"},      {PROTO_OP_ERROR, "status"},
+        {PROTO_OP_ERROR, "text"},       {PROTO_OP_ACK, "status"},
+        {PROTO_OP_ACK, "text"},         {PROTO_OP_REGISTER, "cfg"},
+        {PROTO_OP_REGISTER, "tensors"},
     };
     float v = 1.0f;
-    proto_frame upd[2] = { { &v, 4 }, { NULL, 0 } };
+    proto_frame upd[2] = {{&v, 4}, {NULL, 0}};
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         hdr_spec s = spec_for(cases[i].op);
@@ -693,16 +698,16 @@ Test(msg, refuses_a_header_missing_an_op_specific_field)
         s.n = update ? 1 : 0;
         snprintf(needle, sizeof(needle), "%s header lacks its op-specific",
                  proto_op_name((uint8_t)cases[i].op));
-        expect_hdr_refused(&s, update ? upd : NULL, update ? 2 : 0,
-                           FLPS_EPROTO, needle);
+        expect_hdr_refused(&s, update ? upd : NULL, update ? 2 : 0, FLPS_EPROTO,
+                           needle);
     }
 }
 
 Test(msg, refuses_every_field_of_the_wrong_type)
 {
-    const char *keys[] = { "v",    "op",     "job",  "rank", "part",
-                           "iter", "ver",    "data", "nrej", "status",
-                           "text", "cfg",    "tensors" };
+    const char *keys[] = {"v",    "op",  "job",    "rank", "part",
+                          "iter", "ver", "data",   "nrej", "status",
+                          "text", "cfg", "tensors"};
 
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         hdr_spec s;
@@ -744,10 +749,53 @@ Test(msg, refuses_values_out_of_their_range)
     expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, "'data'");
 }
 
+Test(msg, refuses_an_unknown_learning_rate_schedule)
+{
+    hdr_spec s = spec_for(PROTO_OP_REGISTER);
+    char *hdr = NULL, err[ERRLEN] = "";
+    proto_frame f;
+    proto_msg d;
+
+    s.lr_schedule = PROTO_LR_COSINE;
+    f.len = build_hdr(&s, &hdr);
+    f.data = hdr;
+    cr_assert_eq(proto_msg_decode(&f, 1, &d, err, sizeof(err)), FLPS_OK, "%s",
+                 err);
+    cr_assert_eq(d.cfg.lr_schedule, PROTO_LR_COSINE);
+    cr_assert_eq(d.cfg.iterations, 100);
+    proto_msg_fini(&d);
+    free(hdr);
+    s.lr_schedule = PROTO_LR_COSINE + 1;
+    expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO,
+                       "header field 'cfg' is of the wrong type or range");
+}
+
+Test(msg, learning_rate_follows_the_schedule)
+{
+    proto_jobcfg c;
+
+    memset(&c, 0, sizeof(c));
+    c.lr = 0.25;
+    c.iterations = 100;
+    c.lr_schedule = PROTO_LR_CONSTANT;
+    cr_assert_eq(proto_jobcfg_lr_at(&c, 0), 0.25);
+    cr_assert_eq(proto_jobcfg_lr_at(&c, 1000), 0.25);
+    c.lr_schedule = PROTO_LR_COSINE;
+    cr_assert_eq(proto_jobcfg_lr_at(&c, 0), 0.25, "starts at lr");
+    cr_assert_float_eq(proto_jobcfg_lr_at(&c, 50), 0.125, 1e-15,
+                       "half of lr half way");
+    cr_assert_eq(proto_jobcfg_lr_at(&c, 100), 0.0, "zero at the end");
+    cr_assert_eq(proto_jobcfg_lr_at(&c, 5000), 0.0, "and after it");
+    cr_assert_float_eq(proto_jobcfg_lr_at(&c, 25),
+                       0.25 * 0.5 * (1.0 + cos(M_PI * 0.25)), 1e-15);
+    c.iterations = 0;
+    cr_assert_eq(proto_jobcfg_lr_at(&c, 7), 0.25, "no length: constant");
+}
+
 Test(msg, refuses_a_repeated_field)
 {
-    const char *keys[] = { "v", "op", "job", "rank", "part", "iter", "ver",
-                           "data" };
+    const char *keys[] = {"v",    "op",   "job", "rank",
+                          "part", "iter", "ver", "data"};
 
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         hdr_spec s = spec_for(PROTO_OP_PULL);
@@ -781,7 +829,7 @@ Test(msg, refuses_a_header_that_is_not_a_map)
 {
     hdr_spec s = spec_for(PROTO_OP_PULL);
     const unsigned char one = 0x01;
-    proto_frame f = { &one, 1 };
+    proto_frame f = {&one, 1};
 
     s.not_a_map = 1;
     expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO,
@@ -794,7 +842,7 @@ Test(msg, refuses_an_empty_or_truncated_header)
     proto_frame f[PROTO_MAX_FRAMES];
     size_t nf;
     void *hdr = encode_sparse_push(idx3, val3, 3, f, &nf);
-    proto_frame empty = { "", 0 };
+    proto_frame empty = {"", 0};
 
     expect_refused(&empty, 1, FLPS_EPROTO, "not one MessagePack object");
     f[0].len -= 1;
@@ -818,14 +866,14 @@ Test(msg, refuses_the_wrong_number_of_frames)
 
     {
         hdr_spec s = spec_for(PROTO_OP_PULL);
-        proto_frame extra = { val3, 0 };
+        proto_frame extra = {val3, 0};
         expect_hdr_refused(&s, &extra, 1, FLPS_EPROTO,
                            "PULL dense has 2 frames; expected 1");
     }
     {
         /* A dense UPDATE needs its (possibly empty) rejected-index frame. */
         hdr_spec s = spec_for(PROTO_OP_UPDATE);
-        proto_frame vals = { val3, sizeof(val3) };
+        proto_frame vals = {val3, sizeof(val3)};
         s.n = 3;
         expect_hdr_refused(&s, &vals, 1, FLPS_EPROTO,
                            "UPDATE dense has 2 frames; expected 3");
@@ -861,9 +909,7 @@ Test(msg, refuses_a_value_frame_of_the_wrong_size)
 Test(msg, refuses_a_rejected_index_frame_of_the_wrong_size)
 {
     hdr_spec s = spec_for(PROTO_OP_UPDATE);
-    proto_frame pl[3] = { { idx3, sizeof(idx3) },
-                          { val3, sizeof(val3) },
-                          { idx3, 4 } };
+    proto_frame pl[3] = {{idx3, sizeof(idx3)}, {val3, sizeof(val3)}, {idx3, 4}};
 
     s.codec = PROTO_CODEC_SPARSE;
     s.n = 3;
@@ -892,9 +938,8 @@ Test(msg, refuses_unaligned_frames)
 
     {
         hdr_spec s = spec_for(PROTO_OP_UPDATE);
-        proto_frame pl[3] = { { idx3, sizeof(idx3) },
-                              { val3, sizeof(val3) },
-                              { raw + 1, 8 } };
+        proto_frame pl[3] = {
+            {idx3, sizeof(idx3)}, {val3, sizeof(val3)}, {raw + 1, 8}};
         memcpy(raw + 1, idx3, 8);
         s.codec = PROTO_CODEC_SPARSE;
         s.n = 3;
@@ -905,8 +950,8 @@ Test(msg, refuses_unaligned_frames)
 
 Test(msg, refuses_indices_that_are_not_strictly_ascending)
 {
-    const uint32_t down[3] = { 1, 9, 5 };
-    const uint32_t dup[3] = { 1, 5, 5 };
+    const uint32_t down[3] = {1, 9, 5};
+    const uint32_t dup[3] = {1, 5, 5};
     proto_frame f[PROTO_MAX_FRAMES];
     size_t nf;
     void *hdr = encode_sparse_push(down, val3, 3, f, &nf);
@@ -922,10 +967,10 @@ Test(msg, refuses_indices_that_are_not_strictly_ascending)
 
 Test(msg, refuses_nan_and_infinite_values)
 {
-    const float bad[4] = { NAN, INFINITY, -INFINITY, -NAN };
+    const float bad[4] = {NAN, INFINITY, -INFINITY, -NAN};
 
     for (int i = 0; i < 4; i++) {
-        float v[3] = { 1.0f, 2.0f, 3.0f };
+        float v[3] = {1.0f, 2.0f, 3.0f};
         proto_frame f[PROTO_MAX_FRAMES];
         size_t nf;
         void *hdr;
@@ -941,9 +986,9 @@ Test(msg, refuses_nan_and_infinite_values)
     }
     {
         /* Dense values, and the values of an UPDATE, are checked too. */
-        float v[2] = { 0.0f, INFINITY };
+        float v[2] = {0.0f, INFINITY};
         hdr_spec s = spec_for(PROTO_OP_INIT);
-        proto_frame pl[2] = { { v, sizeof(v) }, { NULL, 0 } };
+        proto_frame pl[2] = {{v, sizeof(v)}, {NULL, 0}};
         s.n = 2;
         expect_hdr_refused(&s, pl, 1, FLPS_ENONFINITE, "value 1 is not finite");
         s = spec_for(PROTO_OP_UPDATE);
@@ -954,9 +999,9 @@ Test(msg, refuses_nan_and_infinite_values)
 
 Test(msg, refuses_a_valueless_op_that_says_it_carries_values)
 {
-    uint64_t ops[] = { PROTO_OP_REGISTER,   PROTO_OP_REGISTER_OK,
-                       PROTO_OP_PULL,       PROTO_OP_CHECKPOINT,
-                       PROTO_OP_ACK,        PROTO_OP_ERROR };
+    uint64_t ops[] = {PROTO_OP_REGISTER, PROTO_OP_REGISTER_OK,
+                      PROTO_OP_PULL,     PROTO_OP_CHECKPOINT,
+                      PROTO_OP_ACK,      PROTO_OP_ERROR};
 
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
         hdr_spec s = spec_for(ops[i]);
@@ -970,7 +1015,7 @@ Test(msg, refuses_a_valueless_op_that_says_it_carries_values)
 
 Test(msg, refuses_sparse_init_and_sparse_pull_reply)
 {
-    proto_frame pl[2] = { { idx3, sizeof(idx3) }, { val3, sizeof(val3) } };
+    proto_frame pl[2] = {{idx3, sizeof(idx3)}, {val3, sizeof(val3)}};
     hdr_spec s = spec_for(PROTO_OP_INIT);
 
     s.codec = PROTO_CODEC_SPARSE;
@@ -1043,8 +1088,9 @@ Test(msg, refuses_a_job_string_with_an_embedded_nul)
     f.data = hdr;
     /* Find the job's bytes ("abc" after the fixstr marker 0xa3) and put a
      * NUL in the middle. */
-    p = memmem(hdr, f.len, "\xa3"
-                           "abc",
+    p = memmem(hdr, f.len,
+               "\xa3"
+               "abc",
                4);
     cr_assert_not_null(p);
     p[2] = '\0';
@@ -1181,13 +1227,12 @@ Test(msg, random_mutations_of_a_valid_header_never_crash_the_decoder)
                 len = pos;
                 break;
             default: /* an interesting byte */
-                {
-                    static const unsigned char interesting[] = {
-                        0x00, 0x7f, 0x80, 0x8f, 0x90, 0xa0, 0xc0, 0xc1,
-                        0xcb, 0xcf, 0xd3, 0xdc, 0xdd, 0xde, 0xdf, 0xff };
-                    mb[pos] = interesting[(r >> 32) % sizeof(interesting)];
-                }
-                break;
+            {
+                static const unsigned char interesting[] = {
+                    0x00, 0x7f, 0x80, 0x8f, 0x90, 0xa0, 0xc0, 0xc1,
+                    0xcb, 0xcf, 0xd3, 0xdc, 0xdd, 0xde, 0xdf, 0xff};
+                mb[pos] = interesting[(r >> 32) % sizeof(interesting)];
+            } break;
             }
         }
         memcpy(g, f, sizeof(g));

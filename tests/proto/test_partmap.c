@@ -40,8 +40,7 @@ static void check_map(const partmap *pm, const uint64_t *numel, uint32_t nt,
     cr_assert_eq(pm->nshards, nshards);
     for (uint32_t t = 0; t < nt; t++) {
         uint64_t next = 0; /* the first element not yet covered */
-        cr_assert_eq(pm->first_part[t], p, "tensor %u starts at part %u", t,
-                     p);
+        cr_assert_eq(pm->first_part[t], p, "tensor %u starts at part %u", t, p);
         while (p < pm->nparts && pm->parts[p].tensor == t) {
             const partmap_part *q = &pm->parts[p];
             cr_assert_eq(q->offset, next,
@@ -59,8 +58,7 @@ static void check_map(const partmap *pm, const uint64_t *numel, uint32_t nt,
             p++;
         }
         cr_assert_eq(next, numel[t], "tensor %u is covered up to %llu of %llu",
-                     t, (unsigned long long)next,
-                     (unsigned long long)numel[t]);
+                     t, (unsigned long long)next, (unsigned long long)numel[t]);
     }
     cr_assert_eq(p, pm->nparts, "parts left over after the last tensor");
     for (uint32_t s = 0; s < nshards; s++)
@@ -93,10 +91,10 @@ Test(partmap, builds_the_hand_computed_map_of_a_small_layout)
      * Onto the least-loaded shard, ties by lower shard (loads s0/s1):
      *   p0 -> s0 (4/0)   p1 -> s1 (4/4)   p3 -> s0 (8/4)
      *   p4 -> s1 (8/7)   p5 -> s1 (8/10)  p2 -> s0 (10/10) */
-    const uint64_t numel[] = { 10, 7, 3 };
+    const uint64_t numel[] = {10, 7, 3};
     const partmap_part want[] = {
-        { 0, 0, 4, 0 }, { 0, 4, 4, 1 }, { 0, 8, 2, 0 },
-        { 1, 0, 4, 0 }, { 1, 4, 3, 1 }, { 2, 0, 3, 1 },
+        {0, 0, 4, 0}, {0, 4, 4, 1}, {0, 8, 2, 0},
+        {1, 0, 4, 0}, {1, 4, 3, 1}, {2, 0, 3, 1},
     };
     partmap pm;
 
@@ -121,7 +119,7 @@ Test(partmap, builds_the_hand_computed_map_of_a_small_layout)
 
 Test(partmap, one_shard_owns_every_part)
 {
-    const uint64_t numel[] = { 5, 1 };
+    const uint64_t numel[] = {5, 1};
     partmap pm;
 
     cr_assert_eq(partmap_build(numel, 2, 1, 2, &pm), FLPS_OK);
@@ -135,7 +133,7 @@ Test(partmap, one_shard_owns_every_part)
 
 Test(partmap, more_shards_than_parts_leaves_the_last_shards_empty)
 {
-    const uint64_t numel[] = { 3 };
+    const uint64_t numel[] = {3};
     partmap pm;
 
     cr_assert_eq(partmap_build(numel, 1, 4, 2, &pm), FLPS_OK);
@@ -151,7 +149,7 @@ Test(partmap, more_shards_than_parts_leaves_the_last_shards_empty)
 
 Test(partmap, a_tensor_of_exactly_one_part_size_is_one_part)
 {
-    const uint64_t numel[] = { 4, 8, 4096 };
+    const uint64_t numel[] = {4, 8, 4096};
     partmap pm;
 
     cr_assert_eq(partmap_build(numel, 3, 3, 4, &pm), FLPS_OK);
@@ -184,32 +182,31 @@ Test(partmap, random_layouts_are_covered_exactly_once_and_balanced)
 
 Test(partmap, is_a_pure_function_of_its_arguments)
 {
-    const uint64_t numel[] = { 1000, 3, 77, 4096, 1, 513 };
+    const uint64_t numel[] = {1000, 3, 77, 4096, 1, 513};
     partmap a, b;
 
     cr_assert_eq(partmap_build(numel, 6, 3, 64, &a), FLPS_OK);
     cr_assert_eq(partmap_build(numel, 6, 3, 64, &b), FLPS_OK);
     cr_assert_eq(a.nparts, b.nparts);
     cr_assert_eq(memcmp(a.parts, b.parts, a.nparts * sizeof(*a.parts)), 0);
-    cr_assert_eq(memcmp(a.shard_load, b.shard_load,
-                        a.nshards * sizeof(*a.shard_load)),
-                 0);
-    cr_assert_eq(memcmp(a.first_part, b.first_part,
-                        a.ntensors * sizeof(*a.first_part)),
-                 0);
+    cr_assert_eq(
+        memcmp(a.shard_load, b.shard_load, a.nshards * sizeof(*a.shard_load)),
+        0);
+    cr_assert_eq(
+        memcmp(a.first_part, b.first_part, a.ntensors * sizeof(*a.first_part)),
+        0);
     partmap_fini(&a);
     partmap_fini(&b);
 }
 
 Test(partmap, refuses_empty_layouts_and_zero_sizes)
 {
-    const uint64_t numel[] = { 10, 0, 3 };
+    const uint64_t numel[] = {10, 0, 3};
     partmap pm, sentinel;
 
     memset(&pm, 0xA5, sizeof(pm));
     memcpy(&sentinel, &pm, sizeof(pm));
-    cr_assert_eq(partmap_build(numel, 0, 2, 4, &pm), FLPS_EINVAL,
-                 "no tensors");
+    cr_assert_eq(partmap_build(numel, 0, 2, 4, &pm), FLPS_EINVAL, "no tensors");
     cr_assert_eq(partmap_build(NULL, 1, 2, 4, &pm), FLPS_EINVAL, "no layout");
     cr_assert_eq(partmap_build(numel, 2, 2, 4, &pm), FLPS_EINVAL,
                  "a tensor of zero elements");
@@ -223,7 +220,7 @@ Test(partmap, refuses_empty_layouts_and_zero_sizes)
 
 Test(partmap, refuses_a_layout_of_more_than_2_to_the_32_parts)
 {
-    const uint64_t numel[] = { (uint64_t)UINT32_MAX + 1 };
+    const uint64_t numel[] = {(uint64_t)UINT32_MAX + 1};
     partmap pm;
 
     cr_assert_eq(partmap_build(numel, 1, 1, 1, &pm), FLPS_EINVAL);
@@ -240,7 +237,7 @@ Test(partmap, fini_of_a_cleared_map_does_nothing)
 
 Test(partmap, fails_every_allocation_in_turn_with_enomem_and_no_leak)
 {
-    const uint64_t numel[] = { 10, 7, 3 };
+    const uint64_t numel[] = {10, 7, 3};
     unsigned long n;
     partmap pm;
 

@@ -85,10 +85,10 @@ static flps_err collect(void *arg, const wal_record *r)
     return FLPS_OK;
 }
 
-static const uint32_t sp_idx[3] = { 0, 4, 7 };
-static const float sp_val[3] = { -0.5f, 0.25f, 1e-7f };
-static const float dn_val[4] = { 1.0f, -2.0f, 3.5f, -0.0f };
-static const float set_val[4] = { 9.0f, 8.0f, 7.0f, 6.0f };
+static const uint32_t sp_idx[3] = {0, 4, 7};
+static const float sp_val[3] = {-0.5f, 0.25f, 1e-7f};
+static const float dn_val[4] = {1.0f, -2.0f, 3.5f, -0.0f};
+static const float set_val[4] = {9.0f, 8.0f, 7.0f, 6.0f};
 
 static wal_record rec(uint8_t kind, uint32_t part, uint64_t iter,
                       uint64_t version)
@@ -144,8 +144,8 @@ static void assert_record(const seen *s, int i, const wal_record *want)
 /* The first n of write_three's records were replayed. */
 static void assert_prefix(const seen *s, int n)
 {
-    wal_record want[3] = { rec(WAL_SET, 5, 0, 1), rec(WAL_ADD_SPARSE, 5, 1, 2),
-                           rec(WAL_ADD_DENSE, 9, 12, 40) };
+    wal_record want[3] = {rec(WAL_SET, 5, 0, 1), rec(WAL_ADD_SPARSE, 5, 1, 2),
+                          rec(WAL_ADD_DENSE, 9, 12, 40)};
 
     cr_assert_geq(s->n, n);
     for (int i = 0; i < n; i++)
@@ -172,7 +172,7 @@ Test(persist, paths_name_the_shards_files_in_the_directory)
 
 Test(persist, wal_replays_every_kind_of_record_in_order)
 {
-    seen s = { .fail_at = -1 };
+    seen s = {.fail_at = -1};
     uint64_t n = 99;
 
     make_dir();
@@ -187,7 +187,7 @@ Test(persist, wal_replays_every_kind_of_record_in_order)
 
 Test(persist, wal_append_after_reopening_continues_the_log)
 {
-    seen s = { .fail_at = -1 };
+    seen s = {.fail_at = -1};
     uint64_t n = 0;
     int fd;
     wal_record d = rec(WAL_ADD_SPARSE, 1, 2, 3);
@@ -206,7 +206,7 @@ Test(persist, wal_append_after_reopening_continues_the_log)
 
 Test(persist, wal_record_with_no_elements_round_trips)
 {
-    seen s = { .fail_at = -1 };
+    seen s = {.fail_at = -1};
     uint64_t n = 0;
     int fd;
     wal_record e;
@@ -240,7 +240,7 @@ Test(persist, wal_replay_ignores_a_torn_tail)
     /* Cut the last record anywhere: inside the CRC, the payload, the
      * header, or leaving a single byte of it. */
     for (off_t cut = 1; cut < 32 + 16 + 4; cut += 3) {
-        seen s = { .fail_at = -1 };
+        seen s = {.fail_at = -1};
         uint64_t n = 99;
         unlink(path); /* write_three appends: start from scratch */
         write_three(0);
@@ -255,7 +255,7 @@ Test(persist, wal_replay_ignores_a_torn_tail)
 
 Test(persist, wal_replay_stops_at_a_record_with_a_bad_crc)
 {
-    seen s = { .fail_at = -1 };
+    seen s = {.fail_at = -1};
     uint64_t n = 99;
     const off_t second = 32 + 24 + 4;
 
@@ -274,7 +274,7 @@ Test(persist, wal_replay_stops_at_a_record_with_a_bad_magic_or_kind)
 
     make_dir();
     for (int field = 0; field < 2; field++) {
-        seen s = { .fail_at = -1 };
+        seen s = {.fail_at = -1};
         uint64_t n = 99;
         unlink(path);
         write_three(0);
@@ -288,7 +288,7 @@ Test(persist, wal_replay_stops_at_a_record_with_a_bad_magic_or_kind)
 
 Test(persist, wal_replay_returns_the_callbacks_error_and_stops)
 {
-    seen s = { .fail_at = 1 };
+    seen s = {.fail_at = 1};
     uint64_t n = 99;
 
     make_dir();
@@ -300,7 +300,7 @@ Test(persist, wal_replay_returns_the_callbacks_error_and_stops)
 
 Test(persist, wal_replay_of_a_missing_or_empty_log_replays_nothing)
 {
-    seen s = { .fail_at = -1 };
+    seen s = {.fail_at = -1};
     uint64_t n = 99;
     int fd;
 
@@ -318,7 +318,7 @@ Test(persist, wal_replay_of_a_missing_or_empty_log_replays_nothing)
 
 Test(persist, wal_truncate_empties_the_log_and_appends_start_over)
 {
-    seen s = { .fail_at = -1 };
+    seen s = {.fail_at = -1};
     uint64_t n = 99;
     int fd;
     wal_record d = rec(WAL_ADD_DENSE, 9, 13, 41);
@@ -344,8 +344,7 @@ Test(persist, wal_open_fails_with_eio_in_a_missing_directory)
 {
     int fd = -7;
 
-    cr_assert_eq(wal_open("/nonexistent-flps-dir/shard-0.wal", &fd),
-                 FLPS_EIO);
+    cr_assert_eq(wal_open("/nonexistent-flps-dir/shard-0.wal", &fd), FLPS_EIO);
     cr_assert_eq(fd, -7, "fd untouched on error");
 }
 
@@ -389,18 +388,18 @@ static flps_err collect_part(void *arg, const ckpt_part *p)
     return FLPS_OK;
 }
 
-static const float v0[5] = { 1.5f, -2.25f, 0.0f, 1e-38f, 3e38f };
-static const float v1[1] = { -7.0f };
-static const float v2[16] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
-                              15, 16 };
+static const float v0[5] = {1.5f, -2.25f, 0.0f, 1e-38f, 3e38f};
+static const float v1[1] = {-7.0f};
+static const float v2[16] = {1, 2,  3,  4,  5,  6,  7,  8,
+                             9, 10, 11, 12, 13, 14, 15, 16};
 static const char meta_text[] = "layout and config, opaque to persist";
 
 static void write_ckpt(void)
 {
     ckpt_part parts[3] = {
-        { 2, 5, 17, 16, v0 },
-        { 5, 1, 1, 0, v1 },
-        { 9, 16, UINT64_MAX, 123456789012345ull, v2 },
+        {2, 5, 17, 16, v0},
+        {5, 1, 1, 0, v1},
+        {9, 16, UINT64_MAX, 123456789012345ull, v2},
     };
 
     cr_assert_eq(ckpt_write(path, meta_text, sizeof(meta_text), parts, 3),
@@ -409,20 +408,19 @@ static void write_ckpt(void)
 
 static long ckpt_size(void)
 {
-    return 8 + 4 + (long)sizeof(meta_text) + 4 + 3 * 24 + (5 + 1 + 16) * 4 +
-           4;
+    return 8 + 4 + (long)sizeof(meta_text) + 4 + 3 * 24 + (5 + 1 + 16) * 4 + 4;
 }
 
 Test(persist, checkpoint_round_trips_meta_and_every_part)
 {
-    parts_seen s = { .fail_at = -1 };
+    parts_seen s = {.fail_at = -1};
     void *meta = NULL;
     size_t metalen = 0;
     int missing = 7;
-    const float *want[3] = { v0, v1, v2 };
-    const uint32_t ids[3] = { 2, 5, 9 }, numel[3] = { 5, 1, 16 };
-    const uint64_t vers[3] = { 17, 1, UINT64_MAX },
-                   iters[3] = { 16, 0, 123456789012345ull };
+    const float *want[3] = {v0, v1, v2};
+    const uint32_t ids[3] = {2, 5, 9}, numel[3] = {5, 1, 16};
+    const uint64_t vers[3] = {17, 1, UINT64_MAX},
+                   iters[3] = {16, 0, 123456789012345ull};
 
     make_dir();
     write_ckpt();
@@ -447,7 +445,7 @@ Test(persist, checkpoint_round_trips_meta_and_every_part)
 
 Test(persist, checkpoint_with_no_parts_and_empty_meta_round_trips)
 {
-    parts_seen s = { .fail_at = -1 };
+    parts_seen s = {.fail_at = -1};
     void *meta = NULL;
     size_t metalen = 99;
     int missing = 7;
@@ -478,8 +476,8 @@ Test(persist, checkpoint_write_leaves_no_temporary_file_behind)
 
 Test(persist, checkpoint_write_replaces_the_previous_checkpoint_whole)
 {
-    parts_seen s = { .fail_at = -1 };
-    ckpt_part one = { 1, 1, 2, 3, v1 };
+    parts_seen s = {.fail_at = -1};
+    ckpt_part one = {1, 1, 2, 3, v1};
     void *meta = NULL;
     size_t metalen = 0;
     int missing;
@@ -509,7 +507,7 @@ Test(persist, checkpoint_write_replaces_the_previous_checkpoint_whole)
 
 Test(persist, checkpoint_read_reports_a_missing_file)
 {
-    parts_seen s = { .fail_at = -1 };
+    parts_seen s = {.fail_at = -1};
     void *meta = (void *)&s;
     size_t metalen = 99;
     int missing = 0;
@@ -532,14 +530,14 @@ Test(persist, checkpoint_read_refuses_any_flipped_byte)
     write_ckpt();
     size = (long)file_size(path);
     for (long at = 0; at < size; at++) {
-        parts_seen s = { .fail_at = -1 };
+        parts_seen s = {.fail_at = -1};
         void *meta = (void *)&s;
         size_t metalen = 99;
         int missing = 7;
         flip_byte(path, at);
-        cr_assert_eq(ckpt_read(path, &meta, &metalen, collect_part, &s,
-                               &missing),
-                     FLPS_EPROTO, "byte %ld flipped", at);
+        cr_assert_eq(
+            ckpt_read(path, &meta, &metalen, collect_part, &s, &missing),
+            FLPS_EPROTO, "byte %ld flipped", at);
         cr_assert_eq(missing, 0);
         cr_assert_eq(meta, (void *)&s, "meta untouched");
         cr_assert_eq(s.n, 0, "no part of a corrupt file is handed out");
@@ -556,14 +554,14 @@ Test(persist, checkpoint_read_refuses_a_truncated_file)
     write_ckpt();
     size = (long)file_size(path);
     for (long len = 0; len < size; len += 7) {
-        parts_seen s = { .fail_at = -1 };
+        parts_seen s = {.fail_at = -1};
         void *meta = NULL;
         size_t metalen;
         int missing = 7;
         cr_assert_eq(truncate(path, len), 0);
-        cr_assert_eq(ckpt_read(path, &meta, &metalen, collect_part, &s,
-                               &missing),
-                     FLPS_EPROTO, "cut to %ld bytes", len);
+        cr_assert_eq(
+            ckpt_read(path, &meta, &metalen, collect_part, &s, &missing),
+            FLPS_EPROTO, "cut to %ld bytes", len);
         cr_assert_eq(missing, 0);
         cr_assert_null(meta);
         unlink(path);
@@ -574,7 +572,7 @@ Test(persist, checkpoint_read_refuses_a_truncated_file)
 
 Test(persist, checkpoint_read_passes_on_the_callbacks_error)
 {
-    parts_seen s = { .fail_at = 1 };
+    parts_seen s = {.fail_at = 1};
     void *meta = NULL;
     size_t metalen;
     int missing;
@@ -590,9 +588,9 @@ Test(persist, checkpoint_read_passes_on_the_callbacks_error)
 
 Test(persist, checkpoint_write_fails_with_eio_in_a_missing_directory)
 {
-    ckpt_part one = { 1, 1, 2, 3, v1 };
+    ckpt_part one = {1, 1, 2, 3, v1};
 
-    cr_assert_eq(ckpt_write("/nonexistent-flps-dir/shard-0.ckpt", "m", 1,
-                            &one, 1),
-                 FLPS_EIO);
+    cr_assert_eq(
+        ckpt_write("/nonexistent-flps-dir/shard-0.ckpt", "m", 1, &one, 1),
+        FLPS_EIO);
 }
