@@ -1,0 +1,284 @@
+/* The codec interface: spec parsing, the codec object and dispatch to the
+ * per-kind encoders (codec_dense.c, codec_sparse.c, codec_quant.c). */
+#include "compress/codec.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "compress/codec_impl.h"
+
+typedef struct {
+    const char *name;
+    codec_kind kind;
+    int param; /* 0 none, 1 density, 2 bits */
+    flps_err (*encode)(codec *c, const float *a, size_t n, codec_msg *out);
+    flps_err (*decode)(const codec_spec *spec, const codec_frame *fr,
+                       float *acc, size_t n);
+} codec_ops;
+
+/* Indexed by codec_kind. */
+static const codec_ops codec_table[] = {
+    {"dense", CODEC_DENSE, 0, codec_dense_encode, codec_dense_decode},
+    {"fp16", CODEC_FP16, 0, codec_fp16_encode, codec_fp16_decode},
+    {"topk", CODEC_TOPK, 1, codec_sparse_encode, codec_sparse_decode},
+    {"gtopk", CODEC_GTOPK, 1, codec_sparse_encode, codec_sparse_decode},
+    {"randk", CODEC_RANDK, 1, codec_sparse_encode, codec_sparse_decode},
+    {"dgc", CODEC_DGC, 1, codec_sparse_encode, codec_sparse_decode},
+    {"qsgd", CODEC_QSGD, 2, codec_qsgd_encode, codec_qsgd_decode},
+    {"sign", CODEC_SIGN, 0, codec_sign_encode, codec_sign_decode},
+};
+
+#define CODEC_NKINDS (sizeof(codec_table) / sizeof(codec_table[0]))
+
+static int codec_spec_is_valid(const codec_spec *spec)
+{
+    if (spec == NULL || (unsigned)spec->kind >= CODEC_NKINDS)
+        return 0;
+    switch (codec_table[spec->kind].param) {
+    case 1:
+        return spec->density > 0.0 && spec->density <= 1.0;
+    case 2:
+        return spec->bits >= 1 && spec->bits <= 8;
+    default:
+        return 1;
+    }
+}
+
+flps_err codec_spec_parse(const char *s, codec_spec *out)
+{
+    const char *colon;
+    size_t namelen;
+
+    if (s == NULL || out == NULL)
+        return FLPS_EINVAL;
+    colon = strchr(s, ':');
+    namelen = colon ? (size_t)(colon - s) : strlen(s);
+    for (size_t i = 0; i < CODEC_NKINDS; i++) {
+        const codec_ops *op = &codec_table[i];
+        codec_spec spec = {op->kind, 0.0, 0};
+        char *end = NULL;
+
+        if (strlen(op->name) != namelen || strncmp(op->name, s, namelen) != 0)
+            continue;
+        if ((op->param == 0) != (colon == NULL))
+            return FLPS_EINVAL;
+        if (op->param == 1) {
+            /* strtod would skip blanks and a sign; the spec allows neither. */
+            if (colon[1] != '.' && (colon[1] < '0' || colon[1] > '9'))
+                return FLPS_EINVAL;
+            errno = 0;
+            spec.density = strtod(colon + 1, &end);
+            if (errno != 0 || end == colon + 1 || *end != '\0')
+                return FLPS_EINVAL;
+        } else if (op->param == 2) {
+            unsigned long v;
+            if (colon[1] < '0' || colon[1] > '9')
+                return FLPS_EINVAL;
+            errno = 0;
+            v = strtoul(colon + 1, &end, 10);
+            if (errno != 0 || *end != '\0' || v > 8)
+                return FLPS_EINVAL;
+            spec.bits = (unsigned)v;
+        }
+        if (!codec_spec_is_valid(&spec))
+            return FLPS_EINVAL;
+        *out = spec;
+        return FLPS_OK;
+    }
+    return FLPS_EINVAL;
+}
+
+flps_err codec_spec_format(const codec_spec *spec, char *buf, size_t len)
+{
+    int w;
+
+    if (!codec_spec_is_valid(spec) || buf == NULL)
+        return FLPS_EINVAL;
+    switch (codec_table[spec->kind].param) {
+    case 1:
+        w = snprintf(buf, len, "%s:%.17g", codec_table[spec->kind].name,
+                     spec->density);
+        break;
+    case 2:
+        w = snprintf(buf, len, "%s:%u", codec_table[spec->kind].name,
+                     spec->bits);
+        break;
+    default:
+        w = snprintf(buf, len, "%s", codec_table[spec->kind].name);
+        break;
+    }
+    if (w < 0 || (size_t)w >= len)
+        return FLPS_EINVAL;
+    return FLPS_OK;
+}
+
+int codec_kind_is_sparse(codec_kind kind)
+{
+    return kind == CODEC_TOPK || kind == CODEC_GTOPK || kind == CODEC_RANDK ||
+           kind == CODEC_DGC;
+}
+
+size_t codec_count_for(const codec_spec *spec, size_t n)
+{
+    double k;
+
+    if (!codec_kind_is_sparse(spec->kind))
+        return n;
+    if (n == 0)
+        return 0;
+    k = floor(spec->density * (double)n);
+    if (k < 1.0)
+        return 1;
+    return k >= (double)n ? n : (size_t)k;
+}
+
+size_t codec_nframes(const codec_spec *spec)
+{
+    switch (spec->kind) {
+    case CODEC_DENSE:
+    case CODEC_FP16:
+        return 1;
+    default:
+        return 2;
+    }
+}
+
+size_t codec_max_bytes(const codec_spec *spec, size_t n)
+{
+    size_t k;
+
+    switch (spec->kind) {
+    case CODEC_DENSE:
+        return 4 * n;
+    case CODEC_FP16:
+        return 2 * n;
+    case CODEC_QSGD:
+        return 4 * ((n + CODEC_QSGD_BUCKET - 1) / CODEC_QSGD_BUCKET) +
+               (n * (spec->bits + 1) + 7) / 8;
+    case CODEC_SIGN:
+        return 4 + (n + 7) / 8;
+    default:
+        k = codec_count_for(spec, n);
+        if (spec->kind == CODEC_DGC)
+            k += k / 5;
+        return 8 * k;
+    }
+}
+
+flps_err codec_create(const codec_spec *spec, uint64_t seed, codec **out)
+{
+    codec *c;
+    flps_err rc;
+
+    if (!codec_spec_is_valid(spec) || out == NULL)
+        return FLPS_EINVAL;
+    c = flps_calloc(1, sizeof(*c));
+    if (c == NULL)
+        return FLPS_ENOMEM;
+    c->spec = *spec;
+    c->seed = seed;
+    if (spec->kind == CODEC_TOPK || spec->kind == CODEC_GTOPK ||
+        spec->kind == CODEC_DGC) {
+        rc = topk_ctx_create(&c->topk);
+        if (rc != FLPS_OK) {
+            flps_free(c);
+            return rc;
+        }
+    }
+    *out = c;
+    return FLPS_OK;
+}
+
+void codec_destroy(codec *c)
+{
+    if (c == NULL)
+        return;
+    topk_ctx_destroy(c->topk);
+    for (unsigned f = 0; f < CODEC_MAX_FRAMES; f++)
+        flps_free(c->buf[f]);
+    flps_free(c->bitmap);
+    flps_free(c);
+}
+
+const codec_spec *codec_get_spec(const codec *c)
+{
+    return &c->spec;
+}
+
+flps_err codec_encode(codec *c, const float *a, size_t n, codec_msg *out)
+{
+    flps_err rc;
+
+    if (c == NULL || out == NULL || (n > 0 && a == NULL) ||
+        (uint64_t)n >= (1ull << 32))
+        return FLPS_EINVAL;
+    rc = codec_table[c->spec.kind].encode(c, a, n, out);
+    if (rc == FLPS_OK)
+        c->encodes++;
+    return rc;
+}
+
+flps_err codec_decode(const codec_spec *spec, const codec_frame *frames,
+                      size_t nframes, float *acc, size_t n)
+{
+    if (!codec_spec_is_valid(spec) || (nframes > 0 && frames == NULL) ||
+        (n > 0 && acc == NULL) || (uint64_t)n >= (1ull << 32))
+        return FLPS_EINVAL;
+    if (nframes != codec_nframes(spec))
+        return FLPS_EPROTO;
+    for (size_t f = 0; f < nframes; f++)
+        if (frames[f].len > 0 && frames[f].data == NULL)
+            return FLPS_EINVAL;
+    return codec_table[spec->kind].decode(spec, frames, acc, n);
+}
+
+flps_err codec_buf_reserve(codec *c, unsigned f, size_t bytes)
+{
+    uint8_t *p;
+
+    if (c->cap[f] >= bytes && c->buf[f] != NULL)
+        return FLPS_OK;
+    /* A fresh buffer, not realloc: the old contents are dead, so copying
+     * them would be wasted work. */
+    p = flps_malloc(bytes);
+    if (p == NULL)
+        return FLPS_ENOMEM;
+    flps_free(c->buf[f]);
+    c->buf[f] = p;
+    c->cap[f] = bytes;
+    return FLPS_OK;
+}
+
+uint64_t codec_rand_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+uint64_t codec_stream(const codec *c)
+{
+    uint64_t s = c->seed ^ (0xd1b54a32d192ed03ull * (c->encodes + 1));
+
+    return codec_rand_next(&s);
+}
+
+int codec_all_finite(const float *a, size_t n)
+{
+    /* The IEEE bits of |x| plus 2^23 carry into bit 31 exactly when x is
+     * NaN or Inf; one OR over the array, no branch, vectorises. */
+    uint32_t acc = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, a + i, sizeof(u));
+        acc |= (u & 0x7fffffffu) + 0x00800000u;
+    }
+    return (acc & 0x80000000u) == 0;
+}

@@ -1,0 +1,127 @@
+/* Gradient codecs behind one interface: a spec string names the codec, an
+ * encoder turns a float array into a few byte frames, and a stateless
+ * decoder validates frames and scatter-adds them into a dense array.
+ *
+ * Specs and wire frames (all little-endian; k = max(floor(D * n), 1),
+ * capped at n; m = the number of pairs actually sent):
+ *   dense       f32[n]
+ *   fp16        f16[n]  (IEEE binary16, round to nearest even; magnitudes
+ *               beyond 65504 saturate to +-65504)
+ *   topk:D      u32 idx[k], f32 val[k]     exact top-k by |a|, ascending
+ *   gtopk:D     as topk:D (the shard does the global part)
+ *   randk:D     u32 idx[k], f32 val[k]     k distinct indices drawn
+ *               uniformly (seeded), values a[i] * n / k (unbiased)
+ *   dgc:D       u32 idx[m], f32 val[m]     sampled threshold, one pass;
+ *               k - k/5 <= m <= k + k/5
+ *   qsgd:BITS   f32 norm[ceil(n / 512)], then n codes of BITS + 1 bits
+ *               packed LSB first (bit 0..BITS-1 the level l, bit BITS the
+ *               sign), zero padding to a byte; value = norm * l / (2^BITS-1)
+ *               with stochastic rounding (unbiased); BITS in 1..8
+ *   sign        f32 scale (mean |a|), then n bits LSB first, 1 = negative;
+ *               value = +-scale
+ * Sparse frames carry strictly ascending indices.
+ */
+#ifndef FLPS_COMPRESS_CODEC_H
+#define FLPS_COMPRESS_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+typedef enum {
+    CODEC_DENSE = 0,
+    CODEC_FP16,
+    CODEC_TOPK,
+    CODEC_GTOPK,
+    CODEC_RANDK,
+    CODEC_DGC,
+    CODEC_QSGD,
+    CODEC_SIGN,
+} codec_kind;
+
+#define CODEC_MAX_FRAMES 2
+#define CODEC_QSGD_BUCKET 512
+
+/* A parsed spec; a small value type. density is used by the sparse kinds
+ * (0 < density <= 1), bits by qsgd (1..8). */
+typedef struct {
+    codec_kind kind;
+    double density;
+    unsigned bits;
+} codec_spec;
+
+/* One frame: len bytes at data, borrowed. Decoders accept any alignment. */
+typedef struct {
+    const uint8_t *data;
+    size_t len;
+} codec_frame;
+
+/* An encoded array. Everything in it is borrowed from the codec until the
+ * next codec_encode on it or codec_destroy. */
+typedef struct {
+    codec_frame frames[CODEC_MAX_FRAMES];
+    size_t nframes;
+    size_t bytes;        /* sum of the frame lengths */
+    size_t count;        /* elements sent: m for sparse codecs, else n */
+    const uint32_t *idx; /* sparse codecs: the count indices sent,
+                            ascending; NULL for the others */
+} codec_msg;
+
+typedef struct codec codec;
+
+/* Parse "dense", "fp16", "topk:D", "gtopk:D", "randk:D", "dgc:D",
+ * "qsgd:BITS" or "sign" (D a decimal in (0, 1], BITS an integer in 1..8;
+ * nothing may follow). Errors: FLPS_EINVAL (NULL or malformed; *out
+ * untouched). */
+flps_err codec_spec_parse(const char *s, codec_spec *out);
+
+/* Write the canonical spec string ("topk:0.01", "%.17g" for D) to buf.
+ * Errors: FLPS_EINVAL (bad spec, or len too small). */
+flps_err codec_spec_format(const codec_spec *spec, char *buf, size_t len);
+
+/* Whether the kind sends (index, value) pairs. */
+int codec_kind_is_sparse(codec_kind kind);
+
+/* The k of a sparse spec for an array of n (0 for n = 0); n otherwise. */
+size_t codec_count_for(const codec_spec *spec, size_t n);
+
+/* Number of frames the spec's messages always have. */
+size_t codec_nframes(const codec_spec *spec);
+
+/* Upper bound of codec_msg.bytes for an array of n. */
+size_t codec_max_bytes(const codec_spec *spec, size_t n);
+
+/* Create an encoder. seed drives randk, dgc and qsgd: every encode draws
+ * from the stream (seed, number of previous encodes), so a run is
+ * reproducible. Caller owns *out (codec_destroy).
+ * Errors: FLPS_EINVAL (bad spec or out NULL), FLPS_ENOMEM. */
+flps_err codec_create(const codec_spec *spec, uint64_t seed, codec **out);
+
+/* Free c and its buffers. NULL does nothing. */
+void codec_destroy(codec *c);
+
+const codec_spec *codec_get_spec(const codec *c);
+
+/* Encode a[0..n) into *out (frames borrowed from c, see codec_msg).
+ * Buffers grow to the largest n seen and are reused, so steady-state
+ * encodes do not allocate.
+ * Errors: FLPS_EINVAL (NULL, n >= 2^32), FLPS_ENONFINITE (a NaN or Inf in
+ * a: nothing is encoded), FLPS_ERANGE (qsgd: a bucket norm or the sign
+ * scale overflows f32), FLPS_ENOMEM. *out is written only on FLPS_OK.
+ * Not thread-safe on one codec; separate codecs are independent. */
+flps_err codec_encode(codec *c, const float *a, size_t n, codec_msg *out);
+
+/* Validate nframes frames of a message for an array of n elements encoded
+ * per spec, then add the decoded values into acc[0..n) (scatter-add for
+ * sparse codecs). Validation is complete before acc is touched: on error
+ * acc is unchanged.
+ * Errors: FLPS_EINVAL (NULL arguments, bad spec), FLPS_EPROTO (wrong frame
+ * count or size, sparse indices not strictly ascending, a count outside
+ * what the spec allows, a negative norm or scale, non-zero padding bits),
+ * FLPS_ERANGE (an index >= n), FLPS_ENONFINITE (a value, norm or scale is
+ * NaN or Inf). Thread-safe; never allocates. */
+flps_err codec_decode(const codec_spec *spec, const codec_frame *frames,
+                      size_t nframes, float *acc, size_t n);
+
+#endif

@@ -1,0 +1,136 @@
+/* The dense codecs: f32 as is, and IEEE binary16. */
+#include "compress/codec_impl.h"
+
+#include <string.h>
+
+#include "common/alloc.h"
+
+flps_err codec_dense_encode(codec *c, const float *a, size_t n, codec_msg *out)
+{
+    flps_err rc;
+
+    if (!codec_all_finite(a, n))
+        return FLPS_ENONFINITE;
+    rc = codec_buf_reserve(c, 0, 4 * n);
+    if (rc != FLPS_OK)
+        return rc;
+    if (n > 0)
+        memcpy(c->buf[0], a, 4 * n);
+    memset(out, 0, sizeof(*out));
+    out->frames[0].data = c->buf[0];
+    out->frames[0].len = 4 * n;
+    out->nframes = 1;
+    out->bytes = 4 * n;
+    out->count = n;
+    return FLPS_OK;
+}
+
+flps_err codec_dense_decode(const codec_spec *spec, const codec_frame *fr,
+                            float *acc, size_t n)
+{
+    const uint8_t *p = fr[0].data;
+
+    (void)spec;
+    if (fr[0].len != 4 * n)
+        return FLPS_EPROTO;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = codec_load_u32(p + 4 * i);
+        if ((u & 0x7f800000u) == 0x7f800000u)
+            return FLPS_ENONFINITE;
+    }
+    for (size_t i = 0; i < n; i++)
+        acc[i] += codec_load_f32(p + 4 * i);
+    return FLPS_OK;
+}
+
+uint16_t codec_f32_to_f16(float x)
+{
+    uint32_t u, sign, mag;
+
+    memcpy(&u, &x, sizeof(u));
+    sign = (u >> 16) & 0x8000u;
+    mag = u & 0x7fffffffu;
+    if (mag >= 0x477ff000u) /* rounds to 65520 or beyond: saturate */
+        return (uint16_t)(sign | 0x7bffu);
+    if (mag >= 0x38800000u) { /* normal in binary16 (>= 2^-14) */
+        /* Rebias the exponent (127 -> 15) and round the 13 dropped
+         * mantissa bits to nearest even; a carry into the exponent is the
+         * correct result. */
+        uint32_t h = (mag - 0x38000000u) >> 13;
+        uint32_t rest = mag & 0x1fffu;
+        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+            h++;
+        return (uint16_t)(sign | h);
+    }
+    if (mag < 0x33000000u) /* below half the smallest subnormal: zero */
+        return (uint16_t)sign;
+    {
+        /* Subnormal in binary16: value = m * 2^-24 with m < 1024. */
+        uint32_t e = mag >> 23, m = (mag & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e; /* in 14..24 for e in 102..112 */
+        uint32_t h = m >> shift, rest = m & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        if (rest > half || (rest == half && (h & 1u)))
+            h++;
+        return (uint16_t)(sign | h);
+    }
+}
+
+float codec_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    float f;
+
+    if (e == 0x1f) {
+        u = sign | 0x7f800000u | (m << 13);
+    } else if (e != 0) {
+        u = sign | ((e + 112) << 23) | (m << 13);
+    } else if (m == 0) {
+        u = sign;
+    } else {
+        /* Subnormal: m * 2^-24, exact in f32. */
+        f = (float)m * 0x1p-24f;
+        return sign ? -f : f;
+    }
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+flps_err codec_fp16_encode(codec *c, const float *a, size_t n, codec_msg *out)
+{
+    flps_err rc;
+    uint16_t *h;
+
+    if (!codec_all_finite(a, n))
+        return FLPS_ENONFINITE;
+    rc = codec_buf_reserve(c, 0, 2 * n);
+    if (rc != FLPS_OK)
+        return rc;
+    h = (uint16_t *)(void *)c->buf[0];
+    for (size_t i = 0; i < n; i++)
+        h[i] = codec_f32_to_f16(a[i]);
+    memset(out, 0, sizeof(*out));
+    out->frames[0].data = c->buf[0];
+    out->frames[0].len = 2 * n;
+    out->nframes = 1;
+    out->bytes = 2 * n;
+    out->count = n;
+    return FLPS_OK;
+}
+
+flps_err codec_fp16_decode(const codec_spec *spec, const codec_frame *fr,
+                           float *acc, size_t n)
+{
+    const uint8_t *p = fr[0].data;
+
+    (void)spec;
+    if (fr[0].len != 2 * n)
+        return FLPS_EPROTO;
+    for (size_t i = 0; i < n; i++)
+        if ((p[2 * i + 1] & 0x7cu) == 0x7cu)
+            return FLPS_ENONFINITE;
+    for (size_t i = 0; i < n; i++)
+        acc[i] += codec_f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+    return FLPS_OK;
+}

@@ -1,0 +1,231 @@
+/* The quantising codecs: QSGD (stochastic rounding to 2^BITS - 1 levels of
+ * a per-bucket norm) and sign (one bit per element and one scale). */
+#include "compress/codec_impl.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+/* LSB-first bit stream over a byte buffer. */
+typedef struct {
+    uint8_t *p;
+    uint64_t acc;
+    unsigned nacc;
+} codec_bitw;
+
+static inline void codec_bitw_put(codec_bitw *w, uint32_t v, unsigned width)
+{
+    w->acc |= (uint64_t)v << w->nacc;
+    w->nacc += width;
+    while (w->nacc >= 8) {
+        *w->p++ = (uint8_t)w->acc;
+        w->acc >>= 8;
+        w->nacc -= 8;
+    }
+}
+
+static inline void codec_bitw_flush(codec_bitw *w)
+{
+    if (w->nacc > 0)
+        *w->p++ = (uint8_t)w->acc;
+    w->acc = 0;
+    w->nacc = 0;
+}
+
+typedef struct {
+    const uint8_t *p;
+    uint64_t acc;
+    unsigned nacc;
+} codec_bitr;
+
+static inline uint32_t codec_bitr_get(codec_bitr *r, unsigned width)
+{
+    uint32_t v;
+
+    while (r->nacc < width) {
+        r->acc |= (uint64_t)*r->p++ << r->nacc;
+        r->nacc += 8;
+    }
+    v = (uint32_t)(r->acc & ((1u << width) - 1));
+    r->acc >>= width;
+    r->nacc -= width;
+    return v;
+}
+
+/* The value of level l out of s: norm * (l / s) with l / s rounded first,
+ * so the product never exceeds norm (and never overflows). Encoder and
+ * decoder share this table. */
+static void codec_qsgd_levels(unsigned s, float *lvl)
+{
+    for (unsigned l = 0; l <= s; l++)
+        lvl[l] = (float)l / (float)s;
+}
+
+static size_t codec_qsgd_nbuckets(size_t n)
+{
+    return (n + CODEC_QSGD_BUCKET - 1) / CODEC_QSGD_BUCKET;
+}
+
+flps_err codec_qsgd_encode(codec *c, const float *a, size_t n, codec_msg *out)
+{
+    unsigned bits = c->spec.bits, s = (1u << bits) - 1;
+    size_t nb = codec_qsgd_nbuckets(n);
+    size_t b1 = (n * (bits + 1) + 7) / 8;
+    uint64_t state = codec_stream(c);
+    codec_bitw w;
+    flps_err rc;
+
+    if (!codec_all_finite(a, n))
+        return FLPS_ENONFINITE;
+    rc = codec_buf_reserve(c, 0, 4 * nb);
+    if (rc == FLPS_OK)
+        rc = codec_buf_reserve(c, 1, b1);
+    if (rc != FLPS_OK)
+        return rc;
+    w.p = c->buf[1];
+    w.acc = 0;
+    w.nacc = 0;
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * CODEC_QSGD_BUCKET;
+        size_t hi = lo + CODEC_QSGD_BUCKET < n ? lo + CODEC_QSGD_BUCKET : n;
+        double ss = 0.0, nd, scale;
+        float norm;
+
+        /* In double: a sum of squares of floats cannot overflow there. */
+        for (size_t i = lo; i < hi; i++)
+            ss += (double)a[i] * (double)a[i];
+        nd = sqrt(ss);
+        if (nd > FLT_MAX)
+            return FLPS_ERANGE;
+        /* Rounding to nearest keeps norm >= max |a_i| (a float below the
+         * exact norm), so every |a_i| / norm <= 1 and l <= s. */
+        norm = (float)nd;
+        memcpy(c->buf[0] + 4 * b, &norm, sizeof(norm));
+        /* In double: s / norm overflows f32 for a denormal norm. */
+        scale = norm > 0.0f ? (double)s / (double)norm : 0.0;
+        for (size_t i = lo; i < hi; i++) {
+            /* l = floor(x + xi), xi ~ U[0,1) on a 2^-53 grid: E[l] = x. */
+            double x = (double)fabsf(a[i]) * scale;
+            double xi = (double)(codec_rand_next(&state) >> 11) * 0x1p-53;
+            uint32_t l = (uint32_t)(x + xi);
+            if (l > s)
+                l = s;
+            codec_bitw_put(&w, l | (l != 0 && a[i] < 0.0f ? 1u << bits : 0u),
+                           bits + 1);
+        }
+    }
+    codec_bitw_flush(&w);
+    memset(out, 0, sizeof(*out));
+    out->frames[0].data = c->buf[0];
+    out->frames[0].len = 4 * nb;
+    out->frames[1].data = c->buf[1];
+    out->frames[1].len = b1;
+    out->nframes = 2;
+    out->bytes = 4 * nb + b1;
+    out->count = n;
+    return FLPS_OK;
+}
+
+/* Validate that the bits after the last code in the last byte are zero. */
+static int codec_padding_is_zero(const codec_frame *f, size_t nbits)
+{
+    if (nbits % 8 == 0 || f->len == 0)
+        return 1;
+    return (f->data[f->len - 1] >> (nbits % 8)) == 0;
+}
+
+flps_err codec_qsgd_decode(const codec_spec *spec, const codec_frame *fr,
+                           float *acc, size_t n)
+{
+    unsigned bits = spec->bits, s = (1u << bits) - 1;
+    size_t nb = codec_qsgd_nbuckets(n);
+    float lvl[256];
+    codec_bitr r;
+
+    if (fr[0].len != 4 * nb || fr[1].len != (n * (bits + 1) + 7) / 8)
+        return FLPS_EPROTO;
+    for (size_t b = 0; b < nb; b++) {
+        float norm = codec_load_f32(fr[0].data + 4 * b);
+        if (!isfinite(norm))
+            return FLPS_ENONFINITE;
+        if (norm < 0.0f)
+            return FLPS_EPROTO;
+    }
+    if (!codec_padding_is_zero(&fr[1], n * (bits + 1)))
+        return FLPS_EPROTO;
+    codec_qsgd_levels(s, lvl);
+    r.p = fr[1].data;
+    r.acc = 0;
+    r.nacc = 0;
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * CODEC_QSGD_BUCKET;
+        size_t hi = lo + CODEC_QSGD_BUCKET < n ? lo + CODEC_QSGD_BUCKET : n;
+        float norm = codec_load_f32(fr[0].data + 4 * b);
+        for (size_t i = lo; i < hi; i++) {
+            uint32_t code = codec_bitr_get(&r, bits + 1);
+            float v = norm * lvl[code & s];
+            acc[i] += (code >> bits) ? -v : v;
+        }
+    }
+    return FLPS_OK;
+}
+
+flps_err codec_sign_encode(codec *c, const float *a, size_t n, codec_msg *out)
+{
+    size_t b1 = (n + 7) / 8;
+    double sum = 0.0;
+    float scale;
+    codec_bitw w;
+    flps_err rc;
+
+    if (!codec_all_finite(a, n))
+        return FLPS_ENONFINITE;
+    rc = codec_buf_reserve(c, 0, 4);
+    if (rc == FLPS_OK)
+        rc = codec_buf_reserve(c, 1, b1);
+    if (rc != FLPS_OK)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        sum += fabs((double)a[i]);
+    scale = n > 0 ? (float)(sum / (double)n) : 0.0f;
+    memcpy(c->buf[0], &scale, sizeof(scale));
+    w.p = c->buf[1];
+    w.acc = 0;
+    w.nacc = 0;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint32_t byte = 0;
+        for (unsigned j = 0; j < 8; j++)
+            byte |= (uint32_t)(a[i + j] < 0.0f) << j;
+        codec_bitw_put(&w, byte, 8);
+    }
+    for (size_t i = n / 8 * 8; i < n; i++)
+        codec_bitw_put(&w, a[i] < 0.0f, 1);
+    codec_bitw_flush(&w);
+    memset(out, 0, sizeof(*out));
+    out->frames[0].data = c->buf[0];
+    out->frames[0].len = 4;
+    out->frames[1].data = c->buf[1];
+    out->frames[1].len = b1;
+    out->nframes = 2;
+    out->bytes = 4 + b1;
+    out->count = n;
+    return FLPS_OK;
+}
+
+flps_err codec_sign_decode(const codec_spec *spec, const codec_frame *fr,
+                           float *acc, size_t n)
+{
+    float scale;
+
+    (void)spec;
+    if (fr[0].len != 4 || fr[1].len != (n + 7) / 8)
+        return FLPS_EPROTO;
+    scale = codec_load_f32(fr[0].data);
+    if (!isfinite(scale))
+        return FLPS_ENONFINITE;
+    if (scale < 0.0f || !codec_padding_is_zero(&fr[1], n))
+        return FLPS_EPROTO;
+    for (size_t i = 0; i < n; i++)
+        acc[i] += (fr[1].data[i / 8] >> (i % 8) & 1u) ? -scale : scale;
+    return FLPS_OK;
+}

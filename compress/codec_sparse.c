@@ -1,0 +1,133 @@
+/* The sparse codecs: (index, value) pairs chosen by exact top-k (topk,
+ * gtopk), a sampled threshold (dgc) or uniformly at random (randk). */
+#include "compress/codec_impl.h"
+
+#include <string.h>
+
+#include "common/alloc.h"
+
+/* Uniform in [0, range), range >= 1, without the bias of a plain
+ * multiply-shift (Lemire's method with rejection). */
+static uint32_t codec_uniform(uint64_t *state, uint32_t range)
+{
+    uint64_t m = (codec_rand_next(state) >> 32) * range;
+    uint32_t low = (uint32_t)m;
+
+    if (low < range) {
+        uint32_t t = (uint32_t)(-range) % range;
+        while (low < t) {
+            m = (codec_rand_next(state) >> 32) * range;
+            low = (uint32_t)m;
+        }
+    }
+    return (uint32_t)(m >> 32);
+}
+
+/* k distinct indices of [0, n), every k-subset equally likely (Floyd's
+ * algorithm on a bitmap), written ascending. O(k + n/64). */
+static flps_err codec_randk_pick(codec *c, size_t n, size_t k, uint64_t seed,
+                                 uint32_t *idx)
+{
+    size_t words = (n + 63) / 64, o = 0;
+    uint64_t state = seed;
+    uint64_t *bm;
+
+    if (k == 0)
+        return FLPS_OK;
+    if (c->bitmap_words < words) {
+        uint64_t *p = flps_malloc(words * sizeof(*p));
+        if (p == NULL)
+            return FLPS_ENOMEM;
+        flps_free(c->bitmap);
+        c->bitmap = p;
+        c->bitmap_words = words;
+    }
+    bm = c->bitmap;
+    memset(bm, 0, words * sizeof(*bm));
+    for (size_t j = n - k; j < n; j++) {
+        size_t t = codec_uniform(&state, (uint32_t)(j + 1));
+        if (bm[t / 64] >> (t % 64) & 1u)
+            t = j;
+        bm[t / 64] |= 1ull << (t % 64);
+    }
+    for (size_t w = 0; w < words; w++)
+        for (uint64_t b = bm[w]; b != 0; b &= b - 1)
+            idx[o++] = (uint32_t)(w * 64 + (size_t)__builtin_ctzll(b));
+    return FLPS_OK;
+}
+
+flps_err codec_sparse_encode(codec *c, const float *a, size_t n, codec_msg *out)
+{
+    size_t k = codec_count_for(&c->spec, n), cap = k, m = k;
+    float scale = 1.0f;
+    uint32_t *idx;
+    float *val;
+    flps_err rc;
+
+    if (c->spec.kind == CODEC_DGC)
+        cap += k / 5;
+    rc = codec_buf_reserve(c, 0, 4 * cap);
+    if (rc == FLPS_OK)
+        rc = codec_buf_reserve(c, 1, 4 * cap);
+    if (rc != FLPS_OK)
+        return rc;
+    idx = (uint32_t *)(void *)c->buf[0];
+    val = (float *)(void *)c->buf[1];
+    switch (c->spec.kind) {
+    case CODEC_DGC:
+        rc = topk_ctx_select_approx(c->topk, a, n, k, codec_stream(c), idx, &m,
+                                    NULL);
+        break;
+    case CODEC_RANDK:
+        if (!codec_all_finite(a, n))
+            return FLPS_ENONFINITE;
+        rc = codec_randk_pick(c, n, k, codec_stream(c), idx);
+        /* Each index is sent with probability k/n: scale by n/k so that
+         * the decoded array is unbiased. */
+        if (k > 0)
+            scale = (float)((double)n / (double)k);
+        break;
+    default:
+        rc = topk_ctx_select(c->topk, a, n, k, idx);
+        break;
+    }
+    if (rc != FLPS_OK)
+        return rc;
+    for (size_t j = 0; j < m; j++)
+        val[j] = a[idx[j]] * scale;
+    memset(out, 0, sizeof(*out));
+    out->frames[0].data = c->buf[0];
+    out->frames[0].len = 4 * m;
+    out->frames[1].data = c->buf[1];
+    out->frames[1].len = 4 * m;
+    out->nframes = 2;
+    out->bytes = 8 * m;
+    out->count = m;
+    out->idx = idx;
+    return FLPS_OK;
+}
+
+flps_err codec_sparse_decode(const codec_spec *spec, const codec_frame *fr,
+                             float *acc, size_t n)
+{
+    size_t k = codec_count_for(spec, n), m = fr[0].len / 4;
+    const uint8_t *pi = fr[0].data, *pv = fr[1].data;
+
+    if (fr[0].len % 4 != 0 || fr[1].len != fr[0].len)
+        return FLPS_EPROTO;
+    if (spec->kind == CODEC_DGC ? (m < k - k / 5 || m > k + k / 5) : m != k)
+        return FLPS_EPROTO;
+    for (size_t j = 0; j < m; j++) {
+        uint32_t i = codec_load_u32(pi + 4 * j);
+        uint32_t v = codec_load_u32(pv + 4 * j);
+        if (i >= n)
+            return FLPS_ERANGE;
+        if (j > 0 && i <= codec_load_u32(pi + 4 * (j - 1)))
+            return FLPS_EPROTO;
+        if ((v & 0x7f800000u) == 0x7f800000u)
+            return FLPS_ENONFINITE;
+    }
+    for (size_t j = 0; j < m; j++)
+        acc[codec_load_u32(pi + 4 * j)] += codec_load_f32(pv + 4 * j);
+    return FLPS_OK;
+}

@@ -1,0 +1,280 @@
+/* Tests for compress/ef.c: error feedback and momentum correction. */
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "compress/codec.h"
+#include "compress/ef.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static double rng_unit(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
+}
+
+static float rng_gauss(void)
+{
+    double u1 = 1.0 - rng_unit(), u2 = rng_unit();
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static codec *make(const char *s)
+{
+    codec_spec spec;
+    codec *c = NULL;
+
+    cr_assert_eq(codec_spec_parse(s, &spec), FLPS_OK, "%s", s);
+    cr_assert_eq(codec_create(&spec, 17, &c), FLPS_OK);
+    return c;
+}
+
+/* Run steps of EF with codec spec s and momentum m; check that what was
+ * sent plus the residual equals what was accumulated. */
+static void check_conservation(const char *s, float m, size_t n, int steps)
+{
+    codec *c = make(s);
+    ef *e = NULL;
+    float *g = malloc(n * sizeof(*g)), *u = calloc(n, sizeof(*u));
+    float *d = malloc(n * sizeof(*d));
+    double *sent = calloc(n, sizeof(*sent)), *accum = calloc(n, sizeof(*accum));
+    double scale = 0.0;
+
+    cr_assert_eq(ef_create(n, m, &e), FLPS_OK);
+    for (int t = 0; t < steps; t++) {
+        codec_msg msg;
+        const float *vel = ef_velocity(e);
+        for (size_t i = 0; i < n; i++) {
+            /* Gradients with a bias per element, so some of them build up
+             * in the residual over the steps. */
+            g[i] = rng_gauss() + (float)(i % 7) * 0.1f;
+            /* The accumulated quantity: g, or the updated velocity. */
+            u[i] = m > 0.0f ? m * vel[i] + g[i] : g[i];
+            accum[i] += u[i];
+        }
+        cr_assert_eq(ef_step(e, c, g, &msg), FLPS_OK, "%s", s);
+        memset(d, 0, n * sizeof(*d));
+        cr_assert_eq(
+            codec_decode(codec_get_spec(c), msg.frames, msg.nframes, d, n),
+            FLPS_OK);
+        for (size_t i = 0; i < n; i++)
+            sent[i] += d[i];
+    }
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(accum[i]));
+    for (size_t i = 0; i < n; i++) {
+        double have = sent[i] + ef_residual(e)[i];
+        cr_assert_leq(fabs(have - accum[i]), 1e-4 * (scale + 1.0),
+                      "%s m=%g i=%zu: sent+r=%g accumulated=%g", s, (double)m,
+                      i, have, accum[i]);
+    }
+    ef_destroy(e);
+    codec_destroy(c);
+    free(g);
+    free(u);
+    free(d);
+    free(sent);
+    free(accum);
+}
+
+Test(ef, conserves_what_was_accumulated_for_every_codec)
+{
+    static const char *const specs[] = {"dense",      "fp16",     "topk:0.01",
+                                        "gtopk:0.05", "dgc:0.01", "qsgd:4",
+                                        "qsgd:8",     "sign"};
+
+    for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
+        check_conservation(specs[s], 0.0f, 5000, 60);
+        check_conservation(specs[s], 0.9f, 5000, 60);
+    }
+    check_conservation("topk:0.001", 0.9f, 200000, 20);
+}
+
+Test(ef, topk_residual_is_the_sum_with_the_sent_indices_zeroed)
+{
+    size_t n = 1000;
+    codec *c = make("topk:0.05");
+    ef *e = NULL;
+    float *g = malloc(n * sizeof(*g)), *want = malloc(n * sizeof(*want));
+    codec_msg msg;
+
+    cr_assert_eq(ef_create(n, 0.0f, &e), FLPS_OK);
+    cr_assert_null(ef_velocity(e), "no velocity without momentum");
+    for (int t = 0; t < 5; t++) {
+        for (size_t i = 0; i < n; i++) {
+            g[i] = rng_gauss();
+            want[i] = ef_residual(e)[i] + g[i];
+        }
+        cr_assert_eq(ef_step(e, c, g, &msg), FLPS_OK);
+        cr_assert_eq(msg.count, 50);
+        for (size_t j = 0; j < msg.count; j++)
+            want[msg.idx[j]] = 0.0f;
+        cr_assert_arr_eq(ef_residual(e), want, n * sizeof(*want),
+                         "r = a with S zeroed, exactly");
+    }
+    ef_destroy(e);
+    codec_destroy(c);
+    free(g);
+    free(want);
+}
+
+Test(ef, masks_the_velocity_on_the_sent_indices)
+{
+    size_t n = 500;
+    codec *c = make("topk:0.1");
+    ef *e = NULL;
+    float *g = malloc(n * sizeof(*g)), *want = malloc(n * sizeof(*want));
+    codec_msg msg;
+
+    cr_assert_eq(ef_create(n, 0.5f, &e), FLPS_OK);
+    for (int t = 0; t < 4; t++) {
+        for (size_t i = 0; i < n; i++) {
+            g[i] = rng_gauss();
+            want[i] = 0.5f * ef_velocity(e)[i] + g[i];
+        }
+        cr_assert_eq(ef_step(e, c, g, &msg), FLPS_OK);
+        for (size_t j = 0; j < msg.count; j++)
+            want[msg.idx[j]] = 0.0f;
+        cr_assert_arr_eq(ef_velocity(e), want, n * sizeof(*want));
+    }
+    ef_destroy(e);
+    codec_destroy(c);
+    free(g);
+    free(want);
+}
+
+Test(ef, keeps_the_velocity_for_codecs_that_send_every_element)
+{
+    size_t n = 300;
+    codec *c = make("qsgd:4");
+    ef *e = NULL;
+    float *g = malloc(n * sizeof(*g));
+    codec_msg msg;
+
+    cr_assert_eq(ef_create(n, 0.9f, &e), FLPS_OK);
+    for (size_t i = 0; i < n; i++)
+        g[i] = 1.0f;
+    cr_assert_eq(ef_step(e, c, g, &msg), FLPS_OK);
+    cr_assert_eq(ef_step(e, c, g, &msg), FLPS_OK);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_float_eq(ef_velocity(e)[i], 1.9f, 1e-6);
+    ef_destroy(e);
+    codec_destroy(c);
+    free(g);
+}
+
+Test(ef, leaves_no_residual_with_the_dense_codec)
+{
+    size_t n = 64;
+    codec *c = make("dense");
+    ef *e = NULL;
+    float g[64];
+    codec_msg msg;
+
+    for (size_t i = 0; i < n; i++)
+        g[i] = rng_gauss();
+    cr_assert_eq(ef_create(n, 0.0f, &e), FLPS_OK);
+    cr_assert_eq(ef_step(e, c, g, &msg), FLPS_OK);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ef_residual(e)[i], 0.0f);
+    ef_destroy(e);
+    codec_destroy(c);
+}
+
+Test(ef, a_failed_step_changes_nothing)
+{
+    size_t n = 400;
+    codec *c = make("topk:0.01");
+    ef *e = NULL;
+    float *g = malloc(n * sizeof(*g));
+    float *r0 = malloc(n * sizeof(*r0)), *u0 = malloc(n * sizeof(*u0));
+    codec_msg msg, untouched;
+
+    cr_assert_eq(ef_create(n, 0.9f, &e), FLPS_OK);
+    for (size_t i = 0; i < n; i++)
+        g[i] = rng_gauss();
+    cr_assert_eq(ef_step(e, c, g, &msg), FLPS_OK);
+    memcpy(r0, ef_residual(e), n * sizeof(*r0));
+    memcpy(u0, ef_velocity(e), n * sizeof(*u0));
+    g[123] = NAN;
+    memset(&untouched, 0x5a, sizeof(untouched));
+    msg = untouched;
+    cr_assert_eq(ef_step(e, c, g, &msg), FLPS_ENONFINITE);
+    cr_assert_arr_eq(&msg, &untouched, sizeof(msg));
+    cr_assert_arr_eq(ef_residual(e), r0, n * sizeof(*r0));
+    cr_assert_arr_eq(ef_velocity(e), u0, n * sizeof(*u0));
+    g[123] = 1e38f;
+    g[124] = 3e38f; /* finite g, but r + u overflows somewhere */
+    for (int t = 0; t < 3; t++) {
+        flps_err rc = ef_step(e, c, g, &msg);
+        cr_assert(rc == FLPS_OK || rc == FLPS_ENONFINITE);
+    }
+    ef_destroy(e);
+    codec_destroy(c);
+    free(g);
+    free(r0);
+    free(u0);
+}
+
+Test(ef, adds_back_what_the_shard_did_not_take)
+{
+    ef *e = NULL;
+    uint32_t idx[] = {1, 3};
+    float val[] = {0.5f, -2.0f};
+    uint32_t bad_idx[] = {0, 4};
+    float bad_val[] = {1.0f, INFINITY};
+
+    cr_assert_eq(ef_create(4, 0.0f, &e), FLPS_OK);
+    cr_assert_eq(ef_add_back(e, idx, val, 2), FLPS_OK);
+    cr_assert_eq(ef_residual(e)[1], 0.5f);
+    cr_assert_eq(ef_residual(e)[3], -2.0f);
+    cr_assert_eq(ef_add_back(e, bad_idx, val, 2), FLPS_ERANGE);
+    cr_assert_eq(ef_add_back(e, idx, bad_val, 2), FLPS_ENONFINITE);
+    cr_assert_eq(ef_residual(e)[0], 0.0f, "rejected add-backs change nothing");
+    cr_assert_eq(ef_residual(e)[1], 0.5f);
+    ef_reset(e);
+    cr_assert_eq(ef_residual(e)[3], 0.0f);
+    cr_assert_eq(ef_size(e), 4);
+    ef_destroy(e);
+}
+
+Test(ef, rejects_bad_arguments_and_reports_out_of_memory)
+{
+    ef *e = NULL;
+
+    cr_assert_eq(ef_create(10, -0.1f, &e), FLPS_EINVAL);
+    cr_assert_eq(ef_create(10, 1.0f, &e), FLPS_EINVAL);
+    cr_assert_eq(ef_create(10, NAN, &e), FLPS_EINVAL);
+    cr_assert_eq(ef_create(10, 0.5f, NULL), FLPS_EINVAL);
+    for (unsigned long fail = 1; fail <= 5; fail++) {
+        flps_alloc_fail_at(fail);
+        cr_assert_eq(ef_create(10, 0.5f, &e), FLPS_ENOMEM);
+        flps_alloc_fail_at(0);
+        cr_assert_null(e);
+    }
+    cr_assert_eq(ef_create(10, 0.5f, &e), FLPS_OK);
+    cr_assert_eq(ef_step(e, NULL, NULL, NULL), FLPS_EINVAL);
+    ef_destroy(e);
+    {
+        /* Codecs whose error exceeds their input make the residual grow
+         * without bound: refused. */
+        static const char *const refused[] = {"randk:0.5", "qsgd:3", "qsgd:1"};
+        for (size_t s = 0; s < 3; s++) {
+            codec *c = make(refused[s]);
+            float g[10] = {1.0f};
+            codec_msg msg;
+            cr_assert_eq(ef_create(10, 0.0f, &e), FLPS_OK);
+            cr_assert_eq(ef_step(e, c, g, &msg), FLPS_EINVAL, "%s", refused[s]);
+            ef_destroy(e);
+            codec_destroy(c);
+        }
+    }
+    ef_destroy(NULL);
+}
