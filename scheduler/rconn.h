@@ -1,0 +1,48 @@
+/* A Redis connection for flsched and flagent: URL parsing, connect with
+ * timeouts, clear errors, and reconnection on the next call after a loss.
+ * Commands are never retried behind the caller's back (an INCR or RPUSH
+ * sent twice would do its work twice): a failed call fails, and the caller
+ * decides. */
+#ifndef FLPS_SCHED_RCONN_H
+#define FLPS_SCHED_RCONN_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+
+#include "common/err.h"
+
+typedef struct rconn rconn;
+
+/* Parse "redis://[:PASSWORD@]HOST[:PORT][/DB]" (PORT default 6379, DB
+ * default 0). Errors: FLPS_EINVAL with a message in errbuf. */
+flps_err rconn_parse_url(const char *url, char *host, size_t hostlen, int *port,
+                         char *password, size_t pwlen, int *db, char *errbuf,
+                         size_t errlen);
+
+/* Create a connection to url; connects at once (timeout_ms for connect and
+ * for each command). A server that cannot be reached is not an error here:
+ * the handle is returned and the first command reports it (so a daemon can
+ * start before Redis and wait for it). Errors: FLPS_EINVAL (bad URL),
+ * FLPS_ENOMEM. Caller owns *out. Not thread-safe: one thread per rconn. */
+flps_err rconn_create(const char *url, int timeout_ms, rconn **out);
+void rconn_destroy(rconn *rc);
+
+/* Run one command (printf-style as redisCommand; use %b for binary values).
+ * On FLPS_OK *reply is the reply (caller frees with freeReplyObject); a
+ * Redis error reply gives FLPS_EREMOTE (message in rconn_error). Connection
+ * problems give FLPS_EIO (and the next call reconnects). The message of the
+ * last failure: rconn_error(). */
+flps_err rconn_cmd(rconn *rc, redisReply **reply, const char *fmt, ...);
+
+/* Same with an argument vector (binary-safe). */
+flps_err rconn_cmdv(rconn *rc, redisReply **reply, int argc, const char **argv,
+                    const size_t *argvlen);
+
+/* Check the connection with PING (reconnecting if needed). */
+flps_err rconn_ping(rconn *rc);
+
+/* "HOST:PORT" of the server, and the last error ("" if none). */
+const char *rconn_address(const rconn *rc);
+const char *rconn_error(const rconn *rc);
+
+#endif
