@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli/procs.h"
+#include "common/clock.h"
 #include "common/jobspec.h"
 #include "common/log.h"
 
@@ -48,13 +49,6 @@ typedef struct run {
     int need_newline;
 } run;
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void human_bytes(double b, char *buf, size_t len)
 {
     const char *u[] = {"B", "KB", "MB", "GB", "TB"};
@@ -69,7 +63,7 @@ static void human_bytes(double b, char *buf, size_t len)
 static void show_progress(run *r)
 {
     char sent[32];
-    double el = mono_s() - r->t0;
+    double el = flps_mono_s() - r->t0;
     double frac = r->spec.iterations
                       ? (double)r->last_iter / (double)r->spec.iterations
                       : 0;
@@ -351,7 +345,7 @@ int main(int argc, char **argv)
                 jobspec_dataset_name(r.spec.dataset), r.spec.workers,
                 r.spec.servers, jobspec_mode_name(r.spec.mode), comp,
                 (unsigned long long)r.spec.iterations, logdir);
-    r.t0 = mono_s();
+    r.t0 = flps_mono_s();
 
     /* Servers first; each reports the port it bound. */
     for (uint32_t i = 0; i < r.spec.servers; i++) {
@@ -399,7 +393,7 @@ int main(int argc, char **argv)
             report_death(&r, dead);
             goto stop;
         }
-        if (mono_s() - r.t0 > 30) {
+        if (flps_mono_s() - r.t0 > 30) {
             fprintf(stderr,
                     "flrun: the servers did not report their ports "
                     "within 30 s; see %s\n",
@@ -456,7 +450,7 @@ int main(int argc, char **argv)
     }
     end_progress_line(&r);
     proc_stop_all(r.procs, r.nprocs, 10000);
-    wall = mono_s() - r.t0;
+    wall = flps_mono_s() - r.t0;
     if (r.done != r.spec.workers || !r.have_accuracy) {
         fprintf(stderr,
                 "flrun: %u of %u workers reported their results; see "

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "common/alloc.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "compress/topk.h"
 #include "proto/msg.h"
@@ -88,13 +89,6 @@ struct flps_client {
     flps_err err;              /* sticky */
     char errmsg[512];
 };
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static flps_err set_error(flps_client *c, flps_err err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -182,7 +176,7 @@ static flps_err creq_send(flps_client *c, creq *r)
     if (rc != FLPS_OK)
         return set_error(c, rc, "cannot send to shard %u (%s): %s", r->shard,
                          c->endpoints[r->shard], c->t->errmsg);
-    r->sent_at = mono_s();
+    r->sent_at = flps_mono_s();
     if (r->first_sent == 0)
         r->first_sent = r->sent_at;
     return FLPS_OK;
@@ -304,7 +298,7 @@ static flps_err on_reply(flps_client *c, const transport_rx *rx)
         if (r->kind == CREQ_PUSH && m.status == FLPS_EDUP) {
             /* The shard has our push from an earlier send: keep waiting
              * for the update, without re-sending for a while. */
-            r->sent_at = mono_s();
+            r->sent_at = flps_mono_s();
             break;
         }
         if (r->kind == CREQ_PUSH && m.status == FLPS_ELATE && p != NULL) {
@@ -391,7 +385,7 @@ static flps_err drain(flps_client *c)
         } else if (rc != FLPS_ETIMEDOUT && rc != FLPS_EPROTO) {
             return set_error(c, rc, "receive failed: %s", c->t->errmsg);
         }
-        now = mono_s();
+        now = flps_mono_s();
         for (uint32_t s = 0; s < c->nshards; s++) {
             rc = check_timeouts(c, &c->shard_req[s], now);
             if (rc != FLPS_OK)

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "common/alloc.h"
+#include "common/clock.h"
 #include "common/jobspec.h"
 #include "common/log.h"
 #include "flps.h"
@@ -40,13 +41,6 @@ static void on_grad_ready(void *arg, size_t ti)
     rc = flps_client_push(pc->client, (uint32_t)ti, t->grad, pc->iter);
     if (rc != FLPS_OK)
         pc->err = rc;
-}
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static uint64_t mix64(uint64_t x)
@@ -290,7 +284,7 @@ int main(int argc, char **argv)
     memcpy(xb_idx, mine, nmine * sizeof(uint32_t));
     shuffle(xb_idx, nmine, mix64(spec.seed * 1000003ULL + (uint64_t)rank));
     progress_every = spec.iterations / 100 ? spec.iterations / 100 : 1;
-    t0 = mono_s();
+    t0 = flps_mono_s();
     for (uint64_t it = start_iter; it < spec.iterations; it++) {
         push_ctx pc = {client, m, it, FLPS_OK};
         float loss = 0;
@@ -335,7 +329,7 @@ int main(int argc, char **argv)
                    (unsigned long long)spec.iterations,
                    loss_window / (double)nwin,
                    (unsigned long long)st.bytes_sent,
-                   (unsigned long long)st.dense_bytes, mono_s() - t0);
+                   (unsigned long long)st.dense_bytes, flps_mono_s() - t0);
             fflush(stdout);
             loss_window = 0;
             nwin = 0;
@@ -369,11 +363,11 @@ int main(int argc, char **argv)
            (unsigned long long)st.dense_bytes, (unsigned long long)st.resends);
     if (rank == 0)
         printf(",\"test_accuracy\":%.4f,\"test_loss\":%.4f", acc, tloss);
-    printf(",\"seconds\":%.3f}\n", mono_s() - t0);
+    printf(",\"seconds\":%.3f}\n", flps_mono_s() - t0);
     fflush(stdout);
     log_info("rank %ld done: %llu iterations in %.1f s, sent %llu bytes "
              "(dense would be %llu)",
-             rank, (unsigned long long)spec.iterations, mono_s() - t0,
+             rank, (unsigned long long)spec.iterations, flps_mono_s() - t0,
              (unsigned long long)st.bytes_sent,
              (unsigned long long)st.dense_bytes);
     status = 0;
