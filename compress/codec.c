@@ -253,15 +253,6 @@ flps_err codec_buf_reserve(codec *c, unsigned f, size_t bytes)
     return FLPS_OK;
 }
 
-uint64_t codec_rand_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 uint64_t codec_stream(const codec *c)
 {
     uint64_t s = c->seed ^ (0xd1b54a32d192ed03ull * (c->encodes + 1));

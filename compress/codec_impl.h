@@ -33,7 +33,14 @@ flps_err codec_buf_reserve(codec *c, unsigned f, size_t bytes);
 uint64_t codec_stream(const codec *c);
 
 /* splitmix64 step: returns the next value of the stream at *state. */
-uint64_t codec_rand_next(uint64_t *state);
+static inline uint64_t codec_rand_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
 
 /* 1 when a[0..n) holds no NaN or Inf. */
 int codec_all_finite(const float *a, size_t n);

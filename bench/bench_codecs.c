@@ -1,0 +1,151 @@
+/* Benchmark of every codec: encode and decode throughput in GB/s of f32
+ * input, against memcpy of the same array measured in the same run, on one
+ * core. Prints progress, a table, and as its last line one JSON object.
+ *
+ * Usage: bench_codecs [--n N] [--rounds R]
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "compress/codec.h"
+
+static double bench_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t bench_rng(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+int main(int argc, char **argv)
+{
+    static const char *const specs[] = {
+        "dense",     "fp16",     "topk:0.001", "topk:0.01", "randk:0.01",
+        "dgc:0.001", "dgc:0.01", "qsgd:4",     "qsgd:8",    "sign"};
+    enum { NSPECS = sizeof(specs) / sizeof(specs[0]) };
+    double enc_s[NSPECS], dec_s[NSPECS], memcpy_s = 1e30;
+    size_t bytes[NSPECS];
+    size_t n = 4u << 20;
+    int rounds = 7;
+    float *a, *dst, *acc;
+    uint64_t seed = 42;
+    volatile float sink = 0.0f;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--n") == 0 && i + 1 < argc) {
+            n = (size_t)strtoull(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
+            rounds = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: %s [--n N] [--rounds R]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (n < 1000 || n >= (1ull << 32) || rounds < 1) {
+        fprintf(stderr, "bench_codecs: need 1000 <= n < 2^32, rounds >= 1\n");
+        return 2;
+    }
+    a = malloc(n * sizeof(*a));
+    dst = malloc(n * sizeof(*dst));
+    acc = malloc(n * sizeof(*acc));
+    if (a == NULL || dst == NULL || acc == NULL) {
+        fprintf(stderr, "bench_codecs: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        double u1 = 1.0 - (double)(bench_rng(&seed) >> 11) * 0x1p-53;
+        double u2 = (double)(bench_rng(&seed) >> 11) * 0x1p-53;
+        a[i] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    }
+    memset(dst, 0, n * sizeof(*dst));
+    memset(acc, 0, n * sizeof(*acc));
+    printf("bench_codecs: n=%zu floats (%.1f MB), Gaussian, best of %d "
+           "rounds, one core\n",
+           n, (double)n * 4 / 1e6, rounds);
+    fflush(stdout);
+
+    for (int s = 0; s < NSPECS; s++) {
+        codec_spec spec;
+        codec *c = NULL;
+
+        enc_s[s] = dec_s[s] = 1e30;
+        if (codec_spec_parse(specs[s], &spec) != FLPS_OK ||
+            codec_create(&spec, 1, &c) != FLPS_OK) {
+            fprintf(stderr, "bench_codecs: cannot create %s\n", specs[s]);
+            return 1;
+        }
+        for (int r = 0; r < rounds; r++) {
+            codec_msg msg;
+            double t0, t1, t2, t3;
+
+            /* memcpy in every round, next to the codec, so both see the
+             * same machine load. */
+            t0 = bench_now();
+            memcpy(dst, a, n * sizeof(*a));
+            t1 = bench_now();
+            sink += dst[(size_t)r % n];
+            if (t1 - t0 < memcpy_s)
+                memcpy_s = t1 - t0;
+            t1 = bench_now();
+            if (codec_encode(c, a, n, &msg) != FLPS_OK) {
+                fprintf(stderr, "bench_codecs: %s encode failed\n", specs[s]);
+                return 1;
+            }
+            t2 = bench_now();
+            if (codec_decode(&spec, msg.frames, msg.nframes, acc, n) !=
+                FLPS_OK) {
+                fprintf(stderr, "bench_codecs: %s decode failed\n", specs[s]);
+                return 1;
+            }
+            t3 = bench_now();
+            bytes[s] = msg.bytes;
+            if (t2 - t1 < enc_s[s])
+                enc_s[s] = t2 - t1;
+            if (t3 - t2 < dec_s[s])
+                dec_s[s] = t3 - t2;
+        }
+        printf("progress: %s done\n", specs[s]);
+        fflush(stdout);
+        codec_destroy(c);
+    }
+
+    {
+        double gb = (double)n * 4 / 1e9;
+        printf("\nmemcpy: %.3f ms, %.2f GB/s\n", memcpy_s * 1e3, gb / memcpy_s);
+        printf("%-11s %12s %8s %10s %10s %9s %9s %9s %12s\n", "codec", "bytes",
+               "ratio", "enc_ms", "dec_ms", "enc_GB/s", "dec_GB/s", "e+d_GB/s",
+               "(e+d)/memcpy");
+        for (int s = 0; s < NSPECS; s++) {
+            double ed = enc_s[s] + dec_s[s];
+            printf("%-11s %12zu %8.1f %10.3f %10.3f %9.2f %9.2f %9.2f "
+                   "%12.2f\n",
+                   specs[s], bytes[s], (double)n * 4 / (double)bytes[s],
+                   enc_s[s] * 1e3, dec_s[s] * 1e3, gb / enc_s[s], gb / dec_s[s],
+                   gb / ed, ed / memcpy_s);
+        }
+        printf("(GB/s of f32 input; ratio = input bytes / encoded bytes)\n");
+        printf("{\"n\":%zu,\"memcpy_seconds\":%.6f", n, memcpy_s);
+        for (int s = 0; s < NSPECS; s++)
+            printf(",\"%s\":{\"bytes\":%zu,\"encode_seconds\":%.6f,"
+                   "\"decode_seconds\":%.6f}",
+                   specs[s], bytes[s], enc_s[s], dec_s[s]);
+        printf("}\n");
+    }
+    (void)sink;
+    free(a);
+    free(dst);
+    free(acc);
+    return 0;
+}
