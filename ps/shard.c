@@ -990,6 +990,9 @@ flps_err ps_shard_create(const ps_shard_config *cfg, int restore,
                 char why[256];
                 uint64_t nrec = 0;
 
+                /* decode leaves m untouched on error, and the fini below
+                 * runs either way. */
+                memset(&m, 0, sizeof(m));
                 rc = proto_msg_decode(&f, 1, &m, why, sizeof(why));
                 if (rc == FLPS_OK && m.op != PROTO_OP_REGISTER)
                     rc = FLPS_EPROTO;
