@@ -7,7 +7,7 @@ PKGS=(
   build-essential cmake pkg-config clang-format
   libzmq3-dev libmsgpack-dev libyaml-dev libjansson-dev zlib1g-dev
   libopenblas-dev libopenblas0 libhiredis-dev libmicrohttpd-dev
-  libcurl4-openssl-dev libcriterion-dev
+  libcurl4-openssl-dev libcriterion-dev prometheus
   redis-server dataset-fashion-mnist
 )
 

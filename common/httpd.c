@@ -1,0 +1,473 @@
+/* Embedded HTTP server on libmicrohttpd: one handler for every request. */
+#include "common/httpd.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+
+/* Threading: MHD's internal polling thread accepts, then each connection
+ * gets its own thread (MHD_USE_THREAD_PER_CONNECTION). Our traffic is a
+ * control plane (a scrape every few seconds, a few API calls), so threads
+ * are cheap, and a handler that blocks (the scheduler talks to Redis) then
+ * stalls only its own client, which a fixed thread pool would not give us.
+ * HTTPD_MAX_CONNS bounds the threads. poll() rather than select() because
+ * daemons hold many other descriptors (ZeroMQ) and may pass FD_SETSIZE. */
+#define HTTPD_MAX_CONNS 64
+#define HTTPD_IDLE_TIMEOUT_S 60
+#define HTTPD_BACKLOG 64
+#define HTTPD_TOO_LARGE 413
+
+/* Every field is written by httpd_start before MHD starts its threads and
+ * only read afterwards (until httpd_stop has joined them), so connection
+ * threads read them without a lock. */
+struct httpd {
+    struct MHD_Daemon *mhd;
+    httpd_handler handler;
+    void *arg;
+    size_t max_body;
+    char bound[128];
+};
+
+/* One request's state; owned by the connection's thread, which is the only
+ * one that touches it (MHD calls on_request and on_completed there). */
+typedef struct httpd_req_state {
+    char *body;
+    size_t len;
+    size_t cap;
+    int too_large; /* over max_body: the rest is discarded, then 413 */
+    int no_memory; /* could not grow the buffer: 500 at the end */
+} httpd_req_state;
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char line[512];
+    size_t n;
+
+    (void)cls;
+    vsnprintf(line, sizeof(line), fmt, ap);
+    n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = '\0';
+    log_warn("http: %s", line);
+}
+
+static enum MHD_Result queue(struct MHD_Connection *conn, int status,
+                             const char *content_type, char *body, size_t len)
+{
+    struct MHD_Response *r;
+    enum MHD_Result ret;
+
+    if (body != NULL && len > 0) {
+        /* The body moves to MHD, which frees it after sending. */
+        r = MHD_create_response_from_buffer_with_free_callback(len, body,
+                                                               flps_free);
+        if (r == NULL)
+            flps_free(body);
+    } else {
+        flps_free(body);
+        r = MHD_create_response_from_buffer(0, (void *)"",
+                                            MHD_RESPMEM_PERSISTENT);
+    }
+    if (r == NULL)
+        return MHD_NO; /* MHD closes the connection */
+    if (content_type != NULL && content_type[0] != '\0')
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    ret = MHD_queue_response(conn, (unsigned int)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result queue_const(struct MHD_Connection *conn, int status,
+                                   const char *json)
+{
+    char *b = flps_strdup(json);
+
+    return queue(conn, status, "application/json", b, b ? strlen(b) : 0);
+}
+
+static enum MHD_Result too_large(httpd *h, struct MHD_Connection *conn,
+                                 const char *url)
+{
+    log_warn("http: refused a body over %zu bytes for %s", h->max_body, url);
+    return queue_const(conn, HTTPD_TOO_LARGE,
+                       "{\"error\":\"request body too large\"}");
+}
+
+/* Append a chunk of the body, or mark the request too large. */
+static void append_body(httpd *h, httpd_req_state *rs, const char *data,
+                        size_t n)
+{
+    if (rs->too_large || rs->no_memory)
+        return;
+    if (n > h->max_body - rs->len) {
+        rs->too_large = 1;
+        flps_free(rs->body);
+        rs->body = NULL;
+        rs->len = rs->cap = 0;
+        return;
+    }
+    if (rs->len + n + 1 > rs->cap) {
+        size_t cap = rs->cap ? rs->cap : 4096;
+        char *nb;
+        while (cap < rs->len + n + 1)
+            cap *= 2;
+        if (cap > h->max_body + 1)
+            cap = h->max_body + 1;
+        nb = flps_realloc(rs->body, cap);
+        if (nb == NULL) {
+            rs->no_memory = 1;
+            return;
+        }
+        rs->body = nb;
+        rs->cap = cap;
+    }
+    memcpy(rs->body + rs->len, data, n);
+    rs->len += n;
+    rs->body[rs->len] = '\0';
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+    httpd *h = cls;
+    httpd_req_state *rs = *con_cls;
+    httpd_request req;
+    httpd_response resp;
+
+    (void)version;
+    if (rs == NULL) {
+        /* First call: headers only. Refuse a declared oversize body now,
+         * before the client sends it (MHD answers instead of sending
+         * "100 Continue" and closes the connection afterwards). */
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     "Content-Length");
+        rs = flps_calloc(1, sizeof(*rs));
+        if (rs == NULL)
+            return MHD_NO;
+        *con_cls = rs;
+        if (cl != NULL) {
+            char *end;
+            unsigned long long v;
+            errno = 0;
+            v = strtoull(cl, &end, 10);
+            if (errno == 0 && end != cl && v > h->max_body) {
+                rs->too_large = 1;
+                return too_large(h, conn, url);
+            }
+        }
+        return MHD_YES;
+    }
+    if (*upload_size > 0) {
+        append_body(h, rs, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (rs->too_large)
+        return too_large(h, conn, url);
+    if (rs->no_memory) {
+        log_error("http: out of memory reading the body for %s %s", method,
+                  url);
+        return queue_const(conn, MHD_HTTP_INTERNAL_SERVER_ERROR,
+                           "{\"error\":\"out of memory\"}");
+    }
+
+    req.method = method;
+    req.path = url;
+    req.body = rs->body ? rs->body : "";
+    req.body_len = rs->len;
+    req.impl = conn;
+    memset(&resp, 0, sizeof(resp));
+    resp.status = 200;
+    snprintf(resp.content_type, sizeof(resp.content_type), "%s",
+             "application/json");
+    h->handler(h->arg, &req, &resp);
+    if (resp.status < 100 || resp.status > 999) {
+        log_error("http: the handler for %s %s set status %d; answering 500",
+                  method, url, resp.status);
+        flps_free(resp.body);
+        return queue_const(conn, MHD_HTTP_INTERNAL_SERVER_ERROR,
+                           "{\"error\":\"internal error\"}");
+    }
+    resp.content_type[sizeof(resp.content_type) - 1] = '\0';
+    return queue(conn, resp.status, resp.content_type, resp.body,
+                 resp.body_len);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    httpd_req_state *rs = *con_cls;
+
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    if (rs != NULL) {
+        flps_free(rs->body);
+        flps_free(rs);
+        *con_cls = NULL;
+    }
+}
+
+/* Split "HOST:PORT" / "[V6]:PORT" / ":PORT" into host and port. */
+static flps_err split_listen(const char *where, char *host, size_t hostlen,
+                             char *port, size_t portlen)
+{
+    const char *colon, *hs = where, *he;
+    size_t n;
+
+    if (where[0] == '[') {
+        he = strchr(where, ']');
+        if (he == NULL || he[1] != ':')
+            return FLPS_EINVAL;
+        hs = where + 1;
+        colon = he + 1;
+    } else {
+        colon = strrchr(where, ':');
+        if (colon == NULL)
+            return FLPS_EINVAL;
+        he = colon;
+        if (memchr(where, ':', (size_t)(colon - where)) != NULL)
+            return FLPS_EINVAL; /* an IPv6 address needs brackets */
+    }
+    n = (size_t)(he - hs);
+    if (n >= hostlen)
+        return FLPS_EINVAL;
+    if (n == 0)
+        snprintf(host, hostlen, "%s", "0.0.0.0");
+    else
+        snprintf(host, hostlen, "%.*s", (int)n, hs);
+    n = strlen(colon + 1);
+    if (n == 0 || n >= portlen || n > 5 ||
+        strspn(colon + 1, "0123456789") != n || atoi(colon + 1) > 65535)
+        return FLPS_EINVAL;
+    snprintf(port, portlen, "%s", colon + 1);
+    return FLPS_OK;
+}
+
+static const char *bind_hint(int err)
+{
+    switch (err) {
+    case EADDRINUSE:
+        return "another process holds that port: stop it or choose another "
+               "port (port 0 picks a free one)";
+    case EADDRNOTAVAIL:
+        return "the host is not an address of this machine: use one of its "
+               "addresses, 127.0.0.1, or 0.0.0.0 for every interface";
+    case EACCES:
+        return "ports below 1024 need privileges: use a higher port";
+    default:
+        return "check the address";
+    }
+}
+
+/* Bind and listen on the first address of host:port that works. */
+static flps_err open_listener(const char *where, int *fd_out, char *bound,
+                              size_t boundlen)
+{
+    char host[256], port[8], hostbuf[INET6_ADDRSTRLEN];
+    struct addrinfo hints, *res = NULL, *ai;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    int fd = -1, err = 0, one = 1, gai;
+
+    if (split_listen(where, host, sizeof(host), port, sizeof(port)) !=
+        FLPS_OK) {
+        log_error("http: cannot listen on '%s': want HOST:PORT, e.g. "
+                  "127.0.0.1:9100, [::1]:9100 or :9100",
+                  where);
+        return FLPS_EINVAL;
+    }
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    gai = getaddrinfo(host, port, &hints, &res);
+    if (gai != 0) {
+        log_error("http: cannot listen on %s: host '%s' does not resolve: %s",
+                  where, host, gai_strerror(gai));
+        return FLPS_EINVAL;
+    }
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
+                    ai->ai_protocol);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        /* Lets a restarted daemon rebind while old connections sit in
+         * TIME_WAIT; a port another socket listens on still fails. */
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+            listen(fd, HTTPD_BACKLOG) == 0)
+            break;
+        err = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        log_error("http: cannot listen on %s: %s; %s", where, strerror(err),
+                  bind_hint(err));
+        return FLPS_ESYS;
+    }
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+        err = errno;
+        log_error("http: getsockname on %s failed: %s", where, strerror(err));
+        close(fd);
+        return FLPS_ESYS;
+    }
+    if (ss.ss_family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, hostbuf, sizeof(hostbuf));
+        snprintf(bound, boundlen, "[%s]:%u", hostbuf,
+                 (unsigned)ntohs(a->sin6_port));
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        inet_ntop(AF_INET, &a->sin_addr, hostbuf, sizeof(hostbuf));
+        snprintf(bound, boundlen, "%s:%u", hostbuf,
+                 (unsigned)ntohs(a->sin_port));
+    }
+    *fd_out = fd;
+    return FLPS_OK;
+}
+
+flps_err httpd_start(const char *where, size_t max_body, httpd_handler h,
+                     void *arg, httpd **out, char *bound, size_t boundlen)
+{
+    httpd *d;
+    int fd = -1;
+    flps_err rc;
+
+    if (where == NULL || h == NULL || out == NULL)
+        return FLPS_EINVAL;
+    d = flps_calloc(1, sizeof(*d));
+    if (d == NULL)
+        return FLPS_ENOMEM;
+    d->handler = h;
+    d->arg = arg;
+    d->max_body = max_body;
+    rc = open_listener(where, &fd, d->bound, sizeof(d->bound));
+    if (rc != FLPS_OK)
+        goto fail_d;
+    d->mhd = MHD_start_daemon(
+        MHD_USE_ERROR_LOG | MHD_USE_POLL_INTERNAL_THREAD |
+            MHD_USE_THREAD_PER_CONNECTION,
+        0, NULL, NULL, on_request, d, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
+        NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTPD_MAX_CONNS,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTPD_IDLE_TIMEOUT_S,
+        MHD_OPTION_END);
+    if (d->mhd == NULL) {
+        log_error("http: cannot start the server on %s (libmicrohttpd "
+                  "refused; see its message above)",
+                  d->bound);
+        rc = FLPS_ESYS;
+        goto fail_fd;
+    }
+    log_info("http: listening on %s", d->bound);
+    if (bound != NULL && boundlen > 0)
+        snprintf(bound, boundlen, "%s", d->bound);
+    *out = d;
+    return FLPS_OK;
+
+fail_fd:
+    close(fd);
+fail_d:
+    flps_free(d);
+    return rc;
+}
+
+void httpd_stop(httpd *h)
+{
+    if (h == NULL)
+        return;
+    /* Joins the polling thread and every connection thread, so no handler
+     * runs after this; MHD closes the listening socket we gave it. */
+    MHD_stop_daemon(h->mhd);
+    flps_free(h);
+}
+
+const char *httpd_query(const httpd_request *req, const char *key)
+{
+    const char *v = NULL;
+    size_t vlen = 0;
+
+    if (req == NULL || req->impl == NULL || key == NULL)
+        return NULL;
+    if (MHD_lookup_connection_value_n(req->impl, MHD_GET_ARGUMENT_KIND, key,
+                                      strlen(key), &v, &vlen) != MHD_YES)
+        return NULL;
+    return v != NULL ? v : "";
+}
+
+const char *httpd_header(const httpd_request *req, const char *name)
+{
+    if (req == NULL || req->impl == NULL || name == NULL)
+        return NULL;
+    return MHD_lookup_connection_value(req->impl, MHD_HEADER_KIND, name);
+}
+
+flps_err httpd_respond_printf(httpd_response *resp, int status, const char *fmt,
+                              ...)
+{
+    va_list ap;
+    int n;
+    char *b;
+
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return FLPS_EINVAL;
+    b = flps_malloc((size_t)n + 1);
+    if (b == NULL)
+        return FLPS_ENOMEM;
+    va_start(ap, fmt);
+    vsnprintf(b, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    flps_free(resp->body);
+    resp->body = b;
+    resp->body_len = (size_t)n;
+    resp->status = status;
+    return FLPS_OK;
+}
+
+flps_err httpd_respond(httpd_response *resp, int status,
+                       const char *content_type, const char *body,
+                       size_t body_len)
+{
+    char *b;
+
+    if (content_type != NULL &&
+        strlen(content_type) >= sizeof(resp->content_type))
+        return FLPS_EINVAL;
+    b = flps_malloc(body_len + 1);
+    if (b == NULL)
+        return FLPS_ENOMEM;
+    if (body_len > 0)
+        memcpy(b, body, body_len);
+    b[body_len] = '\0';
+    flps_free(resp->body);
+    resp->body = b;
+    resp->body_len = body_len;
+    resp->status = status;
+    if (content_type != NULL)
+        snprintf(resp->content_type, sizeof(resp->content_type), "%s",
+                 content_type);
+    return FLPS_OK;
+}

@@ -1,0 +1,69 @@
+/* A small embedded HTTP/1.1 server (libmicrohttpd) for /metrics, /healthz
+ * and the scheduler's JSON API: one handler callback sees every request. */
+#ifndef FLPS_COMMON_HTTPD_H
+#define FLPS_COMMON_HTTPD_H
+
+#include <stddef.h>
+
+#include "common/err.h"
+
+typedef struct httpd httpd;
+
+/* One request, borrowed for the handler call. */
+typedef struct httpd_request {
+    const char *method; /* "GET", "POST", "DELETE", ... */
+    const char *path;   /* "/v1/jobs/j3" (no query), percent-decoded */
+    const char *body;   /* NUL-terminated copy of the body ("" if none) */
+    size_t body_len;
+    void *impl; /* for httpd_query / httpd_header */
+} httpd_request;
+
+/* The handler's answer. The server fills the defaults before the call. */
+typedef struct httpd_response {
+    int status;            /* default 200 */
+    char content_type[64]; /* default "application/json" */
+    char *body;            /* flps_malloc'd; the server frees it (NULL ok) */
+    size_t body_len;
+} httpd_response;
+
+/* Called on one of the server's threads, possibly on several at once: must
+ * be thread-safe. May block (each connection has its own thread), but
+ * httpd_stop waits for it. */
+typedef void (*httpd_handler)(void *arg, const httpd_request *req,
+                              httpd_response *resp);
+
+/* Listen on listen, "HOST:PORT" ("127.0.0.1:9100", "[::1]:0", ":9100" for
+ * every interface; PORT 0 picks a free port) and serve every request with
+ * h(arg, ...). If bound is not NULL it gets the "HOST:PORT" actually bound
+ * (numeric host). Requests whose body is over max_body bytes get 413
+ * without calling the handler. Logs "http: listening on HOST:PORT", or why
+ * it could not (FLPS_ESYS, e.g. the port is taken). FLPS_EINVAL: listen is
+ * not HOST:PORT or HOST does not resolve. Caller owns *out (httpd_stop);
+ * arg is borrowed until httpd_stop returns. */
+flps_err httpd_start(const char *listen, size_t max_body, httpd_handler h,
+                     void *arg, httpd **out, char *bound, size_t boundlen);
+
+/* Stop listening, close every connection and wait for running handlers,
+ * then free h. NULL is ignored. Do not call from a handler. */
+void httpd_stop(httpd *h);
+
+/* Value of query parameter key ("" for "?key" without a value), NULL if
+ * absent. Borrowed for the handler call. */
+const char *httpd_query(const httpd_request *req, const char *key);
+
+/* Value of request header name, compared case-insensitively; NULL if
+ * absent. Borrowed for the handler call. */
+const char *httpd_header(const httpd_request *req, const char *name);
+
+/* Set resp->status and replace resp->body with the printf-formatted text
+ * (the old body is freed). FLPS_ENOMEM leaves resp unchanged. */
+flps_err httpd_respond_printf(httpd_response *resp, int status, const char *fmt,
+                              ...) __attribute__((format(printf, 3, 4)));
+
+/* Set status, content type and body (copied) in one call. FLPS_EINVAL if
+ * content_type does not fit; FLPS_ENOMEM; resp unchanged on error. */
+flps_err httpd_respond(httpd_response *resp, int status,
+                       const char *content_type, const char *body,
+                       size_t body_len);
+
+#endif
