@@ -372,6 +372,9 @@ static flps_err on_register(ps_shard *s, uint32_t peer, const proto_msg *m)
         if (s->cfg.ckpt_dir != NULL) {
             rc = ps_shard_checkpoint(s);
             if (rc != FLPS_OK) {
+                /* Unconfigure, or a retried REGISTER would be accepted with
+                 * no checkpoint holding the layout. */
+                shard_drop_layout(s);
                 reply_error(s, peer, m, rc, "cannot write a checkpoint: %s",
                             flps_strerror(rc));
                 return rc;
