@@ -26,6 +26,9 @@
 
 #define JP_U32_MAX_TEXT "4294967295"
 #define JP_U64_MAX_TEXT "18446744073709551615"
+#define JP_SIZE_TEXT                                                           \
+    "a size in bytes, or a number with a suffix K, M, G, T (powers of "        \
+    "1000) or Ki, Mi, Gi, Ti (powers of 1024), e.g. 512Mi"
 #define JP_CODECS_TEXT                                                         \
     "dense, topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, fp16, auto"
 
@@ -60,7 +63,13 @@
     X(CHECKPOINT_INTERVAL, "checkpoint_interval",                              \
       "a number of seconds >= 0 (0 = off)")                                    \
     X(MAX_RESTARTS, "max_restarts", "an integer from 0 to " JP_U32_MAX_TEXT)   \
-    X(PRIORITY, "priority", "an integer from 0 to " JP_U32_MAX_TEXT)
+    X(PRIORITY, "priority", "an integer from 0 to " JP_U32_MAX_TEXT)           \
+    X(CPUS_PER_WORKER, "cpus_per_worker", "a number of CPUs > 0")              \
+    X(MEMORY_PER_WORKER, "memory_per_worker", JP_SIZE_TEXT)                    \
+    X(GPUS_PER_WORKER, "gpus_per_worker", "an integer from 0 to 1024")         \
+    X(CPUS_PER_SERVER, "cpus_per_server", "a number of CPUs > 0")              \
+    X(MEMORY_PER_SERVER, "memory_per_server", JP_SIZE_TEXT)                    \
+    X(TIME_LIMIT, "time_limit", "a number of seconds >= 0 (0 = no limit)")
 
 typedef enum {
 #define JP_KEY_ENUM_(id, name, expect) JP_KEY_##id,
@@ -86,7 +95,9 @@ static const char *const jp_key_expect[JP_KEY_COUNT] = {
     "iterations, rounds, local_steps, client_fraction, batch_size, lr, "       \
     "momentum, lr_schedule, compression, transport, seed, eval_every, "        \
     "part_size, "                                                              \
-    "checkpoint_interval, max_restarts, priority"
+    "checkpoint_interval, max_restarts, priority, cpus_per_worker, "           \
+    "memory_per_worker, gpus_per_worker, cpus_per_server, "                    \
+    "memory_per_server, time_limit"
 
 /* Parse state: where the message goes, and the line each key was given on
  * (0 = not given) for duplicate detection and cross-field messages. */
@@ -94,7 +105,22 @@ typedef struct jp {
     char *errbuf;
     size_t errlen;
     unsigned long line[JP_KEY_COUNT];
+    /* Where the parse is (the line and key being read), reported with an
+     * error so an API can point at it without parsing the message. */
+    unsigned long at_line;
+    char at_field[64];
 } jp;
+
+/* Set where the next error is about: line (0 = none) and field ("" =
+ * none; cut to fit). */
+static void jp_at(jp *p, unsigned long line, const char *field, size_t n)
+{
+    if (n >= sizeof(p->at_field))
+        n = sizeof(p->at_field) - 1;
+    p->at_line = line;
+    memcpy(p->at_field, field, n);
+    p->at_field[n] = '\0';
+}
 
 static void jp_vformat(char *buf, size_t len, const char *fmt, va_list ap)
 {
@@ -373,6 +399,91 @@ static bool jp_fraction(double x)
 static bool jp_momentum(double x)
 {
     return x >= 0 && x < 1;
+}
+
+/* SIZE: decimal digits, optionally a fraction, and a suffix; without a
+ * suffix the value is a whole number of bytes. Fractions of a byte are cut
+ * off ("1.5K" is 1500). */
+static jp_num jp_parse_size(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *suffix;
+        uint64_t mult;
+    } units[] = {
+        {"", 1},
+        {"K", 1000ULL},
+        {"M", 1000000ULL},
+        {"G", 1000000000ULL},
+        {"T", 1000000000000ULL},
+        {"Ki", 1ULL << 10},
+        {"Mi", 1ULL << 20},
+        {"Gi", 1ULL << 30},
+        {"Ti", 1ULL << 40},
+    };
+    size_t nint = strspn(s, "0123456789");
+    size_t nfrac = 0;
+    const char *suffix;
+    uint64_t whole = 0;
+    char *end = NULL;
+
+    if (s[0] == '-' && s[1] >= '0' && s[1] <= '9')
+        return JP_NUM_NEGATIVE;
+    if (nint == 0)
+        return JP_NUM_SYNTAX;
+    suffix = s + nint;
+    if (*suffix == '.') {
+        nfrac = strspn(suffix + 1, "0123456789");
+        if (nfrac == 0)
+            return JP_NUM_SYNTAX;
+        suffix += 1 + nfrac;
+    }
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        long double frac = 0, scale = 1;
+
+        if (strcmp(suffix, units[i].suffix) != 0)
+            continue;
+        if (i == 0 && nfrac > 0)
+            return JP_NUM_SYNTAX; /* bytes are whole */
+        errno = 0;
+        whole = strtoull(s, &end, 10);
+        if (errno == ERANGE || whole > UINT64_MAX / units[i].mult)
+            return JP_NUM_RANGE;
+        for (size_t k = 0; k < nfrac && k < 18; k++) {
+            scale *= 10;
+            frac = frac * 10 + (long double)(s[nint + 1 + k] - '0');
+        }
+        frac = frac / scale * (long double)units[i].mult;
+        if ((long double)(UINT64_MAX - whole * units[i].mult) < frac)
+            return JP_NUM_RANGE;
+        *out = whole * units[i].mult + (uint64_t)frac;
+        return JP_NUM_OK;
+    }
+    return JP_NUM_SYNTAX;
+}
+
+flps_err jobspec_size_parse(const char *text, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (text == NULL || out == NULL)
+        return FLPS_EINVAL;
+    if (jp_parse_size(text, &v) != JP_NUM_OK)
+        return FLPS_EINVAL;
+    *out = v;
+    return FLPS_OK;
+}
+
+static flps_err jp_size(jp *p, const jp_val *v, uint64_t *out)
+{
+    uint64_t x = 0;
+    jp_num st = jp_parse_size(v->s, &x);
+
+    if (st == JP_NUM_SYNTAX)
+        return jp_bad(p, v, "is not a size");
+    if (st != JP_NUM_OK)
+        return jp_bad(p, v, jp_num_problem(st, true));
+    *out = x;
+    return FLPS_OK;
 }
 
 /* Index of v in names (exact match); otherwise a message that suggests
@@ -738,6 +849,18 @@ static flps_err jp_set(jp *p, const jp_val *v, jobspec *s)
         return jp_u32(p, v, 0, UINT32_MAX, &s->max_restarts);
     case JP_KEY_PRIORITY:
         return jp_u32(p, v, 0, UINT32_MAX, &s->priority);
+    case JP_KEY_CPUS_PER_WORKER:
+        return jp_real(p, v, jp_positive, &s->cpus_per_worker);
+    case JP_KEY_MEMORY_PER_WORKER:
+        return jp_size(p, v, &s->memory_per_worker);
+    case JP_KEY_GPUS_PER_WORKER:
+        return jp_u32(p, v, 0, 1024, &s->gpus_per_worker);
+    case JP_KEY_CPUS_PER_SERVER:
+        return jp_real(p, v, jp_positive, &s->cpus_per_server);
+    case JP_KEY_MEMORY_PER_SERVER:
+        return jp_size(p, v, &s->memory_per_server);
+    case JP_KEY_TIME_LIMIT:
+        return jp_real(p, v, jp_non_negative, &s->time_limit);
     case JP_KEY_COUNT:
         break;
     }
@@ -776,6 +899,12 @@ static void jp_defaults(jobspec *s)
     s->checkpoint_interval = 0;
     s->max_restarts = 0;
     s->priority = 0;
+    s->cpus_per_worker = 1;
+    s->memory_per_worker = (uint64_t)1 << 30;
+    s->gpus_per_worker = 0;
+    s->cpus_per_server = 1;
+    s->memory_per_server = (uint64_t)512 << 20;
+    s->time_limit = 0;
 }
 
 /* ---- Events ---------------------------------------------------------- */
@@ -790,6 +919,8 @@ static flps_err jp_next(jp *p, yaml_parser_t *yp, yaml_event_t *ev)
 {
     if (yaml_parser_parse(yp, ev))
         return FLPS_OK;
+    jp_at(p, yp->error == YAML_READER_ERROR ? 0 : jp_line(&yp->problem_mark),
+          "", 0);
     switch (yp->error) {
     case YAML_MEMORY_ERROR:
         jp_format(p->errbuf, p->errlen, "out of memory while parsing");
@@ -853,6 +984,7 @@ static flps_err jp_key_event(jp *p, const yaml_event_t *ev, jp_key *out)
     char shown[JP_SHOW_MAX + 4];
     const char *near;
 
+    jp_at(p, line, "", 0);
     if (ev->type != YAML_SCALAR_EVENT)
         return jp_fail(p,
                        "line %lu: a key must be a plain word; found %s; "
@@ -860,6 +992,7 @@ static flps_err jp_key_event(jp *p, const yaml_event_t *ev, jp_key *out)
                        line, jp_node_kind(ev));
     k = (const char *)ev->data.scalar.value;
     n = ev->data.scalar.length;
+    jp_at(p, line, k, strnlen(k, n));
     for (int i = 0; i < JP_KEY_COUNT; i++) {
         if (strlen(jp_key_names[i]) != n || memcmp(k, jp_key_names[i], n))
             continue;
@@ -890,6 +1023,7 @@ static flps_err jp_value_event(jp *p, const yaml_event_t *ev, jp_key key,
     unsigned long line = jp_line(&ev->start_mark);
     jp_val v;
 
+    jp_at(p, line, jp_key_names[key], strlen(jp_key_names[key]));
     if (ev->type == YAML_ALIAS_EVENT)
         return jp_fail(p,
                        "line %lu: %s: aliases (*%s) are not supported; "
@@ -932,6 +1066,7 @@ static flps_err jp_walk(jp *p, yaml_parser_t *yp, jobspec *s)
         return rc;
     if (ev.type == YAML_STREAM_END_EVENT) {
         yaml_event_delete(&ev);
+        jp_at(p, 0, "", 0);
         return jp_fail(p, "the job file is empty; expected a mapping of "
                           "keys to values such as 'name: my-job'");
     }
@@ -943,9 +1078,11 @@ static flps_err jp_walk(jp *p, yaml_parser_t *yp, jobspec *s)
     line = jp_line(&ev.start_mark);
     if (ev.type == YAML_SCALAR_EVENT && jp_is_null(&ev)) {
         yaml_event_delete(&ev);
+        jp_at(p, 0, "", 0);
         return jp_fail(p, "the job file is empty; expected a mapping of "
                           "keys to values such as 'name: my-job'");
     }
+    jp_at(p, line, "", 0);
     if (ev.type != YAML_MAPPING_START_EVENT) {
         rc = jp_fail(p,
                      "line %lu: the job file must be a mapping of keys "
@@ -985,6 +1122,7 @@ static flps_err jp_walk(jp *p, yaml_parser_t *yp, jobspec *s)
     if (rc != FLPS_OK)
         return rc;
     line = jp_line(&ev.start_mark);
+    jp_at(p, line, "", 0);
     if (ev.type != YAML_STREAM_END_EVENT)
         rc = jp_fail(p,
                      "line %lu: a second YAML document; a job file holds "
@@ -997,13 +1135,16 @@ static flps_err jp_walk(jp *p, yaml_parser_t *yp, jobspec *s)
 /* Checks that involve more than one key, once all are known. */
 static flps_err jp_cross_check(jp *p, const jobspec *s)
 {
+    jp_at(p, 0, "name", 4);
     if (p->line[JP_KEY_NAME] == 0)
         return jp_fail(p, "missing required key 'name'; expected %s",
                        jp_key_expect[JP_KEY_NAME]);
+    jp_at(p, 0, "model", 5);
     if (p->line[JP_KEY_MODEL] == 0)
         return jp_fail(p, "missing required key 'model'; expected %s",
                        jp_key_expect[JP_KEY_MODEL]);
     /* rounds defaults to 10, so 0 can only come from the file. */
+    jp_at(p, p->line[JP_KEY_ROUNDS], "rounds", 6);
     if (s->mode == JOBSPEC_MODE_FEDAVG && s->rounds == 0)
         return jp_fail(p,
                        "line %lu: rounds: '0' is out of range for mode "
@@ -1044,7 +1185,7 @@ static flps_err jp_check_syntax(jp *p, const char *text, size_t len)
  * defaulted) so jobspec_load can point at it. */
 static flps_err jp_parse(const char *text, size_t len, jobspec *out,
                          char *errbuf, size_t errlen,
-                         unsigned long *data_dir_line)
+                         unsigned long *data_dir_line, jobspec_where *where)
 {
     yaml_parser_t yp;
     jobspec spec;
@@ -1062,7 +1203,7 @@ static flps_err jp_parse(const char *text, size_t len, jobspec *out,
         errbuf[0] = '\0';
     rc = jp_check_syntax(&p, text, len);
     if (rc != FLPS_OK)
-        return rc;
+        goto fail;
     jp_defaults(&spec);
     if (!yaml_parser_initialize(&yp)) {
         jp_format(errbuf, errlen, "out of memory while parsing");
@@ -1074,10 +1215,17 @@ static flps_err jp_parse(const char *text, size_t len, jobspec *out,
         rc = jp_cross_check(&p, &spec);
     yaml_parser_delete(&yp);
     if (rc != FLPS_OK)
-        return rc;
+        goto fail;
     *out = spec;
     *data_dir_line = p.line[JP_KEY_DATA_DIR];
     return FLPS_OK;
+
+fail:
+    if (where != NULL && rc == FLPS_ECONFIG) {
+        where->line = p.at_line;
+        memcpy(where->field, p.at_field, sizeof(where->field));
+    }
+    return rc;
 }
 
 flps_err jobspec_parse(const char *text, size_t len, jobspec *out, char *errbuf,
@@ -1085,7 +1233,15 @@ flps_err jobspec_parse(const char *text, size_t len, jobspec *out, char *errbuf,
 {
     unsigned long dd_line = 0;
 
-    return jp_parse(text, len, out, errbuf, errlen, &dd_line);
+    return jp_parse(text, len, out, errbuf, errlen, &dd_line, NULL);
+}
+
+flps_err jobspec_parse_where(const char *text, size_t len, jobspec *out,
+                             char *errbuf, size_t errlen, jobspec_where *where)
+{
+    unsigned long dd_line = 0;
+
+    return jp_parse(text, len, out, errbuf, errlen, &dd_line, where);
 }
 
 /* ---- Files ----------------------------------------------------------- */
@@ -1245,7 +1401,7 @@ flps_err jobspec_load(const char *path, jobspec *out, char *errbuf,
     rc = jp_read_file(path, &text, &len, errbuf, errlen);
     if (rc != FLPS_OK)
         return rc;
-    rc = jp_parse(text, len, &spec, msg, sizeof(msg), &dd_line);
+    rc = jp_parse(text, len, &spec, msg, sizeof(msg), &dd_line, NULL);
     if (rc != FLPS_OK) {
         jp_format(errbuf, errlen, "%s: %s", path, msg);
         goto out;

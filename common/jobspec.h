@@ -84,7 +84,24 @@ typedef struct jobspec {
     double checkpoint_interval;      /* seconds, 0 = off; default 0 */
     uint32_t max_restarts;           /* default 0 (used by flsched) */
     uint32_t priority;               /* default 0 (used by flsched) */
+    /* What one task needs of a node (used by flsched's placement). */
+    double cpus_per_worker;     /* > 0, default 1 */
+    uint64_t memory_per_worker; /* bytes, default 1Gi */
+    uint32_t gpus_per_worker;   /* 0..1024, default 0 */
+    double cpus_per_server;     /* > 0, default 1 */
+    uint64_t memory_per_server; /* bytes, default 512Mi */
+    double time_limit;          /* seconds the job may run, 0 = no limit */
 } jobspec;
+
+/* Where a refused job file went wrong, for an API that points at it. */
+typedef struct jobspec_where {
+    unsigned long line; /* 1-based; 0 when the error has no line (a
+                           missing key, an empty file, bad UTF-8) */
+    char field[64];     /* the key the error is about, as written in the
+                           file for an unknown key (cut to 63 bytes); ""
+                           when the error is not about one key (YAML
+                           syntax, not a mapping) */
+} jobspec_where;
 
 /* Parse and validate a job file held in memory (YAML; JSON is YAML too).
  * On error returns FLPS_ECONFIG and writes into errbuf one message that
@@ -103,6 +120,18 @@ typedef struct jobspec {
  * or errlen 0; the message is then dropped; a long one is cut to errlen. */
 flps_err jobspec_parse(const char *text, size_t len, jobspec *out, char *errbuf,
                        size_t errlen);
+
+/* jobspec_parse, and on FLPS_ECONFIG also *where (when not NULL): the line
+ * and key of the error. *where is not written on other results. */
+flps_err jobspec_parse_where(const char *text, size_t len, jobspec *out,
+                             char *errbuf, size_t errlen, jobspec_where *where);
+
+/* Parse a SIZE: bytes ("1048576") or a number with a suffix K, M, G, T
+ * (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024), e.g. "512Mi",
+ * "1.5G"; a fraction of a byte is cut off. FLPS_EINVAL for anything else
+ * (also for a size over 2^64 - 1 and for NULL arguments); *out is written
+ * only on FLPS_OK. */
+flps_err jobspec_size_parse(const char *text, uint64_t *out);
 
 /* Read FILE and parse it as above; also checks that the dataset files exist
  * (for fashion-mnist: the four IDX .gz files under data_dir). Errors name

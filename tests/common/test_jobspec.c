@@ -39,7 +39,13 @@ static const char full_yaml[] =
     "part_size: 4096\n"
     "checkpoint_interval: 30.5\n"
     "max_restarts: 3\n"
-    "priority: 7\n";
+    "priority: 7\n"
+    "cpus_per_worker: 2.5\n"
+    "memory_per_worker: 3Gi\n"
+    "gpus_per_worker: 1\n"
+    "cpus_per_server: 0.5\n"
+    "memory_per_server: 256M\n"
+    "time_limit: 600\n";
 
 static flps_err parse(const char *text, jobspec *out, char *err)
 {
@@ -106,6 +112,12 @@ Test(jobspec, parses_a_full_file_with_every_key)
     cr_assert_eq(s.checkpoint_interval, 30.5);
     cr_assert_eq(s.max_restarts, 3);
     cr_assert_eq(s.priority, 7);
+    cr_assert_eq(s.cpus_per_worker, 2.5);
+    cr_assert_eq(s.memory_per_worker, 3ULL << 30);
+    cr_assert_eq(s.gpus_per_worker, 1);
+    cr_assert_eq(s.cpus_per_server, 0.5);
+    cr_assert_eq(s.memory_per_server, 256000000ULL);
+    cr_assert_eq(s.time_limit, 600.0);
 }
 
 Test(jobspec, applies_the_documented_defaults_to_keys_left_out)
@@ -139,6 +151,12 @@ Test(jobspec, applies_the_documented_defaults_to_keys_left_out)
     cr_assert_eq(s.checkpoint_interval, 0.0);
     cr_assert_eq(s.max_restarts, 0);
     cr_assert_eq(s.priority, 0);
+    cr_assert_eq(s.cpus_per_worker, 1.0);
+    cr_assert_eq(s.memory_per_worker, 1ULL << 30, "1Gi");
+    cr_assert_eq(s.gpus_per_worker, 0);
+    cr_assert_eq(s.cpus_per_server, 1.0);
+    cr_assert_eq(s.memory_per_server, 512ULL << 20, "512Mi");
+    cr_assert_eq(s.time_limit, 0.0);
 }
 
 Test(jobspec, reads_the_json_form_of_a_job_file)
@@ -867,4 +885,133 @@ Test(jobspec, example_files_hold_the_documented_settings)
         cr_assert_eq(s.seed, 1);
         cr_assert_eq(s.eval_every, 250);
     }
+}
+
+/* ---- Resources ------------------------------------------------------- */
+
+Test(jobspec, reads_sizes_in_bytes_and_with_every_suffix)
+{
+    static const struct {
+        const char *text;
+        uint64_t bytes;
+    } ok[] = {
+        {"0", 0},
+        {"1048576", 1048576},
+        {"2K", 2000},
+        {"3M", 3000000},
+        {"4G", 4000000000ULL},
+        {"5T", 5000000000000ULL},
+        {"2Ki", 2048},
+        {"3Mi", 3ULL << 20},
+        {"4Gi", 4ULL << 30},
+        {"5Ti", 5ULL << 40},
+        {"1.5Gi", 3ULL << 29},
+        {"1.5K", 1500},
+        {"0.0001K", 0},
+        {"16Ti", 16ULL << 40},
+        {"18446744073709551615", UINT64_MAX},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        uint64_t v = 7;
+
+        cr_assert_eq(jobspec_size_parse(ok[i].text, &v), FLPS_OK, "%s",
+                     ok[i].text);
+        cr_assert_eq(v, ok[i].bytes, "%s: %llu", ok[i].text,
+                     (unsigned long long)v);
+    }
+}
+
+Test(jobspec, refuses_sizes_that_are_not_sizes)
+{
+    const char *bad[] = {
+        "",    "G",    "1g",   "1 Gi",       "1GiB",
+        "-1",  "1.5",  "1.Gi", ".5Gi",       "+1K",
+        "1e3", "0x10", "1KiK", "16777216Ti", "18446744073709551616",
+        NULL};
+    for (int i = 0; bad[i] != NULL; i++) {
+        uint64_t v = 7;
+
+        cr_assert_eq(jobspec_size_parse(bad[i], &v), FLPS_EINVAL, "'%s'",
+                     bad[i]);
+        cr_assert_eq(v, 7, "'%s' wrote *out", bad[i]);
+    }
+    cr_assert_eq(jobspec_size_parse(NULL, NULL), FLPS_EINVAL);
+}
+
+Test(jobspec, rejects_bad_resource_values_naming_the_key)
+{
+    expect_error("name: a\nmodel: mlp\ncpus_per_worker: 0\n",
+                 "line 3: cpus_per_worker", "'0' is out of range",
+                 "a number of CPUs > 0", NULL);
+    expect_error("name: a\nmodel: mlp\ncpus_per_server: many\n",
+                 "line 3: cpus_per_server", "is not a number", NULL);
+    expect_error("name: a\nmodel: mlp\nmemory_per_worker: 1GB\n",
+                 "line 3: memory_per_worker", "'1GB' is not a size",
+                 "suffix K, M, G, T", "Ki, Mi, Gi, Ti", NULL);
+    expect_error("name: a\nmodel: mlp\nmemory_per_server: -5M\n",
+                 "line 3: memory_per_server", "is negative", NULL);
+    expect_error("name: a\nmodel: mlp\nmemory_per_server: 99999999Ti\n",
+                 "line 3: memory_per_server", "out of range", NULL);
+    expect_error("name: a\nmodel: mlp\ngpus_per_worker: 1.5\n",
+                 "line 3: gpus_per_worker", "is not an integer",
+                 "from 0 to 1024", NULL);
+    expect_error("name: a\nmodel: mlp\ngpus_per_worker: 1025\n",
+                 "line 3: gpus_per_worker", "out of range", NULL);
+    expect_error("name: a\nmodel: mlp\ntime_limit: -1\n", "line 3: time_limit",
+                 "out of range", "0 = no limit", NULL);
+    expect_error("name: a\nmodel: mlp\ntime_limit: forever\n",
+                 "line 3: time_limit", "is not a number", NULL);
+    expect_error("name: a\nmodel: mlp\ncpu_per_worker: 2\n",
+                 "unknown key 'cpu_per_worker'",
+                 "did you mean 'cpus_per_worker'?", "time_limit", NULL);
+}
+
+/* ---- Where an error is ----------------------------------------------- */
+
+static void expect_where(const char *text, unsigned long line,
+                         const char *field)
+{
+    jobspec s;
+    jobspec_where w;
+    char err[ERRLEN] = "";
+
+    memset(&w, 0x5A, sizeof(w));
+    cr_assert_eq(
+        jobspec_parse_where(text, strlen(text), &s, err, sizeof(err), &w),
+        FLPS_ECONFIG, "accepted:\n%s", text);
+    cr_assert_eq(w.line, line, "line %lu, not %lu, for: %s", w.line, line, err);
+    cr_assert_str_eq(w.field, field, "for: %s", err);
+}
+
+Test(jobspec, reports_the_line_and_key_of_an_error)
+{
+    expect_where("name: a\nmodel: mlp\n\nworkers: 0\n", 4, "workers");
+    expect_where("name: a\nmodel: mlp\ncolour: blue\n", 3, "colour");
+    expect_where("name: a\nmodel: mlp\nmemory_per_worker: lots\n", 3,
+                 "memory_per_worker");
+    expect_where("name: a\nmodel: mlp\nworkers:\n  - 1\n", 4, "workers");
+    expect_where("name: a\nworkers: 2\n", 0, "model");
+    expect_where("model: mlp\n", 0, "name");
+    expect_where("name: a\nmodel: mlp\nmode: fedavg\nrounds: 0\n", 4, "rounds");
+    expect_where("name: a\nmodel: mlp\nmodel: cnn\n", 3, "model");
+    expect_where("name: a\nmodel: [mlp\n", 3, "");
+    expect_where("- a\n- b\n", 1, "");
+    expect_where("", 0, "");
+}
+
+Test(jobspec, where_is_untouched_on_success_and_other_errors)
+{
+    jobspec s;
+    jobspec_where w;
+
+    memset(&w, 0x5A, sizeof(w));
+    cr_assert_eq(
+        jobspec_parse_where("name: a\nmodel: mlp\n", 19, &s, NULL, 0, &w),
+        FLPS_OK);
+    cr_assert_eq(w.line, 0x5A5A5A5A5A5A5A5AUL);
+    cr_assert_eq(jobspec_parse_where(NULL, 3, &s, NULL, 0, &w), FLPS_EINVAL);
+    cr_assert_eq(w.line, 0x5A5A5A5A5A5A5A5AUL);
+    cr_assert_eq(
+        jobspec_parse_where("name: a\nmodel: x\n", 17, &s, NULL, 0, NULL),
+        FLPS_ECONFIG, "a NULL where is allowed");
 }
