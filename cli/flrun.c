@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/procs.h"
+#include "common/procs.h"
 #include "common/clock.h"
 #include "common/jobspec.h"
 #include "common/log.h"
