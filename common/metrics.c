@@ -1,0 +1,665 @@
+/* Prometheus registry and text-format renderer, plus /metrics glue. */
+#include "common/metrics.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+
+typedef enum {
+    METRICS_COUNTER,
+    METRICS_GAUGE,
+    METRICS_HISTOGRAM,
+} metrics_type;
+
+/* One label-value tuple of a family. */
+typedef struct metrics_series {
+    char **values;     /* nlabels copies */
+    double value;      /* counter, gauge */
+    uint64_t *buckets; /* histogram: per bucket, not cumulative; the last
+                          is +Inf */
+    double sum;
+    uint64_t count;
+    struct metrics_series *next;
+} metrics_series;
+
+struct metrics_family {
+    metrics *reg;
+    /* Fixed at registration, then read-only: */
+    metrics_type type;
+    char *name;
+    char *help; /* NULL: no HELP line */
+    char **labels;
+    size_t nlabels;
+    double *bounds;
+    size_t nbounds;
+    /* Guarded by reg->lock: the list and every series' values. */
+    metrics_series *series;
+    metrics_series **series_tail;
+    struct metrics_family *next;
+};
+
+struct metrics {
+    /* Guards the family list, each family's series list and each series'
+     * numbers. One lock keeps a render consistent (a histogram's buckets,
+     * sum and count always agree) at the cost of contention, which at the
+     * rates we update (per message, per loop) is negligible. */
+    pthread_mutex_t lock;
+    metrics_family *families;
+    metrics_family **families_tail;
+};
+
+static const double seconds_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025,
+                                         0.05,  0.1,    0.25,  0.5,  1,
+                                         2.5,   5,      10,    30,   60};
+
+const double *metrics_seconds_buckets(size_t *n)
+{
+    *n = sizeof(seconds_buckets) / sizeof(seconds_buckets[0]);
+    return seconds_buckets;
+}
+
+flps_err metrics_create(metrics **out)
+{
+    metrics *reg = flps_calloc(1, sizeof(*reg));
+
+    if (reg == NULL)
+        return FLPS_ENOMEM;
+    if (pthread_mutex_init(&reg->lock, NULL) != 0) {
+        flps_free(reg);
+        return FLPS_ESYS;
+    }
+    reg->families_tail = &reg->families;
+    *out = reg;
+    return FLPS_OK;
+}
+
+static void series_free(metrics_series *s, size_t nlabels)
+{
+    if (s == NULL)
+        return;
+    for (size_t i = 0; s->values != NULL && i < nlabels; i++)
+        flps_free(s->values[i]);
+    flps_free(s->values);
+    flps_free(s->buckets);
+    flps_free(s);
+}
+
+static void family_free(metrics_family *f)
+{
+    metrics_series *s, *next;
+
+    if (f == NULL)
+        return;
+    for (s = f->series; s != NULL; s = next) {
+        next = s->next;
+        series_free(s, f->nlabels);
+    }
+    for (size_t i = 0; f->labels != NULL && i < f->nlabels; i++)
+        flps_free(f->labels[i]);
+    flps_free(f->labels);
+    flps_free(f->bounds);
+    flps_free(f->help);
+    flps_free(f->name);
+    flps_free(f);
+}
+
+void metrics_destroy(metrics *reg)
+{
+    metrics_family *f, *next;
+
+    if (reg == NULL)
+        return;
+    for (f = reg->families; f != NULL; f = next) {
+        next = f->next;
+        family_free(f);
+    }
+    pthread_mutex_destroy(&reg->lock);
+    flps_free(reg);
+}
+
+/* ---- registration ---- */
+
+static int is_name_char(char c, int first, int colon_ok)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_')
+        return 1;
+    if (colon_ok && c == ':')
+        return 1;
+    return !first && c >= '0' && c <= '9';
+}
+
+static int valid_name(const char *s, int colon_ok)
+{
+    if (s == NULL || s[0] == '\0')
+        return 0;
+    for (size_t i = 0; s[i] != '\0'; i++)
+        if (!is_name_char(s[i], i == 0, colon_ok))
+            return 0;
+    return 1;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static metrics_series *series_new(const metrics_family *f,
+                                  const char *const *values)
+{
+    metrics_series *s = flps_calloc(1, sizeof(*s));
+
+    if (s == NULL)
+        return NULL;
+    if (f->nlabels > 0) {
+        s->values = flps_calloc(f->nlabels, sizeof(*s->values));
+        if (s->values == NULL)
+            goto fail;
+        for (size_t i = 0; i < f->nlabels; i++) {
+            s->values[i] = flps_strdup(values[i]);
+            if (s->values[i] == NULL)
+                goto fail;
+        }
+    }
+    if (f->type == METRICS_HISTOGRAM) {
+        s->buckets = flps_calloc(f->nbounds + 1, sizeof(*s->buckets));
+        if (s->buckets == NULL)
+            goto fail;
+    }
+    return s;
+
+fail:
+    series_free(s, f->nlabels);
+    return NULL;
+}
+
+/* Check a family's arguments; logs why one is refused. */
+static flps_err check_family(metrics *reg, metrics_type type, const char *name,
+                             const char *const *labels, size_t nlabels,
+                             const double *bounds, size_t nbounds)
+{
+    if (reg == NULL)
+        return FLPS_EINVAL;
+    if (!valid_name(name, 1)) {
+        log_warn("metrics: refused metric name '%s': it must match "
+                 "[a-zA-Z_:][a-zA-Z0-9_:]*",
+                 name ? name : "(null)");
+        return FLPS_EINVAL;
+    }
+    if (type == METRICS_COUNTER && !ends_with(name, "_total")) {
+        log_warn("metrics: refused counter '%s': counter names end in "
+                 "_total",
+                 name);
+        return FLPS_EINVAL;
+    }
+    if (nlabels > 0 && labels == NULL)
+        return FLPS_EINVAL;
+    for (size_t i = 0; i < nlabels; i++) {
+        if (!valid_name(labels[i], 0) || strncmp(labels[i], "__", 2) == 0 ||
+            (type == METRICS_HISTOGRAM && strcmp(labels[i], "le") == 0)) {
+            log_warn("metrics: refused label name '%s' of %s: it must match "
+                     "[a-zA-Z_][a-zA-Z0-9_]*, not start with __, and not be "
+                     "le on a histogram",
+                     labels[i] ? labels[i] : "(null)", name);
+            return FLPS_EINVAL;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(labels[i], labels[j]) == 0) {
+                log_warn("metrics: label name '%s' appears twice in %s",
+                         labels[i], name);
+                return FLPS_EINVAL;
+            }
+    }
+    if (nbounds > 0 && bounds == NULL)
+        return FLPS_EINVAL;
+    for (size_t i = 0; i < nbounds; i++)
+        if (!isfinite(bounds[i]) || (i > 0 && bounds[i] <= bounds[i - 1])) {
+            log_warn("metrics: the bucket bounds of %s must be finite and "
+                     "strictly increasing",
+                     name);
+            return FLPS_EINVAL;
+        }
+    return FLPS_OK;
+}
+
+static flps_err add_family(metrics *reg, metrics_type type, const char *name,
+                           const char *help, const char *const *labels,
+                           size_t nlabels, const double *bounds, size_t nbounds,
+                           metrics_family **out)
+{
+    metrics_family *f, *g;
+    flps_err rc;
+
+    rc = check_family(reg, type, name, labels, nlabels, bounds, nbounds);
+    if (rc != FLPS_OK)
+        return rc;
+    f = flps_calloc(1, sizeof(*f));
+    if (f == NULL)
+        return FLPS_ENOMEM;
+    f->reg = reg;
+    f->type = type;
+    f->nlabels = nlabels;
+    f->nbounds = nbounds;
+    f->series_tail = &f->series;
+    f->name = flps_strdup(name);
+    if (f->name == NULL)
+        goto fail;
+    if (help != NULL && (f->help = flps_strdup(help)) == NULL)
+        goto fail;
+    if (nlabels > 0) {
+        f->labels = flps_calloc(nlabels, sizeof(*f->labels));
+        if (f->labels == NULL)
+            goto fail;
+        for (size_t i = 0; i < nlabels; i++)
+            if ((f->labels[i] = flps_strdup(labels[i])) == NULL)
+                goto fail;
+    }
+    if (nbounds > 0) {
+        f->bounds = flps_malloc(nbounds * sizeof(*f->bounds));
+        if (f->bounds == NULL)
+            goto fail;
+        memcpy(f->bounds, bounds, nbounds * sizeof(*f->bounds));
+    }
+    if (nlabels == 0) {
+        /* A family without labels shows 0 before its first update. */
+        f->series = series_new(f, NULL);
+        if (f->series == NULL)
+            goto fail;
+        f->series_tail = &f->series->next;
+    }
+
+    pthread_mutex_lock(&reg->lock);
+    for (g = reg->families; g != NULL; g = g->next)
+        if (strcmp(g->name, name) == 0)
+            break;
+    if (g == NULL) {
+        *reg->families_tail = f;
+        reg->families_tail = &f->next;
+    }
+    pthread_mutex_unlock(&reg->lock);
+    if (g != NULL) {
+        log_warn("metrics: a metric named %s is already registered", name);
+        family_free(f);
+        return FLPS_EINVAL;
+    }
+    *out = f;
+    return FLPS_OK;
+
+fail:
+    family_free(f);
+    return FLPS_ENOMEM;
+}
+
+flps_err metrics_counter(metrics *reg, const char *name, const char *help,
+                         const char *const *labels, size_t nlabels,
+                         metrics_family **out)
+{
+    return add_family(reg, METRICS_COUNTER, name, help, labels, nlabels, NULL,
+                      0, out);
+}
+
+flps_err metrics_gauge(metrics *reg, const char *name, const char *help,
+                       const char *const *labels, size_t nlabels,
+                       metrics_family **out)
+{
+    return add_family(reg, METRICS_GAUGE, name, help, labels, nlabels, NULL, 0,
+                      out);
+}
+
+flps_err metrics_histogram(metrics *reg, const char *name, const char *help,
+                           const char *const *labels, size_t nlabels,
+                           const double *bounds, size_t nbounds,
+                           metrics_family **out)
+{
+    return add_family(reg, METRICS_HISTOGRAM, name, help, labels, nlabels,
+                      bounds, nbounds, out);
+}
+
+/* ---- updates ---- */
+
+/* The series for values, created if new. Called with the lock held. */
+static metrics_series *series_get(metrics_family *f, const char *const *values)
+{
+    metrics_series *s;
+
+    for (s = f->series; s != NULL; s = s->next) {
+        size_t i = 0;
+        while (i < f->nlabels && strcmp(s->values[i], values[i]) == 0)
+            i++;
+        if (i == f->nlabels)
+            return s;
+    }
+    s = series_new(f, values);
+    if (s == NULL)
+        return NULL;
+    *f->series_tail = s;
+    f->series_tail = &s->next;
+    return s;
+}
+
+typedef enum { OP_ADD, OP_SET, OP_OBSERVE } metrics_op;
+
+static flps_err update(metrics_family *f, metrics_type type, metrics_op op,
+                       const char *const *values, double v)
+{
+    metrics_series *s;
+    flps_err rc = FLPS_OK;
+
+    if (f == NULL || f->type != type)
+        return FLPS_EINVAL;
+    if (f->nlabels > 0) {
+        if (values == NULL)
+            return FLPS_EINVAL;
+        for (size_t i = 0; i < f->nlabels; i++)
+            if (values[i] == NULL)
+                return FLPS_EINVAL;
+    }
+    if (type == METRICS_HISTOGRAM ? isnan(v) : !isfinite(v))
+        return FLPS_EINVAL;
+    if (type == METRICS_COUNTER && op == OP_ADD && v < 0)
+        return FLPS_EINVAL;
+
+    pthread_mutex_lock(&f->reg->lock);
+    s = series_get(f, values);
+    if (s == NULL) {
+        rc = FLPS_ENOMEM;
+    } else if (op == OP_OBSERVE) {
+        size_t b = 0;
+        while (b < f->nbounds && v > f->bounds[b])
+            b++;
+        s->buckets[b]++;
+        s->sum += v;
+        s->count++;
+    } else if (op == OP_ADD) {
+        s->value += v;
+    } else if (type == METRICS_COUNTER && v < s->value) {
+        rc = FLPS_EINVAL;
+    } else {
+        s->value = v;
+    }
+    pthread_mutex_unlock(&f->reg->lock);
+    return rc;
+}
+
+flps_err metrics_counter_add(metrics_family *f, const char *const *values,
+                             double v)
+{
+    return update(f, METRICS_COUNTER, OP_ADD, values, v);
+}
+
+flps_err metrics_counter_set(metrics_family *f, const char *const *values,
+                             double v)
+{
+    return update(f, METRICS_COUNTER, OP_SET, values, v);
+}
+
+flps_err metrics_gauge_set(metrics_family *f, const char *const *values,
+                           double v)
+{
+    return update(f, METRICS_GAUGE, OP_SET, values, v);
+}
+
+flps_err metrics_gauge_add(metrics_family *f, const char *const *values,
+                           double v)
+{
+    return update(f, METRICS_GAUGE, OP_ADD, values, v);
+}
+
+flps_err metrics_histogram_observe(metrics_family *f, const char *const *values,
+                                   double v)
+{
+    return update(f, METRICS_HISTOGRAM, OP_OBSERVE, values, v);
+}
+
+/* ---- rendering ---- */
+
+/* A growing text buffer with a sticky out-of-memory flag. */
+typedef struct sbuf {
+    char *p;
+    size_t len;
+    size_t cap;
+    int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 1024;
+        char *np;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        np = flps_realloc(b->p, cap);
+        if (np == NULL) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_str(sbuf *b, const char *s)
+{
+    sb_put(b, s, strlen(s));
+}
+
+/* Escape for a HELP line (\\ and \n) or a label value (also \"). */
+static void sb_escaped(sbuf *b, const char *s, int quote)
+{
+    for (; *s != '\0'; s++) {
+        if (*s == '\\')
+            sb_put(b, "\\\\", 2);
+        else if (*s == '\n')
+            sb_put(b, "\\n", 2);
+        else if (quote && *s == '"')
+            sb_put(b, "\\\"", 2);
+        else
+            sb_put(b, s, 1);
+    }
+}
+
+/* The shortest text that reads back as v (Go's ParseFloat accepts it). */
+static void format_value(double v, char *out, size_t n)
+{
+    if (isnan(v)) {
+        snprintf(out, n, "NaN");
+        return;
+    }
+    if (isinf(v)) {
+        snprintf(out, n, "%s", v > 0 ? "+Inf" : "-Inf");
+        return;
+    }
+    if (v == floor(v) && fabs(v) < 1e15) {
+        /* Whole numbers (most counters) read best without an exponent. */
+        snprintf(out, n, "%.0f", v);
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(out, n, "%.*g", prec, v);
+        if (strtod(out, NULL) == v)
+            return;
+    }
+}
+
+static void sb_value(sbuf *b, double v)
+{
+    char t[40];
+
+    format_value(v, t, sizeof(t));
+    sb_str(b, t);
+}
+
+static void sb_u64(sbuf *b, uint64_t v)
+{
+    char t[24];
+
+    snprintf(t, sizeof(t), "%llu", (unsigned long long)v);
+    sb_str(b, t);
+}
+
+/* name{l1="v1",...,le="x"} with le (NULL: none) last. */
+static void sb_series_name(sbuf *b, const metrics_family *f,
+                           const metrics_series *s, const char *suffix,
+                           const char *le)
+{
+    sb_str(b, f->name);
+    sb_str(b, suffix);
+    if (f->nlabels == 0 && le == NULL)
+        return;
+    sb_put(b, "{", 1);
+    for (size_t i = 0; i < f->nlabels; i++) {
+        if (i > 0)
+            sb_put(b, ",", 1);
+        sb_str(b, f->labels[i]);
+        sb_put(b, "=\"", 2);
+        sb_escaped(b, s->values[i], 1);
+        sb_put(b, "\"", 1);
+    }
+    if (le != NULL) {
+        if (f->nlabels > 0)
+            sb_put(b, ",", 1);
+        sb_str(b, "le=\"");
+        sb_str(b, le);
+        sb_put(b, "\"", 1);
+    }
+    sb_put(b, "}", 1);
+}
+
+static void render_family(sbuf *b, const metrics_family *f)
+{
+    static const char *type_names[] = {"counter", "gauge", "histogram"};
+
+    if (f->help != NULL) {
+        sb_str(b, "# HELP ");
+        sb_str(b, f->name);
+        sb_put(b, " ", 1);
+        sb_escaped(b, f->help, 0);
+        sb_put(b, "\n", 1);
+    }
+    sb_str(b, "# TYPE ");
+    sb_str(b, f->name);
+    sb_put(b, " ", 1);
+    sb_str(b, type_names[f->type]);
+    sb_put(b, "\n", 1);
+    for (const metrics_series *s = f->series; s != NULL; s = s->next) {
+        if (f->type != METRICS_HISTOGRAM) {
+            sb_series_name(b, f, s, "", NULL);
+            sb_put(b, " ", 1);
+            sb_value(b, s->value);
+            sb_put(b, "\n", 1);
+            continue;
+        }
+        uint64_t cum = 0;
+        for (size_t i = 0; i <= f->nbounds; i++) {
+            char le[40];
+            if (i < f->nbounds)
+                format_value(f->bounds[i], le, sizeof(le));
+            else
+                snprintf(le, sizeof(le), "+Inf");
+            cum += s->buckets[i];
+            sb_series_name(b, f, s, "_bucket", le);
+            sb_put(b, " ", 1);
+            sb_u64(b, cum);
+            sb_put(b, "\n", 1);
+        }
+        sb_series_name(b, f, s, "_sum", NULL);
+        sb_put(b, " ", 1);
+        sb_value(b, s->sum);
+        sb_put(b, "\n", 1);
+        sb_series_name(b, f, s, "_count", NULL);
+        sb_put(b, " ", 1);
+        sb_u64(b, s->count);
+        sb_put(b, "\n", 1);
+    }
+}
+
+flps_err metrics_render(metrics *reg, char **text, size_t *len)
+{
+    sbuf b = {NULL, 0, 0, 0};
+
+    if (reg == NULL || text == NULL || len == NULL)
+        return FLPS_EINVAL;
+    pthread_mutex_lock(&reg->lock);
+    for (const metrics_family *f = reg->families; f != NULL; f = f->next)
+        render_family(&b, f);
+    pthread_mutex_unlock(&reg->lock);
+    sb_put(&b, "", 0); /* an empty registry is "" not NULL */
+    if (b.oom) {
+        flps_free(b.p);
+        return FLPS_ENOMEM;
+    }
+    *text = b.p;
+    *len = b.len;
+    return FLPS_OK;
+}
+
+/* ---- HTTP ---- */
+
+static int is_get(const httpd_request *req)
+{
+    return strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
+}
+
+int metrics_http_route(metrics *reg, const httpd_request *req,
+                       httpd_response *resp)
+{
+    char *text = NULL;
+    size_t len = 0;
+
+    if (strcmp(req->path, "/metrics") != 0 &&
+        strcmp(req->path, "/healthz") != 0)
+        return 0;
+    if (!is_get(req)) {
+        static const char e405[] = "{\"error\":\"method not allowed\"}";
+        httpd_respond(resp, 405, "application/json", e405, sizeof(e405) - 1);
+        return 1;
+    }
+    if (strcmp(req->path, "/healthz") == 0) {
+        static const char ok[] = "{\"status\":\"ok\"}";
+        httpd_respond(resp, 200, "application/json", ok, sizeof(ok) - 1);
+        return 1;
+    }
+    if (metrics_render(reg, &text, &len) != FLPS_OK) {
+        log_error("metrics: out of memory rendering /metrics");
+        resp->status = 500;
+        return 1;
+    }
+    flps_free(resp->body);
+    resp->status = 200;
+    snprintf(resp->content_type, sizeof(resp->content_type), "%s",
+             METRICS_CONTENT_TYPE);
+    resp->body = text;
+    resp->body_len = len;
+    return 1;
+}
+
+void metrics_http_handler(void *arg, const httpd_request *req,
+                          httpd_response *resp)
+{
+    if (!metrics_http_route(arg, req, resp))
+        httpd_respond_printf(resp, 404,
+                             "{\"error\":\"not found; try /metrics or "
+                             "/healthz\"}");
+}
+
+flps_err metrics_serve(metrics *reg, const char *where, httpd **out,
+                       char *bound, size_t boundlen)
+{
+    if (reg == NULL)
+        return FLPS_EINVAL;
+    /* Scrapes carry no body; 4 KiB is ample for a stray one. */
+    return httpd_start(where, 4096, metrics_http_handler, reg, out, bound,
+                       boundlen);
+}
