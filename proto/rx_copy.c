@@ -38,7 +38,10 @@ flps_err transport_rx_copy(const proto_frame *frames, size_t nframes,
             rx_copy_release(&c->rx);
             return FLPS_ENOMEM;
         }
-        memcpy(c->data[i], frames[i].data, frames[i].len);
+        /* An empty frame may have a NULL data pointer (an encoded push
+         * of n = 0 elements), which memcpy must not be given. */
+        if (frames[i].len > 0)
+            memcpy(c->data[i], frames[i].data, frames[i].len);
         c->rx.frames[i].data = c->data[i];
         c->rx.frames[i].len = frames[i].len;
         c->rx.wire_bytes += transport_zmtp_frame_bytes(frames[i].len);
