@@ -1,0 +1,221 @@
+/* flagent's command line. */
+#include "scheduler/agent_config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/jobspec.h"
+
+static const char usage_text[] =
+    "usage: flagent --redis redis://HOST:PORT --name NAME --cpus N\n"
+    "               --memory SIZE --gpus N [--address IP] [--work-dir DIR]\n"
+    "               [--heartbeat SEC]\n"
+    "  --redis URL       the cluster's Redis "
+    "(redis://[:PASSWORD@]HOST[:PORT][/DB])\n"
+    "  --name NAME       this node's name ([A-Za-z0-9_.-], 1..63 chars)\n"
+    "  --cpus N          CPUs the node offers (>= 1)\n"
+    "  --memory SIZE     memory it offers: bytes, or K/M/G/T (powers of "
+    "1000)\n"
+    "                    or Ki/Mi/Gi/Ti (powers of 1024), e.g. 16Gi\n"
+    "  --gpus N          GPUs it offers (>= 0)\n"
+    "  --address IP      the IPv4 address other nodes reach it at; servers\n"
+    "                    listen there (default 127.0.0.1)\n"
+    "  --work-dir DIR    job files, checkpoints and task logs (default\n"
+    "                    $TMPDIR/flagent-NAME, or /tmp/flagent-NAME)\n"
+    "  --heartbeat SEC   seconds between heartbeats (default 2); the node\n"
+    "                    is LOST 3 heartbeats after the last one\n"
+    "flps and flworker are taken from $FLPS_BIN_DIR when set, else from\n"
+    "the directory flagent is in. See docs/flagent.md.\n";
+
+const char *agent_config_usage(void)
+{
+    return usage_text;
+}
+
+static flps_err fail(char *errbuf, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static flps_err fail(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (errbuf != NULL && errlen > 0) {
+        va_start(ap, fmt);
+        vsnprintf(errbuf, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return FLPS_ECONFIG;
+}
+
+/* A whole decimal number in [min, max]. */
+static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
+{
+    unsigned long v;
+    char *end;
+
+    if (s[0] < '0' || s[0] > '9')
+        return 0;
+    errno = 0;
+    v = strtoul(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max)
+        return 0;
+    *out = (uint32_t)v;
+    return 1;
+}
+
+static int name_is_valid(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n >= AGENT_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+flps_err agent_config_parse(int argc, char **argv, agent_config *out,
+                            char *errbuf, size_t errlen)
+{
+    static const struct option opts[] = {
+        {"redis", required_argument, NULL, 'r'},
+        {"name", required_argument, NULL, 'n'},
+        {"cpus", required_argument, NULL, 'c'},
+        {"memory", required_argument, NULL, 'm'},
+        {"gpus", required_argument, NULL, 'g'},
+        {"address", required_argument, NULL, 'a'},
+        {"work-dir", required_argument, NULL, 'w'},
+        {"heartbeat", required_argument, NULL, 'b'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    agent_config cfg;
+    int c, have_cpus = 0, have_gpus = 0;
+    struct in_addr ip;
+    const char *tmp;
+    char *end;
+
+    memset(&cfg, 0, sizeof(cfg));
+    snprintf(cfg.address, sizeof(cfg.address), "127.0.0.1");
+    cfg.heartbeat = 2.0;
+    opterr = 0;
+    optind = 0; /* GNU: rescan from the start, so a second call works */
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'r':
+            if (strlen(optarg) >= sizeof(cfg.redis_url))
+                return fail(errbuf, errlen, "--redis: the URL is too long");
+            snprintf(cfg.redis_url, sizeof(cfg.redis_url), "%s", optarg);
+            break;
+        case 'n':
+            if (!name_is_valid(optarg))
+                return fail(errbuf, errlen,
+                            "--name: '%s' is not a node name; use 1..63 of "
+                            "A-Z a-z 0-9 _ . -",
+                            optarg);
+            snprintf(cfg.name, sizeof(cfg.name), "%s", optarg);
+            break;
+        case 'c':
+            if (!parse_u32(optarg, 1, 1u << 20, &cfg.cpus))
+                return fail(errbuf, errlen,
+                            "--cpus: '%s' is not a whole number of CPUs >= 1",
+                            optarg);
+            have_cpus = 1;
+            break;
+        case 'm':
+            if (jobspec_size_parse(optarg, &cfg.memory) != FLPS_OK ||
+                cfg.memory == 0)
+                return fail(errbuf, errlen,
+                            "--memory: '%s' is not a size; use bytes or a "
+                            "whole number with K, M, G, T (powers of 1000) "
+                            "or Ki, Mi, Gi, Ti (powers of 1024), e.g. 16Gi; "
+                            "not 0",
+                            optarg);
+            break;
+        case 'g':
+            if (!parse_u32(optarg, 0, 1u << 16, &cfg.gpus))
+                return fail(errbuf, errlen,
+                            "--gpus: '%s' is not a whole number of GPUs >= 0",
+                            optarg);
+            have_gpus = 1;
+            break;
+        case 'a':
+            if (inet_pton(AF_INET, optarg, &ip) != 1 ||
+                ip.s_addr == htonl(INADDR_ANY))
+                return fail(errbuf, errlen,
+                            "--address: '%s' is not an IPv4 address other "
+                            "nodes can reach (e.g. 10.0.0.5; not 0.0.0.0)",
+                            optarg);
+            snprintf(cfg.address, sizeof(cfg.address), "%s", optarg);
+            break;
+        case 'w':
+            if (optarg[0] == '\0' ||
+                strlen(optarg) >= sizeof(cfg.work_dir) - 128)
+                return fail(errbuf, errlen,
+                            "--work-dir: give a directory path shorter than "
+                            "%zu characters",
+                            sizeof(cfg.work_dir) - 128);
+            snprintf(cfg.work_dir, sizeof(cfg.work_dir), "%s", optarg);
+            break;
+        case 'b':
+            errno = 0;
+            cfg.heartbeat = strtod(optarg, &end);
+            if (errno != 0 || end == optarg || *end != '\0' ||
+                !isfinite(cfg.heartbeat) || cfg.heartbeat < 0.1 ||
+                cfg.heartbeat > 3600)
+                return fail(errbuf, errlen,
+                            "--heartbeat: '%s' is not a number of seconds "
+                            "from 0.1 to 3600",
+                            optarg);
+            break;
+        case 'h':
+            memset(out, 0, sizeof(*out));
+            out->help = 1;
+            return FLPS_OK;
+        case ':':
+            return fail(errbuf, errlen, "%s needs a value", argv[optind - 1]);
+        default:
+            return fail(errbuf, errlen, "unknown option '%s'",
+                        argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return fail(errbuf, errlen, "unexpected argument '%s'", argv[optind]);
+    if (cfg.redis_url[0] == '\0')
+        return fail(errbuf, errlen,
+                    "--redis is required (e.g. --redis "
+                    "redis://127.0.0.1:6379)");
+    if (cfg.name[0] == '\0')
+        return fail(errbuf, errlen, "--name is required");
+    if (!have_cpus)
+        return fail(errbuf, errlen, "--cpus is required");
+    if (cfg.memory == 0)
+        return fail(errbuf, errlen, "--memory is required (e.g. 16Gi)");
+    if (!have_gpus)
+        return fail(errbuf, errlen, "--gpus is required (0 for none)");
+    if (cfg.work_dir[0] == '\0') {
+        tmp = getenv("TMPDIR");
+        if (tmp == NULL || tmp[0] == '\0' ||
+            strlen(tmp) >= sizeof(cfg.work_dir) - 200)
+            tmp = "/tmp";
+        snprintf(cfg.work_dir, sizeof(cfg.work_dir), "%s/flagent-%s", tmp,
+                 cfg.name);
+    }
+    *out = cfg;
+    return FLPS_OK;
+}
+
+long long agent_config_ttl_ms(const agent_config *cfg)
+{
+    return llround(cfg->heartbeat * 3000.0);
+}

@@ -1,0 +1,41 @@
+/* flagent's command line: flags, sizes with unit suffixes, and the
+ * defaults of docs/scheduler.md. Parsing only: no I/O. */
+#ifndef FLPS_SCHED_AGENT_CONFIG_H
+#define FLPS_SCHED_AGENT_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+#define AGENT_NAME_MAX 64
+#define AGENT_PATH_MAX 1024
+
+typedef struct agent_config {
+    char redis_url[512];       /* --redis, required */
+    char name[AGENT_NAME_MAX]; /* --name, required: [A-Za-z0-9_.-]{1,63} */
+    uint32_t cpus;             /* --cpus, required, >= 1 */
+    uint64_t memory;  /* --memory SIZE (jobspec_size_parse), required, > 0 */
+    uint32_t gpus;    /* --gpus, required, >= 0 */
+    char address[64]; /* --address, IPv4, default 127.0.0.1 */
+    char work_dir[AGENT_PATH_MAX]; /* --work-dir, default
+                                      $TMPDIR/flagent-NAME (or /tmp/...) */
+    double heartbeat;              /* --heartbeat seconds, default 2 */
+    int help;                      /* --help was given: print usage, exit 0 */
+} agent_config;
+
+/* Parse flagent's arguments (argv[0] is the program). On FLPS_ECONFIG
+ * errbuf holds one message naming the flag, the value and what is
+ * accepted; *out is written only on FLPS_OK. With --help, FLPS_OK and out->help
+ * set (the other flags are not checked). Uses getopt_long: not
+ * thread-safe; resets optind itself. */
+flps_err agent_config_parse(int argc, char **argv, agent_config *out,
+                            char *errbuf, size_t errlen);
+
+/* The usage text (a static string). */
+const char *agent_config_usage(void);
+
+/* Milliseconds the node's alive key lives: 3 heartbeats. */
+long long agent_config_ttl_ms(const agent_config *cfg);
+
+#endif

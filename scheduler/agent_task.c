@@ -1,0 +1,141 @@
+/* Task keys, worker events and exit statuses for flagent. */
+#include "scheduler/agent_task.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#define KEY_PREFIX "flps:task:"
+
+static int parse_u32(const char *s, size_t n, uint32_t *out)
+{
+    uint64_t v = 0;
+
+    if (n == 0 || n > 10)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v > UINT32_MAX)
+        return 0;
+    *out = (uint32_t)v;
+    return 1;
+}
+
+flps_err agent_task_key_parse(const char *key, agent_task_id *out)
+{
+    agent_task_id id;
+    const char *job, *c1, *c2, *dash, *end;
+    size_t plen = strlen(KEY_PREFIX), rolelen;
+
+    if (key == NULL || strncmp(key, KEY_PREFIX, plen) != 0)
+        return FLPS_EINVAL;
+    memset(&id, 0, sizeof(id));
+    job = key + plen;
+    end = job + strlen(job);
+    c1 = strchr(job, ':');
+    if (c1 == NULL || c1 == job || (size_t)(c1 - job) >= sizeof(id.job))
+        return FLPS_EINVAL;
+    for (const char *p = job; p < c1; p++) {
+        char c = *p;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
+            return FLPS_EINVAL;
+    }
+    c2 = strchr(c1 + 1, ':');
+    if (c2 == NULL || !parse_u32(c1 + 1, (size_t)(c2 - c1 - 1), &id.attempt))
+        return FLPS_EINVAL;
+    dash = strchr(c2 + 1, '-');
+    if (dash == NULL)
+        return FLPS_EINVAL;
+    rolelen = (size_t)(dash - c2 - 1);
+    if (rolelen == 6 && strncmp(c2 + 1, "server", 6) == 0)
+        id.role = AGENT_ROLE_SERVER;
+    else if (rolelen == 6 && strncmp(c2 + 1, "worker", 6) == 0)
+        id.role = AGENT_ROLE_WORKER;
+    else
+        return FLPS_EINVAL;
+    if (!parse_u32(dash + 1, (size_t)(end - dash - 1), &id.index))
+        return FLPS_EINVAL;
+    memcpy(id.job, job, (size_t)(c1 - job));
+    snprintf(id.name, sizeof(id.name), "%s-%u",
+             id.role == AGENT_ROLE_SERVER ? "server" : "worker", id.index);
+    *out = id;
+    return FLPS_OK;
+}
+
+/* Copy a JSON number into the event as decimal text; reals with enough
+ * digits to read back what flworker printed (it prints at most 6 after
+ * the point). */
+static void add_field(agent_event *ev, json_t *obj, const char *key,
+                      const char *field)
+{
+    json_t *v = json_object_get(obj, key);
+    char *slot;
+
+    if (ev->nfields >= AGENT_EVENT_MAX_FIELDS)
+        return;
+    slot = ev->values[ev->nfields];
+    if (json_is_integer(v))
+        snprintf(slot, sizeof(ev->values[0]), "%" JSON_INTEGER_FORMAT,
+                 json_integer_value(v));
+    else if (json_is_real(v))
+        snprintf(slot, sizeof(ev->values[0]), "%.10g", json_real_value(v));
+    else
+        return;
+    ev->fields[ev->nfields++] = field;
+}
+
+void agent_event_parse(const char *line, agent_event *out)
+{
+    json_t *o;
+    const char *name;
+
+    memset(out, 0, sizeof(*out));
+    out->kind = AGENT_EVENT_NONE;
+    if (line == NULL || line[0] != '{')
+        return;
+    o = json_loads(line, JSON_REJECT_DUPLICATES, NULL);
+    if (o == NULL)
+        return;
+    name = json_string_value(json_object_get(o, "event"));
+    if (!json_is_object(o) || name == NULL) {
+        json_decref(o);
+        return;
+    }
+    if (strcmp(name, "progress") == 0) {
+        out->kind = AGENT_EVENT_PROGRESS;
+        add_field(out, o, "iter", "p_iteration");
+        add_field(out, o, "loss", "p_loss");
+        add_field(out, o, "bytes_sent", "p_bytes_sent");
+        add_field(out, o, "dense_bytes", "p_dense_bytes");
+        add_field(out, o, "elapsed", "p_elapsed");
+    } else if (strcmp(name, "eval") == 0) {
+        out->kind = AGENT_EVENT_EVAL;
+        add_field(out, o, "test_accuracy", "p_test_accuracy");
+    } else if (strcmp(name, "done") == 0) {
+        out->kind = AGENT_EVENT_DONE;
+    } else {
+        out->kind = AGENT_EVENT_OTHER;
+    }
+    json_decref(o);
+}
+
+void agent_exit_fields(int status, int *exit_code, int *signal)
+{
+    if (WIFEXITED(status)) {
+        *exit_code = WEXITSTATUS(status);
+        *signal = 0;
+    } else if (WIFSIGNALED(status)) {
+        *exit_code = -1;
+        *signal = WTERMSIG(status);
+    } else {
+        *exit_code = -1;
+        *signal = 0;
+    }
+}

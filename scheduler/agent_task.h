@@ -1,0 +1,60 @@
+/* What flagent reads from its tasks, as pure functions: task keys, the
+ * JSON events a worker prints, and exit statuses. No I/O. */
+#ifndef FLPS_SCHED_AGENT_TASK_H
+#define FLPS_SCHED_AGENT_TASK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+typedef enum {
+    AGENT_ROLE_SERVER = 0,
+    AGENT_ROLE_WORKER,
+} agent_role;
+
+/* The parts of a task key "flps:task:{job}:{attempt}:{role}-{index}". */
+typedef struct agent_task_id {
+    char job[64];
+    uint32_t attempt;
+    agent_role role;
+    uint32_t index;
+    char name[32]; /* "{role}-{index}", the logs stream's task field */
+} agent_task_id;
+
+/* Split a task key. The job id is 1..63 of [A-Za-z0-9_.-]; attempt and
+ * index are decimal. Errors: FLPS_EINVAL for any other text (*out is
+ * written only on FLPS_OK). */
+flps_err agent_task_key_parse(const char *key, agent_task_id *out);
+
+/* The JSON events flworker prints on stdout, one per line. */
+typedef enum {
+    AGENT_EVENT_NONE = 0, /* not a JSON object with an "event" */
+    AGENT_EVENT_OTHER,    /* "start" and anything else */
+    AGENT_EVENT_PROGRESS,
+    AGENT_EVENT_EVAL,
+    AGENT_EVENT_DONE,
+} agent_event_kind;
+
+#define AGENT_EVENT_MAX_FIELDS 5
+
+/* One event and the job-hash fields it sets: progress sets p_iteration,
+ * p_loss, p_bytes_sent, p_dense_bytes and p_elapsed (those present); eval
+ * sets p_test_accuracy. Values are decimal text as the event gave them. */
+typedef struct agent_event {
+    agent_event_kind kind;
+    int nfields;
+    const char *fields[AGENT_EVENT_MAX_FIELDS]; /* static strings */
+    char values[AGENT_EVENT_MAX_FIELDS][40];
+} agent_event;
+
+/* Read one line a worker printed. Never fails: a line that is not an
+ * event gives AGENT_EVENT_NONE. */
+void agent_event_parse(const char *line, agent_event *out);
+
+/* The task-hash fields for a wait status: exit_code is the exit status,
+ * or -1 when a signal ended the process; signal is the signal's number,
+ * or 0 when it exited. */
+void agent_exit_fields(int status, int *exit_code, int *signal);
+
+#endif

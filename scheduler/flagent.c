@@ -1,0 +1,64 @@
+/* flagent: the node agent. Registers this node's resources in Redis,
+ * heartbeats, and starts and stops the flps and flworker processes the
+ * scheduler assigns to it (docs/flagent.md, docs/scheduler.md). */
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "scheduler/agent_config.h"
+#include "scheduler/agent_node.h"
+
+/* Set by the signal handler, read by the agent's loop (process-wide by
+ * nature: the one global the style allows). */
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
+{
+    stop_requested = sig;
+}
+
+int main(int argc, char **argv)
+{
+    agent_config cfg;
+    agent_node *node = NULL;
+    char errbuf[512], bin_dir[PATH_MAX];
+    struct sigaction sa;
+    flps_err rc;
+
+    if (agent_config_parse(argc, argv, &cfg, errbuf, sizeof(errbuf)) !=
+        FLPS_OK) {
+        fprintf(stderr, "flagent: %s\n%s", errbuf, agent_config_usage());
+        return 2;
+    }
+    if (cfg.help) {
+        fputs(agent_config_usage(), stdout);
+        return 0;
+    }
+    if (agent_node_find_bins(bin_dir, sizeof(bin_dir), errbuf,
+                             sizeof(errbuf)) != FLPS_OK) {
+        fprintf(stderr, "flagent: %s\n", errbuf);
+        return 2;
+    }
+    flps_log_setup("flagent", FLPS_LOG_INFO);
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    log_info("node %s: %u cpus, %llu bytes of memory, %u gpus, address %s, "
+             "work dir %s, heartbeat %.1f s; flps and flworker from %s",
+             cfg.name, cfg.cpus, (unsigned long long)cfg.memory, cfg.gpus,
+             cfg.address, cfg.work_dir, cfg.heartbeat, bin_dir);
+    rc = agent_node_create(&cfg, bin_dir, &node);
+    if (rc != FLPS_OK) {
+        log_error("cannot start: %s", flps_strerror(rc));
+        return rc == FLPS_EINVAL ? 2 : 1;
+    }
+    rc = agent_node_run(node, &stop_requested);
+    agent_node_destroy(node);
+    return rc == FLPS_OK ? 0 : 1;
+}
