@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "proto/transport.h"
+#include "ps/metrics_shard.h"
 #include "ps/net.h"
 #include "ps/shard.h"
 
@@ -36,7 +37,12 @@ static void usage(FILE *f)
             "in --checkpoint-dir\n"
             "  --fsync                    fsync the log before every "
             "acknowledgement\n"
-            "On start it prints one line 'listening on ENDPOINT' to stdout.\n");
+            "  --metrics HOST:PORT        serve Prometheus /metrics and "
+            "/healthz over HTTP\n"
+            "                             (default off; port 0 picks a free "
+            "one)\n"
+            "On start it prints one line 'listening on ENDPOINT' to stdout,\n"
+            "then, with --metrics, 'metrics on HOST:PORT'.\n");
 }
 
 static int parse_u32(const char *s, const char *opt, uint32_t *out)
@@ -74,18 +80,21 @@ int main(int argc, char **argv)
         {"checkpoint-interval", required_argument, NULL, 'i'},
         {"restore", no_argument, NULL, 'r'},
         {"fsync", no_argument, NULL, 'f'},
+        {"metrics", required_argument, NULL, 'm'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *job = NULL, *listen_ep = "tcp://127.0.0.1:0", *dir = NULL;
+    const char *metrics_ep = NULL;
     uint32_t shard = UINT32_MAX, nshards = 0, interval = 0;
     int restore = 0, do_fsync = 0, c;
-    char bound[256], comp[64];
+    char bound[256], comp[64], mbound[128];
     transport *t = NULL;
     ps_shard *s = NULL;
+    ps_metrics *pm = NULL;
     ps_shard_config cfg;
     struct sigaction sa;
-    double last_ckpt;
+    double last_ckpt, last_metrics = 0;
     flps_err rc;
     int status = 1;
 
@@ -117,6 +126,9 @@ int main(int argc, char **argv)
             break;
         case 'f':
             do_fsync = 1;
+            break;
+        case 'm':
+            metrics_ep = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -156,6 +168,17 @@ int main(int argc, char **argv)
         log_error("cannot create the ZeroMQ transport: %s", flps_strerror(rc));
         return 1;
     }
+    if (metrics_ep != NULL) {
+        /* Before the shard, so it can report iteration closes; the HTTP
+         * thread only ever reads the registry, never the shard. */
+        rc = ps_metrics_create(metrics_ep, &pm, mbound, sizeof(mbound));
+        if (rc != FLPS_OK) {
+            log_error("cannot serve metrics on %s (%s); fix or drop "
+                      "--metrics",
+                      metrics_ep, flps_strerror(rc));
+            goto out;
+        }
+    }
     rc = transport_listen(t, listen_ep, bound, sizeof(bound));
     if (rc != FLPS_OK) {
         log_error("%s", t->errmsg);
@@ -169,6 +192,10 @@ int main(int argc, char **argv)
     cfg.fsync_wal = do_fsync;
     cfg.send = ps_net_send;
     cfg.send_arg = t;
+    if (pm != NULL) {
+        cfg.on_close = ps_metrics_on_close;
+        cfg.on_close_arg = pm;
+    }
     rc = ps_shard_create(&cfg, restore, &s);
     if (rc != FLPS_OK) {
         log_error("cannot start shard %u: %s", shard, flps_strerror(rc));
@@ -177,6 +204,10 @@ int main(int argc, char **argv)
     log_info("shard %u of %u for job %s listening on %s%s%s", shard, nshards,
              job, bound, dir ? ", checkpoints in " : "", dir ? dir : "");
     printf("listening on %s\n", bound);
+    if (pm != NULL) {
+        log_info("metrics on http://%s/metrics (health: /healthz)", mbound);
+        printf("metrics on %s\n", mbound);
+    }
     fflush(stdout);
 
     last_ckpt = now_s();
@@ -203,6 +234,13 @@ int main(int argc, char **argv)
                 log_error("periodic checkpoint failed; will retry");
             last_ckpt = now_s();
         }
+        /* Copy the counters every 200 ms, not per message: scrapes come
+         * every few seconds and each copy takes the registry lock. */
+        if (pm != NULL && now_s() - last_metrics >= 0.2) {
+            ps_metrics_update(pm, ps_shard_stats_get(s), &t->stats,
+                              ps_shard_num_owned(s));
+            last_metrics = now_s();
+        }
     }
     log_info("signal %d: shutting down", (int)stop_requested);
     if (dir != NULL && ps_shard_num_owned(s) > 0)
@@ -222,6 +260,7 @@ out:
                  (unsigned long long)t->stats.bytes_recv,
                  (unsigned long long)t->stats.bytes_sent);
     }
+    ps_metrics_destroy(pm);
     ps_shard_destroy(s);
     transport_destroy(t);
     return status;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
@@ -29,6 +30,9 @@ typedef struct ps_part {
     int initialized;
     /* Synchronous aggregation of the open iteration. */
     uint32_t arrived;
+    /* CLOCK_MONOTONIC seconds when the open iteration's first push
+     * arrived, for cfg.on_close (the close-latency histogram). */
+    double first_push_s;
     transport_rx **rx; /* per rank: the waiting push, or NULL */
     proto_msg *push;   /* per rank: its decoded header (points into rx) */
     uint32_t *peer;    /* per rank: where to send the update */
@@ -513,6 +517,14 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : (x > y);
 }
 
+static double mono_now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* Close the open iteration of p: sum the pushes in rank order (so the
  * result does not depend on arrival order), choose the update, apply it,
  * log it, answer every worker, reset. */
@@ -673,6 +685,8 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
     }
     p->arrived = 0;
     p->iter++;
+    if (s->cfg.on_close != NULL)
+        s->cfg.on_close(s->cfg.on_close_arg, mono_now_s() - p->first_push_s);
     return FLPS_OK;
 }
 
@@ -782,6 +796,8 @@ static flps_err on_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
     p->rx[m->rank] = rx;
     p->push[m->rank] = *m;
     p->peer[m->rank] = peer;
+    if (p->arrived == 0)
+        p->first_push_s = mono_now_s();
     p->arrived++;
     *kept = 1;
     s->stats.pushes++;

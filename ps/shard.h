@@ -34,6 +34,11 @@ typedef struct ps_shard_config {
     int fsync_wal;        /* fsync the log before every acknowledgement */
     ps_send_fn send;
     void *send_arg;
+    /* Optional (NULL: not called): called on the shard's thread each time
+     * a synchronous iteration of a part closes, with the seconds from its
+     * first push to the close (the /metrics close-latency histogram). */
+    void (*on_close)(void *arg, double seconds);
+    void *on_close_arg;
 } ps_shard_config;
 
 /* Counters, for logs and /metrics. */
