@@ -1,0 +1,1840 @@
+/* Tests for ps/shard.c: synchronous dense/topk/gtopk aggregation against
+ * exact references, every refusal, init/pull, async mode, and the
+ * write-ahead log + checkpoint restore after a simulated crash. */
+#include "ps/shard.h"
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "ps/persist.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#define ASSERT_NO_LEAKS()                                                      \
+    cr_assert_eq(__lsan_do_recoverable_leak_check(), 0,                        \
+                 "memory leaked (see the LeakSanitizer report)")
+#else
+#define ASSERT_NO_LEAKS() ((void)0)
+#endif
+
+#define JOB "job"
+#define PEER(rank) (100u + (rank))
+#define MAXNUMEL 256
+#define MAXPARTS 8
+
+/* ---- capturing replies ---- */
+
+/* One reply, copied out of the callback (its pointers are borrowed). */
+typedef struct captured {
+    uint32_t peer;
+    proto_msg msg; /* idx/val/rej point at the copies below */
+    uint32_t *idx;
+    float *val;
+    uint32_t *rej;
+} captured;
+
+typedef struct rig {
+    ps_shard *s;
+    captured *r;
+    size_t n, cap;
+    proto_jobcfg cfg;
+    proto_tensor t[4];
+    uint32_t nt;
+    uint32_t nparts;
+    char dir[64]; /* checkpoint directory, "" for none */
+} rig;
+
+static void *copy_of(const void *p, size_t len)
+{
+    void *c = malloc(len ? len : 1);
+
+    cr_assert_not_null(c);
+    if (len)
+        memcpy(c, p, len);
+    return c;
+}
+
+static void capture(void *arg, uint32_t peer, const ps_reply *rep)
+{
+    rig *g = arg;
+    captured *c;
+    const proto_msg *m = &rep->msg;
+
+    /* Every reply must be a valid wire message. */
+    {
+        proto_frame f[PROTO_MAX_FRAMES];
+        size_t nf, hlen;
+        void *hdr = NULL;
+        proto_msg d;
+        char err[256] = "";
+        cr_assert_eq(proto_msg_encode(m, &hdr, &hlen, f, &nf), FLPS_OK);
+        cr_assert_eq(proto_msg_decode(f, nf, &d, err, sizeof(err)), FLPS_OK,
+                     "the shard sent an invalid %s: %s", proto_op_name(m->op),
+                     err);
+        proto_msg_fini(&d);
+        free(hdr);
+    }
+    if (g->n == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 64;
+        g->r = realloc(g->r, g->cap * sizeof(*g->r));
+        cr_assert_not_null(g->r);
+    }
+    c = &g->r[g->n++];
+    memset(c, 0, sizeof(*c));
+    c->peer = peer;
+    c->msg = *m;
+    c->msg.tensors = NULL;
+    c->msg.ntensors = 0;
+    /* Always a buffer (also for 0 elements), so the tests may memcmp. */
+    if (m->codec == PROTO_CODEC_SPARSE)
+        c->idx = copy_of(m->idx, (size_t)m->n * sizeof(uint32_t));
+    c->val = copy_of(m->val, (size_t)m->n * sizeof(float));
+    c->rej = copy_of(m->rej, (size_t)m->nrej * sizeof(uint32_t));
+    c->msg.idx = c->idx;
+    c->msg.val = c->val;
+    c->msg.rej = c->rej;
+}
+
+static void clear_replies(rig *g)
+{
+    for (size_t i = 0; i < g->n; i++) {
+        free(g->r[i].idx);
+        free(g->r[i].val);
+        free(g->r[i].rej);
+    }
+    g->n = 0;
+}
+
+/* ---- the rig: a shard, its configuration, its replies ---- */
+
+/* The default layout: tensors of 10, 7 and 3 elements in parts of 4 over 2
+ * shards (see test_partmap.c for the hand computation). This is shard 0:
+ * it owns p0 = t0[0,4), p2 = t0[8,10) and p3 = t1[0,4); shard 1 owns p1,
+ * p4 and p5. */
+static const uint32_t OWNED[3] = {0, 2, 3};
+static const uint32_t OWNED_NUMEL[3] = {4, 2, 4};
+
+static rig *rig_new(uint32_t workers, uint8_t agg, uint8_t mode)
+{
+    rig *g = calloc(1, sizeof(*g));
+
+    cr_assert_not_null(g);
+    g->cfg.shard = 0;
+    g->cfg.nshards = 2;
+    g->cfg.workers = workers;
+    g->cfg.part_size = 4;
+    g->cfg.mode = mode;
+    g->cfg.agg = agg;
+    g->cfg.density = 0.5;
+    g->cfg.lr = 0.1;
+    g->nt = 3;
+    strcpy(g->t[0].name, "w0");
+    g->t[0].numel = 10;
+    strcpy(g->t[1].name, "w1");
+    g->t[1].numel = 7;
+    strcpy(g->t[2].name, "w2");
+    g->t[2].numel = 3;
+    g->nparts = 6;
+    return g;
+}
+
+/* One tensor of numel elements in a single part, on a single shard. */
+static rig *rig_one_part(uint32_t workers, uint8_t agg, uint32_t numel,
+                         double density)
+{
+    rig *g = rig_new(workers, agg, PROTO_MODE_SSGD);
+
+    g->cfg.nshards = 1;
+    g->cfg.part_size = numel;
+    g->cfg.density = density;
+    g->nt = 1;
+    g->t[0].numel = numel;
+    g->nparts = 1;
+    return g;
+}
+
+static flps_err rig_create(rig *g, int restore, ps_shard **out)
+{
+    ps_shard_config c;
+
+    memset(&c, 0, sizeof(c));
+    c.job = JOB;
+    c.shard = g->cfg.shard;
+    c.nshards = g->cfg.nshards;
+    c.ckpt_dir = g->dir[0] ? g->dir : NULL;
+    c.fsync_wal = 0;
+    c.send = capture;
+    c.send_arg = g;
+    return ps_shard_create(&c, restore, out);
+}
+
+static void rig_start(rig *g)
+{
+    cr_assert_eq(rig_create(g, 0, &g->s), FLPS_OK);
+}
+
+static void rig_free(rig *g)
+{
+    ps_shard_destroy(g->s);
+    clear_replies(g);
+    free(g->r);
+    if (g->dir[0]) {
+        char ck[256], wl[256], tmp[300];
+        persist_paths(g->dir, g->cfg.shard, ck, wl, sizeof(ck));
+        snprintf(tmp, sizeof(tmp), "%s.tmp", ck);
+        unlink(ck);
+        unlink(wl);
+        unlink(tmp);
+        rmdir(g->dir);
+    }
+    free(g);
+}
+
+static void rig_use_dir(rig *g)
+{
+    strcpy(g->dir, "/tmp/flps-shard-XXXXXX");
+    cr_assert_not_null(mkdtemp(g->dir));
+}
+
+/* Encode m, wrap it as a received message from peer, hand it over. */
+static flps_err deliver(rig *g, uint32_t peer, const proto_msg *m)
+{
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf, hlen;
+    void *hdr = NULL;
+    transport_rx *rx = NULL;
+
+    cr_assert_eq(proto_msg_encode(m, &hdr, &hlen, f, &nf), FLPS_OK);
+    cr_assert_eq(transport_rx_copy(f, nf, peer, &rx), FLPS_OK);
+    free(hdr);
+    return ps_shard_handle(g->s, rx);
+}
+
+static proto_msg base_msg(uint8_t op, uint32_t rank, uint32_t part,
+                          uint64_t iter)
+{
+    proto_msg m;
+
+    memset(&m, 0, sizeof(m));
+    m.op = op;
+    strcpy(m.job, JOB);
+    m.rank = rank;
+    m.part = part;
+    m.iter = iter;
+    return m;
+}
+
+static flps_err send_register_cfg(rig *g, uint32_t rank,
+                                  const proto_jobcfg *cfg,
+                                  const proto_tensor *t, uint32_t nt)
+{
+    proto_msg m = base_msg(PROTO_OP_REGISTER, rank, 0, 0);
+
+    m.cfg = *cfg;
+    m.tensors = (proto_tensor *)t;
+    m.ntensors = nt;
+    return deliver(g, PEER(rank), &m);
+}
+
+static const captured *last(const rig *g)
+{
+    cr_assert_gt(g->n, 0, "no reply");
+    return &g->r[g->n - 1];
+}
+
+/* Register every rank; each gets REGISTER_OK. */
+static void register_all(rig *g)
+{
+    for (uint32_t r = 0; r < g->cfg.workers; r++) {
+        cr_assert_eq(send_register_cfg(g, r, &g->cfg, g->t, g->nt), FLPS_OK);
+        cr_assert_eq(last(g)->msg.op, PROTO_OP_REGISTER_OK);
+        cr_assert_eq(last(g)->msg.rank, r);
+        cr_assert_eq(last(g)->peer, PEER(r));
+    }
+}
+
+static float init_value(uint32_t part, uint32_t i)
+{
+    return (float)(part * 16 + i) * 0.125f - 1.0f;
+}
+
+static flps_err send_init(rig *g, uint32_t rank, uint32_t part, const float *v,
+                          uint32_t n)
+{
+    proto_msg m = base_msg(PROTO_OP_INIT, rank, part, 0);
+
+    m.codec = PROTO_CODEC_DENSE;
+    m.n = n;
+    m.val = v;
+    return deliver(g, PEER(rank), &m);
+}
+
+static void init_part(rig *g, uint32_t part, uint32_t numel)
+{
+    float v[MAXNUMEL];
+
+    for (uint32_t i = 0; i < numel; i++)
+        v[i] = init_value(part, i);
+    cr_assert_eq(send_init(g, 0, part, v, numel), FLPS_OK);
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_ACK);
+    cr_assert_eq(last(g)->msg.status, 0);
+}
+
+static flps_err push_dense(rig *g, uint32_t rank, uint32_t part, uint64_t iter,
+                           const float *v, uint32_t n)
+{
+    proto_msg m = base_msg(PROTO_OP_PUSH, rank, part, iter);
+
+    m.codec = PROTO_CODEC_DENSE;
+    m.n = n;
+    m.val = v;
+    return deliver(g, PEER(rank), &m);
+}
+
+static flps_err push_sparse(rig *g, uint32_t rank, uint32_t part, uint64_t iter,
+                            const uint32_t *idx, const float *v, uint32_t n)
+{
+    proto_msg m = base_msg(PROTO_OP_PUSH, rank, part, iter);
+
+    m.codec = PROTO_CODEC_SPARSE;
+    m.n = n;
+    m.idx = idx;
+    m.val = v;
+    return deliver(g, PEER(rank), &m);
+}
+
+/* The state of every part of the layout, as ps_shard_part shows it. */
+typedef struct snap {
+    int ok[MAXPARTS];
+    uint32_t numel[MAXPARTS];
+    uint64_t ver[MAXPARTS], iter[MAXPARTS];
+    float v[MAXPARTS][MAXNUMEL];
+} snap;
+
+static void take_snap(const rig *g, snap *s)
+{
+    memset(s, 0, sizeof(*s));
+    for (uint32_t p = 0; p < g->nparts; p++) {
+        const float *v;
+        s->ok[p] = ps_shard_part(g->s, p, &v, &s->numel[p], &s->ver[p],
+                                 &s->iter[p]) == FLPS_OK;
+        if (s->ok[p]) {
+            cr_assert_leq(s->numel[p], MAXNUMEL);
+            memcpy(s->v[p], v, s->numel[p] * sizeof(float));
+        }
+    }
+}
+
+static void assert_snap_eq(const rig *g, const snap *a, const snap *b)
+{
+    for (uint32_t p = 0; p < g->nparts; p++) {
+        cr_assert_eq(a->ok[p], b->ok[p], "part %u", p);
+        if (!a->ok[p])
+            continue;
+        cr_assert_eq(a->numel[p], b->numel[p], "part %u", p);
+        cr_assert_eq(memcmp(a->v[p], b->v[p], a->numel[p] * sizeof(float)), 0,
+                     "part %u values differ", p);
+        cr_assert_eq(a->ver[p], b->ver[p], "part %u version", p);
+        cr_assert_eq(a->iter[p], b->iter[p], "part %u iteration", p);
+    }
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float rand_grad(uint64_t *seed)
+{
+    return (float)((int64_t)(rng_next(seed) % 2001) - 1000) / 256.0f;
+}
+
+/* The shard's step size, computed the way the shard must. */
+static float scale_of(const rig *g, uint64_t iter)
+{
+    return (float)(proto_jobcfg_lr_at(&g->cfg, iter) / (double)g->cfg.workers);
+}
+
+/* ---- synchronous dense aggregation ---- */
+
+/* Run iterations of dense S-SGD on every owned part and check each update
+ * against the reference: acc summed in rank order, delta = -(scale * acc),
+ * w += delta. */
+static void run_dense_sync(uint32_t W, int iterations)
+{
+    rig *g = rig_new(W, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    float w[3][MAXNUMEL];
+    uint64_t seed = 1000 + W;
+
+    rig_start(g);
+    register_all(g);
+    for (int k = 0; k < 3; k++) {
+        init_part(g, OWNED[k], OWNED_NUMEL[k]);
+        for (uint32_t i = 0; i < OWNED_NUMEL[k]; i++)
+            w[k][i] = init_value(OWNED[k], i);
+    }
+    for (int it = 0; it < iterations; it++) {
+        for (int k = 0; k < 3; k++) {
+            const uint32_t part = OWNED[k], numel = OWNED_NUMEL[k];
+            float grad[8][MAXNUMEL], acc[MAXNUMEL] = {0}, delta[MAXNUMEL];
+            const float scale = scale_of(g, (uint64_t)it);
+            const float *v;
+            uint32_t n;
+            uint64_t ver, iter;
+
+            for (uint32_t r = 0; r < W; r++)
+                for (uint32_t i = 0; i < numel; i++)
+                    grad[r][i] = rand_grad(&seed);
+            for (uint32_t r = 0; r < W; r++)
+                for (uint32_t i = 0; i < numel; i++)
+                    acc[i] += grad[r][i];
+            for (uint32_t i = 0; i < numel; i++)
+                delta[i] = -(scale * acc[i]);
+
+            clear_replies(g);
+            for (uint32_t r = 0; r < W; r++) {
+                cr_assert_eq(
+                    push_dense(g, r, part, (uint64_t)it, grad[r], numel),
+                    FLPS_OK);
+                if (r + 1 < W)
+                    cr_assert_eq(g->n, 0,
+                                 "no reply before every worker pushed");
+            }
+            cr_assert_eq(g->n, W, "one UPDATE per worker");
+            for (uint32_t r = 0; r < W; r++) {
+                const captured *c = &g->r[r];
+                cr_assert_eq(c->msg.op, PROTO_OP_UPDATE);
+                cr_assert_eq(c->peer, PEER(r));
+                cr_assert_eq(c->msg.rank, r);
+                cr_assert_eq(c->msg.part, part);
+                cr_assert_eq(c->msg.iter, (uint64_t)it);
+                cr_assert_eq(c->msg.version, (uint64_t)it + 2,
+                             "INIT made version 1");
+                cr_assert_eq(c->msg.codec, PROTO_CODEC_DENSE);
+                cr_assert_eq(c->msg.n, numel);
+                cr_assert_eq(c->msg.nrej, 0);
+                cr_assert_eq(memcmp(c->val, delta, numel * sizeof(float)), 0,
+                             "rank %u: delta differs from the reference", r);
+            }
+            for (uint32_t i = 0; i < numel; i++)
+                w[k][i] += delta[i];
+            cr_assert_eq(ps_shard_part(g->s, part, &v, &n, &ver, &iter),
+                         FLPS_OK);
+            cr_assert_eq(n, numel);
+            cr_assert_eq(memcmp(v, w[k], numel * sizeof(float)), 0,
+                         "part %u after iteration %d", part, it);
+            cr_assert_eq(ver, (uint64_t)it + 2);
+            cr_assert_eq(iter, (uint64_t)it + 1, "the next iteration opens");
+        }
+    }
+    {
+        const ps_shard_stats *st = ps_shard_stats_get(g->s);
+        cr_assert_eq(st->pushes, (uint64_t)W * 3 * iterations);
+        cr_assert_eq(st->updates, 3u * (uint64_t)iterations);
+        cr_assert_eq(st->elements_in, (uint64_t)W * 10 * iterations);
+        cr_assert_eq(st->elements_out, (uint64_t)W * 10 * iterations);
+        for (int e = 0; e < FLPS_ERR_COUNT_; e++)
+            cr_assert_eq(st->rejected[e], 0);
+    }
+    rig_free(g);
+}
+
+Test(shard, two_workers_dense_pushes_give_both_the_exact_update)
+{
+    run_dense_sync(2, 4);
+}
+
+Test(shard, three_workers_dense_pushes_give_all_the_exact_update)
+{
+    run_dense_sync(3, 4);
+}
+
+Test(shard, one_push_of_two_closes_nothing)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    const float gr[4] = {1, 2, 3, 4};
+    snap a, b;
+
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 4);
+    take_snap(g, &a);
+    clear_replies(g);
+    cr_assert_eq(push_dense(g, 1, 0, 0, gr, 4), FLPS_OK);
+    cr_assert_eq(g->n, 0, "a waiting push is not answered");
+    take_snap(g, &b);
+    assert_snap_eq(g, &a, &b);
+    cr_assert_eq(ps_shard_stats_get(g->s)->pushes, 1);
+    cr_assert_eq(ps_shard_stats_get(g->s)->updates, 0);
+    rig_free(g); /* destroying the shard releases the waiting push */
+}
+
+Test(shard, register_ok_tells_the_lowest_open_iteration)
+{
+    rig *g = rig_new(1, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    const float gr[4] = {1, 2, 3, 4};
+
+    rig_start(g);
+    register_all(g);
+    cr_assert_eq(last(g)->msg.iter, 0);
+    init_part(g, 0, 4);
+    init_part(g, 2, 2);
+    init_part(g, 3, 4);
+    cr_assert_eq(push_dense(g, 0, 0, 0, gr, 4), FLPS_OK);
+    cr_assert_eq(push_dense(g, 0, 0, 1, gr, 4), FLPS_OK);
+    cr_assert_eq(push_dense(g, 0, 3, 0, gr, 4), FLPS_OK);
+    cr_assert_eq(send_register_cfg(g, 0, &g->cfg, g->t, g->nt), FLPS_OK);
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_REGISTER_OK);
+    cr_assert_eq(last(g)->msg.iter, 0, "part 2 is still at iteration 0");
+    rig_free(g);
+}
+
+Test(shard, cosine_schedule_scales_each_iterations_update)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    const float g0[4] = {1, -2, 3, 0.5f}, g1[4] = {0.25f, 2, -1, 8};
+
+    g->cfg.lr_schedule = PROTO_LR_COSINE;
+    g->cfg.iterations = 3;
+    g->cfg.lr = 0.3;
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 4);
+    for (uint64_t it = 0; it < 4; it++) {
+        const float scale =
+            (float)(proto_jobcfg_lr_at(&g->cfg, it) / (double)2);
+        clear_replies(g);
+        cr_assert_eq(push_dense(g, 0, 0, it, g0, 4), FLPS_OK);
+        cr_assert_eq(push_dense(g, 1, 0, it, g1, 4), FLPS_OK);
+        cr_assert_eq(g->n, 2);
+        for (uint32_t i = 0; i < 4; i++)
+            cr_assert_eq(g->r[0].val[i], -(scale * (g0[i] + g1[i])),
+                         "iteration %llu element %u", (unsigned long long)it,
+                         i);
+    }
+    cr_assert_eq(g->r[0].val[0], -0.0f, "the last step has lr 0");
+    rig_free(g);
+}
+
+/* ---- refusals ---- */
+
+/* Expect the last delivery to have been refused with err: the returned
+ * code, an ERROR reply to peer carrying it, one more in rejected[err], and
+ * no part changed. */
+typedef struct refusal_ctx {
+    snap before;
+    uint64_t rejected[FLPS_ERR_COUNT_];
+    size_t nreplies;
+} refusal_ctx;
+
+static void refusal_begin(rig *g, refusal_ctx *c)
+{
+    take_snap(g, &c->before);
+    memcpy(c->rejected, ps_shard_stats_get(g->s)->rejected,
+           sizeof(c->rejected));
+    c->nreplies = g->n;
+}
+
+static void refusal_check(rig *g, refusal_ctx *c, flps_err got, flps_err want,
+                          uint32_t peer, const char *needle)
+{
+    snap after;
+    const ps_shard_stats *st = ps_shard_stats_get(g->s);
+
+    cr_assert_eq(got, want, "returned %s, expected %s", flps_errname(got),
+                 flps_errname(want));
+    cr_assert_eq(g->n, c->nreplies + 1, "exactly one reply");
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_ERROR);
+    cr_assert_eq(last(g)->msg.status, (uint32_t)want);
+    cr_assert_eq(last(g)->peer, peer);
+    cr_assert_str_eq(last(g)->msg.job, JOB);
+    cr_assert_neq(strstr(last(g)->msg.text, needle), NULL,
+                  "reason lacks \"%s\": %s", needle, last(g)->msg.text);
+    for (int e = 0; e < FLPS_ERR_COUNT_; e++)
+        cr_assert_eq(st->rejected[e], c->rejected[e] + (e == (int)want),
+                     "rejected[%s]", flps_errname((flps_err)e));
+    take_snap(g, &after);
+    assert_snap_eq(g, &c->before, &after);
+}
+
+static rig *rig_ready(uint32_t W, uint8_t agg)
+{
+    rig *g = rig_new(W, agg, PROTO_MODE_SSGD);
+
+    rig_start(g);
+    register_all(g);
+    for (int k = 0; k < 3; k++)
+        init_part(g, OWNED[k], OWNED_NUMEL[k]);
+    return g;
+}
+
+Test(shard, a_second_push_of_a_rank_in_one_iteration_is_refused_and_ignored)
+{
+    rig *g = rig_ready(2, PROTO_AGG_DENSE);
+    const float g0[4] = {1, 2, 3, 4}, other[4] = {100, 100, 100, 100};
+    const float g1[4] = {-1, 0.5f, 0, 2};
+    refusal_ctx c;
+    const float scale = scale_of(g, 0);
+
+    cr_assert_eq(push_dense(g, 0, 0, 0, g0, 4), FLPS_OK);
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_dense(g, 0, 0, 0, other, 4), FLPS_EDUP, PEER(0),
+                  "rank 0 already pushed iteration 0 of part 0");
+    cr_assert_eq(ps_shard_stats_get(g->s)->pushes, 1);
+    /* The first push counts; the refused one left no trace. */
+    clear_replies(g);
+    cr_assert_eq(push_dense(g, 1, 0, 0, g1, 4), FLPS_OK);
+    cr_assert_eq(g->n, 2);
+    for (uint32_t i = 0; i < 4; i++)
+        cr_assert_eq(g->r[0].val[i], -(scale * (g0[i] + g1[i])));
+    rig_free(g);
+}
+
+Test(shard, a_push_for_a_closed_iteration_is_late)
+{
+    rig *g = rig_ready(1, PROTO_AGG_DENSE);
+    const float g0[4] = {1, 2, 3, 4};
+    refusal_ctx c;
+
+    cr_assert_eq(push_dense(g, 0, 0, 0, g0, 4), FLPS_OK);
+    cr_assert_eq(push_dense(g, 0, 0, 1, g0, 4), FLPS_OK);
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_dense(g, 0, 0, 0, g0, 4), FLPS_ELATE, PEER(0),
+                  "iteration 0 of part 0 is closed (open: 2)");
+    rig_free(g);
+}
+
+Test(shard, a_push_for_a_future_iteration_is_refused)
+{
+    rig *g = rig_ready(2, PROTO_AGG_DENSE);
+    const float g0[4] = {1, 2, 3, 4};
+    refusal_ctx c;
+
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_dense(g, 1, 0, 1, g0, 4), FLPS_EFUTURE, PEER(1),
+                  "iteration 1 of part 0 is not open yet (open: 0)");
+    rig_free(g);
+}
+
+Test(shard, an_index_outside_the_part_is_out_of_range)
+{
+    rig *g = rig_ready(2, PROTO_AGG_TOPK);
+    const uint32_t idx[2] = {0, 2}; /* part 2 has 2 elements */
+    const float v[2] = {1, 1};
+    refusal_ctx c;
+
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_sparse(g, 0, 2, 0, idx, v, 2), FLPS_ERANGE,
+                  PEER(0), "index 2 is outside part 2 of 2 elements");
+    rig_free(g);
+}
+
+Test(shard, a_nan_value_is_refused_as_non_finite)
+{
+    rig *g = rig_ready(2, PROTO_AGG_DENSE);
+    float v[4] = {1, 2, NAN, 4};
+    refusal_ctx c;
+
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_dense(g, 0, 0, 0, v, 4), FLPS_ENONFINITE, PEER(0),
+                  "value 2 is not finite");
+    v[2] = -INFINITY;
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_dense(g, 1, 0, 0, v, 4), FLPS_ENONFINITE, PEER(1),
+                  "not finite");
+    rig_free(g);
+}
+
+Test(shard, a_message_for_another_job_is_refused)
+{
+    rig *g = rig_ready(2, PROTO_AGG_DENSE);
+    const float g0[4] = {1, 2, 3, 4};
+    proto_msg m = base_msg(PROTO_OP_PUSH, 0, 0, 0);
+    refusal_ctx c;
+
+    strcpy(m.job, "other");
+    m.codec = PROTO_CODEC_DENSE;
+    m.n = 4;
+    m.val = g0;
+    refusal_begin(g, &c);
+    refusal_check(g, &c, deliver(g, PEER(0), &m), FLPS_EJOB, PEER(0),
+                  "this shard serves job 'job', not 'other'");
+    rig_free(g);
+}
+
+Test(shard, a_rank_not_below_workers_is_invalid)
+{
+    rig *g = rig_ready(2, PROTO_AGG_DENSE);
+    const float g0[4] = {1, 2, 3, 4};
+    refusal_ctx c;
+
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_dense(g, 2, 0, 0, g0, 4), FLPS_EINVAL, PEER(2),
+                  "rank 2 is not below workers=2");
+    rig_free(g);
+}
+
+Test(shard, a_part_this_shard_does_not_hold_is_invalid)
+{
+    rig *g = rig_ready(2, PROTO_AGG_DENSE);
+    const float g0[4] = {1, 2, 3, 4};
+    refusal_ctx c;
+
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_dense(g, 0, 1, 0, g0, 4), FLPS_EINVAL, PEER(0),
+                  "part 1 is not held by shard 0");
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_dense(g, 0, 6, 0, g0, 4), FLPS_EINVAL, PEER(0),
+                  "part 6 is not held by shard 0");
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_dense(g, 0, UINT32_MAX, 0, g0, 4), FLPS_EINVAL,
+                  PEER(0), "is not held");
+    rig_free(g);
+}
+
+Test(shard, a_push_before_register_is_refused)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    const float g0[4] = {1, 2, 3, 4};
+    refusal_ctx c;
+
+    rig_start(g);
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_dense(g, 0, 0, 0, g0, 4), FLPS_ESTATE, PEER(0),
+                  "register first");
+    cr_assert_eq(ps_shard_num_owned(g->s), 0);
+    rig_free(g);
+}
+
+Test(shard, a_push_before_init_is_refused)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    const float g0[4] = {1, 2, 3, 4};
+    refusal_ctx c;
+
+    rig_start(g);
+    register_all(g);
+    cr_assert_eq(ps_shard_num_owned(g->s), 3);
+    init_part(g, 3, 4);
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_dense(g, 0, 0, 0, g0, 4), FLPS_ESTATE, PEER(0),
+                  "part 0 has no initial values yet");
+    rig_free(g);
+}
+
+Test(shard, pushes_of_the_wrong_codec_or_size_are_malformed)
+{
+    rig *g = rig_ready(2, PROTO_AGG_TOPK);
+    const float g0[4] = {1, 2, 3, 4};
+    const uint32_t idx[1] = {0};
+    refusal_ctx c;
+
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_dense(g, 0, 0, 0, g0, 4), FLPS_EPROTO, PEER(0),
+                  "this job aggregates sparse pushes, got a dense one");
+    rig_free(g);
+
+    g = rig_ready(2, PROTO_AGG_DENSE);
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_sparse(g, 0, 0, 0, idx, g0, 1), FLPS_EPROTO,
+                  PEER(0), "aggregates dense pushes, got a sparse one");
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_dense(g, 0, 0, 0, g0, 3), FLPS_EPROTO, PEER(0),
+                  "dense push for part 0 has 3 values; the part has 4");
+    rig_free(g);
+}
+
+Test(shard, a_register_with_another_layout_or_config_is_refused)
+{
+    rig *g = rig_ready(2, PROTO_AGG_DENSE);
+    proto_tensor t[4];
+    proto_jobcfg cfg = g->cfg;
+    refusal_ctx c;
+
+    memcpy(t, g->t, sizeof(t));
+    t[1].numel = 8;
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_register_cfg(g, 1, &g->cfg, t, 3), FLPS_ELAYOUT,
+                  PEER(1),
+                  "tensor 1 is w1[8] on the worker but w1[7] in the job");
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_register_cfg(g, 1, &g->cfg, t, 2), FLPS_ELAYOUT,
+                  PEER(1), "the worker's model has 2 tensors, the job's 3");
+    memcpy(t, g->t, sizeof(t));
+    strcpy(t[2].name, "bias");
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_register_cfg(g, 1, &g->cfg, t, 3), FLPS_ELAYOUT,
+                  PEER(1), "tensor 2 is bias[3]");
+    cfg.lr = 0.2;
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_register_cfg(g, 1, &cfg, g->t, 3), FLPS_ELAYOUT,
+                  PEER(1), "differ from the job's");
+    cfg = g->cfg;
+    cfg.iterations = 5;
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_register_cfg(g, 1, &cfg, g->t, 3), FLPS_ELAYOUT,
+                  PEER(1), "differ from the job's");
+    rig_free(g);
+}
+
+Test(shard, a_register_for_another_shard_or_with_bad_settings_is_refused)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    proto_jobcfg cfg = g->cfg;
+    refusal_ctx c;
+
+    rig_start(g);
+    cfg.shard = 1;
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_register_cfg(g, 0, &cfg, g->t, 3), FLPS_ECONFIG,
+                  PEER(0), "this is shard 0 of 2");
+    cfg = g->cfg;
+    cfg.nshards = 3;
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_register_cfg(g, 0, &cfg, g->t, 3), FLPS_ECONFIG,
+                  PEER(0), "this is shard 0 of 2");
+    cfg = g->cfg;
+    cfg.workers = 0;
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_register_cfg(g, 0, &cfg, g->t, 3), FLPS_ECONFIG,
+                  PEER(0), "bad job configuration");
+    cfg = g->cfg;
+    cfg.lr = 0;
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_register_cfg(g, 0, &cfg, g->t, 3), FLPS_ECONFIG,
+                  PEER(0), "bad job configuration");
+    cfg = g->cfg;
+    cfg.density = 1.5;
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_register_cfg(g, 0, &cfg, g->t, 3), FLPS_ECONFIG,
+                  PEER(0), "bad job configuration");
+    cr_assert_eq(ps_shard_num_owned(g->s), 0, "nothing was configured");
+    register_all(g);
+    cr_assert_eq(ps_shard_num_owned(g->s), 3);
+    rig_free(g);
+}
+
+Test(shard, a_malformed_message_is_answered_and_counted)
+{
+    rig *g = rig_ready(2, PROTO_AGG_DENSE);
+    const unsigned char junk[5] = {0x93, 1, 2, 3, 0xc1};
+    proto_frame f = {junk, sizeof(junk)};
+    transport_rx *rx = NULL;
+    refusal_ctx c;
+
+    cr_assert_eq(transport_rx_copy(&f, 1, 77, &rx), FLPS_OK);
+    refusal_begin(g, &c);
+    refusal_check(g, &c, ps_shard_handle(g->s, rx), FLPS_EPROTO, 77,
+                  "MessagePack");
+    rig_free(g);
+}
+
+Test(shard, ops_a_shard_does_not_serve_are_refused)
+{
+    rig *g = rig_ready(2, PROTO_AGG_DENSE);
+    proto_msg m = base_msg(PROTO_OP_ACK, 0, 0, 0);
+    refusal_ctx c;
+
+    refusal_begin(g, &c);
+    refusal_check(g, &c, deliver(g, PEER(0), &m), FLPS_EPROTO, PEER(0),
+                  "a shard does not accept ACK");
+    m = base_msg(PROTO_OP_REGISTER_OK, 0, 0, 0);
+    refusal_begin(g, &c);
+    refusal_check(g, &c, deliver(g, PEER(0), &m), FLPS_EPROTO, PEER(0),
+                  "a shard does not accept REGISTER_OK");
+    rig_free(g);
+}
+
+Test(shard, checkpoint_without_a_directory_is_refused)
+{
+    rig *g = rig_ready(1, PROTO_AGG_DENSE);
+    proto_msg m = base_msg(PROTO_OP_CHECKPOINT, 0, 0, 0);
+    refusal_ctx c;
+
+    refusal_begin(g, &c);
+    refusal_check(g, &c, deliver(g, PEER(0), &m), FLPS_ESTATE, PEER(0),
+                  "checkpoint failed");
+    cr_assert_eq(ps_shard_checkpoint(g->s), FLPS_ESTATE);
+    rig_free(g);
+}
+
+Test(shard, create_refuses_bad_configurations)
+{
+    ps_shard_config c;
+    ps_shard *s = (ps_shard *)&c;
+    char longjob[PROTO_JOB_MAX + 2];
+
+    memset(&c, 0, sizeof(c));
+    c.job = JOB;
+    c.shard = 0;
+    c.nshards = 1;
+    c.send = capture;
+    cr_assert_eq(ps_shard_create(NULL, 0, &s), FLPS_EINVAL);
+    c.nshards = 0;
+    cr_assert_eq(ps_shard_create(&c, 0, &s), FLPS_EINVAL);
+    c.nshards = 2;
+    c.shard = 2;
+    cr_assert_eq(ps_shard_create(&c, 0, &s), FLPS_EINVAL);
+    c.shard = 0;
+    c.send = NULL;
+    cr_assert_eq(ps_shard_create(&c, 0, &s), FLPS_EINVAL);
+    c.send = capture;
+    c.job = "";
+    cr_assert_eq(ps_shard_create(&c, 0, &s), FLPS_EINVAL);
+    memset(longjob, 'j', sizeof(longjob) - 1);
+    longjob[sizeof(longjob) - 1] = '\0';
+    c.job = longjob;
+    cr_assert_eq(ps_shard_create(&c, 0, &s), FLPS_EINVAL);
+    cr_assert_eq(s, (ps_shard *)&c, "*out untouched");
+    ps_shard_destroy(NULL);
+}
+
+/* ---- topk: the union of the sparse pushes ---- */
+
+Test(shard, topk_sums_overlapping_sparse_pushes_over_their_union)
+{
+    rig *g = rig_one_part(3, PROTO_AGG_TOPK, 16, 0.25);
+    const uint32_t i0[3] = {1, 5, 9}, i1[3] = {0, 5, 15},
+                   i2[4] = {5, 9, 10, 15};
+    const float v0[3] = {0.5f, 1.0f, -2.0f}, v1[3] = {3.0f, 0.25f, 1.0f},
+                v2[4] = {-0.125f, 2.0f, 4.0f, -1.0f};
+    const uint32_t want_idx[6] = {0, 1, 5, 9, 10, 15};
+    float sum[6];
+    float w0[16];
+    const float *v;
+    uint32_t n;
+    uint64_t ver, iter;
+    const float scale = scale_of(g, 0);
+
+    /* In rank order: index 5 gets 1.0 + 0.25 - 0.125, index 9 gets
+     * -2.0 + 2.0, index 15 gets 1.0 - 1.0. */
+    sum[0] = 3.0f;
+    sum[1] = 0.5f;
+    sum[2] = (1.0f + 0.25f) + -0.125f;
+    sum[3] = -2.0f + 2.0f;
+    sum[4] = 4.0f;
+    sum[5] = 1.0f + -1.0f;
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 16);
+    for (uint32_t i = 0; i < 16; i++)
+        w0[i] = init_value(0, i);
+    clear_replies(g);
+    cr_assert_eq(push_sparse(g, 2, 0, 0, i2, v2, 4), FLPS_OK);
+    cr_assert_eq(push_sparse(g, 0, 0, 0, i0, v0, 3), FLPS_OK);
+    cr_assert_eq(push_sparse(g, 1, 0, 0, i1, v1, 3), FLPS_OK);
+    cr_assert_eq(g->n, 3);
+    for (uint32_t r = 0; r < 3; r++) {
+        const captured *c = &g->r[r];
+        cr_assert_eq(c->msg.op, PROTO_OP_UPDATE);
+        cr_assert_eq(c->peer, PEER(r), "replies go out in rank order");
+        cr_assert_eq(c->msg.codec, PROTO_CODEC_SPARSE);
+        cr_assert_eq(c->msg.n, 6, "every touched index, also zero sums");
+        cr_assert_eq(memcmp(c->idx, want_idx, sizeof(want_idx)), 0);
+        for (uint32_t j = 0; j < 6; j++)
+            cr_assert_eq(c->val[j], -(scale * sum[j]), "index %u", want_idx[j]);
+        cr_assert_eq(c->msg.nrej, 0, "topk takes everything");
+    }
+    for (uint32_t j = 0; j < 6; j++)
+        w0[want_idx[j]] += -(scale * sum[j]);
+    cr_assert_eq(ps_shard_part(g->s, 0, &v, &n, &ver, &iter), FLPS_OK);
+    cr_assert_eq(memcmp(v, w0, sizeof(w0)), 0);
+    cr_assert_eq(ver, 2);
+    cr_assert_eq(iter, 1);
+
+    /* The accumulator was cleared: the next iteration starts from zero. */
+    clear_replies(g);
+    cr_assert_eq(push_sparse(g, 0, 0, 1, i0, v0, 3), FLPS_OK);
+    cr_assert_eq(push_sparse(g, 1, 0, 1, NULL, NULL, 0), FLPS_OK);
+    cr_assert_eq(push_sparse(g, 2, 0, 1, NULL, NULL, 0), FLPS_OK);
+    cr_assert_eq(g->n, 3);
+    cr_assert_eq(g->r[0].msg.n, 3);
+    cr_assert_eq(memcmp(g->r[0].idx, i0, sizeof(i0)), 0);
+    for (uint32_t j = 0; j < 3; j++)
+        cr_assert_eq(g->r[0].val[j], -(scale_of(g, 1) * v0[j]));
+    rig_free(g);
+}
+
+Test(shard, an_iteration_where_nobody_sent_anything_still_closes)
+{
+    rig *g = rig_one_part(2, PROTO_AGG_GTOPK, 8, 0.25);
+    snap a, b;
+
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 8);
+    take_snap(g, &a);
+    clear_replies(g);
+    cr_assert_eq(push_sparse(g, 0, 0, 0, NULL, NULL, 0), FLPS_OK);
+    cr_assert_eq(push_sparse(g, 1, 0, 0, NULL, NULL, 0), FLPS_OK);
+    cr_assert_eq(g->n, 2);
+    cr_assert_eq(g->r[0].msg.op, PROTO_OP_UPDATE);
+    cr_assert_eq(g->r[0].msg.n, 0);
+    cr_assert_eq(g->r[0].msg.nrej, 0);
+    take_snap(g, &b);
+    cr_assert_eq(memcmp(a.v[0], b.v[0], 8 * sizeof(float)), 0);
+    cr_assert_eq(b.ver[0], a.ver[0] + 1, "an empty update is still one");
+    cr_assert_eq(b.iter[0], 1);
+    rig_free(g);
+}
+
+/* ---- gtopk against a brute-force reference ---- */
+
+typedef struct gt_ref {
+    uint32_t nsel;
+    uint32_t sel[MAXNUMEL]; /* ascending */
+    float delta[MAXNUMEL];  /* per selected index, same order */
+} gt_ref;
+
+/* The sums qsort's comparator ranks by (qsort has no context argument). */
+static float ref_acc[MAXNUMEL];
+
+static int cmp_by_magnitude(const void *pa, const void *pb)
+{
+    uint32_t a = *(const uint32_t *)pa, b = *(const uint32_t *)pb;
+    float ma = fabsf(ref_acc[a]), mb = fabsf(ref_acc[b]);
+
+    if (ma != mb)
+        return ma > mb ? -1 : 1;
+    return a < b ? -1 : (a > b); /* ties: the lower index wins */
+}
+
+static int cmp_u32(const void *pa, const void *pb)
+{
+    uint32_t a = *(const uint32_t *)pa, b = *(const uint32_t *)pb;
+    return a < b ? -1 : (a > b);
+}
+
+static void gtopk_reference(uint32_t W, uint32_t numel, double density,
+                            float scale, uint32_t idx[][MAXNUMEL],
+                            float val[][MAXNUMEL], const uint32_t *n,
+                            gt_ref *out)
+{
+    int touched[MAXNUMEL] = {0};
+    uint32_t cand[MAXNUMEL], nc = 0;
+    uint64_t k = (uint64_t)floor(density * (double)numel);
+
+    if (k < 1)
+        k = 1;
+    memset(ref_acc, 0, sizeof(ref_acc));
+    for (uint32_t r = 0; r < W; r++)
+        for (uint32_t j = 0; j < n[r]; j++) {
+            ref_acc[idx[r][j]] += val[r][j];
+            touched[idx[r][j]] = 1;
+        }
+    for (uint32_t i = 0; i < numel; i++)
+        if (touched[i])
+            cand[nc++] = i;
+    qsort(cand, nc, sizeof(*cand), cmp_by_magnitude);
+    out->nsel = nc < k ? nc : (uint32_t)k;
+    memcpy(out->sel, cand, out->nsel * sizeof(*cand));
+    qsort(out->sel, out->nsel, sizeof(*out->sel), cmp_u32);
+    for (uint32_t j = 0; j < out->nsel; j++)
+        out->delta[j] = -(scale * ref_acc[out->sel[j]]);
+}
+
+static int ref_selects(const gt_ref *ref, uint32_t i)
+{
+    return bsearch(&i, ref->sel, ref->nsel, sizeof(i), cmp_u32) != NULL;
+}
+
+static void run_gtopk_random(uint32_t W, uint32_t numel, double density,
+                             double touch, uint64_t seed)
+{
+    rig *g = rig_one_part(W, PROTO_AGG_GTOPK, numel, density);
+    static const float pool[] = {-2.0f, -1.0f, -0.5f, 0.5f, 1.0f, 2.0f};
+    float w[MAXNUMEL];
+
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, numel);
+    for (uint32_t i = 0; i < numel; i++)
+        w[i] = init_value(0, i);
+    for (uint64_t it = 0; it < 5; it++) {
+        uint32_t idx[8][MAXNUMEL];
+        float val[8][MAXNUMEL];
+        uint32_t n[8];
+        gt_ref ref;
+        const float scale = scale_of(g, it);
+        const float *v;
+        uint32_t pn;
+        uint64_t ver, pit;
+
+        for (uint32_t r = 0; r < W; r++) {
+            n[r] = 0;
+            for (uint32_t i = 0; i < numel; i++) {
+                if ((double)(rng_next(&seed) % 1000) < touch * 1000.0) {
+                    idx[r][n[r]] = i;
+                    val[r][n[r]] = pool[rng_next(&seed) % 6];
+                    n[r]++;
+                }
+            }
+        }
+        gtopk_reference(W, numel, density, scale, idx, val, n, &ref);
+        clear_replies(g);
+        /* Arrival order varies too: a rotation of the ranks. */
+        for (uint32_t q = 0; q < W; q++) {
+            uint32_t r = (q + (uint32_t)it) % W;
+            cr_assert_eq(push_sparse(g, r, 0, it, idx[r], val[r], n[r]),
+                         FLPS_OK);
+        }
+        cr_assert_eq(g->n, W);
+        for (uint32_t q = 0; q < W; q++) {
+            const captured *c = &g->r[q];
+            uint32_t r = c->msg.rank, nrej = 0;
+            uint32_t rej[MAXNUMEL];
+
+            cr_assert_eq(c->msg.op, PROTO_OP_UPDATE);
+            cr_assert_eq(c->peer, PEER(r));
+            cr_assert_eq(c->msg.iter, it);
+            cr_assert_eq(c->msg.n, ref.nsel,
+                         "W=%u numel=%u density=%g touch=%g it=%llu: %u "
+                         "selected, reference %u",
+                         W, numel, density, touch, (unsigned long long)it,
+                         c->msg.n, ref.nsel);
+            cr_assert_eq(memcmp(c->idx, ref.sel, ref.nsel * sizeof(uint32_t)),
+                         0, "selected indices differ from the reference");
+            cr_assert_eq(memcmp(c->val, ref.delta, ref.nsel * sizeof(float)), 0,
+                         "update values differ from the reference");
+            for (uint32_t j = 0; j < n[r]; j++)
+                if (!ref_selects(&ref, idx[r][j]))
+                    rej[nrej++] = idx[r][j];
+            cr_assert_eq(c->msg.nrej, nrej,
+                         "rank %u: %u rejected, reference %u", r, c->msg.nrej,
+                         nrej);
+            cr_assert_eq(memcmp(c->rej, rej, nrej * sizeof(uint32_t)), 0,
+                         "rank %u: rejected indices differ", r);
+        }
+        for (uint32_t j = 0; j < ref.nsel; j++)
+            w[ref.sel[j]] += ref.delta[j];
+        cr_assert_eq(ps_shard_part(g->s, 0, &v, &pn, &ver, &pit), FLPS_OK);
+        cr_assert_eq(memcmp(v, w, numel * sizeof(float)), 0,
+                     "part values after iteration %llu",
+                     (unsigned long long)it);
+        cr_assert_eq(pit, it + 1);
+    }
+    rig_free(g);
+}
+
+Test(shard, gtopk_matches_a_brute_force_reference_with_ties)
+{
+    const uint32_t Ws[] = {1, 2, 3, 5};
+    const double densities[] = {0.01, 0.1, 0.25, 0.5, 1.0};
+    const double touches[] = {0.05, 0.3, 0.9};
+    uint64_t seed = 2024;
+
+    for (size_t a = 0; a < sizeof(Ws) / sizeof(Ws[0]); a++)
+        for (size_t b = 0; b < sizeof(densities) / sizeof(densities[0]); b++)
+            for (size_t c = 0; c < sizeof(touches) / sizeof(touches[0]); c++)
+                run_gtopk_random(Ws[a], 64, densities[b], touches[c], seed++);
+    run_gtopk_random(4, 200, 0.03, 0.5, 77);
+    run_gtopk_random(3, 7, 0.2, 0.6, 78);
+}
+
+Test(shard, gtopk_breaks_magnitude_ties_toward_the_lower_index)
+{
+    rig *g = rig_one_part(2, PROTO_AGG_GTOPK, 10, 0.2); /* k = 2 */
+    const uint32_t i0[3] = {2, 4, 7}, i1[3] = {1, 4, 8};
+    const float v0[3] = {1.0f, 0.5f, -1.0f}, v1[3] = {-1.0f, 0.5f, 1.0f};
+    const uint32_t rej0[2] = {4, 7}, rej1[2] = {4, 8};
+
+    /* Sums: 1 -> -1, 2 -> 1, 4 -> 1, 7 -> -1, 8 -> 1: five ties at |1|,
+     * so k = 2 takes indices 1 and 2. */
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 10);
+    clear_replies(g);
+    cr_assert_eq(push_sparse(g, 1, 0, 0, i1, v1, 3), FLPS_OK);
+    cr_assert_eq(push_sparse(g, 0, 0, 0, i0, v0, 3), FLPS_OK);
+    cr_assert_eq(g->n, 2);
+    cr_assert_eq(g->r[0].msg.n, 2);
+    cr_assert_eq(g->r[0].idx[0], 1);
+    cr_assert_eq(g->r[0].idx[1], 2);
+    cr_assert_eq(g->r[0].msg.rank, 0);
+    cr_assert_eq(g->r[0].msg.nrej, 2);
+    cr_assert_eq(memcmp(g->r[0].rej, rej0, sizeof(rej0)), 0);
+    cr_assert_eq(g->r[1].msg.nrej, 2);
+    cr_assert_eq(memcmp(g->r[1].rej, rej1, sizeof(rej1)), 0);
+    rig_free(g);
+}
+
+/* ---- arrival order ---- */
+
+Test(shard, arrival_order_does_not_change_the_result)
+{
+    /* Values whose float sum depends on the order of addition: rank order
+     * gives (1e8 + 1) - 1e8 = 0, while 0, 2, 1 would give 1. */
+    const float g[3][4] = {
+        {1e8f, 1, 2, 3}, {1.0f, 1e8f, 0.25f, -7}, {-1e8f, -1e8f, 3, 1e-3f}};
+    const uint32_t orders[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2},
+                                   {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+    snap first;
+    float first_delta[4];
+
+    for (int o = 0; o < 6; o++) {
+        rig *rg = rig_ready(3, PROTO_AGG_DENSE);
+        snap s;
+
+        clear_replies(rg);
+        for (int q = 0; q < 3; q++) {
+            uint32_t r = orders[o][q];
+            cr_assert_eq(push_dense(rg, r, 0, 0, g[r], 4), FLPS_OK);
+        }
+        cr_assert_eq(rg->n, 3);
+        take_snap(rg, &s);
+        if (o == 0) {
+            first = s;
+            memcpy(first_delta, rg->r[0].val, sizeof(first_delta));
+            cr_assert_eq(first_delta[0], -0.0f, "(1e8 + 1) - 1e8 in float");
+        } else {
+            assert_snap_eq(rg, &first, &s);
+            cr_assert_eq(memcmp(first_delta, rg->r[0].val, sizeof(first_delta)),
+                         0, "order %d changed the update", o);
+        }
+        rig_free(rg);
+    }
+}
+
+Test(shard, sparse_arrival_order_does_not_change_the_result)
+{
+    const uint32_t idx[3][2] = {{0, 3}, {0, 1}, {0, 3}};
+    const float val[3][2] = {{1e8f, 1}, {1.0f, 2}, {-1e8f, 0.5f}};
+    snap first;
+
+    for (int o = 0; o < 3; o++) {
+        rig *rg = rig_one_part(3, PROTO_AGG_GTOPK, 4, 0.5);
+        snap s;
+
+        rig_start(rg);
+        register_all(rg);
+        init_part(rg, 0, 4);
+        for (int q = 0; q < 3; q++) {
+            uint32_t r = (uint32_t)(q + o) % 3;
+            cr_assert_eq(push_sparse(rg, r, 0, 0, idx[r], val[r], 2), FLPS_OK);
+        }
+        take_snap(rg, &s);
+        if (o == 0)
+            first = s;
+        else
+            assert_snap_eq(rg, &first, &s);
+        rig_free(rg);
+    }
+}
+
+/* ---- init and pull ---- */
+
+Test(shard, the_first_init_wins_and_a_second_is_acknowledged_with_status_1)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    const float a[4] = {1, 2, 3, 4}, b[4] = {9, 9, 9, 9};
+    snap before, after;
+
+    rig_start(g);
+    register_all(g);
+    clear_replies(g);
+    cr_assert_eq(send_init(g, 0, 0, a, 4), FLPS_OK);
+    cr_assert_eq(g->n, 1);
+    cr_assert_eq(g->r[0].msg.op, PROTO_OP_ACK);
+    cr_assert_eq(g->r[0].msg.status, 0);
+    cr_assert_eq(g->r[0].msg.version, 1);
+    cr_assert_eq(g->r[0].msg.part, 0);
+    cr_assert_eq(g->r[0].peer, PEER(0));
+    take_snap(g, &before);
+    cr_assert_eq(memcmp(before.v[0], a, sizeof(a)), 0);
+    cr_assert_eq(send_init(g, 1, 0, b, 4), FLPS_OK);
+    cr_assert_eq(g->n, 2);
+    cr_assert_eq(g->r[1].msg.op, PROTO_OP_ACK);
+    cr_assert_eq(g->r[1].msg.status, 1, "already initialised");
+    cr_assert_eq(g->r[1].msg.version, 1);
+    cr_assert_eq(g->r[1].peer, PEER(1));
+    take_snap(g, &after);
+    assert_snap_eq(g, &before, &after);
+    rig_free(g);
+}
+
+Test(shard, an_init_of_the_wrong_size_is_refused)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    const float a[4] = {1, 2, 3, 4};
+    refusal_ctx c;
+
+    rig_start(g);
+    register_all(g);
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_init(g, 0, 0, a, 3), FLPS_EPROTO, PEER(0),
+                  "must be dense with 4 elements, got 3");
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_init(g, 0, 1, a, 4), FLPS_EINVAL, PEER(0),
+                  "part 1 is not held by shard 0");
+    rig_free(g);
+}
+
+Test(shard, a_pull_before_init_is_answered_when_init_arrives)
+{
+    rig *g = rig_new(3, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    const float a[4] = {1, -2, 3, -4};
+    proto_msg pull;
+
+    rig_start(g);
+    register_all(g);
+    clear_replies(g);
+    pull = base_msg(PROTO_OP_PULL, 1, 0, 0);
+    cr_assert_eq(deliver(g, PEER(1), &pull), FLPS_OK);
+    pull.rank = 2;
+    cr_assert_eq(deliver(g, PEER(2), &pull), FLPS_OK);
+    cr_assert_eq(g->n, 0, "a pull waits for the initial values");
+    cr_assert_eq(send_init(g, 0, 0, a, 4), FLPS_OK);
+    cr_assert_eq(g->n, 3, "the ACK and both waiting pulls");
+    cr_assert_eq(g->r[0].msg.op, PROTO_OP_ACK);
+    for (int i = 1; i < 3; i++) {
+        const captured *c = &g->r[i];
+        cr_assert_eq(c->msg.op, PROTO_OP_PULL_REPLY);
+        cr_assert_eq(c->peer, PEER(c->msg.rank));
+        cr_assert_eq(c->msg.part, 0);
+        cr_assert_eq(c->msg.version, 1);
+        cr_assert_eq(c->msg.iter, 0);
+        cr_assert_eq(c->msg.n, 4);
+        cr_assert_eq(memcmp(c->val, a, sizeof(a)), 0);
+    }
+    cr_assert_neq(g->r[1].msg.rank, g->r[2].msg.rank);
+
+    /* After init, a pull is answered at once with the current values. */
+    clear_replies(g);
+    pull.rank = 0;
+    cr_assert_eq(deliver(g, PEER(0), &pull), FLPS_OK);
+    cr_assert_eq(g->n, 1);
+    cr_assert_eq(g->r[0].msg.op, PROTO_OP_PULL_REPLY);
+    cr_assert_eq(memcmp(g->r[0].val, a, sizeof(a)), 0);
+    cr_assert_eq(ps_shard_stats_get(g->s)->pulls, 3);
+    rig_free(g);
+}
+
+Test(shard, a_pull_shows_the_values_after_an_update)
+{
+    rig *g = rig_ready(1, PROTO_AGG_DENSE);
+    const float gr[4] = {1, 2, 3, 4};
+    proto_msg pull = base_msg(PROTO_OP_PULL, 0, 0, 0);
+    snap s;
+
+    cr_assert_eq(push_dense(g, 0, 0, 0, gr, 4), FLPS_OK);
+    clear_replies(g);
+    cr_assert_eq(deliver(g, PEER(0), &pull), FLPS_OK);
+    take_snap(g, &s);
+    cr_assert_eq(g->n, 1);
+    cr_assert_eq(g->r[0].msg.version, 2);
+    cr_assert_eq(g->r[0].msg.iter, 1);
+    cr_assert_eq(memcmp(g->r[0].val, s.v[0], 4 * sizeof(float)), 0);
+    rig_free(g);
+}
+
+Test(shard, destroying_a_shard_with_waiting_pulls_and_pushes_frees_them)
+{
+    rig *g = rig_new(2, PROTO_AGG_TOPK, PROTO_MODE_SSGD);
+    proto_msg pull = base_msg(PROTO_OP_PULL, 1, 0, 0);
+    const uint32_t idx[1] = {1};
+    const float v[1] = {1};
+
+    rig_start(g);
+    register_all(g);
+    cr_assert_eq(deliver(g, PEER(1), &pull), FLPS_OK);
+    init_part(g, 3, 4);
+    cr_assert_eq(push_sparse(g, 0, 3, 0, idx, v, 1), FLPS_OK);
+    rig_free(g);
+    ASSERT_NO_LEAKS();
+}
+
+/* ---- asynchronous mode ---- */
+
+Test(shard, async_applies_each_push_at_once_and_refuses_a_repeated_iteration)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_ASYNC);
+    const float g0[4] = {1, 2, 3, 4}, g1[4] = {-0.5f, 0.25f, 8, 1};
+    float w[4];
+    const float scale = scale_of(g, 0);
+    refusal_ctx c;
+    snap s;
+
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 4);
+    for (uint32_t i = 0; i < 4; i++)
+        w[i] = init_value(0, i);
+
+    clear_replies(g);
+    cr_assert_eq(push_dense(g, 0, 0, 0, g0, 4), FLPS_OK);
+    cr_assert_eq(g->n, 1);
+    cr_assert_eq(g->r[0].msg.op, PROTO_OP_ACK);
+    cr_assert_eq(g->r[0].msg.status, 0);
+    cr_assert_eq(g->r[0].msg.version, 2);
+    cr_assert_eq(g->r[0].peer, PEER(0));
+    for (uint32_t i = 0; i < 4; i++)
+        w[i] += -(scale * g0[i]);
+    take_snap(g, &s);
+    cr_assert_eq(memcmp(s.v[0], w, sizeof(w)), 0);
+    cr_assert_eq(s.ver[0], 2);
+
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_dense(g, 0, 0, 0, g1, 4), FLPS_EDUP, PEER(0),
+                  "rank 0 already pushed iteration 0 of part 0");
+
+    /* Another rank's iteration 0 is new; so is a later one of rank 0,
+     * even one that skips ahead. */
+    cr_assert_eq(push_dense(g, 1, 0, 0, g1, 4), FLPS_OK);
+    cr_assert_eq(last(g)->msg.version, 3);
+    for (uint32_t i = 0; i < 4; i++)
+        w[i] += -(scale * g1[i]);
+    cr_assert_eq(push_dense(g, 0, 0, 5, g1, 4), FLPS_OK);
+    cr_assert_eq(last(g)->msg.version, 4);
+    for (uint32_t i = 0; i < 4; i++)
+        w[i] += -(scale_of(g, 5) * g1[i]);
+    take_snap(g, &s);
+    cr_assert_eq(memcmp(s.v[0], w, sizeof(w)), 0);
+    refusal_begin(g, &c);
+    refusal_check(g, &c, push_dense(g, 0, 0, 3, g1, 4), FLPS_EDUP, PEER(0),
+                  "already pushed iteration 3");
+    cr_assert_eq(ps_shard_stats_get(g->s)->updates, 3);
+    rig_free(g);
+}
+
+Test(shard, async_sparse_pushes_touch_only_their_indices)
+{
+    rig *g = rig_new(2, PROTO_AGG_GTOPK, PROTO_MODE_ASYNC);
+    const uint32_t idx[2] = {1, 3};
+    const float v[2] = {2.0f, -4.0f};
+    const float scale = scale_of(g, 0);
+    float w[4];
+    snap s;
+
+    rig_start(g);
+    register_all(g);
+    init_part(g, 3, 4);
+    for (uint32_t i = 0; i < 4; i++)
+        w[i] = init_value(3, i);
+    cr_assert_eq(push_sparse(g, 1, 3, 0, idx, v, 2), FLPS_OK);
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_ACK);
+    w[1] += -(scale * v[0]);
+    w[3] += -(scale * v[1]);
+    take_snap(g, &s);
+    cr_assert_eq(memcmp(s.v[3], w, sizeof(w)), 0);
+    rig_free(g);
+}
+
+/* ---- durability ---- */
+
+/* One synchronous dense iteration of every owned part, all ranks. */
+static void iterate_all(rig *g, uint64_t it, uint64_t *seed)
+{
+    for (int k = 0; k < 3; k++) {
+        for (uint32_t r = 0; r < g->cfg.workers; r++) {
+            float v[MAXNUMEL];
+            uint32_t idx[MAXNUMEL], n = 0;
+            for (uint32_t i = 0; i < OWNED_NUMEL[k]; i++) {
+                v[i] = rand_grad(seed);
+                if (g->cfg.agg != PROTO_AGG_DENSE) {
+                    if (rng_next(seed) % 2)
+                        continue;
+                    idx[n] = i;
+                    v[n] = v[i];
+                    n++;
+                }
+            }
+            if (g->cfg.agg == PROTO_AGG_DENSE)
+                cr_assert_eq(push_dense(g, r, OWNED[k], it, v, OWNED_NUMEL[k]),
+                             FLPS_OK);
+            else
+                cr_assert_eq(push_sparse(g, r, OWNED[k], it, idx, v, n),
+                             FLPS_OK);
+        }
+    }
+}
+
+static rig *durable_rig(uint8_t agg)
+{
+    rig *g = rig_new(2, agg, PROTO_MODE_SSGD);
+
+    rig_use_dir(g);
+    rig_start(g);
+    register_all(g);
+    for (int k = 0; k < 3; k++)
+        init_part(g, OWNED[k], OWNED_NUMEL[k]);
+    return g;
+}
+
+/* Simulate a crash (no checkpoint on the way out) and restart. */
+static void crash_and_restore(rig *g)
+{
+    ps_shard_destroy(g->s);
+    g->s = NULL;
+    cr_assert_eq(rig_create(g, 1, &g->s), FLPS_OK);
+}
+
+static void run_crash_restore(uint8_t agg)
+{
+    rig *g = durable_rig(agg);
+    uint64_t seed = 99;
+    snap before, after;
+    proto_msg ck = base_msg(PROTO_OP_CHECKPOINT, 0, 0, 0);
+
+    for (uint64_t it = 0; it < 3; it++)
+        iterate_all(g, it, &seed);
+    take_snap(g, &before);
+    cr_assert_eq(before.iter[0], 3);
+    crash_and_restore(g);
+    cr_assert_eq(ps_shard_num_owned(g->s), 3);
+    take_snap(g, &after);
+    assert_snap_eq(g, &before, &after);
+
+    /* The restored shard carries on: workers re-register and push the
+     * open iteration. */
+    clear_replies(g);
+    register_all(g);
+    cr_assert_eq(last(g)->msg.iter, 3, "REGISTER_OK names the open one");
+    iterate_all(g, 3, &seed);
+
+    /* A checkpoint, more iterations, a crash: checkpoint + log. */
+    clear_replies(g);
+    cr_assert_eq(deliver(g, PEER(0), &ck), FLPS_OK);
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_ACK);
+    cr_assert_str_eq(last(g)->msg.text, "checkpoint written");
+    for (uint64_t it = 4; it < 7; it++)
+        iterate_all(g, it, &seed);
+    take_snap(g, &before);
+    cr_assert_eq(before.iter[0], 7);
+    crash_and_restore(g);
+    take_snap(g, &after);
+    assert_snap_eq(g, &before, &after);
+
+    /* A checkpoint with an empty log after it restores alone. */
+    cr_assert_eq(ps_shard_checkpoint(g->s), FLPS_OK);
+    crash_and_restore(g);
+    take_snap(g, &after);
+    assert_snap_eq(g, &before, &after);
+    rig_free(g);
+}
+
+Test(shard, a_crashed_dense_shard_restores_every_part_bit_for_bit)
+{
+    run_crash_restore(PROTO_AGG_DENSE);
+}
+
+Test(shard, a_crashed_gtopk_shard_restores_every_part_bit_for_bit)
+{
+    run_crash_restore(PROTO_AGG_GTOPK);
+}
+
+Test(shard, a_restored_shard_continues_exactly_like_one_that_never_crashed)
+{
+    rig *a = durable_rig(PROTO_AGG_GTOPK), *b = durable_rig(PROTO_AGG_GTOPK);
+    uint64_t sa = 5, sb = 5;
+    snap x, y;
+
+    for (uint64_t it = 0; it < 3; it++) {
+        iterate_all(a, it, &sa);
+        iterate_all(b, it, &sb);
+    }
+    crash_and_restore(b);
+    for (uint64_t it = 3; it < 6; it++) {
+        iterate_all(a, it, &sa);
+        iterate_all(b, it, &sb);
+    }
+    take_snap(a, &x);
+    take_snap(b, &y);
+    assert_snap_eq(a, &x, &y);
+    rig_free(a);
+    rig_free(b);
+}
+
+Test(shard, a_crash_between_register_and_init_restores_the_layout)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    snap s;
+
+    rig_use_dir(g);
+    rig_start(g);
+    register_all(g);
+    init_part(g, 2, 2);
+    crash_and_restore(g);
+    cr_assert_eq(ps_shard_num_owned(g->s), 3);
+    take_snap(g, &s);
+    cr_assert(!s.ok[0] && s.ok[2] && !s.ok[3],
+              "only the initialised part has values");
+    cr_assert_eq(s.ver[2], 1);
+    cr_assert_eq(s.v[2][1], init_value(2, 1));
+    rig_free(g);
+}
+
+Test(shard, a_start_without_restore_is_empty)
+{
+    rig *g = durable_rig(PROTO_AGG_DENSE);
+    uint64_t seed = 3;
+    const float *v;
+    uint32_t n;
+    uint64_t ver, iter;
+
+    iterate_all(g, 0, &seed);
+    cr_assert_eq(ps_shard_checkpoint(g->s), FLPS_OK);
+    iterate_all(g, 1, &seed);
+    ps_shard_destroy(g->s);
+    g->s = NULL;
+    cr_assert_eq(rig_create(g, 0, &g->s), FLPS_OK);
+    cr_assert_eq(ps_shard_num_owned(g->s), 0);
+    cr_assert_eq(ps_shard_part(g->s, 0, &v, &n, &ver, &iter), FLPS_EINVAL);
+    /* A new job registers from scratch: iteration 0 again. */
+    clear_replies(g);
+    register_all(g);
+    cr_assert_eq(last(g)->msg.iter, 0);
+    cr_assert_eq(ps_shard_part(g->s, 0, &v, &n, &ver, &iter), FLPS_EINVAL,
+                 "no values until INIT");
+    rig_free(g);
+}
+
+Test(shard, a_restore_without_any_files_starts_empty)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+
+    rig_use_dir(g);
+    cr_assert_eq(rig_create(g, 1, &g->s), FLPS_OK);
+    cr_assert_eq(ps_shard_num_owned(g->s), 0);
+    register_all(g);
+    cr_assert_eq(ps_shard_num_owned(g->s), 3);
+    rig_free(g);
+}
+
+static void ckpt_path_of(const rig *g, char *ck, char *wl)
+{
+    persist_paths(g->dir, g->cfg.shard, ck, wl, 256);
+}
+
+Test(shard, a_corrupt_checkpoint_makes_restore_fail)
+{
+    rig *g = durable_rig(PROTO_AGG_DENSE);
+    uint64_t seed = 4;
+    char ck[256], wl[256];
+    ps_shard *s2 = (ps_shard *)g;
+    struct stat st;
+
+    iterate_all(g, 0, &seed);
+    cr_assert_eq(ps_shard_checkpoint(g->s), FLPS_OK);
+    ps_shard_destroy(g->s);
+    g->s = NULL;
+    ckpt_path_of(g, ck, wl);
+    cr_assert_eq(stat(ck, &st), 0);
+    for (off_t at = 0; at < st.st_size; at += st.st_size / 7 + 1) {
+        int fd = open(ck, O_RDWR);
+        unsigned char b;
+        cr_assert_geq(fd, 0);
+        cr_assert_eq(pread(fd, &b, 1, at), 1);
+        b ^= 0x10;
+        cr_assert_eq(pwrite(fd, &b, 1, at), 1);
+        cr_assert_eq(rig_create(g, 1, &s2), FLPS_EPROTO, "byte %lld flipped",
+                     (long long)at);
+        cr_assert_eq(s2, (ps_shard *)g, "*out untouched");
+        b ^= 0x10;
+        cr_assert_eq(pwrite(fd, &b, 1, at), 1);
+        close(fd);
+    }
+    cr_assert_eq(rig_create(g, 1, &g->s), FLPS_OK, "intact again");
+    rig_free(g);
+}
+
+Test(shard, a_checkpoint_of_another_job_is_refused)
+{
+    rig *g = durable_rig(PROTO_AGG_DENSE);
+    ps_shard_config c;
+    ps_shard *s2 = NULL;
+
+    ps_shard_destroy(g->s);
+    g->s = NULL;
+    memset(&c, 0, sizeof(c));
+    c.job = "another";
+    c.shard = 0;
+    c.nshards = 2;
+    c.ckpt_dir = g->dir;
+    c.send = capture;
+    c.send_arg = g;
+    cr_assert_eq(ps_shard_create(&c, 1, &s2), FLPS_EJOB);
+    cr_assert_null(s2);
+    rig_free(g);
+}
+
+Test(shard, a_torn_log_tail_restores_everything_but_the_last_record)
+{
+    rig *g = durable_rig(PROTO_AGG_TOPK);
+    uint64_t seed = 8;
+    snap before_last, after;
+    char ck[256], wl[256];
+    struct stat st;
+
+    for (uint64_t it = 0; it < 3; it++)
+        iterate_all(g, it, &seed);
+    /* The last part's last iteration is the log's last record. */
+    for (int k = 0; k < 2; k++)
+        for (uint32_t r = 0; r < 2; r++) {
+            const uint32_t idx[1] = {1};
+            const float v[1] = {3.0f};
+            cr_assert_eq(push_sparse(g, r, OWNED[k], 3, idx, v, 1), FLPS_OK);
+        }
+    take_snap(g, &before_last);
+    {
+        const uint32_t idx[2] = {0, 3};
+        const float v[2] = {1.0f, -1.0f};
+        cr_assert_eq(push_sparse(g, 0, 3, 3, idx, v, 2), FLPS_OK);
+        cr_assert_eq(push_sparse(g, 1, 3, 3, idx, v, 2), FLPS_OK);
+    }
+    ps_shard_destroy(g->s);
+    g->s = NULL;
+    ckpt_path_of(g, ck, wl);
+    cr_assert_eq(stat(wl, &st), 0);
+    cr_assert_eq(truncate(wl, st.st_size - 3), 0);
+    cr_assert_eq(rig_create(g, 1, &g->s), FLPS_OK);
+    take_snap(g, &after);
+    assert_snap_eq(g, &before_last, &after);
+    cr_assert_eq(after.iter[3], 3, "part 3's iteration 3 is open again");
+    rig_free(g);
+}
+
+/* ---- allocation failures ---- */
+
+Test(shard, register_survives_every_allocation_failing_in_turn)
+{
+    for (unsigned long n = 1;; n++) {
+        rig *g = rig_new(2, PROTO_AGG_GTOPK, PROTO_MODE_SSGD);
+        proto_msg m = base_msg(PROTO_OP_REGISTER, 0, 0, 0);
+        proto_frame f[PROTO_MAX_FRAMES];
+        size_t nf, hlen;
+        void *hdr = NULL;
+        transport_rx *rx = NULL;
+        flps_err rc;
+
+        rig_use_dir(g);
+        rig_start(g);
+        m.cfg = g->cfg;
+        m.tensors = g->t;
+        m.ntensors = g->nt;
+        cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_OK);
+        cr_assert_eq(transport_rx_copy(f, nf, PEER(0), &rx), FLPS_OK);
+        free(hdr);
+        flps_alloc_fail_at(n);
+        rc = ps_shard_handle(g->s, rx);
+        flps_alloc_fail_at(0);
+        if (rc == FLPS_OK) {
+            cr_assert_eq(last(g)->msg.op, PROTO_OP_REGISTER_OK);
+            rig_free(g);
+            ASSERT_NO_LEAKS();
+            cr_assert_gt(n, 5, "registering allocates");
+            break;
+        }
+        cr_assert_eq(rc, FLPS_ENOMEM, "allocation %lu: %s", n,
+                     flps_errname(rc));
+        cr_assert_eq(last(g)->msg.op, PROTO_OP_ERROR);
+        cr_assert_eq(last(g)->msg.status, FLPS_ENOMEM);
+        cr_assert_eq(ps_shard_num_owned(g->s), 0,
+                     "allocation %lu: a failed register (%s) configures "
+                     "nothing",
+                     n, last(g)->msg.text);
+        /* The shard is still usable. */
+        clear_replies(g);
+        register_all(g);
+        init_part(g, 0, 4);
+        rig_free(g);
+        ASSERT_NO_LEAKS();
+    }
+}
+
+Test(shard, create_and_restore_survive_every_allocation_failing_in_turn)
+{
+    rig *g = durable_rig(PROTO_AGG_DENSE);
+    uint64_t seed = 12;
+    snap want;
+
+    iterate_all(g, 0, &seed);
+    cr_assert_eq(ps_shard_checkpoint(g->s), FLPS_OK);
+    iterate_all(g, 1, &seed);
+    take_snap(g, &want);
+    ps_shard_destroy(g->s);
+    g->s = NULL;
+    for (unsigned long n = 1;; n++) {
+        ps_shard *s = NULL;
+        flps_err rc;
+        flps_alloc_fail_at(n);
+        rc = rig_create(g, 1, &s);
+        flps_alloc_fail_at(0);
+        if (rc == FLPS_OK) {
+            snap got;
+            g->s = s;
+            take_snap(g, &got);
+            assert_snap_eq(g, &want, &got);
+            break;
+        }
+        cr_assert_eq(rc, FLPS_ENOMEM, "allocation %lu: %s", n,
+                     flps_errname(rc));
+        cr_assert_null(s);
+        ASSERT_NO_LEAKS();
+    }
+    rig_free(g);
+    ASSERT_NO_LEAKS();
+}
+
+/* ---- regressions ---- */
+
+Test(shard, a_register_whose_checkpoint_cannot_be_written_configures_nothing)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    char ck[256], wl[256];
+    refusal_ctx c;
+
+    rig_use_dir(g);
+    rig_start(g);
+    /* Take the directory away under the running shard. */
+    ckpt_path_of(g, ck, wl);
+    cr_assert_eq(unlink(wl), 0);
+    cr_assert_eq(rmdir(g->dir), 0);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        refusal_begin(g, &c);
+        refusal_check(g, &c, send_register_cfg(g, 0, &g->cfg, g->t, g->nt),
+                      FLPS_EIO, PEER(0), "cannot write a checkpoint");
+        cr_assert_eq(ps_shard_num_owned(g->s), 0,
+                     "attempt %d: the layout is dropped", attempt);
+    }
+    cr_assert_eq(mkdir(g->dir, 0700), 0);
+    register_all(g);
+    cr_assert_eq(ps_shard_num_owned(g->s), 3);
+    cr_assert_eq(access(ck, F_OK), 0, "the retry wrote the checkpoint");
+    rig_free(g);
+}
+
+Test(shard, a_checkpoint_whose_layout_does_not_decode_is_refused)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    char ck[256], wl[256];
+    ps_shard *s = NULL;
+    /* A REGISTER header whose cfg has the 8 fields of older builds. */
+    static const unsigned char old_meta[] = {
+        0x8a, 0xa1, 'v',  0x01, 0xa2, 'o',  'p',  0x01, 0xa3, 'j',  'o',
+        'b',  0xa3, 'j',  'o',  'b',  0xa4, 'r',  'a',  'n',  'k',  0x00,
+        0xa4, 'p',  'a',  'r',  't',  0x00, 0xa4, 'i',  't',  'e',  'r',
+        0x00, 0xa3, 'v',  'e',  'r',  0x00, 0xa4, 'd',  'a',  't',  'a',
+        0x92, 0x00, 0x00, 0xa3, 'c',  'f',  'g',  0x98, 0x00, 0x02, 0x02,
+        0x04, 0x00, 0x00, 0x01, 0x01, 0xa7, 't',  'e',  'n',  's',  'o',
+        'r',  's',  0x91, 0x92, 0xa1, 'w',  0x0a};
+
+    rig_use_dir(g);
+    ckpt_path_of(g, ck, wl);
+    cr_assert_eq(ckpt_write(ck, old_meta, sizeof(old_meta), NULL, 0), FLPS_OK);
+    for (int i = 0; i < 20; i++) {
+        cr_assert_eq(rig_create(g, 1, &s), FLPS_EPROTO);
+        cr_assert_null(s);
+    }
+    rig_free(g);
+}
