@@ -30,7 +30,7 @@
     "a size in bytes, or a number with a suffix K, M, G, T (powers of "        \
     "1000) or Ki, Mi, Gi, Ti (powers of 1024), e.g. 512Mi"
 #define JP_CODECS_TEXT                                                         \
-    "dense, topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, fp16, auto"
+    "dense, topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, fp16, sign, auto"
 
 /* Every key: its enum id, its spelling, and what it accepts (quoted in
  * messages; docs/job-file.md says the same in prose). One table so the
@@ -713,6 +713,7 @@ static const struct {
     {"dgc", JOBSPEC_COMP_DGC, JP_PARAM_DENSITY},
     {"qsgd", JOBSPEC_COMP_QSGD, JP_PARAM_BITS},
     {"fp16", JOBSPEC_COMP_FP16, JP_PARAM_NONE},
+    {"sign", JOBSPEC_COMP_SIGN, JP_PARAM_NONE},
     {"auto", JOBSPEC_COMP_AUTO, JP_PARAM_NONE},
 };
 

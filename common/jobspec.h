@@ -40,6 +40,7 @@ typedef enum {
     JOBSPEC_COMP_QSGD,
     JOBSPEC_COMP_FP16,
     JOBSPEC_COMP_AUTO,
+    JOBSPEC_COMP_SIGN, /* 1 bit per element + a scale */
 } jobspec_comp;
 
 /* Learning-rate schedule over the job's iterations (values match proto's
@@ -107,7 +108,7 @@ typedef struct jobspec_where {
  * On error returns FLPS_ECONFIG and writes into errbuf one message that
  * names the line, the key, what was wrong and what is accepted, e.g.
  * "line 7: compression: 'gtop:0.01' is not a codec; expected one of dense,
- * topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, fp16, auto".
+ * topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, fp16, sign, auto".
  * *out is written only on FLPS_OK. Never does I/O.
  * Keys left out take the defaults above. When the codec takes no density,
  * density is 1; qsgd_bits is 0 unless the codec is qsgd; dirichlet_alpha

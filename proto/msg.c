@@ -59,15 +59,22 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
     size_t nkeys = 8, nf = 1;
     int values = op_has_values(msg->op);
     int sparse = values && msg->codec == PROTO_CODEC_SPARSE;
+    int encoded = values && msg->codec == PROTO_CODEC_ENCODED;
 
     if (msg->op < 1 || msg->op > PROTO_OP_MAX_ ||
         strlen(msg->job) > PROTO_JOB_MAX)
         return FLPS_EINVAL;
-    if (values && msg->codec > PROTO_CODEC_SPARSE)
+    if (values && msg->codec > PROTO_CODEC_ENCODED)
+        return FLPS_EINVAL;
+    if (encoded && (msg->op != PROTO_OP_PUSH || msg->nenc < 1 ||
+                    msg->nenc > PROTO_ENC_MAX_FRAMES || msg->spec[0] == '\0' ||
+                    strlen(msg->spec) > PROTO_SPEC_MAX))
+        return FLPS_EINVAL;
+    if (strlen(msg->cfg.compression) > PROTO_SPEC_MAX)
         return FLPS_EINVAL;
     if (sparse && msg->op != PROTO_OP_PUSH && msg->op != PROTO_OP_UPDATE)
         return FLPS_EINVAL;
-    if (msg->op == PROTO_OP_UPDATE)
+    if (msg->op == PROTO_OP_UPDATE || encoded)
         nkeys++;
     if (msg->op == PROTO_OP_ERROR || msg->op == PROTO_OP_ACK)
         nkeys += 2;
@@ -90,6 +97,8 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
     msgpack_pack_uint64(&pk, values ? msg->n : 0);
     if (msg->op == PROTO_OP_UPDATE)
         pack_u64(&pk, "nrej", msg->nrej);
+    if (encoded)
+        pack_str(&pk, "spec", msg->spec);
     if (msg->op == PROTO_OP_ERROR || msg->op == PROTO_OP_ACK) {
         pack_u64(&pk, "status", msg->status);
         pack_str(&pk, "text", msg->text);
@@ -97,7 +106,7 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
     if (msg->op == PROTO_OP_REGISTER) {
         const proto_jobcfg *c = &msg->cfg;
         pack_key(&pk, "cfg");
-        msgpack_pack_array(&pk, 10);
+        msgpack_pack_array(&pk, 11);
         msgpack_pack_uint64(&pk, c->shard);
         msgpack_pack_uint64(&pk, c->nshards);
         msgpack_pack_uint64(&pk, c->workers);
@@ -108,6 +117,11 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
         msgpack_pack_double(&pk, c->lr);
         msgpack_pack_uint64(&pk, c->lr_schedule);
         msgpack_pack_uint64(&pk, c->iterations);
+        {
+            size_t cl = strlen(c->compression);
+            msgpack_pack_str(&pk, cl);
+            msgpack_pack_str_body(&pk, c->compression, cl);
+        }
         pack_key(&pk, "tensors");
         msgpack_pack_array(&pk, msg->ntensors);
         for (uint32_t i = 0; i < msg->ntensors; i++) {
@@ -127,7 +141,10 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
 
     frames[0].data = sb.data;
     frames[0].len = sb.size;
-    if (values) {
+    if (encoded) {
+        for (uint32_t i = 0; i < msg->nenc; i++)
+            frames[nf++] = msg->enc[i];
+    } else if (values) {
         if (sparse) {
             frames[nf].data = msg->idx;
             frames[nf++].len = (size_t)msg->n * sizeof(uint32_t);
@@ -221,14 +238,15 @@ static int decode_cfg(const msgpack_object *o, proto_jobcfg *c)
     const msgpack_object *a;
     uint32_t mode, agg, sched;
 
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 10)
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 11)
         return 0;
     a = o->via.array.ptr;
     if (!obj_u32(&a[0], &c->shard) || !obj_u32(&a[1], &c->nshards) ||
         !obj_u32(&a[2], &c->workers) || !obj_u32(&a[3], &c->part_size) ||
         !obj_u32(&a[4], &mode) || !obj_u32(&a[5], &agg) ||
         !obj_f64(&a[6], &c->density) || !obj_f64(&a[7], &c->lr) ||
-        !obj_u32(&a[8], &sched) || !obj_u64(&a[9], &c->iterations))
+        !obj_u32(&a[8], &sched) || !obj_u64(&a[9], &c->iterations) ||
+        !obj_str(&a[10], c->compression, sizeof(c->compression)))
         return 0;
     if (mode > PROTO_MODE_ASYNC || agg > PROTO_AGG_GTOPK ||
         sched > PROTO_LR_COSINE)
@@ -287,6 +305,7 @@ enum {
     F_TEXT = 1 << 10,
     F_CFG = 1 << 11,
     F_TENSORS = 1 << 12,
+    F_SPEC = 1 << 13,
     F_BASE = F_V | F_OP | F_JOB | F_RANK | F_PART | F_ITER | F_VER | F_DATA,
 };
 
@@ -358,12 +377,15 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
             ok = v->type == MSGPACK_OBJECT_ARRAY && v->via.array.size == 2 &&
                  obj_u32(&v->via.array.ptr[0], &codec) &&
                  obj_u32(&v->via.array.ptr[1], &m->n) &&
-                 codec <= PROTO_CODEC_SPARSE;
+                 codec <= PROTO_CODEC_ENCODED;
             if (ok)
                 m->codec = (uint8_t)codec;
         } else if (key_is(k, "nrej")) {
             bit = F_NREJ;
             ok = obj_u32(v, &m->nrej);
+        } else if (key_is(k, "spec")) {
+            bit = F_SPEC;
+            ok = obj_str(v, m->spec, sizeof(m->spec)) && m->spec[0] != '\0';
         } else if (key_is(k, "status")) {
             bit = F_STATUS;
             ok = obj_u32(v, &m->status);
@@ -406,7 +428,8 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
         ((m->op == PROTO_OP_ERROR || m->op == PROTO_OP_ACK) &&
          (seen & (F_STATUS | F_TEXT)) != (F_STATUS | F_TEXT)) ||
         (m->op == PROTO_OP_REGISTER &&
-         (seen & (F_CFG | F_TENSORS)) != (F_CFG | F_TENSORS))) {
+         (seen & (F_CFG | F_TENSORS)) != (F_CFG | F_TENSORS)) ||
+        (m->codec == PROTO_CODEC_ENCODED && !(seen & F_SPEC))) {
         rc = fail(errbuf, errlen, "%s header lacks its op-specific fields",
                   proto_op_name(m->op));
         goto out;
@@ -450,6 +473,26 @@ flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
     if (sparse && m.op != PROTO_OP_PUSH && m.op != PROTO_OP_UPDATE) {
         rc = fail(errbuf, errlen, "%s cannot be sparse", proto_op_name(m.op));
         goto bad;
+    }
+    if (values && m.codec == PROTO_CODEC_ENCODED) {
+        /* The codec's own decoder (in the shard) checks the frames' sizes
+         * and content against the spec and the part. */
+        if (m.op != PROTO_OP_PUSH) {
+            rc = fail(errbuf, errlen, "%s cannot be codec-encoded",
+                      proto_op_name(m.op));
+            goto bad;
+        }
+        if (nframes < 2 || nframes > 1 + PROTO_ENC_MAX_FRAMES) {
+            rc = fail(errbuf, errlen,
+                      "encoded PUSH has %zu frames; expected 2 to %d", nframes,
+                      1 + PROTO_ENC_MAX_FRAMES);
+            goto bad;
+        }
+        m.nenc = (uint32_t)(nframes - 1);
+        for (uint32_t i = 0; i < m.nenc; i++)
+            m.enc[i] = frames[1 + i];
+        *out = m;
+        return FLPS_OK;
     }
     want = 1 + (values ? 1 : 0) + (sparse ? 1 : 0) +
            (m.op == PROTO_OP_UPDATE ? 1 : 0);

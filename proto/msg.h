@@ -31,10 +31,17 @@ typedef enum {
 
 /* How the values of a PUSH/UPDATE/INIT are laid out. */
 typedef enum {
-    PROTO_CODEC_DENSE = 0,  /* frames: values f32[n], n = the part's size */
-    PROTO_CODEC_SPARSE = 1, /* frames: indices u32[n] (strictly ascending),
-                               values f32[n] */
+    PROTO_CODEC_DENSE = 0,   /* frames: values f32[n], n = the part's size */
+    PROTO_CODEC_SPARSE = 1,  /* frames: indices u32[n] (strictly ascending),
+                                values f32[n] */
+    PROTO_CODEC_ENCODED = 2, /* PUSH only: 1..2 frames as the codec named by
+                                the header's spec (compress/codec.h) makes
+                                them for the part's n elements; the shard
+                                decodes and validates them */
 } proto_codec;
+
+#define PROTO_SPEC_MAX 31
+#define PROTO_ENC_MAX_FRAMES 2
 
 /* How a shard turns the pushes of an iteration into an update. */
 typedef enum {
@@ -54,6 +61,12 @@ typedef enum {
     PROTO_MODE_ASYNC = 1, /* apply every push at once */
 } proto_mode;
 
+/* One frame of an encoded message. */
+typedef struct proto_frame {
+    const void *data;
+    size_t len;
+} proto_frame;
+
 /* The job configuration every worker sends with REGISTER; all must agree. */
 typedef struct proto_jobcfg {
     uint32_t shard; /* which shard this message is for */
@@ -64,8 +77,9 @@ typedef struct proto_jobcfg {
     uint8_t agg;    /* proto_agg */
     double density; /* gtopk: k = max(floor(density * numel), 1) */
     double lr;
-    uint8_t lr_schedule; /* proto_lr_schedule */
-    uint64_t iterations; /* the schedule's length */
+    uint8_t lr_schedule;                  /* proto_lr_schedule */
+    uint64_t iterations;                  /* the schedule's length */
+    char compression[PROTO_SPEC_MAX + 1]; /* the workers' codec spec */
 } proto_jobcfg;
 
 /* The learning rate of iteration t under cfg's schedule. */
@@ -86,10 +100,13 @@ typedef struct proto_msg {
     uint32_t part;
     uint64_t iter;
     uint64_t version;
-    uint8_t codec;       /* proto_codec */
-    uint32_t n;          /* elements in idx/val */
-    const uint32_t *idx; /* SPARSE: n indices */
-    const float *val;    /* n values */
+    uint8_t codec;                 /* proto_codec */
+    uint32_t n;                    /* elements in idx/val */
+    const uint32_t *idx;           /* SPARSE: n indices */
+    const float *val;              /* n values */
+    char spec[PROTO_SPEC_MAX + 1]; /* ENCODED: the codec spec */
+    uint32_t nenc;                 /* ENCODED: payload frames (1..2) */
+    proto_frame enc[PROTO_ENC_MAX_FRAMES];
     uint32_t nrej;       /* UPDATE (gtopk): indices of this worker's push */
     const uint32_t *rej; /* that the update did not take */
     uint32_t status;     /* ERROR: an flps_err; ACK: op-specific flag */
@@ -99,16 +116,11 @@ typedef struct proto_msg {
     proto_tensor *tensors;
 } proto_msg;
 
-/* One frame of an encoded message. */
-typedef struct proto_frame {
-    const void *data;
-    size_t len;
-} proto_frame;
-
 /* Encode msg's header into *hdr (caller owns, free with free()) and fill
  * frames[0..*nframes) with the header followed by the payload frames, which
  * point at msg->idx/val/rej (borrowed, not copied). The frame layout per op:
  *   PUSH/INIT DENSE: hdr, val      PUSH SPARSE: hdr, idx, val
+ *   PUSH ENCODED: hdr, enc[0..nenc)
  *   UPDATE DENSE: hdr, val, rej    UPDATE SPARSE: hdr, idx, val, rej
  *   PULL_REPLY: hdr, val           others: hdr
  * Errors: FLPS_EINVAL (unknown op, too long strings), FLPS_ENOMEM. */

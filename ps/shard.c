@@ -11,6 +11,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "compress/codec.h"
 #include "compress/topk.h"
 #include "proto/partmap.h"
 #include "ps/persist.h"
@@ -36,6 +37,8 @@ typedef struct ps_part {
     transport_rx **rx; /* per rank: the waiting push, or NULL */
     proto_msg *push;   /* per rank: its decoded header (points into rx) */
     uint32_t *peer;    /* per rank: where to send the update */
+    float **decoded;   /* per rank: a codec-encoded push (fp16, qsgd, sign),
+                          decoded for dense aggregation; made on first use */
     float *acc;        /* dense accumulator, zero outside touched */
     uint8_t *mark;     /* per element: 1 touched, 2 selected */
     uint32_t *touched;
@@ -154,6 +157,9 @@ static void part_destroy(ps_part *p, uint32_t workers)
         flps_free(p->pulls);
         p->pulls = n;
     }
+    for (uint32_t r = 0; p->decoded != NULL && r < workers; r++)
+        flps_free(p->decoded[r]);
+    flps_free(p->decoded);
     flps_free(p->w);
     flps_free(p->rx);
     flps_free(p->push);
@@ -178,6 +184,7 @@ static flps_err part_create(uint32_t id, uint32_t numel, uint32_t workers,
     p->rx = flps_calloc(workers, sizeof(*p->rx));
     p->push = flps_calloc(workers, sizeof(*p->push));
     p->peer = flps_calloc(workers, sizeof(*p->peer));
+    p->decoded = flps_calloc(workers, sizeof(*p->decoded));
     p->acc = flps_calloc(numel, sizeof(float));
     p->mark = flps_calloc(numel, 1);
     p->last_async = flps_calloc(workers, sizeof(*p->last_async));
@@ -185,7 +192,7 @@ static flps_err part_create(uint32_t id, uint32_t numel, uint32_t workers,
     p->touched = flps_malloc((size_t)numel * sizeof(uint32_t));
     if (p->w == NULL || p->rx == NULL || p->push == NULL || p->peer == NULL ||
         p->acc == NULL || p->mark == NULL || p->touched == NULL ||
-        p->last_async == NULL) {
+        p->last_async == NULL || p->decoded == NULL) {
         part_destroy(p, workers);
         return FLPS_ENOMEM;
     }
@@ -308,7 +315,8 @@ static flps_err layout_compare(const ps_shard *s, const proto_msg *m, char *why,
     if (a->workers != b->workers || a->part_size != b->part_size ||
         a->mode != b->mode || a->agg != b->agg || a->density != b->density ||
         a->lr != b->lr || a->lr_schedule != b->lr_schedule ||
-        a->iterations != b->iterations) {
+        a->iterations != b->iterations ||
+        strcmp(a->compression, b->compression) != 0) {
         snprintf(why, len,
                  "the worker's job settings (workers %u, part_size %u, mode "
                  "%u, aggregation %u, density %g, lr %g, schedule %u over "
@@ -543,7 +551,9 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
 
     if (dense) {
         for (uint32_t r = 0; r < W; r++) {
-            const float *v = p->push[r].val;
+            const float *v = p->push[r].codec == PROTO_CODEC_ENCODED
+                                 ? p->decoded[r]
+                                 : p->push[r].val;
             for (uint32_t i = 0; i < p->numel; i++)
                 p->acc[i] += v[i];
         }
@@ -695,7 +705,9 @@ static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
 {
     const float scale =
         (float)(proto_jobcfg_lr_at(&s->jc, m->iter) / (double)s->jc.workers);
-    const int dense = m->codec == PROTO_CODEC_DENSE;
+    const int dense = m->codec != PROTO_CODEC_SPARSE;
+    const float *vals =
+        m->codec == PROTO_CODEC_ENCODED ? p->decoded[m->rank] : m->val;
     float *delta = flps_malloc(((size_t)m->n + 1) * sizeof(float));
     wal_record wr;
     flps_err rc;
@@ -703,7 +715,7 @@ static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
     if (delta == NULL)
         return FLPS_ENOMEM;
     for (uint32_t j = 0; j < m->n; j++)
-        delta[j] = -(scale * m->val[j]);
+        delta[j] = -(scale * vals[j]);
     memset(&wr, 0, sizeof(wr));
     wr.kind = dense ? WAL_ADD_DENSE : WAL_ADD_SPARSE;
     wr.part = p->id;
@@ -725,18 +737,76 @@ static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
     return rc;
 }
 
+/* A codec-encoded push (fp16, qsgd, sign) must name the job's codec and
+ * cover the whole part. */
+static flps_err check_encoded(ps_shard *s, uint32_t peer, const ps_part *p,
+                              const proto_msg *m, codec_spec *spec)
+{
+    if (s->jc.agg != PROTO_AGG_DENSE || strcmp(m->spec, s->jc.compression) ||
+        codec_spec_parse(m->spec, spec) != FLPS_OK ||
+        codec_kind_is_sparse(spec->kind)) {
+        reply_error(s, peer, m, FLPS_EPROTO,
+                    "push encoded as '%s' but the job's codec is '%s'", m->spec,
+                    s->jc.compression);
+        return FLPS_EPROTO;
+    }
+    if (m->n != p->numel) {
+        reply_error(s, peer, m, FLPS_EPROTO,
+                    "encoded push for part %u says %u elements; the part "
+                    "has %u",
+                    p->id, m->n, p->numel);
+        return FLPS_EPROTO;
+    }
+    return FLPS_OK;
+}
+
+/* Decode an encoded push into its rank's dense buffer. Called only once
+ * the push passed every other check: the buffer of a push already accepted
+ * for this iteration is never overwritten. codec_decode validates
+ * completely (frame sizes, values) before it writes. */
+static flps_err decode_encoded(ps_shard *s, uint32_t peer, ps_part *p,
+                               const proto_msg *m, const codec_spec *spec)
+{
+    codec_frame f[PROTO_ENC_MAX_FRAMES];
+    float **slot = &p->decoded[m->rank];
+    flps_err rc;
+
+    if (*slot == NULL) {
+        *slot = flps_malloc((size_t)p->numel * sizeof(float));
+        if (*slot == NULL) {
+            reply_error(s, peer, m, FLPS_ENOMEM, "out of memory");
+            return FLPS_ENOMEM;
+        }
+    }
+    for (uint32_t i = 0; i < m->nenc; i++) {
+        f[i].data = m->enc[i].data;
+        f[i].len = m->enc[i].len;
+    }
+    memset(*slot, 0, (size_t)p->numel * sizeof(float));
+    rc = codec_decode(spec, f, m->nenc, *slot, p->numel);
+    if (rc != FLPS_OK)
+        reply_error(s, peer, m, rc, "cannot decode the %s push for part %u",
+                    m->spec, p->id);
+    return rc;
+}
+
 static flps_err on_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
                         int *kept)
 {
     const uint32_t peer = rx->peer;
     flps_err rc;
     ps_part *p = request_part(s, peer, m, 1, &rc);
-    int want_sparse;
+    int want_sparse, encoded = m->codec == PROTO_CODEC_ENCODED;
+    codec_spec spec;
 
     if (p == NULL)
         return rc;
     want_sparse = s->jc.agg != PROTO_AGG_DENSE;
-    if ((m->codec == PROTO_CODEC_SPARSE) != want_sparse) {
+    if (m->codec == PROTO_CODEC_ENCODED) {
+        rc = check_encoded(s, peer, p, m, &spec);
+        if (rc != FLPS_OK)
+            return rc;
+    } else if ((m->codec == PROTO_CODEC_SPARSE) != want_sparse) {
         reply_error(s, peer, m, FLPS_EPROTO,
                     "this job aggregates %s pushes, got a %s one",
                     want_sparse ? "sparse" : "dense",
@@ -763,6 +833,11 @@ static flps_err on_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
                         "rank %u already pushed iteration %llu of part %u",
                         m->rank, (unsigned long long)m->iter, p->id);
             return FLPS_EDUP;
+        }
+        if (encoded) {
+            rc = decode_encoded(s, peer, p, m, &spec);
+            if (rc != FLPS_OK)
+                return rc;
         }
         rc = apply_async(s, peer, p, m);
         if (rc != FLPS_OK) {
@@ -792,6 +867,11 @@ static flps_err on_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
                     "rank %u already pushed iteration %llu of part %u", m->rank,
                     (unsigned long long)m->iter, p->id);
         return FLPS_EDUP;
+    }
+    if (encoded) {
+        rc = decode_encoded(s, peer, p, m, &spec);
+        if (rc != FLPS_OK)
+            return rc;
     }
     p->rx[m->rank] = rx;
     p->push[m->rank] = *m;

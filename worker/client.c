@@ -18,7 +18,8 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "compress/topk.h"
+#include "compress/codec.h"
+#include "compress/ef.h"
 #include "proto/msg.h"
 #include "proto/partmap.h"
 #include "proto/transport.h"
@@ -53,17 +54,19 @@ typedef struct cpart {
     uint32_t numel;
     uint32_t shard;
     creq req;
+    /* Dense-valued codecs (dense, fp16, qsgd, sign) encode part by part. */
+    codec *cd;
+    ef *ef;
 } cpart;
 
 typedef struct ctensor {
     char name[PROTO_NAME_MAX + 1];
     size_t numel;
     float *data;
-    float *residual; /* error feedback (sparse codecs) */
-    float *velocity; /* momentum */
-    float *acc;      /* scratch: residual + velocity */
-    uint32_t *sel;   /* scratch: selected indices */
-    uint32_t k;
+    /* Sparse codecs (topk, gtopk, randk, dgc) select over the whole layer. */
+    codec *cd;
+    ef *ef;          /* error feedback + momentum correction */
+    float *velocity; /* plain momentum, for codecs without error feedback */
 } ctensor;
 
 struct flps_client {
@@ -71,6 +74,10 @@ struct flps_client {
     uint32_t rank, workers, nshards, ntensors;
     int async;
     proto_agg agg;
+    codec_spec spec;
+    char spec_text[PROTO_SPEC_MAX + 1];
+    int sparse; /* the codec selects (per layer) rather than encodes all */
+    int use_ef; /* the codec is biased: keep an error-feedback residual */
     double density, lr, momentum;
     int lr_cosine;
     uint64_t iterations;
@@ -195,6 +202,39 @@ static void msg_base(const flps_client *c, proto_msg *m, uint8_t op,
 
 /* ---- receiving ---- */
 
+/* gtopk: what the shard did not take goes back into the residual. Both
+ * lists are ascending: one merge walk finds the values we sent. */
+static void add_back_rejected(flps_client *c, cpart *p, const proto_msg *m)
+{
+    const uint32_t *sent = proto_buf_data(p->req.payload);
+    const float *vals = (const float *)(sent + p->req.n);
+    uint32_t *idx = flps_malloc((size_t)m->nrej * sizeof(uint32_t));
+    float *val = flps_malloc((size_t)m->nrej * sizeof(float));
+    uint32_t j = 0, n = 0;
+
+    if (idx == NULL || val == NULL) {
+        log_error("out of memory returning %u rejected values of part %u to "
+                  "the residual",
+                  m->nrej, m->part);
+        goto out;
+    }
+    for (uint32_t q = 0; q < m->nrej; q++) {
+        while (j < p->req.n && sent[j] < m->rej[q])
+            j++;
+        if (j < p->req.n && sent[j] == m->rej[q]) {
+            idx[n] = (uint32_t)(p->offset + sent[j]);
+            val[n++] = vals[j];
+        }
+    }
+    if (ef_add_back(c->tensors[p->tensor].ef, idx, val, n) != FLPS_OK)
+        log_error("part %u: the shard's rejected indices do not fit the "
+                  "layer",
+                  m->part);
+out:
+    flps_free(idx);
+    flps_free(val);
+}
+
 static void apply_update(flps_client *c, cpart *p, const proto_msg *m)
 {
     ctensor *t = &c->tensors[p->tensor];
@@ -207,20 +247,8 @@ static void apply_update(flps_client *c, cpart *p, const proto_msg *m)
         for (uint32_t j = 0; j < m->n; j++)
             w[m->idx[j]] += m->val[j];
     }
-    if (m->nrej > 0 && p->req.payload != NULL) {
-        /* gtopk: what the shard did not take goes back into the residual.
-         * Both lists are ascending: one merge walk. */
-        const uint32_t *sent = proto_buf_data(p->req.payload);
-        const float *vals = (const float *)(sent + p->req.n);
-        float *r = t->residual + p->offset;
-        uint32_t j = 0;
-        for (uint32_t q = 0; q < m->nrej; q++) {
-            while (j < p->req.n && sent[j] < m->rej[q])
-                j++;
-            if (j < p->req.n && sent[j] == m->rej[q])
-                r[sent[j]] += vals[j];
-        }
-    }
+    if (m->nrej > 0 && p->req.payload != NULL && t->ef != NULL)
+        add_back_rejected(c, p, m);
 }
 
 /* Handle one reply; returns an error only for a refusal that ends the
@@ -402,37 +430,41 @@ static flps_err drain(flps_client *c)
 
 /* ---- set-up ---- */
 
-static flps_err parse_compression(flps_client *c, const char *spec)
+static flps_err parse_compression(flps_client *c, const char *text)
 {
-    const char *colon;
-    char *end;
-    double d;
-
-    if (spec == NULL || strcmp(spec, "dense") == 0) {
-        c->agg = PROTO_AGG_DENSE;
-        c->density = 1.0;
-        return FLPS_OK;
-    }
-    colon = strchr(spec, ':');
-    if (colon == NULL)
-        goto bad;
-    errno = 0;
-    d = strtod(colon + 1, &end);
-    if (errno != 0 || *end != '\0' || !(d > 0) || d > 1)
-        goto bad;
-    if ((size_t)(colon - spec) == 4 && strncmp(spec, "topk", 4) == 0)
-        c->agg = PROTO_AGG_TOPK;
-    else if ((size_t)(colon - spec) == 5 && strncmp(spec, "gtopk", 5) == 0)
-        c->agg = PROTO_AGG_GTOPK;
-    else
-        goto bad;
-    c->density = d;
+    if (text == NULL)
+        text = "dense";
+    if (codec_spec_parse(text, &c->spec) != FLPS_OK)
+        return set_error(c, FLPS_ECONFIG,
+                         "compression '%s' is not a codec; use dense, fp16, "
+                         "topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS or sign",
+                         text);
+    codec_spec_format(&c->spec, c->spec_text, sizeof(c->spec_text));
+    c->sparse = codec_kind_is_sparse(c->spec.kind);
+    c->density = c->sparse ? c->spec.density : 1.0;
+    c->agg = c->spec.kind == CODEC_GTOPK ? PROTO_AGG_GTOPK
+             : c->sparse                 ? PROTO_AGG_TOPK
+                                         : PROTO_AGG_DENSE;
+    /* randk is unbiased by its scaling and qsgd below 4 bits by its
+     * stochastic rounding; error feedback on them lets the residual grow
+     * without bound (compress/ef.h), so they run without it. */
+    c->use_ef = !(c->spec.kind == CODEC_RANDK ||
+                  (c->spec.kind == CODEC_QSGD && c->spec.bits < 4));
     return FLPS_OK;
-bad:
-    return set_error(c, FLPS_ECONFIG,
-                     "compression '%s' is not supported by the shards; use "
-                     "dense, topk:D or gtopk:D with 0 < D <= 1",
-                     spec);
+}
+
+/* One codec (and its error feedback or plain velocity) for n elements. */
+static flps_err make_coder(flps_client *c, size_t n, uint64_t seed, codec **cd,
+                           ef **e, float **velocity)
+{
+    flps_err rc = codec_create(&c->spec, seed, cd);
+
+    if (rc != FLPS_OK)
+        return rc;
+    if (c->use_ef)
+        return ef_create(n, (float)c->momentum, e);
+    *velocity = flps_calloc(n, sizeof(float));
+    return *velocity ? FLPS_OK : FLPS_ENOMEM;
 }
 
 static flps_err client_setup(flps_client *c, const flps_client_config *cfg)
@@ -462,20 +494,15 @@ static flps_err client_setup(flps_client *c, const flps_client_config *cfg)
         t->numel = src->numel;
         t->data = src->data;
         numel[i] = src->numel;
-        t->velocity = flps_calloc(t->numel, sizeof(float));
-        if (t->velocity == NULL) {
-            flps_free(numel);
-            return FLPS_ENOMEM;
-        }
-        if (c->agg != PROTO_AGG_DENSE) {
-            double k = floor(c->density * (double)t->numel);
-            t->k = k < 1 ? 1 : (uint32_t)k;
-            t->residual = flps_calloc(t->numel, sizeof(float));
-            t->acc = flps_malloc(t->numel * sizeof(float));
-            t->sel = flps_malloc(t->k * sizeof(uint32_t));
-            if (t->residual == NULL || t->acc == NULL || t->sel == NULL) {
+        if (c->sparse) {
+            /* Seeds differ by rank and layer so random codecs do not pick
+             * the same indices on every worker. */
+            rc = make_coder(c, t->numel,
+                            ((uint64_t)c->rank << 32) ^ ((uint64_t)i << 8),
+                            &t->cd, &t->ef, &t->velocity);
+            if (rc != FLPS_OK) {
                 flps_free(numel);
-                return FLPS_ENOMEM;
+                return rc;
             }
         }
     }
@@ -488,10 +515,29 @@ static flps_err client_setup(flps_client *c, const flps_client_config *cfg)
     if (c->parts == NULL || c->shard_req == NULL)
         return FLPS_ENOMEM;
     for (uint32_t i = 0; i < c->pm.nparts; i++) {
-        c->parts[i].tensor = c->pm.parts[i].tensor;
-        c->parts[i].offset = c->pm.parts[i].offset;
-        c->parts[i].numel = c->pm.parts[i].numel;
-        c->parts[i].shard = c->pm.parts[i].shard;
+        cpart *p = &c->parts[i];
+        p->tensor = c->pm.parts[i].tensor;
+        p->offset = c->pm.parts[i].offset;
+        p->numel = c->pm.parts[i].numel;
+        p->shard = c->pm.parts[i].shard;
+        if (!c->sparse) {
+            float *unused = NULL;
+            rc = make_coder(c, p->numel, ((uint64_t)c->rank << 32) ^ i, &p->cd,
+                            &p->ef, &unused);
+            /* Dense-valued codecs without error feedback keep their
+             * velocity per tensor (allocated below). */
+            flps_free(unused);
+            if (rc != FLPS_OK)
+                return rc;
+        }
+    }
+    if (!c->sparse && !c->use_ef) {
+        for (uint32_t i = 0; i < c->ntensors; i++) {
+            c->tensors[i].velocity =
+                flps_calloc(c->tensors[i].numel, sizeof(float));
+            if (c->tensors[i].velocity == NULL)
+                return FLPS_ENOMEM;
+        }
     }
     return FLPS_OK;
 }
@@ -517,6 +563,8 @@ static flps_err client_register(flps_client *c)
         m.cfg.mode = c->async ? PROTO_MODE_ASYNC : PROTO_MODE_SSGD;
         m.cfg.agg = (uint8_t)c->agg;
         m.cfg.density = c->density;
+        snprintf(m.cfg.compression, sizeof(m.cfg.compression), "%s",
+                 c->spec_text);
         m.cfg.lr = c->lr;
         m.cfg.lr_schedule = c->lr_cosine ? PROTO_LR_COSINE : PROTO_LR_CONSTANT;
         m.cfg.iterations = c->iterations;
@@ -604,16 +652,18 @@ void flps_client_destroy(flps_client *c)
 {
     if (c == NULL)
         return;
-    for (uint32_t i = 0; c->parts != NULL && i < c->pm.nparts; i++)
+    for (uint32_t i = 0; c->parts != NULL && i < c->pm.nparts; i++) {
         creq_clear(&c->parts[i].req);
+        codec_destroy(c->parts[i].cd);
+        ef_destroy(c->parts[i].ef);
+    }
     for (uint32_t s = 0; c->shard_req != NULL && s < c->nshards; s++)
         creq_clear(&c->shard_req[s]);
     transport_destroy(c->t);
     for (uint32_t i = 0; c->tensors != NULL && i < c->ntensors; i++) {
-        flps_free(c->tensors[i].residual);
+        codec_destroy(c->tensors[i].cd);
+        ef_destroy(c->tensors[i].ef);
         flps_free(c->tensors[i].velocity);
-        flps_free(c->tensors[i].acc);
-        flps_free(c->tensors[i].sel);
     }
     for (uint32_t s = 0; c->endpoints != NULL && s < c->nshards; s++)
         flps_free(c->endpoints[s]);
@@ -700,40 +750,13 @@ flps_err flps_client_checkpoint(flps_client *c)
 
 /* ---- push ---- */
 
-/* Send values (dense) or the pairs of sel[lo..hi) (sparse) for part pi. */
-static flps_err push_part(flps_client *c, uint32_t pi, uint64_t iter,
-                          const float *src, const uint32_t *sel, uint32_t lo,
-                          uint32_t hi)
+/* Queue the push built in msg/b for part pi and account for its bytes. */
+static flps_err send_push(flps_client *c, uint32_t pi, proto_msg *m,
+                          proto_buf *b, uint32_t count)
 {
     cpart *p = &c->parts[pi];
-    const int dense = c->agg == PROTO_AGG_DENSE;
-    uint32_t n = dense ? p->numel : hi - lo;
-    proto_buf *b = proto_buf_create((size_t)n * (dense ? 4 : 8));
-    proto_msg m;
-    flps_err rc;
+    flps_err rc = creq_build(&p->req, CREQ_PUSH, p->shard, m, b);
 
-    if (b == NULL)
-        return set_error(c, FLPS_ENOMEM, "out of memory");
-    msg_base(c, &m, PROTO_OP_PUSH, pi, iter);
-    m.n = n;
-    if (dense) {
-        float *v = proto_buf_data(b);
-        memcpy(v, src + p->offset, (size_t)n * 4);
-        m.codec = PROTO_CODEC_DENSE;
-        m.val = v;
-    } else {
-        uint32_t *ix = proto_buf_data(b);
-        float *v = (float *)(ix + n);
-        for (uint32_t j = 0; j < n; j++) {
-            uint32_t i = sel[lo + j];
-            ix[j] = (uint32_t)(i - p->offset);
-            v[j] = src[i];
-        }
-        m.codec = PROTO_CODEC_SPARSE;
-        m.idx = ix;
-        m.val = v;
-    }
-    rc = creq_build(&p->req, CREQ_PUSH, p->shard, &m, b);
     proto_buf_release(b);
     if (rc == FLPS_OK)
         rc = creq_send(c, &p->req);
@@ -741,7 +764,7 @@ static flps_err push_part(flps_client *c, uint32_t pi, uint64_t iter,
         return set_error(c, rc, "cannot push part %u: %s", pi,
                          flps_strerror(rc));
     c->stats.pushes++;
-    c->stats.elements_sent += n;
+    c->stats.elements_sent += count;
     for (size_t f = 0; f < p->req.nframes; f++)
         c->push_wire_bytes += transport_zmtp_frame_bytes(p->req.frames[f].len);
     /* The same push sent dense: the header (a dense header is the same
@@ -752,12 +775,89 @@ static flps_err push_part(flps_client *c, uint32_t pi, uint64_t iter,
     return FLPS_OK;
 }
 
+/* Push the pairs [lo, hi) of a layer's selection (tensor coordinates) to
+ * the shard of part pi. */
+static flps_err push_sparse(flps_client *c, uint32_t pi, uint64_t iter,
+                            const uint32_t *idx, const float *val, uint32_t lo,
+                            uint32_t hi)
+{
+    cpart *p = &c->parts[pi];
+    uint32_t n = hi - lo;
+    proto_buf *b = proto_buf_create((size_t)n * 8);
+    uint32_t *ix;
+    float *v;
+    proto_msg m;
+
+    if (b == NULL)
+        return set_error(c, FLPS_ENOMEM, "out of memory");
+    ix = proto_buf_data(b);
+    v = (float *)(ix + n);
+    for (uint32_t j = 0; j < n; j++) {
+        ix[j] = (uint32_t)(idx[lo + j] - p->offset);
+        v[j] = val[lo + j];
+    }
+    msg_base(c, &m, PROTO_OP_PUSH, pi, iter);
+    m.codec = PROTO_CODEC_SPARSE;
+    m.n = n;
+    m.idx = ix;
+    m.val = v;
+    return send_push(c, pi, &m, b, n);
+}
+
+/* Push a part encoded by a dense-valued codec: raw f32 for dense, the
+ * codec's frames (copied into one buffer) for fp16, qsgd and sign. */
+static flps_err push_encoded(flps_client *c, uint32_t pi, uint64_t iter,
+                             const codec_msg *cm)
+{
+    cpart *p = &c->parts[pi];
+    proto_buf *b = proto_buf_create(cm->bytes);
+    unsigned char *d;
+    proto_msg m;
+    size_t off = 0;
+
+    if (b == NULL)
+        return set_error(c, FLPS_ENOMEM, "out of memory");
+    d = proto_buf_data(b);
+    msg_base(c, &m, PROTO_OP_PUSH, pi, iter);
+    m.n = p->numel;
+    if (c->spec.kind == CODEC_DENSE) {
+        memcpy(d, cm->frames[0].data, cm->frames[0].len);
+        m.codec = PROTO_CODEC_DENSE;
+        m.val = (const float *)d;
+    } else {
+        m.codec = PROTO_CODEC_ENCODED;
+        snprintf(m.spec, sizeof(m.spec), "%s", c->spec_text);
+        m.nenc = (uint32_t)cm->nframes;
+        for (size_t f = 0; f < cm->nframes; f++) {
+            memcpy(d + off, cm->frames[f].data, cm->frames[f].len);
+            m.enc[f].data = d + off;
+            m.enc[f].len = cm->frames[f].len;
+            off += cm->frames[f].len;
+        }
+    }
+    return send_push(c, pi, &m, b, p->numel);
+}
+
+/* Encode n elements of gradient g: through error feedback when the codec
+ * is biased, else with plain momentum in velocity. */
+static flps_err encode_grad(flps_client *c, codec *cd, ef *e, float *velocity,
+                            const float *g, size_t n, codec_msg *out)
+{
+    const float m = (float)c->momentum;
+
+    if (e != NULL)
+        return ef_step(e, cd, g, out);
+    for (size_t i = 0; i < n; i++)
+        velocity[i] = m * velocity[i] + g[i];
+    return codec_encode(cd, velocity, n, out);
+}
+
 flps_err flps_client_push(flps_client *c, uint32_t tensor, const float *grad,
                           uint64_t iter)
 {
     ctensor *t;
-    const float m = (float)c->momentum;
     uint32_t first, last;
+    codec_msg cm;
     flps_err rc;
 
     if (c->err != FLPS_OK)
@@ -775,45 +875,45 @@ flps_err flps_client_push(flps_client *c, uint32_t tensor, const float *grad,
                              "its previous push arrived (call "
                              "flps_client_wait first)",
                              t->name);
+    /* Checked up front for the whole layer, so a NaN changes nothing (no
+     * part is sent, no residual or velocity moves) and the call can be
+     * repeated with a good gradient. */
     for (size_t i = 0; i < t->numel; i++)
         if (!isfinite(grad[i]))
-            return FLPS_ENONFINITE; /* not sticky: nothing was changed */
+            return FLPS_ENONFINITE;
 
-    /* u <- m u + g (momentum correction); dense sends u as it is. */
-    for (size_t i = 0; i < t->numel; i++)
-        t->velocity[i] = m * t->velocity[i] + grad[i];
-    if (c->agg == PROTO_AGG_DENSE) {
+    if (!c->sparse) {
         for (uint32_t pi = first; pi < last; pi++) {
-            rc = push_part(c, pi, iter, t->velocity, NULL, 0, 0);
+            cpart *p = &c->parts[pi];
+            float *vel = t->velocity ? t->velocity + p->offset : NULL;
+            rc = encode_grad(c, p->cd, p->ef, vel, grad + p->offset, p->numel,
+                             &cm);
+            if (rc == FLPS_OK)
+                rc = push_encoded(c, pi, iter, &cm);
             if (rc != FLPS_OK)
-                return rc;
+                return set_error(c, rc, "cannot encode part %u of %s: %s", pi,
+                                 t->name, flps_strerror(rc));
         }
         return FLPS_OK;
     }
-    /* a <- r + u; S <- top-k(a); send a[S]; r <- a with S zeroed; u[S] = 0
-     * (momentum factor masking). */
-    for (size_t i = 0; i < t->numel; i++)
-        t->acc[i] = t->residual[i] + t->velocity[i];
-    rc = topk_select(t->acc, t->numel, t->k, t->sel);
+    /* Layer-wise selection, split by part: indices are ascending, parts of
+     * a tensor are consecutive ranges. */
+    rc = encode_grad(c, t->cd, t->ef, t->velocity, grad, t->numel, &cm);
     if (rc != FLPS_OK)
-        return set_error(c, rc, "top-k of tensor %s failed: %s", t->name,
+        return set_error(c, rc, "cannot encode layer %s: %s", t->name,
                          flps_strerror(rc));
-    memcpy(t->residual, t->acc, t->numel * sizeof(float));
     {
-        uint32_t j = 0;
+        const float *vals = (const float *)cm.frames[1].data;
+        uint32_t j = 0, count = (uint32_t)cm.count;
         for (uint32_t pi = first; pi < last; pi++) {
             uint64_t end = c->parts[pi].offset + c->parts[pi].numel;
             uint32_t lo = j;
-            while (j < t->k && t->sel[j] < end)
+            while (j < count && cm.idx[j] < end)
                 j++;
-            rc = push_part(c, pi, iter, t->acc, t->sel, lo, j);
+            rc = push_sparse(c, pi, iter, cm.idx, vals, lo, j);
             if (rc != FLPS_OK)
                 return rc;
         }
-    }
-    for (uint32_t j = 0; j < t->k; j++) {
-        t->residual[t->sel[j]] = 0;
-        t->velocity[t->sel[j]] = 0;
     }
     return FLPS_OK;
 }

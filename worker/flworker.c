@@ -198,6 +198,11 @@ int main(int argc, char **argv)
         log_error("partition: only iid is available in this build");
         return 2;
     }
+    if (spec.compression == JOBSPEC_COMP_AUTO) {
+        log_error("compression: auto needs the scheduler's planner (submit "
+                  "the job with flsubmit); to run it here, pick a codec");
+        return 2;
+    }
     if (spec.transport != JOBSPEC_TRANSPORT_ZMQ) {
         log_error("transport: rdma needs an RDMA device and a build with "
                   "libibverbs; this build has zmq only");

@@ -460,7 +460,7 @@ Test(jobspec, names_the_codecs_for_an_unknown_one_and_suggests_the_closest)
     expect_error("name: a\nmodel: mlp\n\n\n\n\ncompression: gtop:0.01\n",
                  "line 7: compression: 'gtop:0.01' is not a codec; expected "
                  "one of dense, topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, "
-                 "fp16, auto",
+                 "fp16, sign, auto",
                  "did you mean 'gtopk:0.01'?", NULL);
     expect_error("name: a\nmodel: mlp\ncompression: zstd\n",
                  "line 3: compression", "'zstd' is not a codec", NULL);

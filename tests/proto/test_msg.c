@@ -82,6 +82,52 @@ static void pk_str(msgpack_packer *pk, const char *s)
     msgpack_pack_str_body(pk, s, strlen(s));
 }
 
+/* Pack the "cfg" value exactly as proto_msg_encode writes it (so the
+ * hand-made headers follow the config's format as it grows): shard 0 of 1,
+ * 2 workers, part_size 4, gtopk, density 0.5, lr 0.1, 100 iterations. */
+static void pack_real_cfg(msgpack_packer *pk, uint64_t lr_schedule)
+{
+    proto_msg m;
+    proto_tensor t;
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf, hlen, off = 0;
+    void *hdr = NULL;
+    msgpack_unpacked up;
+    int found = 0;
+
+    memset(&m, 0, sizeof(m));
+    memset(&t, 0, sizeof(t));
+    strcpy(t.name, "w");
+    t.numel = 10;
+    m.op = PROTO_OP_REGISTER;
+    strcpy(m.job, "job");
+    m.cfg.nshards = 1;
+    m.cfg.workers = 2;
+    m.cfg.part_size = 4;
+    m.cfg.agg = PROTO_AGG_GTOPK;
+    m.cfg.density = 0.5;
+    m.cfg.lr = 0.1;
+    m.cfg.lr_schedule = (uint8_t)lr_schedule;
+    m.cfg.iterations = 100;
+    m.ntensors = 1;
+    m.tensors = &t;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_OK);
+    msgpack_unpacked_init(&up);
+    cr_assert_eq(msgpack_unpack_next(&up, hdr, hlen, &off),
+                 MSGPACK_UNPACK_SUCCESS);
+    for (uint32_t i = 0; i < up.data.via.map.size; i++) {
+        const msgpack_object_kv *kv = &up.data.via.map.ptr[i];
+        if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == 3 &&
+            memcmp(kv->key.via.str.ptr, "cfg", 3) == 0) {
+            msgpack_pack_object(pk, kv->val);
+            found = 1;
+        }
+    }
+    cr_assert(found, "the encoder wrote no cfg");
+    msgpack_unpacked_destroy(&up);
+    free(hdr);
+}
+
 static void put_value(msgpack_packer *pk, const char *key, const hdr_spec *s)
 {
     if (s->wrong_type != NULL && strcmp(key, s->wrong_type) == 0) {
@@ -116,17 +162,7 @@ static void put_value(msgpack_packer *pk, const char *key, const hdr_spec *s)
     } else if (strcmp(key, "text") == 0) {
         pk_str(pk, s->text);
     } else if (strcmp(key, "cfg") == 0) {
-        msgpack_pack_array(pk, 10);
-        msgpack_pack_uint64(pk, 0);
-        msgpack_pack_uint64(pk, 1);
-        msgpack_pack_uint64(pk, 2);
-        msgpack_pack_uint64(pk, 4);
-        msgpack_pack_uint64(pk, 0);
-        msgpack_pack_uint64(pk, 2);
-        msgpack_pack_double(pk, 0.5);
-        msgpack_pack_double(pk, 0.1);
-        msgpack_pack_uint64(pk, s->lr_schedule);
-        msgpack_pack_uint64(pk, 100);
+        pack_real_cfg(pk, s->lr_schedule);
     } else if (strcmp(key, "tensors") == 0) {
         msgpack_pack_array(pk, 1);
         msgpack_pack_array(pk, 2);
@@ -615,7 +651,9 @@ Test(msg, encode_refuses_unknown_ops_sparse_init_and_unknown_codecs)
     m.val = val3;
     cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_EINVAL);
     m.op = PROTO_OP_PUSH;
-    m.codec = 2;
+    m.codec = PROTO_CODEC_ENCODED; /* without a spec and frames */
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_EINVAL);
+    m.codec = PROTO_CODEC_ENCODED + 1;
     cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_EINVAL);
     cr_assert_eq(hdr, (void *)&nf, "a refused encode writes nothing");
     cr_assert_eq(nf, 77);
@@ -745,7 +783,7 @@ Test(msg, refuses_values_out_of_their_range)
     s.part = UINT64_MAX;
     expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, "'part'");
     s = spec_for(PROTO_OP_PUSH);
-    s.codec = 2;
+    s.codec = PROTO_CODEC_ENCODED + 1;
     expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, "'data'");
 }
 
@@ -1253,4 +1291,69 @@ Test(msg, random_mutations_of_a_valid_header_never_crash_the_decoder)
     /* Mutations that hit e.g. the rank's value still decode. */
     cr_assert_gt(n_ok, 0);
     free(hdr);
+}
+
+Test(msg, an_encoded_push_round_trips_with_its_spec_and_frames)
+{
+    static const unsigned char norms[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    static const unsigned char codes[5] = {9, 8, 7, 6, 5};
+    proto_msg m, d;
+    proto_frame f[PROTO_MAX_FRAMES];
+    void *hdr = NULL;
+    size_t hlen = 0, nf = 0;
+    char err[ERRLEN] = "";
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_PUSH;
+    snprintf(m.job, sizeof(m.job), "j");
+    m.part = 3;
+    m.iter = 9;
+    m.codec = PROTO_CODEC_ENCODED;
+    m.n = 1000;
+    snprintf(m.spec, sizeof(m.spec), "qsgd:4");
+    m.nenc = 2;
+    m.enc[0].data = norms;
+    m.enc[0].len = sizeof(norms);
+    m.enc[1].data = codes;
+    m.enc[1].len = sizeof(codes);
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_OK);
+    cr_assert_eq(nf, 3, "header + the codec's two frames");
+    cr_assert_eq(f[1].data, (const void *)norms, "frames are not copied");
+    cr_assert_eq(proto_msg_decode(f, nf, &d, err, sizeof(err)), FLPS_OK, "%s",
+                 err);
+    cr_assert_eq(d.codec, PROTO_CODEC_ENCODED);
+    cr_assert_str_eq(d.spec, "qsgd:4");
+    cr_assert_eq(d.n, 1000);
+    cr_assert_eq(d.nenc, 2);
+    cr_assert_eq(d.enc[1].len, sizeof(codes));
+    cr_assert_eq(memcmp(d.enc[1].data, codes, sizeof(codes)), 0);
+    /* One frame too many, or none at all, is refused. */
+    f[3] = f[2];
+    cr_assert_eq(proto_msg_decode(f, 4, &d, err, sizeof(err)), FLPS_EPROTO);
+    cr_assert_eq(proto_msg_decode(f, 1, &d, err, sizeof(err)), FLPS_EPROTO);
+    free(hdr);
+}
+
+Test(msg, only_a_push_may_be_codec_encoded)
+{
+    static const unsigned char bytes[4] = {0};
+    proto_msg m;
+    proto_frame f[PROTO_MAX_FRAMES];
+    void *hdr = (void *)&m;
+    size_t hlen = 0, nf = 0;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_INIT;
+    snprintf(m.job, sizeof(m.job), "j");
+    m.codec = PROTO_CODEC_ENCODED;
+    m.n = 1;
+    snprintf(m.spec, sizeof(m.spec), "fp16");
+    m.nenc = 1;
+    m.enc[0].data = bytes;
+    m.enc[0].len = 2;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_EINVAL);
+    m.op = PROTO_OP_PUSH;
+    m.spec[0] = '\0';
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_EINVAL,
+                 "an encoded push names its codec");
 }
