@@ -1,0 +1,829 @@
+/* flsubmit's human output: the scheduler's JSON turned into tables,
+ * progress lines and summaries, without I/O. */
+#include "cli/submit_render.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/alloc.h"
+
+/* A growing string. The first failed allocation sticks, so the renderers
+ * append without checking each call and test once at the end. */
+typedef struct sbuf {
+    char *s;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+static void sb_vprintf(sbuf *b, const char *fmt, va_list ap)
+{
+    va_list ap2;
+    int n;
+
+    if (b->oom)
+        return;
+    va_copy(ap2, ap);
+    n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt,
+                  ap2);
+    va_end(ap2);
+    if (n < 0) {
+        b->oom = 1;
+        return;
+    }
+    if (b->s == NULL || b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 128;
+        char *s;
+
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        s = flps_realloc(b->s, cap);
+        if (s == NULL) {
+            b->oom = 1;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+        vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+    }
+    b->len += (size_t)n;
+}
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    sb_vprintf(b, fmt, ap);
+    va_end(ap);
+}
+
+/* Hand the string to the caller, or free it after a failed allocation. */
+static flps_err sb_finish(sbuf *b, char **out)
+{
+    if (b->s == NULL && !b->oom)
+        sb_printf(b, "%s", "");
+    if (b->oom) {
+        flps_free(b->s);
+        return FLPS_ENOMEM;
+    }
+    *out = b->s;
+    return FLPS_OK;
+}
+
+/* Accessors that accept what a Redis-backed API may send: numbers as JSON
+ * numbers or as decimal strings (Redis hashes store strings), and null for
+ * "not yet". They return 1 and write *out only when the value is usable. */
+static int get_num(const json_t *o, const char *key, double *out)
+{
+    json_t *v = json_is_object(o) ? json_object_get(o, key) : NULL;
+    const char *s;
+    char *end;
+    double d;
+
+    if (json_is_number(v)) {
+        d = json_number_value(v);
+    } else if (json_is_string(v)) {
+        s = json_string_value(v);
+        if (*s == '\0')
+            return 0;
+        d = strtod(s, &end);
+        if (*end != '\0')
+            return 0;
+    } else {
+        return 0;
+    }
+    if (!isfinite(d))
+        return 0;
+    *out = d;
+    return 1;
+}
+
+static const char *get_str(const json_t *o, const char *key)
+{
+    json_t *v = json_is_object(o) ? json_object_get(o, key) : NULL;
+
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static const char *str_or(const json_t *o, const char *key, const char *dflt)
+{
+    const char *s = get_str(o, key);
+
+    return s != NULL && *s != '\0' ? s : dflt;
+}
+
+static void fmt_units(double v, const char *const *units, int nunits,
+                      double step, int drop_zero, char *buf, size_t len)
+{
+    int i = 0;
+    int n;
+
+    if (len == 0)
+        return;
+    if (!isfinite(v) || v < 0) {
+        snprintf(buf, len, "-");
+        return;
+    }
+    /* Compare against the rounded value, so 999.96 kB prints as 1.0 MB
+     * rather than 1000.0 kB. */
+    while (i + 1 < nunits && (i == 0 ? v : round(v * 10) / 10) >= step) {
+        v /= step;
+        i++;
+    }
+    if (i == 0) {
+        snprintf(buf, len, "%.0f %s", v, units[0]);
+        return;
+    }
+    n = snprintf(buf, len, "%.1f", v);
+    if (drop_zero && n >= 2 && (size_t)n < len && buf[n - 1] == '0' &&
+        buf[n - 2] == '.')
+        n -= 2;
+    if (n >= 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, " %s", units[i]);
+}
+
+void submit_render_bytes(double bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+
+    fmt_units(bytes, units, 6, 1000, 0, buf, len);
+}
+
+void submit_render_bytes_iec(double bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+
+    fmt_units(bytes, units, 6, 1024, 1, buf, len);
+}
+
+void submit_render_duration(double seconds, char *buf, size_t len)
+{
+    double r;
+    unsigned long long s;
+
+    if (len == 0)
+        return;
+    if (!isfinite(seconds) || seconds < 0 || seconds > 1e15) {
+        snprintf(buf, len, "-");
+        return;
+    }
+    r = round(seconds);
+    s = (unsigned long long)r;
+    if (s < 60)
+        snprintf(buf, len, "%llus", s);
+    else if (s < 3600)
+        snprintf(buf, len, "%llum%02llus", s / 60, s % 60);
+    else if (s < 86400)
+        snprintf(buf, len, "%lluh%02llum", s / 3600, s % 3600 / 60);
+    else
+        snprintf(buf, len, "%llud%02lluh", s / 86400, s % 86400 / 3600);
+}
+
+int submit_render_state_is_final(const char *state)
+{
+    return state != NULL &&
+           (strcmp(state, "SUCCEEDED") == 0 || strcmp(state, "FAILED") == 0 ||
+            strcmp(state, "CANCELLED") == 0);
+}
+
+/* The numbers a progress line shows, with a flag for each that was sent. */
+typedef struct prog {
+    int has_total, has_iter, has_loss, has_acc, has_sent, has_dense;
+    int has_elapsed;
+    double total, iter, loss, acc, sent, dense, elapsed;
+} prog;
+
+static void prog_read(const json_t *job, prog *p)
+{
+    json_t *pr = json_object_get(job, "progress");
+    json_t *sum = json_object_get(job, "summary");
+
+    memset(p, 0, sizeof(*p));
+    p->has_total = get_num(job, "iterations", &p->total) && p->total > 0;
+    p->has_iter = get_num(pr, "iteration", &p->iter);
+    p->has_loss = get_num(pr, "loss", &p->loss);
+    p->has_acc = get_num(pr, "test_accuracy", &p->acc);
+    p->has_sent = get_num(pr, "bytes_sent", &p->sent);
+    p->has_dense = get_num(pr, "dense_bytes", &p->dense) && p->dense > 0;
+    p->has_elapsed = get_num(pr, "elapsed", &p->elapsed);
+    /* Once finished, the summary is the authority: it sums over every
+     * worker, where progress is rank 0's last report. */
+    if (json_is_object(sum)) {
+        double v;
+
+        if (get_num(sum, "iterations", &v)) {
+            p->iter = v;
+            p->has_iter = 1;
+        }
+        if (get_num(sum, "test_accuracy", &v)) {
+            p->acc = v;
+            p->has_acc = 1;
+        }
+        if (get_num(sum, "bytes_sent", &v)) {
+            p->sent = v;
+            p->has_sent = 1;
+        }
+        if (get_num(sum, "dense_bytes", &v) && v > 0) {
+            p->dense = v;
+            p->has_dense = 1;
+        }
+        if (get_num(sum, "wall_seconds", &v)) {
+            p->elapsed = v;
+            p->has_elapsed = 1;
+        }
+    }
+}
+
+static double prog_fraction(const prog *p)
+{
+    double f;
+
+    if (!p->has_total || !p->has_iter || p->iter <= 0)
+        return 0;
+    f = p->iter / p->total;
+    return f > 1 ? 1 : f;
+}
+
+double submit_render_fraction(const json_t *job)
+{
+    prog p;
+
+    prog_read(job, &p);
+    return prog_fraction(&p);
+}
+
+/* How a progress body is laid out. */
+enum {
+    PROG_LIVE = 1,    /* add the ETA and the restarts (meaningless once the
+                         job has ended) */
+    PROG_COMPACT = 2, /* for a narrow terminal: a short bar, no "iter" and
+                         "of dense" words, the ETA before the bytes */
+};
+
+static void sb_eta(sbuf *b, const prog *p, double frac, const char *sep)
+{
+    char eta[32];
+
+    if (frac >= 1)
+        submit_render_duration(0, eta, sizeof(eta));
+    else if (p->has_elapsed && p->has_total && p->has_iter && p->iter > 0)
+        submit_render_duration(p->elapsed * (p->total - p->iter) / p->iter, eta,
+                               sizeof(eta));
+    else
+        snprintf(eta, sizeof(eta), "-");
+    sb_printf(b, "%sETA %s", sep, eta);
+}
+
+/* "[####....]  50.0%  iter 750/1500  loss ...  ETA 8s": the part of the
+ * progress line after the state. */
+static void sb_progress_body(sbuf *b, const json_t *job, int how)
+{
+    int compact = how & PROG_COMPACT, live = how & PROG_LIVE;
+    const char *sep = compact ? " " : "  ";
+    int width = compact ? SUBMIT_RENDER_BAR_WIDTH / 2 : SUBMIT_RENDER_BAR_WIDTH;
+    char bar[SUBMIT_RENDER_BAR_WIDTH + 1], sent[32];
+    double frac, restarts, max_restarts;
+    int fill;
+    prog p;
+
+    prog_read(job, &p);
+    frac = prog_fraction(&p);
+    fill = (int)floor(frac * width);
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[width] = '\0';
+    sb_printf(b, "[%s] %5.1f%%%s%s", bar, frac * 100, sep,
+              compact ? "" : "iter ");
+    if (p.has_iter)
+        sb_printf(b, "%.0f", p.iter);
+    else
+        sb_printf(b, "-");
+    if (p.has_total)
+        sb_printf(b, "/%.0f", p.total);
+    else
+        sb_printf(b, "/?");
+    if (p.has_loss)
+        sb_printf(b, "%sloss %.4f", sep, p.loss);
+    else
+        sb_printf(b, "%sloss -", sep);
+    if (p.has_acc)
+        sb_printf(b, "%sacc %.2f%%", sep, p.acc * 100);
+    else
+        sb_printf(b, "%sacc -", sep);
+    if (live && compact)
+        sb_eta(b, &p, frac, sep);
+    if (p.has_sent) {
+        submit_render_bytes(p.sent, sent, sizeof(sent));
+        sb_printf(b, "%ssent %s", sep, sent);
+        if (p.has_dense)
+            sb_printf(b, compact ? " (%.2f%%)" : " (%.2f%% of dense)",
+                      100 * p.sent / p.dense);
+    } else {
+        sb_printf(b, "%ssent -", sep);
+    }
+    if (!live)
+        return;
+    if (!compact)
+        sb_eta(b, &p, frac, sep);
+    if (get_num(job, "restarts", &restarts) && restarts > 0) {
+        sb_printf(b, "%srestarts %.0f", sep, restarts);
+        if (get_num(job, "max_restarts", &max_restarts))
+            sb_printf(b, "/%.0f", max_restarts);
+    }
+}
+
+flps_err submit_render_progress(const json_t *job, int width, char **out)
+{
+    sbuf b = {0};
+
+    if (!json_is_object(job))
+        return FLPS_EINVAL;
+    sb_printf(&b, "%-10s ", str_or(job, "state", "?"));
+    sb_progress_body(&b, job, PROG_LIVE);
+    if (!b.oom && width > 0 && b.len > (size_t)width - 1) {
+        /* Too wide: the compact layout keeps the ETA on screen; what still
+         * does not fit is cut, since a wrapped line breaks the redraw. */
+        b.len = 0;
+        sb_progress_body(&b, job, PROG_LIVE | PROG_COMPACT);
+        if (!b.oom && b.len > (size_t)width - 1) {
+            b.len = (size_t)width - 1;
+            b.s[b.len] = '\0';
+        }
+    }
+    return sb_finish(&b, out);
+}
+
+/* "Job j42 (name) FAILED: reason" */
+static void sb_title(sbuf *b, const json_t *job)
+{
+    const char *reason = str_or(job, "reason", NULL);
+
+    sb_printf(b, "Job %s (%s) %s", str_or(job, "id", "?"),
+              str_or(job, "name", "?"), str_or(job, "state", "?"));
+    if (reason != NULL)
+        sb_printf(b, ": %s", reason);
+}
+
+flps_err submit_render_state_line(const json_t *job, char **out)
+{
+    const char *state, *reason, *node;
+    json_t *tasks, *task;
+    double x, y, restarts = 0;
+    sbuf b = {0};
+    size_t i, j;
+    int nnodes = 0;
+
+    if (!json_is_object(job))
+        return FLPS_EINVAL;
+    state = str_or(job, "state", "?");
+    if (submit_render_state_is_final(state)) {
+        sb_title(&b, job);
+        return sb_finish(&b, out);
+    }
+    sb_printf(&b, "%-10s ", state);
+    reason = str_or(job, "reason", NULL);
+    get_num(job, "restarts", &restarts);
+    if (strcmp(state, "QUEUED") == 0 && restarts > 0 && reason != NULL) {
+        sb_printf(&b, "restart %.0f", restarts);
+        if (get_num(job, "max_restarts", &x))
+            sb_printf(&b, "/%.0f", x);
+        sb_printf(&b, ": %s", reason);
+    } else if (strcmp(state, "QUEUED") == 0) {
+        if (get_num(job, "workers", &x) && get_num(job, "servers", &y))
+            sb_printf(&b,
+                      "waiting for %.0f worker%s and %.0f server%s to be "
+                      "placed",
+                      x, x == 1 ? "" : "s", y, y == 1 ? "" : "s");
+        else
+            sb_printf(&b, "waiting to be placed");
+    } else if (strcmp(state, "RUNNING") == 0) {
+        sb_printf(&b, "attempt %.0f", get_num(job, "attempt", &x) ? x : 0.0);
+        tasks = json_object_get(job, "tasks");
+        /* The distinct nodes, in the order the tasks name them. */
+        json_array_foreach(tasks, i, task)
+        {
+            int seen = 0;
+
+            node = get_str(task, "node");
+            if (node == NULL || *node == '\0')
+                continue;
+            for (j = 0; j < i && !seen; j++)
+                seen = get_str(json_array_get(tasks, j), "node") != NULL &&
+                       strcmp(get_str(json_array_get(tasks, j), "node"),
+                              node) == 0;
+            if (!seen)
+                sb_printf(&b, "%s%s", nnodes++ ? ", " : " on ", node);
+        }
+    }
+    return sb_finish(&b, out);
+}
+
+/* "  key              value\n" lines of the summary and status views. */
+#define KV_FMT "  %-16s %s\n"
+
+static void sb_summary_fields(sbuf *b, const json_t *sum)
+{
+    char v1[32], v2[32];
+    double x, dense;
+
+    if (get_num(sum, "iterations", &x))
+        sb_printf(b, "  %-16s %.0f\n", "iterations", x);
+    if (get_num(sum, "test_accuracy", &x))
+        sb_printf(b, "  %-16s %.2f%%\n", "test accuracy", x * 100);
+    if (get_num(sum, "bytes_sent", &x)) {
+        submit_render_bytes(x, v1, sizeof(v1));
+        if (get_num(sum, "dense_bytes", &dense) && dense > 0) {
+            submit_render_bytes(dense, v2, sizeof(v2));
+            sb_printf(b, "  %-16s %s (%.2f%% of dense %s)\n", "bytes sent", v1,
+                      100 * x / dense, v2);
+        } else {
+            sb_printf(b, KV_FMT, "bytes sent", v1);
+        }
+    }
+    if (get_num(sum, "bytes_received", &x)) {
+        submit_render_bytes(x, v1, sizeof(v1));
+        sb_printf(b, KV_FMT, "bytes received", v1);
+    }
+    if (get_num(sum, "wall_seconds", &x)) {
+        if (x < 60)
+            snprintf(v1, sizeof(v1), "%.1fs", x);
+        else
+            submit_render_duration(x, v1, sizeof(v1));
+        sb_printf(b, KV_FMT, "wall time", v1);
+    }
+}
+
+flps_err submit_render_summary(const json_t *job, char **out)
+{
+    json_t *sum;
+    double restarts, max_restarts, t0, t1;
+    char dur[32];
+    sbuf b = {0};
+
+    if (!json_is_object(job))
+        return FLPS_EINVAL;
+    sum = json_object_get(job, "summary");
+    sb_title(&b, job);
+    sb_printf(&b, "\n");
+    if (get_num(job, "restarts", &restarts) && restarts > 0) {
+        sb_printf(&b, "  %-16s %.0f", "restarts", restarts);
+        if (get_num(job, "max_restarts", &max_restarts))
+            sb_printf(&b, "/%.0f", max_restarts);
+        sb_printf(&b, "\n");
+    }
+    if (json_is_object(sum)) {
+        sb_summary_fields(&b, sum);
+    } else {
+        if (json_is_object(json_object_get(job, "progress"))) {
+            sb_printf(&b, "  %-16s ", "last progress");
+            sb_progress_body(&b, job, 0);
+            sb_printf(&b, "\n");
+        }
+        if (get_num(job, "started_at", &t0) &&
+            get_num(job, "finished_at", &t1) && t1 >= t0) {
+            submit_render_duration(t1 - t0, dur, sizeof(dur));
+            sb_printf(&b, KV_FMT, "ran for", dur);
+        }
+    }
+    return sb_finish(&b, out);
+}
+
+/* A table of text cells, printed with columns as wide as their widest
+ * cell, three spaces apart, and no trailing spaces (kubectl's layout). */
+#define TABLE_MAX_COLS 8
+#define TABLE_CELL 128
+
+typedef struct table {
+    int ncols;
+    size_t nrows, cap;
+    char (*cells)[TABLE_MAX_COLS][TABLE_CELL];
+    int oom;
+} table;
+
+static char (*table_row(table *t))[TABLE_CELL]
+{
+    if (t->oom)
+        return NULL;
+    if (t->nrows == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 8;
+        void *p = flps_realloc(t->cells, cap * sizeof(*t->cells));
+
+        if (p == NULL) {
+            t->oom = 1;
+            return NULL;
+        }
+        t->cells = p;
+        t->cap = cap;
+    }
+    memset(t->cells[t->nrows], 0, sizeof(*t->cells));
+    return t->cells[t->nrows++];
+}
+
+static void table_add(table *t, ...)
+{
+    char(*row)[TABLE_CELL] = table_row(t);
+    va_list ap;
+
+    if (row == NULL)
+        return;
+    va_start(ap, t);
+    for (int c = 0; c < t->ncols; c++) {
+        const char *s = va_arg(ap, const char *);
+
+        snprintf(row[c], TABLE_CELL, "%s", s != NULL ? s : "-");
+    }
+    va_end(ap);
+}
+
+static void table_print(table *t, sbuf *b, const char *indent)
+{
+    size_t w[TABLE_MAX_COLS] = {0};
+
+    if (t->oom) {
+        b->oom = 1;
+        return;
+    }
+    for (size_t r = 0; r < t->nrows; r++)
+        for (int c = 0; c < t->ncols; c++)
+            if (strlen(t->cells[r][c]) > w[c])
+                w[c] = strlen(t->cells[r][c]);
+    for (size_t r = 0; r < t->nrows; r++) {
+        sb_printf(b, "%s", indent);
+        for (int c = 0; c < t->ncols; c++) {
+            if (c + 1 < t->ncols)
+                sb_printf(b, "%-*s   ", (int)w[c], t->cells[r][c]);
+            else
+                sb_printf(b, "%s\n", t->cells[r][c]);
+        }
+    }
+}
+
+static void table_fini(table *t)
+{
+    flps_free(t->cells);
+}
+
+flps_err submit_render_jobs(const json_t *jobs, double now, char **out)
+{
+    table t = {.ncols = 7};
+    sbuf b = {0};
+    size_t i;
+    json_t *job;
+
+    if (!json_is_array(jobs))
+        return FLPS_EINVAL;
+    if (json_array_size(jobs) == 0) {
+        sb_printf(&b, "No jobs.\n");
+        return sb_finish(&b, out);
+    }
+    table_add(&t, "ID", "NAME", "STATE", "PROGRESS", "ACCURACY", "RESTARTS",
+              "AGE");
+    json_array_foreach(jobs, i, job)
+    {
+        char progress[48] = "-", acc[16] = "-", restarts[32] = "-",
+             age[16] = "-";
+        double x, y;
+        prog p;
+
+        prog_read(job, &p);
+        if (p.has_iter && p.has_total)
+            snprintf(progress, sizeof(progress), "%.0f/%.0f", p.iter, p.total);
+        else if (p.has_total)
+            snprintf(progress, sizeof(progress), "0/%.0f", p.total);
+        if (p.has_acc)
+            snprintf(acc, sizeof(acc), "%.2f%%", p.acc * 100);
+        if (get_num(job, "restarts", &x)) {
+            if (get_num(job, "max_restarts", &y))
+                snprintf(restarts, sizeof(restarts), "%.0f/%.0f", x, y);
+            else
+                snprintf(restarts, sizeof(restarts), "%.0f", x);
+        }
+        if (get_num(job, "submitted_at", &x))
+            submit_render_duration(now - x, age, sizeof(age));
+        table_add(&t, str_or(job, "id", "?"), str_or(job, "name", "-"),
+                  str_or(job, "state", "?"), progress, acc, restarts, age);
+    }
+    table_print(&t, &b, "");
+    table_fini(&t);
+    return sb_finish(&b, out);
+}
+
+static void fmt_time(const json_t *o, const char *key, char *buf, size_t len)
+{
+    struct tm tm;
+    double x;
+    time_t t;
+
+    if (!get_num(o, key, &x) || x <= 0 || x > 1e12) {
+        snprintf(buf, len, "-");
+        return;
+    }
+    t = (time_t)x;
+    if (gmtime_r(&t, &tm) == NULL ||
+        strftime(buf, len, "%Y-%m-%d %H:%M:%S UTC", &tm) == 0)
+        snprintf(buf, len, "-");
+}
+
+flps_err submit_render_status(const json_t *job, char **out)
+{
+    json_t *tasks, *task, *sum;
+    char when[48];
+    const char *reason;
+    double x, y;
+    size_t i;
+    sbuf b = {0};
+    table t = {.ncols = 4};
+
+    if (!json_is_object(job))
+        return FLPS_EINVAL;
+    sb_printf(&b, "%-12s %s\n", "ID:", str_or(job, "id", "?"));
+    sb_printf(&b, "%-12s %s\n", "Name:", str_or(job, "name", "-"));
+    sb_printf(&b, "%-12s %s\n", "State:", str_or(job, "state", "?"));
+    reason = str_or(job, "reason", NULL);
+    if (reason != NULL)
+        sb_printf(&b, "%-12s %s\n", "Reason:", reason);
+    if (get_num(job, "priority", &x))
+        sb_printf(&b, "%-12s %.0f\n", "Priority:", x);
+    fmt_time(job, "submitted_at", when, sizeof(when));
+    sb_printf(&b, "%-12s %s\n", "Submitted:", when);
+    fmt_time(job, "started_at", when, sizeof(when));
+    sb_printf(&b, "%-12s %s\n", "Started:", when);
+    fmt_time(job, "finished_at", when, sizeof(when));
+    sb_printf(&b, "%-12s %s\n", "Finished:", when);
+    if (get_num(job, "attempt", &x))
+        sb_printf(&b, "%-12s %.0f\n", "Attempt:", x);
+    if (get_num(job, "restarts", &x)) {
+        sb_printf(&b, "%-12s %.0f", "Restarts:", x);
+        if (get_num(job, "max_restarts", &y))
+            sb_printf(&b, " of %.0f allowed", y);
+        sb_printf(&b, "\n");
+    }
+    if (get_num(job, "workers", &x) && get_num(job, "servers", &y))
+        sb_printf(&b, "%-12s %.0f workers, %.0f servers\n", "Tasks:", x, y);
+    sb_printf(&b, "%-12s ", "Progress:");
+    sb_progress_body(
+        &b, job,
+        submit_render_state_is_final(get_str(job, "state")) ? 0 : PROG_LIVE);
+    sb_printf(&b, "\n");
+    sum = json_object_get(job, "summary");
+    if (json_is_object(sum)) {
+        sb_printf(&b, "Summary:\n");
+        sb_summary_fields(&b, sum);
+    }
+    tasks = json_object_get(job, "tasks");
+    if (json_is_array(tasks) && json_array_size(tasks) > 0) {
+        sb_printf(&b, "Placement:\n");
+        table_add(&t, "TASK", "NODE", "STATE", "ENDPOINT");
+        json_array_foreach(tasks, i, task)
+        {
+            table_add(&t, str_or(task, "task", "?"), str_or(task, "node", "-"),
+                      str_or(task, "state", "-"),
+                      str_or(task, "endpoint", "-"));
+        }
+        table_print(&t, &b, "  ");
+    }
+    table_fini(&t);
+    return sb_finish(&b, out);
+}
+
+/* "used/total" with the given formatter for both numbers. */
+static void fmt_used(const json_t *node, const char *key, int memory, char *buf,
+                     size_t len)
+{
+    json_t *used = json_object_get(node, "used");
+    char u[24], tot[24];
+    double x;
+
+    if (!get_num(used, key, &x))
+        snprintf(u, sizeof(u), "?");
+    else if (memory)
+        submit_render_bytes_iec(x, u, sizeof(u));
+    else
+        snprintf(u, sizeof(u), "%g", x);
+    if (!get_num(node, key, &x))
+        snprintf(tot, sizeof(tot), "?");
+    else if (memory)
+        submit_render_bytes_iec(x, tot, sizeof(tot));
+    else
+        snprintf(tot, sizeof(tot), "%g", x);
+    snprintf(buf, len, "%s/%s", u, tot);
+}
+
+flps_err submit_render_nodes(const json_t *nodes, double now, char **out)
+{
+    table t = {.ncols = 7};
+    sbuf b = {0};
+    size_t i;
+    json_t *node;
+
+    if (!json_is_array(nodes))
+        return FLPS_EINVAL;
+    if (json_array_size(nodes) == 0) {
+        sb_printf(&b, "No nodes registered.\n");
+        return sb_finish(&b, out);
+    }
+    table_add(&t, "NAME", "ADDRESS", "STATE", "CPUS", "MEMORY", "GPUS",
+              "HEARTBEAT");
+    json_array_foreach(nodes, i, node)
+    {
+        char cpus[56], mem[56], gpus[56], ago[24], hb[32] = "-";
+        double x;
+
+        fmt_used(node, "cpus", 0, cpus, sizeof(cpus));
+        fmt_used(node, "memory", 1, mem, sizeof(mem));
+        fmt_used(node, "gpus", 0, gpus, sizeof(gpus));
+        if (get_num(node, "last_heartbeat", &x)) {
+            submit_render_duration(now > x ? now - x : 0, ago, sizeof(ago));
+            snprintf(hb, sizeof(hb), "%s ago", ago);
+        }
+        table_add(&t, str_or(node, "name", "?"), str_or(node, "address", "-"),
+                  str_or(node, "state", "?"), cpus, mem, gpus, hb);
+    }
+    table_print(&t, &b, "");
+    table_fini(&t);
+    return sb_finish(&b, out);
+}
+
+flps_err submit_render_plan(const json_t *plan, const char *id, char **out)
+{
+    table t = {.ncols = 4};
+    sbuf b = {0};
+    json_t *layers, *layer;
+    double x;
+    size_t i;
+
+    if (!json_is_object(plan))
+        return FLPS_EINVAL;
+    sb_printf(&b, "Plan for %s", id);
+    if (get_num(plan, "version", &x))
+        sb_printf(&b, " (version %.0f)", x);
+    if (get_num(plan, "predicted_iteration_seconds", &x))
+        sb_printf(&b, ": predicted %.3f s per iteration", x);
+    sb_printf(&b, "\n");
+    layers = json_object_get(plan, "layers");
+    if (!json_is_array(layers) || json_array_size(layers) == 0) {
+        sb_printf(&b, "No layers.\n");
+        return sb_finish(&b, out);
+    }
+    table_add(&t, "LAYER", "NUMEL", "CODEC", "DENSITY");
+    json_array_foreach(layers, i, layer)
+    {
+        char numel[32] = "-", density[32] = "-";
+
+        if (get_num(layer, "numel", &x))
+            snprintf(numel, sizeof(numel), "%.0f", x);
+        if (get_num(layer, "density", &x))
+            snprintf(density, sizeof(density), "%.2f%%", x * 100);
+        table_add(&t, str_or(layer, "name", "?"), numel,
+                  str_or(layer, "codec", "-"), density);
+    }
+    table_print(&t, &b, "");
+    table_fini(&t);
+    return sb_finish(&b, out);
+}
+
+flps_err submit_render_log_line(const json_t *line, char **out)
+{
+    sbuf b = {0};
+    const char *text;
+
+    if (!json_is_object(line))
+        return FLPS_EINVAL;
+    text = get_str(line, "line");
+    sb_printf(&b, "[%s] %s\n", str_or(line, "task", "?"),
+              text != NULL ? text : "");
+    return sb_finish(&b, out);
+}
+
+flps_err submit_render_error_body(const char *body, size_t len, char **out)
+{
+    json_t *o = json_loadb(body, len, 0, NULL);
+    const char *msg = get_str(o, "error"), *field;
+    sbuf b = {0};
+    double line;
+    flps_err rc;
+
+    if (msg == NULL) {
+        json_decref(o);
+        return FLPS_EPROTO;
+    }
+    sb_printf(&b, "%s", msg);
+    if (strncmp(msg, "line ", 5) != 0) {
+        field = get_str(o, "field");
+        if (get_num(o, "line", &line) && line > 0 && field != NULL)
+            sb_printf(&b, " (line %.0f, field %s)", line, field);
+        else if (get_num(o, "line", &line) && line > 0)
+            sb_printf(&b, " (line %.0f)", line);
+        else if (field != NULL)
+            sb_printf(&b, " (field %s)", field);
+    }
+    rc = sb_finish(&b, out);
+    json_decref(o);
+    return rc;
+}
