@@ -537,12 +537,27 @@ static flps_err loop_place(sched_loop *l, double now)
         atomic_fetch_add(&l->stats.placements, 1);
         if (dec[j].how == SCHED_PLACE_BACKFILL)
             atomic_fetch_add(&l->stats.backfills, 1);
-        log_info("job %s placed%s (attempt %u): %u servers, %u workers on %s%s",
-                 job->id,
-                 dec[j].how == SCHED_PLACE_BACKFILL ? " by backfill" : "",
-                 job->attempt, job->servers, job->workers,
-                 nodes[dec[j].server_node[0]].name,
-                 job->servers + job->workers > 1 ? " and others" : "");
+        {
+            char where[512];
+            size_t off = 0;
+
+            where[0] = '\0';
+            for (uint32_t k = 0; k < job->servers + job->workers; k++) {
+                int srv = k < job->servers;
+                uint32_t idx = srv ? k : k - job->servers;
+                uint32_t nd =
+                    srv ? dec[j].server_node[idx] : dec[j].worker_node[idx];
+
+                if (off < sizeof(where))
+                    off += (size_t)snprintf(where + off, sizeof(where) - off,
+                                            "%s%s-%u on %s", k ? ", " : "",
+                                            srv ? "server" : "worker", idx,
+                                            nodes[nd].name);
+            }
+            log_info("job %s placed%s (attempt %u): %s", job->id,
+                     dec[j].how == SCHED_PLACE_BACKFILL ? " by backfill" : "",
+                     job->attempt, where);
+        }
     }
     rc = FLPS_OK;
 out:

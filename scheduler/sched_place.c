@@ -205,7 +205,7 @@ static void format_size(uint64_t b, char *buf, size_t len)
         unit = units[i];
     }
     if (unit == NULL)
-        snprintf(buf, len, "%llu", (unsigned long long)b);
+        snprintf(buf, len, "%llu bytes", (unsigned long long)b);
     else
         snprintf(buf, len, "%.4g%s", v, unit);
 }
@@ -264,8 +264,7 @@ void sched_place_explain(const sched_pnode *nodes, size_t nnodes,
             format_size(one[i].need, a, sizeof(a));
             format_size(one[i].max, b, sizeof(b));
             snprintf(msg, msglen,
-                     "one %s needs %s bytes of memory; the largest node has "
-                     "%s",
+                     "one %s needs %s of memory; the largest node has %s",
                      worker ? "worker" : "server", a, b);
         } else
             snprintf(msg, msglen,
@@ -284,9 +283,9 @@ void sched_place_explain(const sched_pnode *nodes, size_t nnodes,
     format_size(need.memory, a, sizeof(a));
     format_size(total.memory, b, sizeof(b));
     snprintf(msg, msglen,
-             "%u servers and %u workers need %.3f CPUs, %s bytes of memory "
-             "and %llu GPUs in all, which the %zu registered nodes (%.3f "
-             "CPUs, %s bytes, %llu GPUs together) can never hold",
+             "%u servers and %u workers need %.3f CPUs, %s of memory and "
+             "%llu GPUs in all, which the %zu registered nodes (%.3f CPUs, "
+             "%s, %llu GPUs together) can never hold",
              job->servers, job->workers, (double)need.mcpus / 1000, a,
              (unsigned long long)need.gpus, nnodes, (double)total.mcpus / 1000,
              b, (unsigned long long)total.gpus);

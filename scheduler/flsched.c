@@ -1,0 +1,270 @@
+/* flsched: the scheduler daemon. Serves the HTTP API and, while it holds
+ * the lease in Redis, runs the leader's loop every 200 ms. All state is in
+ * Redis, so a restarted flsched carries on where it stopped. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/clock.h"
+#include "common/httpd.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "scheduler/sched_api.h"
+#include "scheduler/sched_loop.h"
+#include "scheduler/sched_store.h"
+
+#define FLSCHED_TICK_MS 200
+#define FLSCHED_MAX_BODY ((size_t)1 << 20)
+
+/* Set by the signal handler, read by the main loop: the one piece of
+ * global state, as a handler can reach nothing else. */
+static volatile sig_atomic_t flsched_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    flsched_stop = 1;
+}
+
+typedef struct flsched_cfg {
+    const char *redis;
+    const char *listen;
+    char id[128];
+    char *token;
+    int node_ttl;
+    long lease_ms;
+} flsched_cfg;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: flsched --redis redis://HOST:PORT --listen HOST:PORT\n"
+            "               [--id NAME] [--token-file FILE] [--node-ttl SEC]\n"
+            "               [--lease-ms MS]\n"
+            "  --redis URL        Redis holding the cluster's state\n"
+            "  --listen HOST:PORT where the HTTP API listens (PORT 0: any)\n"
+            "  --id NAME          this scheduler's name in the leader lease\n"
+            "                     (default HOSTNAME:PID)\n"
+            "  --token-file FILE  require 'Authorization: Bearer TOKEN' with\n"
+            "                     the token in FILE (not for /healthz, "
+            "/metrics)\n"
+            "  --node-ttl SEC     TTL given to a node's alive key found "
+            "without one (default 6)\n"
+            "  --lease-ms MS      leader lease (default 5000; renewed every "
+            "third)\n"
+            "Prints 'listening on HOST:PORT' on stdout once the API is up.\n");
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+/* The token is the file's first line without surrounding blanks. */
+static char *read_token(const char *path)
+{
+    char buf[1024];
+    FILE *f = fopen(path, "r");
+    size_t n;
+    char *s, *e;
+
+    if (f == NULL) {
+        fprintf(stderr, "flsched: --token-file %s: %s\n", path,
+                strerror(errno));
+        return NULL;
+    }
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    s = buf + strspn(buf, " \t\r\n");
+    e = s + strcspn(s, "\r\n");
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+        e--;
+    *e = '\0';
+    if (*s == '\0') {
+        fprintf(stderr, "flsched: --token-file %s holds no token\n", path);
+        return NULL;
+    }
+    return flps_strdup(s);
+}
+
+static int parse_args(int argc, char **argv, flsched_cfg *cfg)
+{
+    static const struct option opts[] = {
+        {"redis", required_argument, NULL, 'r'},
+        {"listen", required_argument, NULL, 'l'},
+        {"id", required_argument, NULL, 'i'},
+        {"token-file", required_argument, NULL, 't'},
+        {"node-ttl", required_argument, NULL, 'n'},
+        {"lease-ms", required_argument, NULL, 'm'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *token_file = NULL;
+    long v;
+    int c;
+
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->node_ttl = 6;
+    cfg->lease_ms = 5000;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'r':
+            cfg->redis = optarg;
+            break;
+        case 'l':
+            cfg->listen = optarg;
+            break;
+        case 'i':
+            if (optarg[0] == '\0' || strlen(optarg) >= sizeof(cfg->id)) {
+                fprintf(stderr, "flsched: --id must be 1 to 127 bytes\n");
+                return 2;
+            }
+            snprintf(cfg->id, sizeof(cfg->id), "%s", optarg);
+            break;
+        case 't':
+            token_file = optarg;
+            break;
+        case 'n':
+            if (!parse_long(optarg, 1, 86400, &v)) {
+                fprintf(stderr,
+                        "flsched: --node-ttl '%s' is not a number of "
+                        "seconds from 1 to 86400\n",
+                        optarg);
+                return 2;
+            }
+            cfg->node_ttl = (int)v;
+            break;
+        case 'm':
+            if (!parse_long(optarg, 300, 3600000, &v)) {
+                fprintf(stderr,
+                        "flsched: --lease-ms '%s' is not a number of "
+                        "milliseconds from 300 to 3600000\n",
+                        optarg);
+                return 2;
+            }
+            cfg->lease_ms = v;
+            break;
+        case 'h':
+            usage(stdout);
+            return 1;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "flsched: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (cfg->redis == NULL || cfg->listen == NULL) {
+        fprintf(stderr, "flsched: --redis and --listen are required\n");
+        usage(stderr);
+        return 2;
+    }
+    if (cfg->id[0] == '\0') {
+        char host[64] = "localhost";
+
+        gethostname(host, sizeof(host) - 1);
+        host[sizeof(host) - 1] = '\0';
+        snprintf(cfg->id, sizeof(cfg->id), "%s:%ld", host, (long)getpid());
+    }
+    if (token_file != NULL) {
+        cfg->token = read_token(token_file);
+        if (cfg->token == NULL)
+            return 2;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    flsched_cfg cfg;
+    sched_store *st = NULL;
+    sched_loop *loop = NULL;
+    sched_api *api = NULL;
+    metrics *reg = NULL;
+    httpd *http = NULL;
+    sched_loop_cfg lcfg;
+    sched_api_cfg acfg;
+    struct sigaction sa;
+    char bound[128];
+    int status = 1, r;
+    flps_err rc;
+
+    r = parse_args(argc, argv, &cfg);
+    if (r != 0)
+        return r == 1 ? 0 : 2;
+    flps_log_setup("flsched", FLPS_LOG_INFO);
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    rc = metrics_create(&reg);
+    if (rc == FLPS_OK)
+        rc = sched_store_create(cfg.redis, 2000, &st);
+    if (rc != FLPS_OK) {
+        log_error("cannot start: %s", flps_strerror(rc));
+        goto out;
+    }
+    lcfg.id = cfg.id;
+    lcfg.lease_ms = cfg.lease_ms;
+    lcfg.node_ttl_s = cfg.node_ttl;
+    rc = sched_loop_create(st, &lcfg, &loop);
+    if (rc != FLPS_OK) {
+        log_error("cannot start the loop: %s", flps_strerror(rc));
+        goto out;
+    }
+    acfg.redis_url = cfg.redis;
+    acfg.token = cfg.token;
+    acfg.stats = sched_loop_stats_of(loop);
+    acfg.reg = reg;
+    rc = sched_api_create(&acfg, &api);
+    if (rc != FLPS_OK) {
+        log_error("cannot start the API: %s", flps_strerror(rc));
+        goto out;
+    }
+    rc = httpd_start(cfg.listen, FLSCHED_MAX_BODY, sched_api_handle, api, &http,
+                     bound, sizeof(bound));
+    if (rc != FLPS_OK)
+        goto out; /* httpd logged why */
+    log_info("flsched %s: API on %s, Redis at %s, lease %ld ms%s", cfg.id,
+             bound, cfg.redis, cfg.lease_ms,
+             cfg.token ? ", bearer token required" : "");
+    printf("listening on %s\n", bound);
+    fflush(stdout);
+
+    while (!flsched_stop) {
+        struct timespec ts = {0, FLSCHED_TICK_MS * 1000000L};
+
+        (void)sched_loop_step(loop, flps_wall_s(), flps_mono_s());
+        nanosleep(&ts, NULL);
+    }
+    log_info("stopping");
+    status = 0;
+out:
+    httpd_stop(http);
+    sched_api_destroy(api);
+    sched_loop_destroy(loop); /* hands the lease over at once */
+    sched_store_destroy(st);
+    metrics_destroy(reg);
+    flps_free(cfg.token);
+    return status;
+}

@@ -1,0 +1,797 @@
+/* flsched's HTTP/JSON API over the Redis store. */
+#include "scheduler/sched_api.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "common/alloc.h"
+#include "common/clock.h"
+#include "common/jobspec.h"
+#include "common/log.h"
+#include "scheduler/sched_place.h"
+#include "scheduler/sched_store.h"
+
+#define API_LOG_LIMIT_DEFAULT 100
+#define API_LOG_LIMIT_MAX 10000
+
+struct sched_api {
+    pthread_mutex_t lock; /* guards st (one Redis connection) */
+    sched_store *st;
+    char *token; /* NULL: no auth; immutable after create */
+    sched_loop_stats *stats;
+    metrics *reg;
+    /* Families: set up at create, then only updated (metrics locks). */
+    metrics_family *m_requests, *m_seconds, *m_jobs, *m_queue, *m_nodes,
+        *m_leader, *m_placements, *m_backfills, *m_failures, *m_restarts,
+        *m_succeeded, *m_failed, *m_lost;
+};
+
+flps_err sched_api_create(const sched_api_cfg *cfg, sched_api **out)
+{
+    static const char *const code[] = {"code"};
+    static const char *const state[] = {"state"};
+    size_t nb = 0;
+    const double *bounds = metrics_seconds_buckets(&nb);
+    sched_api *a;
+    flps_err rc;
+
+    if (cfg == NULL || cfg->redis_url == NULL || cfg->stats == NULL ||
+        cfg->reg == NULL || out == NULL)
+        return FLPS_EINVAL;
+    a = flps_calloc(1, sizeof(*a));
+    if (a == NULL)
+        return FLPS_ENOMEM;
+    a->stats = cfg->stats;
+    a->reg = cfg->reg;
+    if (cfg->token != NULL) {
+        a->token = flps_strdup(cfg->token);
+        if (a->token == NULL) {
+            flps_free(a);
+            return FLPS_ENOMEM;
+        }
+    }
+    rc = sched_store_create(cfg->redis_url, 2000, &a->st);
+    if (rc != FLPS_OK)
+        goto fail;
+    if (pthread_mutex_init(&a->lock, NULL) != 0) {
+        rc = FLPS_ESYS;
+        goto fail_store;
+    }
+#define REG(call)                                                              \
+    do {                                                                       \
+        rc = (call);                                                           \
+        if (rc != FLPS_OK)                                                     \
+            goto fail_lock;                                                    \
+    } while (0)
+    REG(metrics_counter(a->reg, "flsched_api_requests_total",
+                        "HTTP API requests by status code", code, 1,
+                        &a->m_requests));
+    REG(metrics_histogram(a->reg, "flsched_api_request_seconds",
+                          "time to answer an HTTP API request", NULL, 0, bounds,
+                          nb, &a->m_seconds));
+    REG(metrics_gauge(a->reg, "flsched_jobs", "jobs by state", state, 1,
+                      &a->m_jobs));
+    REG(metrics_gauge(a->reg, "flsched_queue_length", "jobs waiting in queue",
+                      NULL, 0, &a->m_queue));
+    REG(metrics_gauge(a->reg, "flsched_nodes", "registered nodes by state",
+                      state, 1, &a->m_nodes));
+    REG(metrics_gauge(a->reg, "flsched_leader",
+                      "1 while this scheduler holds the lease", NULL, 0,
+                      &a->m_leader));
+    REG(metrics_counter(a->reg, "flsched_placements_total",
+                        "jobs placed by this scheduler", NULL, 0,
+                        &a->m_placements));
+    REG(metrics_counter(a->reg, "flsched_backfills_total",
+                        "placements that went past a waiting head", NULL, 0,
+                        &a->m_backfills));
+    REG(metrics_counter(a->reg, "flsched_failures_total",
+                        "task, node and time-limit failures handled", NULL, 0,
+                        &a->m_failures));
+    REG(metrics_counter(a->reg, "flsched_restarts_total",
+                        "jobs sent back to the queue after a failure", NULL, 0,
+                        &a->m_restarts));
+    REG(metrics_counter(a->reg, "flsched_jobs_succeeded_total",
+                        "jobs this scheduler saw succeed", NULL, 0,
+                        &a->m_succeeded));
+    REG(metrics_counter(a->reg, "flsched_jobs_failed_total",
+                        "jobs this scheduler marked FAILED", NULL, 0,
+                        &a->m_failed));
+    REG(metrics_counter(a->reg, "flsched_nodes_lost_total",
+                        "nodes this scheduler marked LOST", NULL, 0,
+                        &a->m_lost));
+#undef REG
+    *out = a;
+    return FLPS_OK;
+
+fail_lock:
+    pthread_mutex_destroy(&a->lock);
+fail_store:
+    sched_store_destroy(a->st);
+fail:
+    flps_free(a->token);
+    flps_free(a);
+    return rc;
+}
+
+void sched_api_destroy(sched_api *a)
+{
+    if (a == NULL)
+        return;
+    pthread_mutex_destroy(&a->lock);
+    sched_store_destroy(a->st);
+    flps_free(a->token);
+    flps_free(a);
+}
+
+/* ---- JSON ---- */
+
+static json_t *time_or_null(double t)
+{
+    return t > 0 ? json_real(t) : json_null();
+}
+
+/* Integral values as JSON integers (iteration 700, not 700.0). */
+static json_t *number(double v)
+{
+    if (v == floor(v) && fabs(v) < 9e15)
+        return json_integer((json_int_t)v);
+    return json_real(v);
+}
+
+static json_t *cpus_json(uint64_t mcpus)
+{
+    return number((double)mcpus / 1000.0);
+}
+
+static json_t *job_json(const sched_job *j)
+{
+    static const char *const pnames[] = {"iteration",     "loss",
+                                         "test_accuracy", "bytes_sent",
+                                         "dense_bytes",   "elapsed"};
+    const double pv[] = {j->p_iteration,  j->p_loss,        j->p_test_accuracy,
+                         j->p_bytes_sent, j->p_dense_bytes, j->p_elapsed};
+    json_t *o = json_object(), *tasks = json_array(), *res = json_object();
+
+    if (o == NULL || tasks == NULL || res == NULL) {
+        json_decref(o);
+        json_decref(tasks);
+        json_decref(res);
+        return NULL;
+    }
+    json_object_set_new(o, "id", json_string(j->id));
+    json_object_set_new(o, "name", json_string(j->name));
+    json_object_set_new(o, "state", json_string(sched_state_name(j->state)));
+    json_object_set_new(o, "priority", json_integer(j->priority));
+    json_object_set_new(o, "submitted_at", time_or_null(j->submitted_at));
+    json_object_set_new(o, "started_at", time_or_null(j->started_at));
+    json_object_set_new(o, "finished_at", time_or_null(j->finished_at));
+    json_object_set_new(o, "attempt", json_integer(j->attempt));
+    json_object_set_new(o, "restarts", json_integer(j->restarts));
+    json_object_set_new(o, "max_restarts", json_integer(j->max_restarts));
+    json_object_set_new(o, "reason", json_string(j->reason));
+    json_object_set_new(o, "workers", json_integer(j->workers));
+    json_object_set_new(o, "servers", json_integer(j->servers));
+    json_object_set_new(o, "iterations",
+                        json_integer((json_int_t)j->iterations));
+    json_object_set_new(o, "time_limit", number(j->time_limit));
+    json_object_set_new(res, "cpus_per_worker", cpus_json(j->per_worker.mcpus));
+    json_object_set_new(res, "memory_per_worker",
+                        json_integer((json_int_t)j->per_worker.memory));
+    json_object_set_new(res, "gpus_per_worker",
+                        json_integer((json_int_t)j->per_worker.gpus));
+    json_object_set_new(res, "cpus_per_server", cpus_json(j->per_server.mcpus));
+    json_object_set_new(res, "memory_per_server",
+                        json_integer((json_int_t)j->per_server.memory));
+    json_object_set_new(o, "resources", res);
+    if (j->have_progress) {
+        json_t *p = json_object();
+
+        for (size_t i = 0; p != NULL && i < 6; i++)
+            if (j->p_mask & (1u << i))
+                json_object_set_new(p, pnames[i], number(pv[i]));
+        if (p != NULL)
+            json_object_set_new(o, "progress", p);
+    }
+    if (j->state == SCHED_SUCCEEDED && j->summary != NULL) {
+        json_t *s = json_loads(j->summary, 0, NULL);
+
+        if (s != NULL)
+            json_object_set_new(o, "summary", s);
+    }
+    for (size_t i = 0; i < j->ntasks; i++) {
+        const sched_task *t = &j->tasks[i];
+        json_t *to = json_object();
+
+        if (to == NULL)
+            continue;
+        json_object_set_new(to, "task", json_string(t->name));
+        json_object_set_new(to, "node", json_string(t->node));
+        json_object_set_new(to, "state", json_string(t->state));
+        if (t->endpoint[0] != '\0')
+            json_object_set_new(to, "endpoint", json_string(t->endpoint));
+        if (strcmp(t->state, "EXITED") == 0) {
+            json_object_set_new(to, "exit_code", json_integer(t->exit_code));
+            if (t->signal != 0)
+                json_object_set_new(to, "signal", json_integer(t->signal));
+        }
+        json_array_append_new(tasks, to);
+    }
+    json_object_set_new(o, "tasks", tasks);
+    return o;
+}
+
+static json_t *node_json(const sched_node *n)
+{
+    json_t *used =
+        json_pack("{s:o,s:I,s:I}", "cpus", cpus_json(n->used.mcpus), "memory",
+                  (json_int_t)n->used.memory, "gpus", (json_int_t)n->used.gpus);
+
+    if (used == NULL)
+        return NULL;
+    return json_pack("{s:s,s:s,s:o,s:I,s:I,s:s,s:o,s:o}", "name", n->name,
+                     "address", n->address, "cpus", cpus_json(n->cap.mcpus),
+                     "memory", (json_int_t)n->cap.memory, "gpus",
+                     (json_int_t)n->cap.gpus, "state",
+                     n->state[0] ? n->state : "LOST", "last_heartbeat",
+                     time_or_null(n->last_heartbeat), "used", used);
+}
+
+/* ---- Responses ---- */
+
+/* Answer status with o (consumed). */
+static void reply_json(httpd_response *resp, int status, json_t *o)
+{
+    char *text;
+
+    if (o == NULL) {
+        httpd_respond_printf(resp, 500, "{\"error\":\"out of memory\"}");
+        return;
+    }
+    text = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (text == NULL || httpd_respond(resp, status, "application/json", text,
+                                      strlen(text)) != FLPS_OK)
+        httpd_respond_printf(resp, 500, "{\"error\":\"out of memory\"}");
+    free(text);
+}
+
+static void reply_error(httpd_response *resp, int status, const char *msg)
+{
+    reply_json(resp, status, json_pack("{s:s}", "error", msg));
+}
+
+/* A Redis failure: 503, the API is there but its state is not. */
+static void reply_store_error(sched_api *a, httpd_response *resp)
+{
+    char msg[600];
+
+    snprintf(msg, sizeof(msg), "the scheduler's Redis failed: %s",
+             sched_store_error(a->st));
+    log_error("api: %s", msg);
+    reply_error(resp, 503, msg);
+}
+
+/* ---- Endpoints ---- */
+
+static void submit(sched_api *a, const httpd_request *req, httpd_response *resp)
+{
+    jobspec spec;
+    jobspec_where where;
+    char err[1024];
+    sched_node *nodes = NULL;
+    sched_pnode *pn = NULL;
+    size_t nn = 0;
+    sched_pjob pj;
+    sched_job job;
+    int fits = 0;
+    flps_err rc;
+
+    rc = jobspec_parse_where(req->body, req->body_len, &spec, err, sizeof(err),
+                             &where);
+    if (rc == FLPS_ECONFIG) {
+        json_t *o = json_pack("{s:s}", "error", err);
+
+        if (o != NULL) {
+            json_object_set_new(o, "line",
+                                where.line > 0
+                                    ? json_integer((json_int_t)where.line)
+                                    : json_null());
+            json_object_set_new(o, "field",
+                                where.field[0] ? json_string(where.field)
+                                               : json_null());
+        }
+        log_info("job refused: %s", err);
+        reply_json(resp, 400, o);
+        return;
+    }
+    if (rc != FLPS_OK) {
+        reply_error(resp, 500, flps_strerror(rc));
+        return;
+    }
+    if (sched_store_nodes(a->st, &nodes, &nn) != FLPS_OK) {
+        reply_store_error(a, resp);
+        return;
+    }
+    pn = flps_calloc(nn + 1, sizeof(*pn));
+    if (pn == NULL) {
+        sched_nodes_free(nodes, nn);
+        reply_error(resp, 500, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < nn; i++)
+        pn[i].cap = nodes[i].cap;
+    memset(&pj, 0, sizeof(pj));
+    pj.servers = spec.servers;
+    pj.workers = spec.workers;
+    pj.per_server.mcpus = sched_res_mcpus(spec.cpus_per_server);
+    pj.per_server.memory = spec.memory_per_server;
+    pj.per_worker.mcpus = sched_res_mcpus(spec.cpus_per_worker);
+    pj.per_worker.memory = spec.memory_per_worker;
+    pj.per_worker.gpus = spec.gpus_per_worker;
+    rc = sched_place_fits_ever(pn, nn, &pj, &fits);
+    if (rc == FLPS_OK && !fits) {
+        const char *field = "workers";
+        char why[512];
+
+        sched_place_explain(pn, nn, &pj, &field, why, sizeof(why));
+        snprintf(err, sizeof(err), "job '%s' can never be placed: %s",
+                 spec.name, why);
+        log_info("job refused: %s", err);
+        reply_json(resp, 422,
+                   json_pack("{s:s,s:s}", "error", err, "field", field));
+    }
+    flps_free(pn);
+    sched_nodes_free(nodes, nn);
+    if (rc != FLPS_OK) {
+        reply_error(resp, 500, flps_strerror(rc));
+        return;
+    }
+    if (!fits)
+        return;
+    if (sched_store_submit(a->st, &spec, req->body, req->body_len,
+                           flps_wall_s(), &job) != FLPS_OK) {
+        reply_store_error(a, resp);
+        return;
+    }
+    log_info("job %s submitted: '%s', %u servers, %u workers, priority %u",
+             job.id, job.name, job.servers, job.workers, job.priority);
+    reply_json(resp, 201, job_json(&job));
+    sched_job_fini(&job);
+}
+
+static void list_jobs(sched_api *a, httpd_response *resp)
+{
+    sched_job *jobs = NULL;
+    size_t n = 0;
+    json_t *arr;
+
+    if (sched_store_jobs(a->st, &jobs, &n) != FLPS_OK) {
+        reply_store_error(a, resp);
+        return;
+    }
+    arr = json_array();
+    for (size_t i = 0; arr != NULL && i < n; i++)
+        json_array_append_new(arr, job_json(&jobs[i]));
+    sched_jobs_free(jobs, n);
+    reply_json(resp, 200, arr ? json_pack("{s:o}", "jobs", arr) : NULL);
+}
+
+static void list_nodes(sched_api *a, httpd_response *resp)
+{
+    sched_node *nodes = NULL;
+    size_t n = 0;
+    json_t *arr;
+
+    if (sched_store_nodes(a->st, &nodes, &n) != FLPS_OK) {
+        reply_store_error(a, resp);
+        return;
+    }
+    arr = json_array();
+    for (size_t i = 0; arr != NULL && i < n; i++)
+        json_array_append_new(arr, node_json(&nodes[i]));
+    sched_nodes_free(nodes, n);
+    reply_json(resp, 200, arr ? json_pack("{s:o}", "nodes", arr) : NULL);
+}
+
+/* 1 when job id exists (404 answered otherwise, or 503). */
+static int job_exists(sched_api *a, const char *id, httpd_response *resp)
+{
+    sched_job j;
+    int found = 0;
+    char msg[96];
+
+    if (sched_store_job(a->st, id, 0, &j, &found) != FLPS_OK) {
+        reply_store_error(a, resp);
+        return 0;
+    }
+    if (found) {
+        sched_job_fini(&j);
+        return 1;
+    }
+    snprintf(msg, sizeof(msg), "no job %.40s", id);
+    reply_error(resp, 404, msg);
+    return 0;
+}
+
+static void get_job(sched_api *a, const char *id, httpd_response *resp)
+{
+    sched_job j;
+    int found = 0;
+    char msg[96];
+
+    if (sched_store_job(a->st, id, 1, &j, &found) != FLPS_OK) {
+        reply_store_error(a, resp);
+        return;
+    }
+    if (!found) {
+        snprintf(msg, sizeof(msg), "no job %.40s", id);
+        reply_error(resp, 404, msg);
+        return;
+    }
+    reply_json(resp, 200, job_json(&j));
+    sched_job_fini(&j);
+}
+
+static void cancel_job(sched_api *a, const char *id, httpd_response *resp)
+{
+    sched_cancel_result res;
+    sched_job j;
+    char msg[160];
+
+    if (sched_store_cancel(a->st, id, flps_wall_s(), &res, &j) != FLPS_OK) {
+        reply_store_error(a, resp);
+        return;
+    }
+    if (res == SCHED_CANCEL_NO_JOB) {
+        snprintf(msg, sizeof(msg), "no job %.40s", id);
+        reply_error(resp, 404, msg);
+        return;
+    }
+    if (res == SCHED_CANCEL_FINISHED) {
+        json_t *o;
+
+        snprintf(msg, sizeof(msg), "job %s already finished: %s", j.id,
+                 sched_state_name(j.state));
+        o = json_pack("{s:s,s:s}", "error", msg, "state",
+                      sched_state_name(j.state));
+        sched_job_fini(&j);
+        reply_json(resp, 409, o);
+        return;
+    }
+    log_info("job %s cancelled", j.id);
+    reply_json(resp, 200, job_json(&j));
+    sched_job_fini(&j);
+}
+
+/* A decimal integer >= 0 (the whole string). */
+static int parse_count(const char *s, long long max, long long *out)
+{
+    char *end;
+    long long v;
+
+    if (s == NULL || *s < '0' || *s > '9')
+        return 0;
+    v = strtoll(s, &end, 10);
+    if (*end != '\0' || v < 0 || v > max)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static void get_events(sched_api *a, const char *id, const httpd_request *req,
+                       httpd_response *resp)
+{
+    const char *since_s = httpd_query(req, "since");
+    long long since = 0;
+    char **ev = NULL;
+    size_t n = 0;
+    json_t *arr;
+
+    if (since_s != NULL && !parse_count(since_s, 1LL << 62, &since)) {
+        reply_error(resp, 400, "since must be an event seq (an integer >= 0)");
+        return;
+    }
+    if (!job_exists(a, id, resp))
+        return;
+    if (sched_store_events(a->st, id, since, &ev, &n) != FLPS_OK) {
+        reply_store_error(a, resp);
+        return;
+    }
+    arr = json_array();
+    for (size_t i = 0; arr != NULL && i < n; i++) {
+        json_t *e = json_loads(ev[i], 0, NULL);
+
+        if (e != NULL)
+            json_array_append_new(arr, e);
+    }
+    sched_strv_free(ev, n);
+    reply_json(resp, 200, arr ? json_pack("{s:o}", "events", arr) : NULL);
+}
+
+static int is_stream_id(const char *s)
+{
+    size_t d = strspn(s, "0123456789");
+
+    if (d == 0)
+        return 0;
+    if (s[d] == '\0')
+        return 1;
+    return s[d] == '-' && s[d + 1] != '\0' &&
+           strspn(s + d + 1, "0123456789") == strlen(s + d + 1);
+}
+
+static void get_logs(sched_api *a, const char *id, const httpd_request *req,
+                     httpd_response *resp)
+{
+    const char *after = httpd_query(req, "after");
+    const char *limit_s = httpd_query(req, "limit");
+    long long limit = API_LOG_LIMIT_DEFAULT;
+    char **ids = NULL, **tasks = NULL, **lines = NULL;
+    size_t n = 0;
+    json_t *arr, *o;
+
+    if (after != NULL && *after != '\0' && !is_stream_id(after)) {
+        reply_error(resp, 400,
+                    "after must be a log line id as returned in 'next' "
+                    "(MS-SEQ)");
+        return;
+    }
+    if (limit_s != NULL &&
+        (!parse_count(limit_s, API_LOG_LIMIT_MAX, &limit) || limit == 0)) {
+        reply_error(resp, 400, "limit must be an integer from 1 to 10000");
+        return;
+    }
+    if (!job_exists(a, id, resp))
+        return;
+    if (sched_store_logs(a->st, id, after, (long)limit, &ids, &tasks, &lines,
+                         &n) != FLPS_OK) {
+        reply_store_error(a, resp);
+        return;
+    }
+    arr = json_array();
+    for (size_t i = 0; arr != NULL && i < n; i++)
+        json_array_append_new(arr,
+                              json_pack("{s:s,s:s,s:s}", "id", ids[i], "task",
+                                        tasks[i], "line", lines[i]));
+    /* next: where to continue; the last id given, else what was asked. */
+    o = arr ? json_pack("{s:o,s:s}", "lines", arr, "next",
+                        n > 0 ? ids[n - 1] : (after && *after ? after : "0-0"))
+            : NULL;
+    sched_strv_free(ids, n);
+    sched_strv_free(tasks, n);
+    sched_strv_free(lines, n);
+    reply_json(resp, 200, o);
+}
+
+static void get_plan(sched_api *a, const char *id, httpd_response *resp)
+{
+    char *version = NULL, *plan = NULL;
+    int found = 0;
+    json_t *o, *v;
+
+    if (!job_exists(a, id, resp))
+        return;
+    if (sched_store_plan(a->st, id, &version, &plan, &found) != FLPS_OK) {
+        reply_store_error(a, resp);
+        return;
+    }
+    if (!found) {
+        reply_error(resp, 404, "no plan yet");
+        return;
+    }
+    o = json_loads(plan, 0, NULL);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        o = json_object();
+    }
+    v = json_loads(version, JSON_DECODE_ANY, NULL);
+    json_object_set_new(o, "version", v ? v : json_string(version));
+    flps_free(version);
+    flps_free(plan);
+    reply_json(resp, 200, o);
+}
+
+static void healthz(sched_api *a, httpd_response *resp)
+{
+    int leader = atomic_load(&a->stats->leader);
+
+    if (sched_store_ping(a->st) != FLPS_OK) {
+        reply_json(resp, 503,
+                   json_pack("{s:s,s:b,s:s}", "status", "error", "leader",
+                             leader, "redis", sched_store_error(a->st)));
+        return;
+    }
+    reply_json(resp, 200,
+               json_pack("{s:s,s:b,s:s}", "status", "ok", "leader", leader,
+                         "redis", "ok"));
+}
+
+/* Gauges that come from Redis are read at scrape time. */
+static void refresh_metrics(sched_api *a)
+{
+    static const char *const states[] = {"QUEUED", "RUNNING", "SUCCEEDED",
+                                         "FAILED", "CANCELLED"};
+    sched_loop_stats *s = a->stats;
+    sched_job *jobs = NULL;
+    sched_node *nodes = NULL;
+    size_t nj = 0, nn = 0;
+    double count[5] = {0};
+    double ready = 0, lost = 0;
+
+    metrics_gauge_set(a->m_leader, NULL, atomic_load(&s->leader));
+    metrics_counter_set(a->m_placements, NULL,
+                        (double)atomic_load(&s->placements));
+    metrics_counter_set(a->m_backfills, NULL,
+                        (double)atomic_load(&s->backfills));
+    metrics_counter_set(a->m_failures, NULL, (double)atomic_load(&s->failures));
+    metrics_counter_set(a->m_restarts, NULL, (double)atomic_load(&s->restarts));
+    metrics_counter_set(a->m_succeeded, NULL,
+                        (double)atomic_load(&s->jobs_succeeded));
+    metrics_counter_set(a->m_failed, NULL,
+                        (double)atomic_load(&s->jobs_failed));
+    metrics_counter_set(a->m_lost, NULL, (double)atomic_load(&s->nodes_lost));
+    if (sched_store_jobs(a->st, &jobs, &nj) == FLPS_OK) {
+        for (size_t i = 0; i < nj; i++)
+            count[jobs[i].state]++;
+        for (size_t i = 0; i < 5; i++) {
+            const char *v[] = {states[i]};
+
+            metrics_gauge_set(a->m_jobs, v, count[i]);
+        }
+        metrics_gauge_set(a->m_queue, NULL, count[SCHED_QUEUED]);
+        sched_jobs_free(jobs, nj);
+    }
+    if (sched_store_nodes(a->st, &nodes, &nn) == FLPS_OK) {
+        const char *r[] = {"READY"}, *l[] = {"LOST"};
+
+        for (size_t i = 0; i < nn; i++) {
+            if (strcmp(nodes[i].state, "READY") == 0)
+                ready++;
+            else
+                lost++;
+        }
+        metrics_gauge_set(a->m_nodes, r, ready);
+        metrics_gauge_set(a->m_nodes, l, lost);
+        sched_nodes_free(nodes, nn);
+    }
+}
+
+static void serve_metrics(sched_api *a, httpd_response *resp)
+{
+    char *text = NULL;
+    size_t len = 0;
+
+    refresh_metrics(a);
+    if (metrics_render(a->reg, &text, &len) != FLPS_OK) {
+        reply_error(resp, 500, "out of memory");
+        return;
+    }
+    flps_free(resp->body);
+    resp->status = 200;
+    snprintf(resp->content_type, sizeof(resp->content_type), "%s",
+             METRICS_CONTENT_TYPE);
+    resp->body = text;
+    resp->body_len = len;
+}
+
+/* Constant-time comparison, so the token cannot be guessed byte by byte
+ * from response times. */
+static int token_ok(const sched_api *a, const httpd_request *req)
+{
+    const char *h = httpd_header(req, "Authorization");
+    size_t n = strlen(a->token), m;
+    unsigned char diff = 0;
+
+    if (h == NULL || strncmp(h, "Bearer ", 7) != 0)
+        return 0;
+    h += 7;
+    m = strlen(h);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(a->token[i] ^ (i < m ? h[i] : 0));
+    return diff == 0 && m == n;
+}
+
+static void method_not_allowed(httpd_response *resp, const char *allowed)
+{
+    char msg[96];
+
+    snprintf(msg, sizeof(msg), "method not allowed here; use %s", allowed);
+    reply_error(resp, 405, msg);
+}
+
+static void route(sched_api *a, const httpd_request *req, httpd_response *resp)
+{
+    const char *m = req->method, *p = req->path;
+    int get = strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0;
+    char id[48], msg[300];
+    const char *rest;
+    size_t idlen;
+
+    if (strcmp(p, "/healthz") == 0) {
+        if (get)
+            healthz(a, resp);
+        else
+            method_not_allowed(resp, "GET");
+        return;
+    }
+    if (strcmp(p, "/metrics") == 0) {
+        if (get)
+            serve_metrics(a, resp);
+        else
+            method_not_allowed(resp, "GET");
+        return;
+    }
+    if (a->token != NULL && !token_ok(a, req)) {
+        reply_error(resp, 401,
+                    "missing or wrong bearer token; send Authorization: "
+                    "Bearer TOKEN (flsubmit reads FLPS_TOKEN)");
+        return;
+    }
+    if (strcmp(p, "/v1/jobs") == 0 || strcmp(p, "/v1/jobs/") == 0) {
+        if (strcmp(m, "POST") == 0)
+            submit(a, req, resp);
+        else if (get)
+            list_jobs(a, resp);
+        else
+            method_not_allowed(resp, "GET or POST");
+        return;
+    }
+    if (strcmp(p, "/v1/nodes") == 0) {
+        if (get)
+            list_nodes(a, resp);
+        else
+            method_not_allowed(resp, "GET");
+        return;
+    }
+    if (strncmp(p, "/v1/jobs/", 9) == 0) {
+        rest = strchr(p + 9, '/');
+        idlen = rest ? (size_t)(rest - (p + 9)) : strlen(p + 9);
+        if (idlen > 0 && idlen < sizeof(id)) {
+            memcpy(id, p + 9, idlen);
+            id[idlen] = '\0';
+            if (rest == NULL) {
+                if (get)
+                    get_job(a, id, resp);
+                else if (strcmp(m, "DELETE") == 0)
+                    cancel_job(a, id, resp);
+                else
+                    method_not_allowed(resp, "GET or DELETE");
+                return;
+            }
+            if (strcmp(rest, "/events") == 0 || strcmp(rest, "/logs") == 0 ||
+                strcmp(rest, "/plan") == 0) {
+                if (!get)
+                    method_not_allowed(resp, "GET");
+                else if (rest[1] == 'e')
+                    get_events(a, id, req, resp);
+                else if (rest[1] == 'l')
+                    get_logs(a, id, req, resp);
+                else
+                    get_plan(a, id, resp);
+                return;
+            }
+        }
+    }
+    snprintf(msg, sizeof(msg), "no such endpoint: %.10s %.200s", m, p);
+    reply_error(resp, 404, msg);
+}
+
+void sched_api_handle(void *arg, const httpd_request *req, httpd_response *resp)
+{
+    sched_api *a = arg;
+    double t0 = flps_mono_s();
+    char code[8];
+    const char *v[] = {code};
+
+    pthread_mutex_lock(&a->lock);
+    route(a, req, resp);
+    pthread_mutex_unlock(&a->lock);
+    snprintf(code, sizeof(code), "%d", resp->status);
+    metrics_counter_add(a->m_requests, v, 1);
+    metrics_histogram_observe(a->m_seconds, NULL, flps_mono_s() - t0);
+}

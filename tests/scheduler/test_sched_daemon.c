@@ -1,0 +1,671 @@
+/* A real flsched process against a real redis-server, driven over HTTP
+ * with libcurl: the API's status codes and JSON, refused job files that
+ * write nothing, placement with fake nodes, exits written as an agent
+ * writes them, kill -9 and restart, two schedulers and one leader. */
+#include <criterion/criterion.h>
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "redis_fixture.h"
+#include "scheduler/rconn.h"
+
+static test_redis srv;
+static rconn *rc;
+
+typedef struct sched_proc {
+    pid_t pid;
+    char base[300]; /* http://127.0.0.1:PORT */
+} sched_proc;
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Start flsched with extra arguments (NULL-terminated); wait for its
+ * "listening on" line. */
+static void start_sched(sched_proc *p, const char *const *extra)
+{
+    int pfd[2];
+    char *argv[24];
+    int a = 0;
+    FILE *f;
+    char line[256];
+
+    cr_assert_eq(pipe(pfd), 0);
+    argv[a++] = (char *)FLPS_BIN_DIR "/flsched";
+    argv[a++] = (char *)"--redis";
+    argv[a++] = srv.url;
+    argv[a++] = (char *)"--listen";
+    argv[a++] = (char *)"127.0.0.1:0";
+    for (int i = 0; extra != NULL && extra[i] != NULL && a < 23; i++)
+        argv[a++] = (char *)extra[i];
+    argv[a] = NULL;
+    p->pid = fork();
+    cr_assert(p->pid >= 0);
+    if (p->pid == 0) {
+        int fd = open("/tmp/flps-test-flsched.log",
+                      O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(pfd[1], STDOUT_FILENO);
+        if (fd >= 0)
+            dup2(fd, STDERR_FILENO);
+        close(pfd[0]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    f = fdopen(pfd[0], "r");
+    cr_assert_not_null(f);
+    cr_assert_not_null(fgets(line, sizeof(line), f), "flsched did not start");
+    fclose(f);
+    cr_assert_eq(strncmp(line, "listening on ", 13), 0, "%s", line);
+    line[strcspn(line, "\n")] = '\0';
+    snprintf(p->base, sizeof(p->base), "http://%s", line + 13);
+}
+
+static void stop_sched(sched_proc *p, int sig)
+{
+    if (p->pid > 0) {
+        kill(p->pid, sig);
+        waitpid(p->pid, NULL, 0);
+        p->pid = 0;
+    }
+}
+
+static sched_proc fls;
+
+static void setup(void)
+{
+    cr_assert_eq(test_redis_start(&srv), 0, "redis-server did not start");
+    cr_assert_eq(rconn_create(srv.url, 2000, &rc), FLPS_OK);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static void teardown(void)
+{
+    stop_sched(&fls, SIGTERM);
+    rconn_destroy(rc);
+    test_redis_stop(&srv);
+    curl_global_cleanup();
+}
+
+TestSuite(sched_daemon, .init = setup, .fini = teardown, .timeout = 60);
+
+/* ---- HTTP ---- */
+
+typedef struct buf {
+    char *p;
+    size_t n;
+} buf;
+
+static size_t on_data(char *d, size_t sz, size_t nm, void *arg)
+{
+    buf *b = arg;
+    size_t n = sz * nm;
+    char *np = realloc(b->p, b->n + n + 1);
+
+    if (np == NULL)
+        return 0;
+    memcpy(np + b->n, d, n);
+    b->p = np;
+    b->n += n;
+    b->p[b->n] = '\0';
+    return n;
+}
+
+/* Send method path (body may be NULL); the status; *out the parsed JSON
+ * body when out is not NULL (caller decrefs). */
+static long http(const sched_proc *p, const char *method, const char *path,
+                 const char *body, size_t blen, const char *auth, json_t **out)
+{
+    CURL *c = curl_easy_init();
+    struct curl_slist *h = NULL;
+    buf b = {NULL, 0};
+    char url[512], hdr[256];
+    long code = 0;
+
+    snprintf(url, sizeof(url), "%s%s", p->base, path);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+    if (body != NULL) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)blen);
+    }
+    h = curl_slist_append(h, "Content-Type: application/yaml");
+    if (auth != NULL) {
+        snprintf(hdr, sizeof(hdr), "Authorization: %s", auth);
+        h = curl_slist_append(h, hdr);
+    }
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    cr_assert_eq(curl_easy_perform(c), CURLE_OK, "%s %s", method, url);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    if (out != NULL) {
+        *out = json_loads(b.p ? b.p : "", 0, NULL);
+        cr_assert_not_null(*out, "%s %s: not JSON: %s", method, path,
+                           b.p ? b.p : "");
+    }
+    free(b.p);
+    return code;
+}
+
+static long post(const char *yaml, json_t **out)
+{
+    return http(&fls, "POST", "/v1/jobs", yaml, strlen(yaml), NULL, out);
+}
+
+static long get(const char *path, json_t **out)
+{
+    return http(&fls, "GET", path, NULL, 0, NULL, out);
+}
+
+static const char *str(json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+
+    cr_assert(json_is_string(v), "%s is not a string", k);
+    return json_string_value(v);
+}
+
+/* ---- Redis ---- */
+
+static char *S(const char *fmt, const char *a, const char *b)
+{
+    redisReply *r = NULL;
+    static char out[8192];
+
+    cr_assert_eq(rconn_cmd(rc, &r, fmt, a, b), FLPS_OK, "%s", rconn_error(rc));
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS)
+        snprintf(out, sizeof(out), "%s", r->str);
+    else if (r->type == REDIS_REPLY_INTEGER)
+        snprintf(out, sizeof(out), "%lld", r->integer);
+    else
+        out[0] = '\0';
+    freeReplyObject(r);
+    return out;
+}
+
+/* Sorted members of an array reply (SMEMBERS, KEYS), space-separated. */
+static char *sorted(const char *fmt, const char *a)
+{
+    redisReply *r = NULL;
+    static char out[16384];
+    const char *v[512];
+    size_t n, off = 0;
+
+    cr_assert_eq(rconn_cmd(rc, &r, fmt, a), FLPS_OK);
+    n = r->elements < 512 ? r->elements : 512;
+    for (size_t i = 0; i < n; i++)
+        v[i] = r->element[i]->str;
+    for (size_t i = 1; i < n; i++)
+        for (size_t k = i; k > 0 && strcmp(v[k - 1], v[k]) > 0; k--) {
+            const char *t = v[k];
+            v[k] = v[k - 1];
+            v[k - 1] = t;
+        }
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        off += (size_t)snprintf(out + off, sizeof(out) - off, "%s%s",
+                                i ? " " : "", v[i]);
+    freeReplyObject(r);
+    return out;
+}
+
+static void add_node(const char *name, int cpus, long ttl_ms)
+{
+    char c[16], ttl[32];
+    redisReply *r = NULL;
+
+    snprintf(c, sizeof(c), "%d", cpus);
+    snprintf(ttl, sizeof(ttl), "%ld", ttl_ms);
+    S("SADD flps:nodes %s", name, NULL);
+    cr_assert_eq(rconn_cmd(rc, &r,
+                           "HSET flps:node:%s name %s address 127.0.0.1 cpus "
+                           "%s memory 68719476736 gpus 0 state READY "
+                           "last_heartbeat 1",
+                           name, name, c),
+                 FLPS_OK);
+    freeReplyObject(r);
+    cr_assert_eq(rconn_cmd(rc, &r, "SET flps:node:%s:alive 1 PX %s", name, ttl),
+                 FLPS_OK);
+    freeReplyObject(r);
+}
+
+static void agent_exit(const char *key, int code, const char *done)
+{
+    redisReply *r = NULL;
+    char c[16];
+
+    snprintf(c, sizeof(c), "%d", code);
+    if (done != NULL) {
+        cr_assert_eq(rconn_cmd(rc, &r, "HSET %s done %s", key, done), FLPS_OK);
+        freeReplyObject(r);
+    }
+    cr_assert_eq(rconn_cmd(rc, &r,
+                           "HSET %s state EXITED exit_code %s signal 0 "
+                           "exited_at %s",
+                           key, c, "1.0"),
+                 FLPS_OK);
+    freeReplyObject(r);
+    S("RPUSH flps:exits %s", key, NULL);
+}
+
+/* Poll GET /v1/jobs/id until its state is want (about 5 s at most). */
+static void wait_state(const char *id, const char *want)
+{
+    char path[64], last[32] = "";
+
+    snprintf(path, sizeof(path), "/v1/jobs/%s", id);
+    for (int i = 0; i < 100; i++) {
+        json_t *j = NULL;
+
+        cr_assert_eq(get(path, &j), 200);
+        snprintf(last, sizeof(last), "%s", str(j, "state"));
+        json_decref(j);
+        if (strcmp(last, want) == 0)
+            return;
+        sleep_ms(50);
+    }
+    cr_assert_fail("job %s is %s, not %s", id, last, want);
+}
+
+static const char job_a[] = "name: a\nmodel: mlp\nworkers: 2\n";
+
+/* ---- Tests ---- */
+
+Test(sched_daemon, submits_lists_gets_and_cancels_with_the_documented_json)
+{
+    static const char *const keys[] = {
+        "id",         "name",        "state",   "priority",   "submitted_at",
+        "started_at", "finished_at", "attempt", "restarts",   "max_restarts",
+        "reason",     "workers",     "servers", "iterations", "time_limit",
+        "resources",  "tasks",       NULL};
+    json_t *j = NULL, *l = NULL;
+    size_t nkeys = 0;
+
+    start_sched(&fls, NULL);
+    add_node("n1", 4, 30000);
+    S("DEL flps:node:n1:alive", NULL, NULL); /* down: nothing is placed */
+    cr_assert_eq(post(job_a, &j), 201);
+    for (nkeys = 0; keys[nkeys] != NULL; nkeys++)
+        cr_assert_not_null(json_object_get(j, keys[nkeys]), "no %s",
+                           keys[nkeys]);
+    cr_assert_eq(json_object_size(j), nkeys, "exactly the documented fields");
+    cr_assert_str_eq(str(j, "id"), "j1");
+    cr_assert_str_eq(str(j, "name"), "a");
+    cr_assert_str_eq(str(j, "state"), "QUEUED");
+    cr_assert(json_is_null(json_object_get(j, "started_at")));
+    cr_assert(json_is_null(json_object_get(j, "finished_at")));
+    cr_assert(json_is_real(json_object_get(j, "submitted_at")));
+    cr_assert_eq(json_integer_value(json_object_get(j, "workers")), 2);
+    cr_assert_eq(json_integer_value(json_object_get(j, "servers")), 1);
+    cr_assert_eq(json_integer_value(json_object_get(j, "iterations")), 1000);
+    cr_assert_eq(json_array_size(json_object_get(j, "tasks")), 0);
+    json_decref(j);
+    cr_assert_eq(post("name: b\nmodel: mlp\n", NULL), 201);
+    cr_assert_eq(get("/v1/jobs", &l), 200);
+    cr_assert_eq(json_array_size(json_object_get(l, "jobs")), 2);
+    cr_assert_str_eq(str(json_array_get(json_object_get(l, "jobs"), 0), "id"),
+                     "j1");
+    cr_assert_str_eq(str(json_array_get(json_object_get(l, "jobs"), 1), "id"),
+                     "j2");
+    json_decref(l);
+    cr_assert_eq(get("/v1/jobs/j2", &j), 200);
+    cr_assert_str_eq(str(j, "name"), "b");
+    json_decref(j);
+    cr_assert_eq(get("/v1/jobs/j99", &j), 404);
+    cr_assert_str_eq(str(j, "error"), "no job j99");
+    json_decref(j);
+    cr_assert_eq(http(&fls, "DELETE", "/v1/jobs/j1", NULL, 0, NULL, &j), 200);
+    cr_assert_str_eq(str(j, "state"), "CANCELLED");
+    cr_assert(json_is_real(json_object_get(j, "finished_at")));
+    json_decref(j);
+    cr_assert_eq(http(&fls, "DELETE", "/v1/jobs/j1", NULL, 0, NULL, &j), 409);
+    json_decref(j);
+    cr_assert_eq(http(&fls, "DELETE", "/v1/jobs/j99", NULL, 0, NULL, NULL),
+                 404);
+    cr_assert_eq(http(&fls, "PUT", "/v1/jobs/j2", "x", 1, NULL, NULL), 405);
+    cr_assert_eq(get("/v1/nope", NULL), 404);
+}
+
+static void expect_refusal(const char *yaml, long status, const char *field,
+                           long line)
+{
+    json_t *j = NULL;
+
+    cr_assert_eq(post(yaml, &j), status, "for:\n%s", yaml);
+    cr_assert(json_is_string(json_object_get(j, "error")));
+    cr_assert_str_eq(str(j, "field"), field, "for:\n%s", yaml);
+    if (status == 400) {
+        if (line > 0)
+            cr_assert_eq(json_integer_value(json_object_get(j, "line")), line);
+        else
+            cr_assert(json_is_null(json_object_get(j, "line")));
+    }
+    json_decref(j);
+}
+
+Test(sched_daemon, refuses_bad_job_files_naming_the_field_and_writes_nothing)
+{
+    char before[16384], big[1100000];
+    json_t *j;
+
+    start_sched(&fls, NULL);
+    add_node("n1", 8, 30000);
+    snprintf(before, sizeof(before), "%s", sorted("KEYS %s", "flps:*"));
+    expect_refusal("name: a\nmodel: mlp\nwrokers: 2\n", 400, "wrokers", 3);
+    expect_refusal("name: a\nmodel: mlp\nworkers: many\n", 400, "workers", 3);
+    expect_refusal("name: a\nworkers: 2\n", 400, "model", 0);
+    expect_refusal("name: a\nmodel: mlp\nmemory_per_worker: 1GB\n", 400,
+                   "memory_per_worker", 3);
+    expect_refusal("name: a\nmodel: mlp\ncpus_per_worker: 64\n", 422,
+                   "cpus_per_worker", 0);
+    expect_refusal("name: a\nmodel: mlp\nworkers: 8\n", 422, "workers", 0);
+    expect_refusal("name: a\nmodel: mlp\ngpus_per_worker: 1\n", 422,
+                   "gpus_per_worker", 0);
+    memset(big, '#', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    cr_assert_eq(post(big, NULL), 413);
+    cr_assert_str_eq(sorted("KEYS %s", "flps:*"), before,
+                     "a refused job leaves Redis as it was");
+    cr_assert_eq(post("name: ok\nmodel: mlp\ncompression: auto\n", &j), 201,
+                 "compression: auto is accepted");
+    json_decref(j);
+}
+
+Test(sched_daemon, places_by_priority_on_fake_nodes_and_finishes_with_summary)
+{
+    json_t *j = NULL, *sum;
+
+    start_sched(&fls, NULL);
+    add_node("n1", 3, 30000);
+    S("DEL flps:node:n1:alive", NULL, NULL); /* both wait for the node */
+    cr_assert_eq(post("name: low\nmodel: mlp\nworkers: 2\n", NULL), 201);
+    cr_assert_eq(
+        post("name: high\nmodel: mlp\nworkers: 2\npriority: 9\n", NULL), 201);
+    S("SET flps:node:n1:alive 1 EX %s", "30", NULL);
+    wait_state("j2", "RUNNING");
+    cr_assert_str_eq(sorted("SMEMBERS %s", "flps:node:n1:tasks"),
+                     "flps:task:j2:0:server-0 flps:task:j2:0:worker-0 "
+                     "flps:task:j2:0:worker-1");
+    cr_assert_eq(get("/v1/jobs/j1", &j), 200);
+    cr_assert_str_eq(str(j, "state"), "QUEUED");
+    json_decref(j);
+    agent_exit("flps:task:j2:0:worker-0", 0,
+               "{\"event\":\"done\",\"rank\":0,\"iterations\":1000,"
+               "\"bytes_sent\":5,\"bytes_received\":6,\"dense_bytes\":50,"
+               "\"test_accuracy\":0.875}");
+    agent_exit("flps:task:j2:0:worker-1", 0,
+               "{\"event\":\"done\",\"rank\":1,\"iterations\":1000,"
+               "\"bytes_sent\":7,\"bytes_received\":8,\"dense_bytes\":50}");
+    wait_state("j2", "SUCCEEDED");
+    wait_state("j1", "RUNNING");
+    cr_assert_eq(get("/v1/jobs/j2", &j), 200);
+    sum = json_object_get(j, "summary");
+    cr_assert(json_is_object(sum));
+    cr_assert_eq(json_object_size(sum), 6);
+    cr_assert_eq(json_real_value(json_object_get(sum, "test_accuracy")), 0.875);
+    cr_assert_eq(json_integer_value(json_object_get(sum, "bytes_sent")), 12);
+    cr_assert_eq(json_integer_value(json_object_get(sum, "bytes_received")),
+                 14);
+    cr_assert_eq(json_integer_value(json_object_get(sum, "dense_bytes")), 100);
+    cr_assert_eq(json_integer_value(json_object_get(sum, "iterations")), 1000);
+    cr_assert_str_eq(
+        str(json_array_get(json_object_get(j, "tasks"), 1), "state"), "EXITED");
+    json_decref(j);
+    cr_assert_eq(get("/v1/jobs/j2/events?since=1", &j), 200);
+    {
+        json_t *ev = json_object_get(j, "events");
+        cr_assert_eq(json_array_size(ev), 2, "placed, succeeded");
+        cr_assert_eq(
+            json_integer_value(json_object_get(json_array_get(ev, 0), "seq")),
+            2);
+        cr_assert_str_eq(str(json_array_get(ev, 1), "type"), "succeeded");
+    }
+    json_decref(j);
+}
+
+Test(sched_daemon, restarts_then_fails_per_max_restarts)
+{
+    json_t *j = NULL;
+
+    start_sched(&fls, NULL);
+    add_node("n1", 4, 30000);
+    cr_assert_eq(post("name: f\nmodel: mlp\nmax_restarts: 1\n", NULL), 201);
+    wait_state("j1", "RUNNING");
+    agent_exit("flps:task:j1:0:worker-0", 3, NULL);
+    for (int i = 0; i < 100; i++) {
+        if (strcmp(S("HGET flps:job:j1 attempt", NULL, NULL), "1") == 0 &&
+            strcmp(S("HGET flps:job:j1 state", NULL, NULL), "RUNNING") == 0)
+            break;
+        sleep_ms(50);
+    }
+    cr_assert_eq(get("/v1/jobs/j1", &j), 200);
+    cr_assert_eq(json_integer_value(json_object_get(j, "restarts")), 1);
+    cr_assert_eq(json_integer_value(json_object_get(j, "attempt")), 1);
+    cr_assert_str_eq(str(j, "reason"), "worker-0 on n1 exited with status 3");
+    json_decref(j);
+    agent_exit("flps:task:j1:1:worker-0", 1, NULL);
+    wait_state("j1", "FAILED");
+    cr_assert_eq(get("/v1/jobs/j1", &j), 200);
+    cr_assert_str_eq(str(j, "reason"), "worker-0 on n1 exited with status 1");
+    json_decref(j);
+}
+
+Test(sched_daemon, marks_a_node_lost_when_its_alive_key_expires)
+{
+    json_t *j = NULL;
+    const char *state = "";
+
+    start_sched(&fls, NULL);
+    add_node("n1", 4, 1000);
+    cr_assert_eq(post("name: x\nmodel: mlp\n", NULL), 201);
+    wait_state("j1", "RUNNING");
+    for (int i = 0; i < 60; i++) {
+        cr_assert_eq(get("/v1/nodes", &j), 200);
+        state = str(json_array_get(json_object_get(j, "nodes"), 0), "state");
+        if (strcmp(state, "LOST") == 0)
+            break;
+        json_decref(j);
+        j = NULL;
+        sleep_ms(50);
+    }
+    cr_assert_str_eq(state, "LOST");
+    json_decref(j);
+    wait_state("j1", "FAILED");
+    cr_assert_str_eq(S("HGET flps:job:j1 reason", NULL, NULL), "node n1 lost");
+}
+
+Test(sched_daemon, a_restarted_flsched_carries_on_without_placing_twice)
+{
+    const char *const args[] = {"--lease-ms", "1000", NULL};
+    char tasks_before[4096], n1_before[4096];
+    json_t *j = NULL;
+
+    start_sched(&fls, args);
+    add_node("n1", 3, 60000);
+    cr_assert_eq(post("name: one\nmodel: mlp\nworkers: 2\n", NULL), 201);
+    cr_assert_eq(post("name: two\nmodel: mlp\nworkers: 2\n", NULL), 201);
+    wait_state("j1", "RUNNING");
+    snprintf(tasks_before, sizeof(tasks_before), "%s",
+             sorted("KEYS %s", "flps:task:*"));
+    snprintf(n1_before, sizeof(n1_before), "%s",
+             sorted("SMEMBERS %s", "flps:node:n1:tasks"));
+    stop_sched(&fls, SIGKILL);
+    start_sched(&fls, args);
+    /* Wait out the dead leader's lease: the new one then schedules. */
+    for (int i = 0; i < 60; i++) {
+        cr_assert_eq(get("/healthz", &j), 200);
+        if (json_is_true(json_object_get(j, "leader"))) {
+            json_decref(j);
+            j = NULL;
+            break;
+        }
+        json_decref(j);
+        j = NULL;
+        sleep_ms(100);
+    }
+    sleep_ms(600); /* a few turns of the new leader's loop */
+    cr_assert_str_eq(sorted("KEYS %s", "flps:task:*"), tasks_before,
+                     "no task was placed again");
+    cr_assert_str_eq(sorted("SMEMBERS %s", "flps:node:n1:tasks"), n1_before);
+    cr_assert_eq(get("/v1/jobs/j1", &j), 200);
+    cr_assert_str_eq(str(j, "state"), "RUNNING");
+    cr_assert_eq(json_integer_value(json_object_get(j, "attempt")), 0);
+    json_decref(j);
+    cr_assert_eq(get("/v1/jobs/j2", &j), 200);
+    cr_assert_str_eq(str(j, "state"), "QUEUED");
+    json_decref(j);
+    /* It finishes j1 and places j2 as the old one would have. */
+    agent_exit("flps:task:j1:0:worker-0", 0, "{\"rank\":0}");
+    agent_exit("flps:task:j1:0:worker-1", 0, "{\"rank\":1}");
+    wait_state("j1", "SUCCEEDED");
+    wait_state("j2", "RUNNING");
+}
+
+Test(sched_daemon, two_schedulers_elect_one_leader_and_the_other_takes_over)
+{
+    const char *const a_args[] = {"--lease-ms", "1000", "--id", "A", NULL};
+    const char *const b_args[] = {"--lease-ms", "1000", "--id", "B", NULL};
+    sched_proc b = {0};
+    json_t *ha = NULL, *hb = NULL;
+    int a_leads, b_leads;
+
+    start_sched(&fls, a_args);
+    sleep_ms(300);
+    start_sched(&b, b_args);
+    sleep_ms(500);
+    cr_assert_eq(http(&fls, "GET", "/healthz", NULL, 0, NULL, &ha), 200);
+    cr_assert_eq(http(&b, "GET", "/healthz", NULL, 0, NULL, &hb), 200);
+    a_leads = json_is_true(json_object_get(ha, "leader"));
+    b_leads = json_is_true(json_object_get(hb, "leader"));
+    json_decref(ha);
+    json_decref(hb);
+    cr_assert_eq(a_leads, 1);
+    cr_assert_eq(b_leads, 0);
+    cr_assert_str_eq(S("GET flps:leader", NULL, NULL), "A");
+    /* Both serve the API; only the leader places. */
+    add_node("n1", 4, 60000);
+    cr_assert_eq(
+        http(&b, "POST", "/v1/jobs", "name: x\nmodel: mlp\n", 19, NULL, NULL),
+        201);
+    wait_state("j1", "RUNNING");
+    stop_sched(&fls, SIGKILL);
+    for (int i = 0; i < 40 && !b_leads; i++) {
+        sleep_ms(100);
+        cr_assert_eq(http(&b, "GET", "/healthz", NULL, 0, NULL, &hb), 200);
+        b_leads = json_is_true(json_object_get(hb, "leader"));
+        json_decref(hb);
+    }
+    cr_assert_eq(b_leads, 1, "B took over within the lease and a retry");
+    cr_assert_str_eq(S("GET flps:leader", NULL, NULL), "B");
+    stop_sched(&b, SIGTERM);
+    cr_assert_str_eq(S("EXISTS flps:leader", NULL, NULL), "0",
+                     "a leader that stops hands the lease back");
+}
+
+Test(sched_daemon, requires_the_bearer_token_except_for_health_and_metrics)
+{
+    const char *const args[] = {"--token-file", "/tmp/flps-test-token", NULL};
+    FILE *f = fopen("/tmp/flps-test-token", "w");
+    json_t *j = NULL;
+
+    cr_assert_not_null(f);
+    fputs("s3cret\n", f);
+    fclose(f);
+    start_sched(&fls, args);
+    cr_assert_eq(http(&fls, "GET", "/v1/jobs", NULL, 0, NULL, &j), 401);
+    json_decref(j);
+    cr_assert_eq(http(&fls, "GET", "/v1/jobs", NULL, 0, "Bearer wrong", NULL),
+                 401);
+    cr_assert_eq(http(&fls, "GET", "/v1/jobs", NULL, 0, "Bearer s3cret", NULL),
+                 200);
+    cr_assert_eq(http(&fls, "GET", "/healthz", NULL, 0, NULL, NULL), 200);
+    cr_assert_eq(http(&fls, "GET", "/metrics", NULL, 0, NULL, NULL), 200);
+    unlink("/tmp/flps-test-token");
+}
+
+Test(sched_daemon, serves_events_logs_plan_nodes_and_metrics)
+{
+    json_t *j = NULL;
+    char next[64];
+
+    start_sched(&fls, NULL);
+    add_node("n1", 4, 60000);
+    cr_assert_eq(post("name: x\nmodel: mlp\n", NULL), 201);
+    wait_state("j1", "RUNNING");
+    cr_assert_eq(get("/v1/jobs/j1/events", &j), 200);
+    cr_assert_eq(json_array_size(json_object_get(j, "events")), 2);
+    json_decref(j);
+    cr_assert_eq(get("/v1/jobs/j1/events?since=x", NULL), 400);
+    cr_assert_eq(get("/v1/jobs/j9/events", NULL), 404);
+    S("XADD flps:job:j1:logs * task worker-0 line %s", "hello", NULL);
+    S("XADD flps:job:j1:logs * task server-0 line %s", "world", NULL);
+    cr_assert_eq(get("/v1/jobs/j1/logs?limit=1", &j), 200);
+    cr_assert_eq(json_array_size(json_object_get(j, "lines")), 1);
+    cr_assert_str_eq(
+        str(json_array_get(json_object_get(j, "lines"), 0), "line"), "hello");
+    snprintf(next, sizeof(next), "/v1/jobs/j1/logs?after=%s", str(j, "next"));
+    json_decref(j);
+    cr_assert_eq(get(next, &j), 200);
+    cr_assert_eq(json_array_size(json_object_get(j, "lines")), 1);
+    cr_assert_str_eq(
+        str(json_array_get(json_object_get(j, "lines"), 0), "task"),
+        "server-0");
+    json_decref(j);
+    cr_assert_eq(get("/v1/jobs/j1/plan", &j), 404);
+    cr_assert_str_eq(str(j, "error"), "no plan yet");
+    json_decref(j);
+    S("HSET flps:job:j1:plan version 3 plan %s",
+      "{\"layers\":[],\"predicted_iteration_seconds\":0.5}", NULL);
+    cr_assert_eq(get("/v1/jobs/j1/plan", &j), 200);
+    cr_assert_eq(json_integer_value(json_object_get(j, "version")), 3);
+    json_decref(j);
+    cr_assert_eq(get("/v1/nodes", &j), 200);
+    {
+        json_t *n = json_array_get(json_object_get(j, "nodes"), 0);
+        json_t *used = json_object_get(n, "used");
+
+        cr_assert_str_eq(str(n, "name"), "n1");
+        cr_assert_eq(json_integer_value(json_object_get(n, "cpus")), 4);
+        cr_assert_eq(json_integer_value(json_object_get(used, "cpus")), 2);
+        cr_assert_eq(json_integer_value(json_object_get(used, "memory")),
+                     (1LL << 30) + (512LL << 20));
+    }
+    json_decref(j);
+    {
+        CURL *c = curl_easy_init();
+        buf b = {NULL, 0};
+        char url[512];
+
+        snprintf(url, sizeof(url), "%s/metrics", fls.base);
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+        cr_assert_eq(curl_easy_perform(c), CURLE_OK);
+        curl_easy_cleanup(c);
+        cr_assert_not_null(strstr(b.p, "flsched_jobs{state=\"RUNNING\"} 1"),
+                           "%s", b.p);
+        cr_assert_not_null(strstr(b.p, "flsched_queue_length 0"));
+        cr_assert_not_null(strstr(b.p, "flsched_nodes{state=\"READY\"} 1"));
+        cr_assert_not_null(strstr(b.p, "flsched_placements_total 1"));
+        cr_assert_not_null(strstr(b.p, "flsched_leader 1"));
+        cr_assert_not_null(
+            strstr(b.p, "flsched_api_requests_total{code=\"404\"} 2"), "%s",
+            b.p);
+        free(b.p);
+    }
+}
