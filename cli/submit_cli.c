@@ -161,6 +161,24 @@ static void server_message(const submit_reply *r, char *buf, size_t len)
     buf[n] = '\0';
 }
 
+/* Does the API document this failure for this call? A 404 to GET /v1/jobs
+ * means the URL is not flsched, not that a job is unknown, so it must not
+ * exit like an unknown id. */
+static int status_fits_call(call_kind kind, int rc)
+{
+    switch (rc) {
+    case SUBMIT_EXIT_REFUSED:
+    case SUBMIT_EXIT_UNPLACEABLE:
+        return kind == CALL_SUBMIT;
+    case SUBMIT_EXIT_NOT_FOUND:
+        return kind != CALL_SUBMIT && kind != CALL_OTHER;
+    case SUBMIT_EXIT_CONFLICT:
+        return kind == CALL_CANCEL;
+    default:
+        return 1;
+    }
+}
+
 /* The message for a status the call did not expect. */
 static void status_message(const submit_ctx *ctx, const call *c,
                            const submit_reply *r, call_error *e)
@@ -169,7 +187,11 @@ static void status_message(const submit_ctx *ctx, const call *c,
     char smsg[512];
 
     server_message(r, smsg, sizeof(smsg));
-    switch (r->status) {
+    /* A status the API does not document for this call gets the generic
+     * message of the default case. */
+    switch (status_fits_call(c->kind, submit_cli_exit_for_status(r->status))
+                ? r->status
+                : 0) {
     case 400:
         snprintf(e->msg, sizeof(e->msg), "the scheduler refused %s: %s",
                  c->subject, smsg);
@@ -196,17 +218,11 @@ static void status_message(const submit_ctx *ctx, const call *c,
                      "no plan for job %s: no such job, or it has no plan yet "
                      "(%s)",
                      c->subject, smsg);
-        else if (c->kind == CALL_JOB || c->kind == CALL_CANCEL ||
-                 c->kind == CALL_LOGS)
+        else
             snprintf(e->msg, sizeof(e->msg),
                      "unknown job %s: the scheduler at %s has no such job "
                      "(%s); `flsubmit list` shows the jobs",
                      c->subject, url, smsg);
-        else
-            snprintf(e->msg, sizeof(e->msg),
-                     "the scheduler at %s has no %s (HTTP 404: %s); is that "
-                     "address really flsched?",
-                     url, c->path, smsg);
         return;
     case 409:
         snprintf(e->msg, sizeof(e->msg),
@@ -222,8 +238,9 @@ static void status_message(const submit_ctx *ctx, const call *c,
     default:
         e->transient = r->status >= 500;
         snprintf(e->msg, sizeof(e->msg),
-                 "the scheduler at %s answered %s %s with HTTP %ld: %s", url,
-                 c->method, c->path, r->status, smsg);
+                 "the scheduler at %s answered %s %s with HTTP %ld: %s%s", url,
+                 c->method, c->path, r->status, smsg,
+                 r->status == 404 ? "; is that address really flsched?" : "");
         return;
     }
 }
@@ -254,6 +271,8 @@ static int api_try(submit_ctx *ctx, const call *c, json_t **out, call_error *e)
         return rc;
     }
     rc = submit_cli_exit_for_status(r.status);
+    if (rc != SUBMIT_EXIT_OK && !status_fits_call(c->kind, rc))
+        rc = SUBMIT_EXIT_BAD_REPLY;
     if (rc != SUBMIT_EXIT_OK) {
         status_message(ctx, c, &r, e);
         goto out;

@@ -664,6 +664,20 @@ Test(flsubmit, a_server_error_exits_10_with_its_message)
     fake_stop(&fs);
 }
 
+Test(flsubmit, a_404_to_a_list_means_the_url_is_not_flsched)
+{
+    fake_sched fs;
+    sub_result r;
+
+    fake_start(&fs);
+    RUN(&r, fs.url, NULL, "list");
+    cr_assert_eq(r.status, SUBMIT_EXIT_BAD_REPLY,
+                 "not exit 3: no id was given");
+    assert_contains(r.err, "answered GET /v1/jobs with HTTP 404");
+    sub_free(&r);
+    fake_stop(&fs);
+}
+
 Test(flsubmit, list_prints_a_table_of_the_jobs)
 {
     fake_sched fs;
