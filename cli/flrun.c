@@ -15,10 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/procs.h"
 #include "common/clock.h"
 #include "common/jobspec.h"
 #include "common/log.h"
+#include "common/procs.h"
 
 #define RUN_MAX_PROCS 1300
 
