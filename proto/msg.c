@@ -309,6 +309,121 @@ enum {
     F_BASE = F_V | F_OP | F_JOB | F_RANK | F_PART | F_ITER | F_VER | F_DATA,
 };
 
+#define PROTO_HEADER_MAX (1u << 20)
+
+static uint64_t be_read(const unsigned char *p, unsigned n)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Walk one MessagePack object without building it and check that every
+ * declared length fits in the bytes that are there. msgpack-c reserves
+ * room for an array or map of the declared size before reading its
+ * elements, so five hostile bytes could otherwise ask for 100 GiB. Every
+ * element takes at least one byte, so a count of pending objects larger
+ * than the bytes left is a lie. Returns 1 when well-formed. */
+static int mp_is_sane(const unsigned char *p, size_t len)
+{
+    size_t pos = 0;
+    uint64_t pending = 1;
+
+    while (pending > 0) {
+        unsigned char b;
+        uint64_t skip = 0, items = 0;
+
+        if (pos >= len)
+            return 0;
+        b = p[pos++];
+        pending--;
+        if (b <= 0x7f || b >= 0xe0 || (b >= 0xc2 && b <= 0xc3) || b == 0xc0) {
+            /* fixint, nil, bool: the byte itself */
+        } else if (b >= 0x80 && b <= 0x8f) {
+            items = 2u * (b & 0x0f);
+        } else if (b >= 0x90 && b <= 0x9f) {
+            items = b & 0x0f;
+        } else if (b >= 0xa0 && b <= 0xbf) {
+            skip = b & 0x1f;
+        } else {
+            static const unsigned char lenbytes[] = {
+                [0xc4 - 0xc4] = 1, [0xc5 - 0xc4] = 2, [0xc6 - 0xc4] = 4,
+                [0xc7 - 0xc4] = 1, [0xc8 - 0xc4] = 2, [0xc9 - 0xc4] = 4,
+                [0xd9 - 0xc4] = 1, [0xda - 0xc4] = 2, [0xdb - 0xc4] = 4,
+                [0xdc - 0xc4] = 2, [0xdd - 0xc4] = 4, [0xde - 0xc4] = 2,
+                [0xdf - 0xc4] = 4,
+            };
+            unsigned n;
+            uint64_t v;
+
+            switch (b) {
+            case 0xca:
+                skip = 4;
+                break;
+            case 0xcb:
+                skip = 8;
+                break;
+            case 0xcc:
+            case 0xd0:
+                skip = 1;
+                break;
+            case 0xcd:
+            case 0xd1:
+                skip = 2;
+                break;
+            case 0xce:
+            case 0xd2:
+                skip = 4;
+                break;
+            case 0xcf:
+            case 0xd3:
+                skip = 8;
+                break;
+            case 0xd4:
+                skip = 2;
+                break;
+            case 0xd5:
+                skip = 3;
+                break;
+            case 0xd6:
+                skip = 5;
+                break;
+            case 0xd7:
+                skip = 9;
+                break;
+            case 0xd8:
+                skip = 17;
+                break;
+            case 0xc1:
+                return 0; /* never used */
+            default:
+                n = lenbytes[b - 0xc4];
+                if (n == 0 || len - pos < n)
+                    return 0;
+                v = be_read(p + pos, n);
+                pos += n;
+                if (b >= 0xdc && b <= 0xdd)
+                    items = v;
+                else if (b >= 0xde)
+                    items = 2 * v;
+                else if (b >= 0xc7 && b <= 0xc9)
+                    skip = v + 1; /* the ext type byte, then the data */
+                else
+                    skip = v;
+                break;
+            }
+        }
+        if (skip > len - pos)
+            return 0;
+        pos += (size_t)skip;
+        pending += items;
+        if (pending > len - pos)
+            return 0;
+    }
+    return 1;
+}
+
 static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
                               size_t errlen)
 {
@@ -318,6 +433,11 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
     flps_err rc = FLPS_EPROTO;
     const msgpack_object *map;
 
+    if (f->len > PROTO_HEADER_MAX || !mp_is_sane(f->data, f->len))
+        return fail(errbuf, errlen,
+                    "header is not one MessagePack object: malformed, a "
+                    "declared length beyond its %zu bytes, or over %u bytes",
+                    f->len, PROTO_HEADER_MAX);
     msgpack_unpacked_init(&up);
     if (msgpack_unpack_next(&up, f->data, f->len, &off) !=
             MSGPACK_UNPACK_SUCCESS ||

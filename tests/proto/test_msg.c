@@ -1176,17 +1176,6 @@ Test(msg, errbuf_may_be_null_or_tiny)
 
 /* ---- garbage ---- */
 
-/* msgpack-c reserves room for a declared array or map before reading its
- * elements, so five garbage bytes (0xdd and a 32-bit count) ask for up to
- * ~100 GiB. malloc refuses that and msgpack reports the header as broken
- * (FLPS_EPROTO); under ASan the allocator would abort instead, so it is
- * told to return NULL the way malloc does. */
-const char *__asan_default_options(void);
-const char *__asan_default_options(void)
-{
-    return "allocator_may_return_null=1";
-}
-
 static uint64_t rng_next(uint64_t *s)
 {
     /* splitmix64: deterministic, good enough for fuzzing inputs. */
@@ -1356,4 +1345,27 @@ Test(msg, only_a_push_may_be_codec_encoded)
     m.spec[0] = '\0';
     cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_EINVAL,
                  "an encoded push names its codec");
+}
+
+Test(msg, a_header_declaring_more_elements_than_it_has_bytes_is_refused)
+{
+    /* An array32 of 4 billion elements in five bytes, a map16 of 65535
+     * pairs in three, and a str32 longer than the frame: refused before
+     * msgpack-c would reserve memory for them. */
+    static const unsigned char arr[] = {0xdd, 0xff, 0xff, 0xff, 0xf0};
+    static const unsigned char map[] = {0xde, 0xff, 0xff};
+    static const unsigned char str[] = {0x81, 0xa1, 'v', 0xdb, 0, 0, 1, 0};
+    const unsigned char *bad[] = {arr, map, str};
+    const size_t len[] = {sizeof(arr), sizeof(map), sizeof(str)};
+    char err[ERRLEN];
+    proto_msg d;
+
+    for (int i = 0; i < 3; i++) {
+        proto_frame f = {bad[i], len[i]};
+        err[0] = '\0';
+        cr_assert_eq(proto_msg_decode(&f, 1, &d, err, sizeof(err)), FLPS_EPROTO,
+                     "case %d", i);
+        cr_assert_not_null(strstr(err, "declared length"), "case %d: %s", i,
+                           err);
+    }
 }
