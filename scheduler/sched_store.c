@@ -611,7 +611,7 @@ static flps_err load_tasks(sched_store *st, sched_job *j)
     }
     j->ntasks = n;
     freeReplyObject(r);
-    if (rc == FLPS_OK)
+    if (rc == FLPS_OK && j->ntasks > 1) /* qsort(NULL, 0) is undefined */
         qsort(j->tasks, j->ntasks, sizeof(*j->tasks), cmp_task);
     return rc;
 }
