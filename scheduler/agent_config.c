@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/jobspec.h"
+#include "scheduler/rconn.h"
 
 static const char usage_text[] =
     "usage: flagent --redis redis://HOST:PORT --name NAME --cpus N\n"
@@ -112,11 +113,17 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
     optind = 0; /* GNU: rescan from the start, so a second call works */
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
-        case 'r':
+        case 'r': {
+            char host[256], pw[256], why[300];
+            int port, db;
             if (strlen(optarg) >= sizeof(cfg.redis_url))
                 return fail(errbuf, errlen, "--redis: the URL is too long");
+            if (rconn_parse_url(optarg, host, sizeof(host), &port, pw,
+                                sizeof(pw), &db, why, sizeof(why)) != FLPS_OK)
+                return fail(errbuf, errlen, "--redis: %s", why);
             snprintf(cfg.redis_url, sizeof(cfg.redis_url), "%s", optarg);
             break;
+        }
         case 'n':
             if (!name_is_valid(optarg))
                 return fail(errbuf, errlen,
@@ -137,7 +144,7 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
                 cfg.memory == 0)
                 return fail(errbuf, errlen,
                             "--memory: '%s' is not a size; use bytes or a "
-                            "whole number with K, M, G, T (powers of 1000) "
+                            "number with K, M, G, T (powers of 1000) "
                             "or Ki, Mi, Gi, Ti (powers of 1024), e.g. 16Gi; "
                             "not 0",
                             optarg);

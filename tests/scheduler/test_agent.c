@@ -1,0 +1,828 @@
+/* flagent against a real redis-server, running real flps and flworker
+ * processes: the desired state is written into Redis as flsched would
+ * write it, and the test reads back what the agent reports. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "redis_fixture.h"
+#include "scheduler/rconn.h"
+
+/* 2 workers and 1 server on the synthetic data set: about a second. */
+static const char quick_job[] = "name: agent-test\n"
+                                "model: mlp\n"
+                                "dataset: synthetic\n"
+                                "workers: 2\n"
+                                "servers: 1\n"
+                                "iterations: 30\n"
+                                "batch_size: 16\n"
+                                "eval_every: 0\n";
+
+/* The same job, long enough to be running whenever the test looks. */
+static const char long_job[] = "name: agent-long\n"
+                               "model: mlp\n"
+                               "dataset: synthetic\n"
+                               "workers: 2\n"
+                               "servers: 1\n"
+                               "iterations: 10000000\n"
+                               "batch_size: 16\n"
+                               "eval_every: 0\n";
+
+typedef struct fixture {
+    int used; /* fx_init ran and fx_fini did not */
+    test_redis srv;
+    rconn *rc;
+    pid_t agent;
+    char dir[64];
+    char log[128];
+    char work[128];
+} fixture;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+#define WAIT_UNTIL(cond, secs)                                                 \
+    do {                                                                       \
+        double until_ = now_s() + (secs);                                      \
+        while (!(cond) && now_s() < until_)                                    \
+            sleep_ms(50);                                                      \
+    } while (0)
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *buf;
+    long n;
+
+    if (f == NULL)
+        return strdup("");
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = calloc(1, (size_t)n + 1);
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n)
+        buf[0] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static int count_in_file(const char *path, const char *needle)
+{
+    char *text = slurp(path), *p = text;
+    int k = 0;
+
+    while ((p = strstr(p, needle)) != NULL) {
+        k++;
+        p += strlen(needle);
+    }
+    free(text);
+    return k;
+}
+
+/* Fail with the agent's log attached: most failures are explained there. */
+static void fail_with_log(fixture *fx, const char *fmt, ...)
+{
+    char msg[1024];
+    char *log = slurp(fx->log);
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    cr_log_error("flagent's log:\n%s", log);
+    free(log);
+    cr_assert_fail("%s", msg);
+}
+
+#define CHECK(fx, cond, ...)                                                   \
+    do {                                                                       \
+        if (!(cond))                                                           \
+            fail_with_log((fx), __VA_ARGS__);                                  \
+    } while (0)
+
+/* ---- Redis ---- */
+
+/* HGET into buf; 1 when the field exists. */
+static int hget(fixture *fx, const char *key, const char *field, char *buf,
+                size_t len)
+{
+    redisReply *r = NULL;
+    int found = 0;
+
+    if (rconn_cmd(fx->rc, &r, "HGET %s %s", key, field) != FLPS_OK)
+        return 0;
+    if (r->type == REDIS_REPLY_STRING) {
+        snprintf(buf, len, "%s", r->str);
+        found = 1;
+    }
+    freeReplyObject(r);
+    return found;
+}
+
+static int hget_is(fixture *fx, const char *key, const char *field,
+                   const char *want)
+{
+    char buf[4096];
+    return hget(fx, key, field, buf, sizeof(buf)) && strcmp(buf, want) == 0;
+}
+
+static long long integer_cmd(fixture *fx, const char *fmt, const char *key)
+{
+    redisReply *r = NULL;
+    long long v = -99;
+
+    if (rconn_cmd(fx->rc, &r, fmt, key) != FLPS_OK)
+        return -99;
+    if (r->type == REDIS_REPLY_INTEGER)
+        v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+/* Check a command worked and free its reply (*r is read after the call:
+ * the reply must not be an argument evaluated before it). */
+static void must(fixture *fx, flps_err err, redisReply **r)
+{
+    cr_assert_eq(err, FLPS_OK, "Redis: %s", rconn_error(fx->rc));
+    freeReplyObject(*r);
+    *r = NULL;
+}
+
+/* Whether the job's log stream has a line of task holding text. */
+static int logs_have(fixture *fx, const char *job, const char *task,
+                     const char *text)
+{
+    redisReply *r = NULL;
+    char key[128];
+    int found = 0;
+
+    snprintf(key, sizeof(key), "flps:job:%s:logs", job);
+    if (rconn_cmd(fx->rc, &r, "XRANGE %s - +", key) != FLPS_OK)
+        return 0;
+    for (size_t i = 0; i < r->elements && !found; i++) {
+        redisReply *f = r->element[i]->element[1];
+        found = f->elements == 4 && strcmp(f->element[1]->str, task) == 0 &&
+                strstr(f->element[3]->str, text) != NULL;
+    }
+    freeReplyObject(r);
+    return found;
+}
+
+/* The job hash and the task hashes of one attempt, all on node n1, and
+ * the desired set listing them: what a placement by flsched writes. */
+static void place_job(fixture *fx, const char *id, const char *spec,
+                      int servers, int workers)
+{
+    redisReply *r = NULL;
+    char key[128], tasks[64];
+
+    snprintf(key, sizeof(key), "flps:job:%s", id);
+    must(fx,
+         rconn_cmd(fx->rc, &r,
+                   "HSET %s id %s name agent-test state RUNNING attempt 0 "
+                   "servers %d workers %d spec %s",
+                   key, id, servers, workers, spec),
+         &r);
+    snprintf(tasks, sizeof(tasks), "flps:job:%s:tasks", id);
+    for (int i = 0; i < servers + workers; i++) {
+        const char *role = i < servers ? "server" : "worker";
+        int index = i < servers ? i : i - servers;
+        snprintf(key, sizeof(key), "flps:task:%s:0:%s-%d", id, role, index);
+        must(fx,
+             rconn_cmd(fx->rc, &r,
+                       "HSET %s job %s attempt 0 role %s index %d node n1 "
+                       "state ASSIGNED",
+                       key, id, role, index),
+             &r);
+        must(fx, rconn_cmd(fx->rc, &r, "SADD %s %s", tasks, key), &r);
+        must(fx, rconn_cmd(fx->rc, &r, "SADD flps:node:n1:tasks %s", key), &r);
+    }
+}
+
+static void task_key(char *buf, size_t len, const char *job, const char *t)
+{
+    snprintf(buf, len, "flps:task:%s:0:%s", job, t);
+}
+
+/* ---- flagent ---- */
+
+static pid_t spawn(const char *log, char *const argv[])
+{
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void agent_start_url(fixture *fx, const char *url, const char *hb)
+{
+    char *argv[] = {FLPS_BIN_DIR "/flagent",
+                    "--redis",
+                    (char *)url,
+                    "--name",
+                    "n1",
+                    "--cpus",
+                    "8",
+                    "--memory",
+                    "16Gi",
+                    "--gpus",
+                    "2",
+                    "--work-dir",
+                    fx->work,
+                    "--heartbeat",
+                    (char *)hb,
+                    NULL};
+
+    fx->agent = spawn(fx->log, argv);
+    cr_assert_gt(fx->agent, 0);
+}
+
+static void agent_start(fixture *fx, const char *hb)
+{
+    agent_start_url(fx, fx->srv.url, hb);
+}
+
+static int agent_registered(fixture *fx)
+{
+    return integer_cmd(fx, "SISMEMBER flps:nodes %s", "n1") == 1 &&
+           hget_is(fx, "flps:node:n1", "state", "READY");
+}
+
+/* Stop flagent with sig; its exit status, or -1 if it did not end within
+ * secs seconds (it is then killed). */
+static int agent_stop(fixture *fx, int sig, double secs)
+{
+    int status = -1;
+    double until = now_s() + secs;
+
+    if (fx->agent <= 0)
+        return -1;
+    kill(fx->agent, sig);
+    while (now_s() < until) {
+        if (waitpid(fx->agent, &status, WNOHANG) == fx->agent) {
+            fx->agent = 0;
+            return status;
+        }
+        sleep_ms(50);
+    }
+    kill(fx->agent, SIGKILL);
+    waitpid(fx->agent, NULL, 0);
+    fx->agent = 0;
+    return -1;
+}
+
+static void fx_init(fixture *fx, int with_redis)
+{
+    memset(fx, 0, sizeof(*fx));
+    snprintf(fx->dir, sizeof(fx->dir), "/tmp/flagent-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(fx->dir));
+    snprintf(fx->log, sizeof(fx->log), "%s/flagent.log", fx->dir);
+    snprintf(fx->work, sizeof(fx->work), "%s/work", fx->dir);
+    fx->used = 1;
+    if (with_redis) {
+        cr_assert_eq(test_redis_start(&fx->srv), 0,
+                     "redis-server did not start");
+        cr_assert_eq(rconn_create(fx->srv.url, 2000, &fx->rc), FLPS_OK);
+    }
+}
+
+static void fx_fini(fixture *fx)
+{
+    char cmdline[160];
+
+    if (!fx->used)
+        return;
+    fx->used = 0;
+    if (fx->srv.pid > 0)
+        kill(fx->srv.pid, SIGCONT); /* in case a test stopped it */
+    if (fx->agent > 0)
+        agent_stop(fx, SIGTERM, 15);
+    rconn_destroy(fx->rc);
+    test_redis_stop(&fx->srv);
+    snprintf(cmdline, sizeof(cmdline), "rm -rf %s %s", fx->dir, fx->srv.dir);
+    if (system(cmdline) != 0)
+        cr_log_warn("could not remove %s", fx->dir);
+}
+
+static int pid_runs(int pid)
+{
+    char path[64], stat[512] = "";
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    if (fgets(stat, sizeof(stat), f) == NULL)
+        stat[0] = '\0';
+    fclose(f);
+    /* "PID (comm) S ...": a zombie does not run. */
+    return stat[0] != '\0' && strstr(stat, ") Z ") == NULL;
+}
+
+/* ---- Tests ---- */
+
+/* One fixture per test process (Criterion runs each test in its own):
+ * the suite's fini cleans up after a failed assertion too, so no agent,
+ * flps or redis-server outlives its test. */
+static fixture fx;
+
+static void fx_teardown(void)
+{
+    fx_fini(&fx);
+}
+
+TestSuite(agent, .fini = fx_teardown);
+
+Test(agent, registers_its_node_and_keeps_it_alive)
+{
+    char buf[64], first[64];
+    long long pttl;
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    CHECK(&fx, agent_registered(&fx), "the node did not register");
+    cr_assert(hget_is(&fx, "flps:node:n1", "name", "n1"));
+    cr_assert(hget_is(&fx, "flps:node:n1", "address", "127.0.0.1"));
+    cr_assert(hget_is(&fx, "flps:node:n1", "cpus", "8"));
+    cr_assert(hget_is(&fx, "flps:node:n1", "memory", "17179869184"));
+    cr_assert(hget_is(&fx, "flps:node:n1", "gpus", "2"));
+    cr_assert(hget(&fx, "flps:node:n1", "registered_at", buf, sizeof(buf)));
+    cr_assert_gt(atof(buf), 1.7e9, "registered_at is Unix seconds: %s", buf);
+    cr_assert(
+        hget(&fx, "flps:node:n1", "last_heartbeat", first, sizeof(first)));
+    {
+        redisReply *r = NULL;
+        cr_assert_eq(rconn_cmd(fx.rc, &r, "GET flps:node:n1:alive"), FLPS_OK);
+        cr_assert_str_eq(r->str, "1");
+        freeReplyObject(r);
+    }
+    pttl = integer_cmd(&fx, "PTTL %s", "flps:node:n1:alive");
+    cr_assert(pttl > 1000 && pttl <= 3000,
+              "the alive key lives 3 heartbeats (3000 ms), has %lld", pttl);
+    /* Heartbeats move last_heartbeat and keep the key alive. */
+    WAIT_UNTIL(hget(&fx, "flps:node:n1", "last_heartbeat", buf, sizeof(buf)) &&
+                   strcmp(buf, first) != 0,
+               3);
+    cr_assert_gt(atof(buf), atof(first), "no heartbeat in 3 s");
+    sleep_ms(3500);
+    pttl = integer_cmd(&fx, "PTTL %s", "flps:node:n1:alive");
+    CHECK(&fx, pttl > 0, "the alive key expired while flagent ran");
+    CHECK(&fx, count_in_file(fx.log, "registered node n1") == 1,
+          "expected one 'registered node n1' line");
+    cr_assert_eq(agent_stop(&fx, SIGTERM, 15), 0, "flagent did not exit 0");
+    fx_fini(&fx);
+}
+
+Test(agent, runs_servers_then_workers_and_reports_what_they_did, .timeout = 120)
+{
+    char s0[64], w0[64], w1[64], buf[4096], ep[256];
+    redisReply *r = NULL;
+    json_t *done;
+    double t0, t1;
+    int saw_listening = 0, saw_done = 0, saw_stderr = 0;
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    place_job(&fx, "j1", quick_job, 1, 2);
+    task_key(s0, sizeof(s0), "j1", "server-0");
+    task_key(w0, sizeof(w0), "j1", "worker-0");
+    task_key(w1, sizeof(w1), "j1", "worker-1");
+
+    WAIT_UNTIL(hget_is(&fx, w0, "state", "EXITED") &&
+                   hget_is(&fx, w1, "state", "EXITED"),
+               60);
+    CHECK(&fx,
+          hget_is(&fx, w0, "state", "EXITED") &&
+              hget_is(&fx, w1, "state", "EXITED"),
+          "the workers did not finish within 60 s");
+
+    /* The server: running, with the endpoint it printed. */
+    cr_assert(hget_is(&fx, s0, "state", "RUNNING"));
+    cr_assert(hget(&fx, s0, "endpoint", ep, sizeof(ep)));
+    cr_assert_eq(strncmp(ep, "tcp://127.0.0.1:", 16), 0, "endpoint %s", ep);
+    cr_assert(hget(&fx, s0, "pid", buf, sizeof(buf)) && atoi(buf) > 0);
+    cr_assert(pid_runs(atoi(buf)), "flps is not running");
+    cr_assert(hget(&fx, s0, "started_at", buf, sizeof(buf)) &&
+              atof(buf) > 1.7e9);
+
+    /* The workers: exit 0, pid and times, and their done events. */
+    for (int i = 0; i < 2; i++) {
+        const char *k = i ? w1 : w0;
+        cr_assert(hget_is(&fx, k, "exit_code", "0"), "%s exit_code", k);
+        cr_assert(hget_is(&fx, k, "signal", "0"), "%s signal", k);
+        cr_assert(hget(&fx, k, "pid", buf, sizeof(buf)) && atoi(buf) > 0);
+        cr_assert(hget(&fx, k, "started_at", buf, sizeof(buf)));
+        t0 = atof(buf);
+        cr_assert(hget(&fx, k, "exited_at", buf, sizeof(buf)));
+        t1 = atof(buf);
+        cr_assert(t0 > 1.7e9 && t1 >= t0, "%s ran from %f to %f", k, t0, t1);
+        cr_assert(hget(&fx, k, "done", buf, sizeof(buf)), "%s: no done", k);
+        done = json_loads(buf, 0, NULL);
+        cr_assert_not_null(done, "done is not JSON: %s", buf);
+        cr_assert_str_eq(json_string_value(json_object_get(done, "event")),
+                         "done");
+        cr_assert_eq(json_integer_value(json_object_get(done, "rank")), i);
+        cr_assert_eq(json_integer_value(json_object_get(done, "iterations")),
+                     30);
+        cr_assert_gt(json_integer_value(json_object_get(done, "bytes_sent")),
+                     0);
+        json_decref(done);
+    }
+
+    /* Exits are queued in the order the processes ended. */
+    cr_assert_eq(rconn_cmd(fx.rc, &r, "LRANGE flps:exits 0 -1"), FLPS_OK);
+    cr_assert_eq(r->elements, 2, "flps:exits has %zu entries", r->elements);
+    {
+        char a[64], b[64];
+        hget(&fx, r->element[0]->str, "exited_at", a, sizeof(a));
+        hget(&fx, r->element[1]->str, "exited_at", b, sizeof(b));
+        cr_assert(strcmp(r->element[0]->str, r->element[1]->str) != 0);
+        cr_assert(strcmp(r->element[0]->str, w0) == 0 ||
+                  strcmp(r->element[0]->str, w1) == 0);
+        cr_assert(strcmp(r->element[1]->str, w0) == 0 ||
+                  strcmp(r->element[1]->str, w1) == 0);
+        cr_assert_leq(atof(a), atof(b), "exits out of order: %s then %s", a, b);
+    }
+    freeReplyObject(r);
+
+    /* Rank 0's progress in the job hash. */
+    cr_assert(hget_is(&fx, "flps:job:j1", "p_iteration", "30"));
+    cr_assert(hget(&fx, "flps:job:j1", "p_loss", buf, sizeof(buf)));
+    cr_assert(hget(&fx, "flps:job:j1", "p_bytes_sent", buf, sizeof(buf)) &&
+              atoll(buf) > 0);
+    cr_assert(hget(&fx, "flps:job:j1", "p_dense_bytes", buf, sizeof(buf)) &&
+              atoll(buf) > 0);
+    cr_assert(hget(&fx, "flps:job:j1", "p_elapsed", buf, sizeof(buf)));
+    cr_assert(hget(&fx, "flps:job:j1", "p_test_accuracy", buf, sizeof(buf)));
+    cr_assert(atof(buf) >= 0 && atof(buf) <= 1, "accuracy %s", buf);
+
+    /* Every line is in the job's log stream, stdout and stderr. */
+    cr_assert_eq(rconn_cmd(fx.rc, &r, "XRANGE flps:job:j1:logs - +"), FLPS_OK);
+    for (size_t i = 0; i < r->elements; i++) {
+        redisReply *f = r->element[i]->element[1];
+        cr_assert_eq(f->elements, 4);
+        cr_assert_str_eq(f->element[0]->str, "task");
+        cr_assert_str_eq(f->element[2]->str, "line");
+        if (strcmp(f->element[1]->str, "server-0") == 0 &&
+            strncmp(f->element[3]->str, "listening on ", 13) == 0)
+            saw_listening = strcmp(f->element[3]->str + 13, ep) == 0;
+        if (strcmp(f->element[1]->str, "worker-1") == 0 &&
+            strstr(f->element[3]->str, "\"event\":\"done\"") != NULL)
+            saw_done = 1;
+        if (strcmp(f->element[1]->str, "worker-0") == 0 &&
+            strstr(f->element[3]->str, "INFO") != NULL)
+            saw_stderr = 1;
+    }
+    freeReplyObject(r);
+    cr_assert(saw_listening, "no 'listening on' line of server-0");
+    cr_assert(saw_done, "no done event of worker-1");
+    cr_assert(saw_stderr, "no stderr line of worker-0");
+    snprintf(buf, sizeof(buf), "%s/j1/job.yaml", fx.work);
+    {
+        char *text = slurp(buf);
+        cr_assert_str_eq(text, quick_job, "job.yaml differs from the spec");
+        free(text);
+    }
+    snprintf(buf, sizeof(buf), "%s/j1/attempt-0/worker-0.log", fx.work);
+    cr_assert_gt(count_in_file(buf, "\"event\":\"progress\""), 0,
+                 "no task log file");
+    CHECK(&fx, count_in_file(fx.log, "started flworker, pid") == 2,
+          "expected two 'started flworker' log lines");
+    CHECK(&fx, count_in_file(fx.log, "exited with status 0") == 2,
+          "expected two 'exited with status 0' log lines");
+
+    /* The job ends: its server leaves the desired set and is stopped. */
+    must(&fx, rconn_cmd(fx.rc, &r, "SREM flps:node:n1:tasks %s", s0), &r);
+    WAIT_UNTIL(hget_is(&fx, s0, "state", "EXITED"), 15);
+    CHECK(&fx, hget_is(&fx, s0, "state", "EXITED"), "the server still runs");
+    cr_assert(hget_is(&fx, s0, "exit_code", "0"), "flps exits 0 on SIGTERM");
+    cr_assert_eq(rconn_cmd(fx.rc, &r, "LINDEX flps:exits 2"), FLPS_OK);
+    cr_assert_str_eq(r->str, s0);
+    freeReplyObject(r);
+    cr_assert_eq(agent_stop(&fx, SIGTERM, 15), 0);
+    fx_fini(&fx);
+}
+
+Test(agent, stops_a_task_that_leaves_the_desired_set_and_its_children_on_exit,
+     .timeout = 120)
+{
+    char s0[64], w0[64], w1[64], buf[64];
+    int pids[3];
+    redisReply *r = NULL;
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    place_job(&fx, "j2", long_job, 1, 2);
+    task_key(s0, sizeof(s0), "j2", "server-0");
+    task_key(w0, sizeof(w0), "j2", "worker-0");
+    task_key(w1, sizeof(w1), "j2", "worker-1");
+    WAIT_UNTIL(logs_have(&fx, "j2", "worker-1", "\"event\":\"start\""), 60);
+    CHECK(&fx, hget_is(&fx, w1, "state", "RUNNING"), "worker-1 not running");
+    for (int i = 0; i < 3; i++) {
+        cr_assert(hget(&fx,
+                       i == 0   ? s0
+                       : i == 1 ? w0
+                                : w1,
+                       "pid", buf, sizeof(buf)));
+        pids[i] = atoi(buf);
+        cr_assert(pid_runs(pids[i]));
+    }
+
+    must(&fx, rconn_cmd(fx.rc, &r, "SREM flps:node:n1:tasks %s", w1), &r);
+    WAIT_UNTIL(hget_is(&fx, w1, "state", "EXITED"), 15);
+    CHECK(&fx, hget_is(&fx, w1, "state", "EXITED"), "worker-1 still runs");
+    cr_assert(hget_is(&fx, w1, "signal", "15"), "stopped with SIGTERM");
+    cr_assert(hget_is(&fx, w1, "exit_code", "-1"));
+    cr_assert(!pid_runs(pids[2]));
+    cr_assert_eq(rconn_cmd(fx.rc, &r, "LRANGE flps:exits 0 -1"), FLPS_OK);
+    cr_assert_eq(r->elements, 1);
+    cr_assert_str_eq(r->element[0]->str, w1);
+    freeReplyObject(r);
+    CHECK(&fx, count_in_file(fx.log, "left the node's desired set") == 1,
+          "no log line for the stop");
+    CHECK(&fx, count_in_file(fx.log, "killed by signal 15") == 1,
+          "no log line for the exit");
+    cr_assert(pid_runs(pids[0]) && pid_runs(pids[1]), "the other tasks go on");
+
+    /* SIGTERM to flagent stops the rest and reports their exits. */
+    cr_assert_eq(agent_stop(&fx, SIGTERM, 15), 0, "flagent did not exit 0");
+    cr_assert(!pid_runs(pids[0]) && !pid_runs(pids[1]));
+    cr_assert(hget_is(&fx, s0, "state", "EXITED"));
+    cr_assert(hget_is(&fx, w0, "state", "EXITED"));
+    cr_assert_eq(integer_cmd(&fx, "LLEN %s", "flps:exits"), 3);
+    cr_assert_gt(integer_cmd(&fx, "PTTL %s", "flps:node:n1:alive"), 0,
+                 "the node is left to expire");
+    fx_fini(&fx);
+}
+
+Test(agent, reports_a_worker_whose_job_file_is_broken, .timeout = 60)
+{
+    char w0[64];
+    redisReply *r = NULL;
+    int saw_error = 0;
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    place_job(&fx, "j3", "name: broken\nmodel: [mlp\n", 1, 1);
+    task_key(w0, sizeof(w0), "j3", "worker-0");
+    WAIT_UNTIL(hget_is(&fx, w0, "state", "EXITED"), 30);
+    CHECK(&fx, hget_is(&fx, w0, "state", "EXITED"), "worker-0 not reported");
+    cr_assert(hget_is(&fx, w0, "exit_code", "2"), "flworker exits 2");
+    cr_assert(hget_is(&fx, w0, "signal", "0"));
+    cr_assert_eq(rconn_cmd(fx.rc, &r, "LRANGE flps:exits 0 -1"), FLPS_OK);
+    cr_assert_eq(r->elements, 1);
+    cr_assert_str_eq(r->element[0]->str, w0);
+    freeReplyObject(r);
+    cr_assert_eq(rconn_cmd(fx.rc, &r, "XRANGE flps:job:j3:logs - +"), FLPS_OK);
+    for (size_t i = 0; i < r->elements; i++) {
+        redisReply *f = r->element[i]->element[1];
+        if (strcmp(f->element[1]->str, "worker-0") == 0 &&
+            strstr(f->element[3]->str, "job.yaml") != NULL)
+            saw_error = 1;
+    }
+    freeReplyObject(r);
+    cr_assert(saw_error, "flworker's error about job.yaml is not in the logs");
+    CHECK(&fx, count_in_file(fx.log, "exited with status 2") == 1,
+          "no log line for the failed worker");
+    fx_fini(&fx);
+}
+
+Test(agent, reports_a_task_left_running_by_an_earlier_agent, .timeout = 30)
+{
+    redisReply *r = NULL;
+    const char *k = "flps:task:j4:0:worker-0";
+
+    fx_init(&fx, 1);
+    must(&fx,
+         rconn_cmd(fx.rc, &r,
+                   "HSET %s job j4 attempt 0 role worker index 0 node n1 "
+                   "state RUNNING pid 999999",
+                   k),
+         &r);
+    must(&fx, rconn_cmd(fx.rc, &r, "SADD flps:node:n1:tasks %s", k), &r);
+    /* An EXITED task is never run again. */
+    must(&fx,
+         rconn_cmd(fx.rc, &r,
+                   "HSET flps:task:j4:0:worker-1 state EXITED exit_code 0"),
+         &r);
+    must(
+        &fx,
+        rconn_cmd(fx.rc, &r, "SADD flps:node:n1:tasks flps:task:j4:0:worker-1"),
+        &r);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(hget_is(&fx, k, "state", "EXITED"), 10);
+    CHECK(&fx, hget_is(&fx, k, "state", "EXITED"), "not reported");
+    cr_assert(hget_is(&fx, k, "exit_code", "-1"));
+    cr_assert_eq(rconn_cmd(fx.rc, &r, "LRANGE flps:exits 0 -1"), FLPS_OK);
+    cr_assert_eq(r->elements, 1);
+    cr_assert_str_eq(r->element[0]->str, k);
+    freeReplyObject(r);
+    sleep_ms(600);
+    cr_assert_eq(integer_cmd(&fx, "LLEN %s", "flps:exits"), 1, "reported once");
+    cr_assert(hget_is(&fx, "flps:task:j4:0:worker-1", "exit_code", "0"));
+    CHECK(&fx, count_in_file(fx.log, "started") == 0, "something was started");
+    fx_fini(&fx);
+}
+
+Test(agent, a_killed_agent_lets_its_alive_key_expire_and_its_children_die,
+     .timeout = 60)
+{
+    char s0[64], buf[64];
+    double killed, gone;
+    int pid;
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    place_job(&fx, "j5", long_job, 1, 0);
+    task_key(s0, sizeof(s0), "j5", "server-0");
+    WAIT_UNTIL(hget_is(&fx, s0, "state", "RUNNING"), 15);
+    CHECK(&fx, hget(&fx, s0, "pid", buf, sizeof(buf)), "flps did not start");
+    pid = atoi(buf);
+
+    kill(fx.agent, SIGKILL);
+    waitpid(fx.agent, NULL, 0);
+    fx.agent = 0;
+    killed = now_s();
+    cr_assert_gt(integer_cmd(&fx, "PTTL %s", "flps:node:n1:alive"), 0);
+    WAIT_UNTIL(integer_cmd(&fx, "EXISTS %s", "flps:node:n1:alive") == 0, 10);
+    gone = now_s() - killed;
+    /* TTL 3 heartbeats (3 s) from the last heartbeat, plus two heartbeat
+     * periods of slack. */
+    cr_assert_eq(integer_cmd(&fx, "EXISTS %s", "flps:node:n1:alive"), 0);
+    cr_assert_leq(gone, 3.0 + 2.0, "the alive key lived %.1f s", gone);
+    WAIT_UNTIL(!pid_runs(pid), 5);
+    cr_assert(!pid_runs(pid), "flps outlived its agent");
+    fx_fini(&fx);
+}
+
+Test(agent, waits_for_redis_and_registers_when_it_comes, .timeout = 60)
+{
+    char url[64];
+    int port = test_free_port(), status;
+
+    fx_init(&fx, 0);
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+    agent_start_url(&fx, url, "1");
+    sleep_ms(2500);
+    cr_assert_eq(waitpid(fx.agent, &status, WNOHANG), 0,
+                 "flagent gave up without Redis");
+    CHECK(&fx, count_in_file(fx.log, "waiting for it") == 1,
+          "expected one line saying it waits for Redis");
+    cr_assert_eq(test_redis_start_on(&fx.srv, port), 0);
+    cr_assert_eq(rconn_create(fx.srv.url, 2000, &fx.rc), FLPS_OK);
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    CHECK(&fx, agent_registered(&fx), "did not register once Redis came");
+    cr_assert_gt(integer_cmd(&fx, "PTTL %s", "flps:node:n1:alive"), 0);
+    CHECK(&fx, count_in_file(fx.log, "waiting for it") == 1,
+          "the wait is logged once");
+    fx_fini(&fx);
+}
+
+Test(agent, keeps_its_tasks_running_while_redis_is_away, .timeout = 120)
+{
+    char w0[64], buf[64];
+    int pid;
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    place_job(&fx, "j6", long_job, 1, 2);
+    task_key(w0, sizeof(w0), "j6", "worker-0");
+    WAIT_UNTIL(logs_have(&fx, "j6", "worker-0", "\"event\":\"start\""), 60);
+    CHECK(&fx, hget(&fx, w0, "pid", buf, sizeof(buf)), "worker-0 no pid");
+    pid = atoi(buf);
+
+    kill(fx.srv.pid, SIGSTOP); /* Redis stops answering */
+    WAIT_UNTIL(count_in_file(fx.log, "heartbeat lost") > 0, 10);
+    CHECK(&fx, count_in_file(fx.log, "heartbeat lost") == 1,
+          "expected one 'heartbeat lost' line");
+    sleep_ms(3000);
+    cr_assert(pid_runs(pid), "worker-0 stopped while Redis was away");
+    CHECK(&fx, count_in_file(fx.log, "heartbeat lost") == 1,
+          "'heartbeat lost' is logged once");
+    kill(fx.srv.pid, SIGCONT);
+    WAIT_UNTIL(count_in_file(fx.log, "heartbeat restored") > 0, 10);
+    CHECK(&fx, count_in_file(fx.log, "heartbeat restored") == 1,
+          "expected one 'heartbeat restored' line");
+    WAIT_UNTIL(integer_cmd(&fx, "EXISTS %s", "flps:node:n1:alive") == 1, 5);
+    cr_assert_eq(integer_cmd(&fx, "EXISTS %s", "flps:node:n1:alive"), 1);
+    cr_assert(pid_runs(pid));
+    cr_assert(hget_is(&fx, w0, "state", "RUNNING"));
+    cr_assert_eq(integer_cmd(&fx, "LLEN %s", "flps:exits"), 0);
+    fx_fini(&fx);
+}
+
+/* Run flagent with these arguments; exit status and stderr. */
+static int run_flagent(char *const args[], const char *env_bin_dir, char *err,
+                       size_t errlen)
+{
+    char path[] = "/tmp/flagent-flags-XXXXXX";
+    char *argv[24];
+    int a = 0, fd = mkstemp(path), status;
+    pid_t pid;
+    char *text;
+
+    argv[a++] = FLPS_BIN_DIR "/flagent";
+    for (int i = 0; args[i] != NULL && a < 23; i++)
+        argv[a++] = args[i];
+    argv[a] = NULL;
+    pid = fork();
+    if (pid == 0) {
+        if (env_bin_dir != NULL)
+            setenv("FLPS_BIN_DIR", env_bin_dir, 1);
+        dup2(fd, STDERR_FILENO);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(fd);
+    waitpid(pid, &status, 0);
+    text = slurp(path);
+    snprintf(err, errlen, "%s", text);
+    free(text);
+    unlink(path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(agent, bad_flags_give_a_clear_error_and_exit_2)
+{
+    static const struct {
+        const char *args[16];
+        const char *says;
+    } cases[] = {
+        {{NULL}, "--redis is required"},
+        {{"--redis", "redis://127.0.0.1:1", "--cpus", "4", "--memory", "1Gi",
+          "--gpus", "0", NULL},
+         "--name is required"},
+        {{"--redis", "redis://127.0.0.1:1", "--name", "n1", "--cpus", "4",
+          "--memory", "12Q", "--gpus", "0", NULL},
+         "--memory: '12Q' is not a size"},
+        {{"--redis", "redis://127.0.0.1:1", "--name", "n1", "--cpus", "four",
+          "--memory", "1Gi", "--gpus", "0", NULL},
+         "--cpus: 'four'"},
+        {{"--redis", "http://127.0.0.1:1", "--name", "n1", "--cpus", "4",
+          "--memory", "1Gi", "--gpus", "0", NULL},
+         "--redis: 'http://127.0.0.1:1' is not a Redis URL"},
+        {{"--redis", "redis://127.0.0.1:1", "--name", "n1", "--cpus", "4",
+          "--memory", "1Gi", "--gpus", "0", "--heartbeat", "0", NULL},
+         "--heartbeat: '0'"},
+        {{"--redis", "redis://127.0.0.1:1", "--name", "n1", "--cpus", "4",
+          "--memory", "1Gi", "--gpus", "0", "--tasks", "3", NULL},
+         "unknown option '--tasks'"},
+    };
+    char *argv[] = {"--redis",  "redis://127.0.0.1:1",
+                    "--name",   "n1",
+                    "--cpus",   "4",
+                    "--memory", "1Gi",
+                    "--gpus",   "0",
+                    NULL};
+    char err[4096];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int st =
+            run_flagent((char *const *)cases[i].args, NULL, err, sizeof(err));
+        cr_assert_eq(st, 2, "case %zu exited %d: %s", i, st, err);
+        cr_assert_not_null(strstr(err, cases[i].says),
+                           "case %zu: '%s' lacks '%s'", i, err, cases[i].says);
+        cr_assert_not_null(strstr(err, "usage: flagent"), "case %zu: no usage",
+                           i);
+    }
+    cr_assert_eq(run_flagent(argv, "/nonexistent", err, sizeof(err)), 2);
+    cr_assert_not_null(strstr(err, "FLPS_BIN_DIR=/nonexistent"), "%s", err);
+    {
+        char *help[] = {"--help", NULL};
+        cr_assert_eq(run_flagent(help, NULL, err, sizeof(err)), 0);
+    }
+}

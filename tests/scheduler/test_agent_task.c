@@ -1,0 +1,149 @@
+/* What flagent reads from its tasks: task keys, the workers' JSON events
+ * and exit statuses. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "scheduler/agent_task.h"
+
+Test(agent_task, splits_a_task_key)
+{
+    agent_task_id id;
+
+    cr_assert_eq(agent_task_key_parse("flps:task:j42:3:worker-17", &id),
+                 FLPS_OK);
+    cr_assert_str_eq(id.job, "j42");
+    cr_assert_eq(id.attempt, 3);
+    cr_assert_eq(id.role, AGENT_ROLE_WORKER);
+    cr_assert_eq(id.index, 17);
+    cr_assert_str_eq(id.name, "worker-17");
+    cr_assert_eq(agent_task_key_parse("flps:task:j1:0:server-0", &id), FLPS_OK);
+    cr_assert_eq(id.role, AGENT_ROLE_SERVER);
+    cr_assert_str_eq(id.name, "server-0");
+}
+
+Test(agent_task, refuses_keys_of_any_other_shape)
+{
+    const char *bad[] = {"flps:task:j1:0:server",
+                         "flps:task:j1:0:server-",
+                         "flps:task:j1:0:shard-0",
+                         "flps:task:j1:x:worker-0",
+                         "flps:task:j1:-1:worker-0",
+                         "flps:task::0:worker-0",
+                         "flps:task:j1:worker-0",
+                         "flps:job:j1:0:worker-0",
+                         "flps:task:j/1:0:worker-0",
+                         "flps:task:j1:0:worker-1x",
+                         "flps:task:j1:0:worker-99999999999",
+                         "flps:task:j1:0:worker-0:x",
+                         "",
+                         NULL};
+    agent_task_id id;
+
+    memset(&id, 0x5a, sizeof(id));
+    for (int i = 0; bad[i] != NULL; i++)
+        cr_assert_eq(agent_task_key_parse(bad[i], &id), FLPS_EINVAL,
+                     "%s was accepted", bad[i]);
+    cr_assert_eq(agent_task_key_parse(NULL, &id), FLPS_EINVAL);
+    cr_assert_eq(id.job[0], 0x5a, "*out written on an error");
+}
+
+Test(agent_task, turns_progress_into_the_job_fields)
+{
+    agent_event ev;
+
+    agent_event_parse("{\"event\":\"progress\",\"iter\":700,\"iterations\":"
+                      "1500,\"loss\":0.41235,\"bytes_sent\":5500000,"
+                      "\"dense_bytes\":260000000,\"elapsed\":8.125}",
+                      &ev);
+    cr_assert_eq(ev.kind, AGENT_EVENT_PROGRESS);
+    cr_assert_eq(ev.nfields, 5);
+    cr_assert_str_eq(ev.fields[0], "p_iteration");
+    cr_assert_str_eq(ev.values[0], "700");
+    cr_assert_str_eq(ev.fields[1], "p_loss");
+    cr_assert_str_eq(ev.values[1], "0.41235");
+    cr_assert_str_eq(ev.fields[2], "p_bytes_sent");
+    cr_assert_str_eq(ev.values[2], "5500000");
+    cr_assert_str_eq(ev.fields[3], "p_dense_bytes");
+    cr_assert_str_eq(ev.values[3], "260000000");
+    cr_assert_str_eq(ev.fields[4], "p_elapsed");
+    cr_assert_str_eq(ev.values[4], "8.125");
+}
+
+Test(agent_task, turns_eval_into_the_test_accuracy)
+{
+    agent_event ev;
+
+    agent_event_parse("{\"event\":\"eval\",\"iter\":100,\"test_accuracy\":"
+                      "0.8768,\"test_loss\":0.35}",
+                      &ev);
+    cr_assert_eq(ev.kind, AGENT_EVENT_EVAL);
+    cr_assert_eq(ev.nfields, 1);
+    cr_assert_str_eq(ev.fields[0], "p_test_accuracy");
+    cr_assert_str_eq(ev.values[0], "0.8768");
+}
+
+Test(agent_task, tells_done_and_other_events_from_plain_lines)
+{
+    agent_event ev;
+
+    agent_event_parse("{\"event\":\"done\",\"rank\":1,\"bytes_sent\":3}", &ev);
+    cr_assert_eq(ev.kind, AGENT_EVENT_DONE);
+    agent_event_parse("{\"event\":\"start\",\"rank\":0}", &ev);
+    cr_assert_eq(ev.kind, AGENT_EVENT_OTHER);
+    agent_event_parse("listening on tcp://127.0.0.1:5555", &ev);
+    cr_assert_eq(ev.kind, AGENT_EVENT_NONE);
+    agent_event_parse("{\"rank\":0}", &ev);
+    cr_assert_eq(ev.kind, AGENT_EVENT_NONE);
+    agent_event_parse("{\"event\":\"progress\",", &ev);
+    cr_assert_eq(ev.kind, AGENT_EVENT_NONE);
+    agent_event_parse("{\"event\":7}", &ev);
+    cr_assert_eq(ev.kind, AGENT_EVENT_NONE);
+    agent_event_parse("", &ev);
+    cr_assert_eq(ev.kind, AGENT_EVENT_NONE);
+}
+
+Test(agent_task, skips_fields_that_are_not_numbers)
+{
+    agent_event ev;
+
+    agent_event_parse("{\"event\":\"progress\",\"iter\":\"x\",\"loss\":1.5}",
+                      &ev);
+    cr_assert_eq(ev.kind, AGENT_EVENT_PROGRESS);
+    cr_assert_eq(ev.nfields, 1);
+    cr_assert_str_eq(ev.fields[0], "p_loss");
+    cr_assert_str_eq(ev.values[0], "1.5");
+}
+
+static int status_of_child(int how)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        if (how < 0)
+            pause();
+        _exit(how);
+    }
+    if (how < 0)
+        kill(pid, -how);
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+Test(agent_task, gives_exit_code_or_signal)
+{
+    int code = 99, sig = 99;
+
+    agent_exit_fields(status_of_child(0), &code, &sig);
+    cr_assert_eq(code, 0);
+    cr_assert_eq(sig, 0);
+    agent_exit_fields(status_of_child(3), &code, &sig);
+    cr_assert_eq(code, 3);
+    cr_assert_eq(sig, 0);
+    agent_exit_fields(status_of_child(-SIGTERM), &code, &sig);
+    cr_assert_eq(code, -1);
+    cr_assert_eq(sig, SIGTERM);
+}
