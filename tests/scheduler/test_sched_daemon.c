@@ -282,6 +282,23 @@ static void wait_state(const char *id, const char *want)
     cr_assert_fail("job %s is %s, not %s", id, last, want);
 }
 
+/* Wait until p holds the lease (its loop has taken its first turn). */
+static void wait_leader(const sched_proc *p)
+{
+    for (int i = 0; i < 100; i++) {
+        json_t *h = NULL;
+        int leads;
+
+        cr_assert_eq(http(p, "GET", "/healthz", NULL, 0, NULL, &h), 200);
+        leads = json_is_true(json_object_get(h, "leader"));
+        json_decref(h);
+        if (leads)
+            return;
+        sleep_ms(50);
+    }
+    cr_assert_fail("flsched did not take the lease");
+}
+
 static const char job_a[] = "name: a\nmodel: mlp\nworkers: 2\n";
 
 /* ---- Tests ---- */
@@ -365,6 +382,7 @@ Test(sched_daemon, refuses_bad_job_files_naming_the_field_and_writes_nothing)
 
     start_sched(&fls, NULL);
     add_node("n1", 8, 30000);
+    wait_leader(&fls); /* flps:leader exists before the snapshot */
     snprintf(before, sizeof(before), "%s", sorted("KEYS %s", "flps:*"));
     expect_refusal("name: a\nmodel: mlp\nwrokers: 2\n", 400, "wrokers", 3);
     expect_refusal("name: a\nmodel: mlp\nworkers: many\n", 400, "workers", 3);
