@@ -315,7 +315,7 @@ static void fx_init(fixture *fx, int with_redis)
 
 static void fx_fini(fixture *fx)
 {
-    char cmdline[160];
+    char cmdline[160], *report = NULL;
 
     if (!fx->used)
         return;
@@ -324,11 +324,20 @@ static void fx_fini(fixture *fx)
         kill(fx->srv.pid, SIGCONT); /* in case a test stopped it */
     if (fx->agent > 0)
         agent_stop(fx, SIGTERM, 15);
+    /* In the sanitizer build, flagent's reports land in its log. */
+    if (count_in_file(fx->log, "Sanitizer") > 0 ||
+        count_in_file(fx->log, "runtime error:") > 0)
+        report = slurp(fx->log);
     rconn_destroy(fx->rc);
     test_redis_stop(&fx->srv);
     snprintf(cmdline, sizeof(cmdline), "rm -rf %s %s", fx->dir, fx->srv.dir);
     if (system(cmdline) != 0)
         cr_log_warn("could not remove %s", fx->dir);
+    if (report != NULL) {
+        cr_log_error("flagent's log:\n%s", report);
+        free(report);
+        cr_assert_fail("a sanitizer report in flagent's log");
+    }
 }
 
 static int pid_runs(int pid)
