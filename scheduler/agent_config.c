@@ -20,7 +20,7 @@ static const char usage_text[] =
     "  --redis URL       the cluster's Redis "
     "(redis://[:PASSWORD@]HOST[:PORT][/DB])\n"
     "  --name NAME       this node's name ([A-Za-z0-9_.-], 1..63 chars)\n"
-    "  --cpus N          CPUs the node offers (>= 1)\n"
+    "  --cpus N          CPUs the node offers (> 0; 0.5 is half a CPU)\n"
     "  --memory SIZE     memory it offers: bytes, or K/M/G/T (powers of "
     "1000)\n"
     "                    or Ki/Mi/Gi/Ti (powers of 1024), e.g. 16Gi\n"
@@ -133,9 +133,14 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
             snprintf(cfg.name, sizeof(cfg.name), "%s", optarg);
             break;
         case 'c':
-            if (!parse_u32(optarg, 1, 1u << 20, &cfg.cpus))
+            errno = 0;
+            cfg.cpus = strtod(optarg, &end);
+            if (errno != 0 || end == optarg || *end != '\0' ||
+                optarg[0] < '0' || optarg[0] > '9' || !(cfg.cpus > 0) ||
+                cfg.cpus > 1e6)
                 return fail(errbuf, errlen,
-                            "--cpus: '%s' is not a whole number of CPUs >= 1",
+                            "--cpus: '%s' is not a number of CPUs > 0 (e.g. "
+                            "8 or 0.5)",
                             optarg);
             have_cpus = 1;
             break;

@@ -14,7 +14,7 @@
 typedef struct agent_config {
     char redis_url[512];       /* --redis, required */
     char name[AGENT_NAME_MAX]; /* --name, required: [A-Za-z0-9_.-]{1,63} */
-    uint32_t cpus;             /* --cpus, required, >= 1 */
+    double cpus;      /* --cpus, required, a decimal > 0 (e.g. 8, 0.5) */
     uint64_t memory;  /* --memory SIZE (jobspec_size_parse), required, > 0 */
     uint32_t gpus;    /* --gpus, required, >= 0 */
     char address[64]; /* --address, IPv4, default 127.0.0.1 */

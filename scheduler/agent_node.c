@@ -174,14 +174,14 @@ static const char heartbeat_lua[] =
 
 static void node_register(agent_node *n, const char *why)
 {
-    char cpus[16], mem[32], gpus[16], now[32], ttl[32];
+    char cpus[32], mem[32], gpus[16], now[32], ttl[32];
     const char *argv[] = {"EVAL",       register_lua,   "3",
                           "flps:nodes", n->node_key,    n->alive_key,
                           n->cfg.name,  n->cfg.address, cpus,
                           mem,          gpus,           now,
                           ttl};
 
-    snprintf(cpus, sizeof(cpus), "%u", n->cfg.cpus);
+    snprintf(cpus, sizeof(cpus), "%.10g", n->cfg.cpus);
     snprintf(mem, sizeof(mem), "%llu", (unsigned long long)n->cfg.memory);
     snprintf(gpus, sizeof(gpus), "%u", n->cfg.gpus);
     snprintf(ttl, sizeof(ttl), "%lld", n->ttl_ms);
@@ -190,7 +190,7 @@ static void node_register(agent_node *n, const char *why)
         return;
     n->registered = 1;
     n->next_heartbeat = flps_mono_s() + n->cfg.heartbeat;
-    log_info("registered node %s%s: %u cpus, %llu bytes of memory, %u gpus, "
+    log_info("registered node %s%s: %g cpus, %llu bytes of memory, %u gpus, "
              "address %s, with Redis at %s (alive key TTL %lld ms)",
              n->cfg.name, why, n->cfg.cpus, (unsigned long long)n->cfg.memory,
              n->cfg.gpus, n->cfg.address, rconn_address(n->rc), n->ttl_ms);

@@ -49,7 +49,7 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    log_info("node %s: %u cpus, %llu bytes of memory, %u gpus, address %s, "
+    log_info("node %s: %g cpus, %llu bytes of memory, %u gpus, address %s, "
              "work dir %s, heartbeat %.1f s; flps and flworker from %s",
              cfg.name, cfg.cpus, (unsigned long long)cfg.memory, cfg.gpus,
              cfg.address, cfg.work_dir, cfg.heartbeat, bin_dir);
