@@ -46,6 +46,7 @@ typedef struct fixture {
     char dir[64];
     char log[128];
     char work[128];
+    char bin_dir[128]; /* FLPS_BIN_DIR for flagent, "" to leave it */
 } fixture;
 
 static double now_s(void)
@@ -226,11 +227,13 @@ static void task_key(char *buf, size_t len, const char *job, const char *t)
 
 /* ---- flagent ---- */
 
-static pid_t spawn(const char *log, char *const argv[])
+static pid_t spawn(const char *log, const char *bin_dir, char *const argv[])
 {
     pid_t pid = fork();
 
     if (pid == 0) {
+        if (bin_dir[0] != '\0')
+            setenv("FLPS_BIN_DIR", bin_dir, 1);
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         int null = open("/dev/null", O_WRONLY);
         dup2(null, STDOUT_FILENO);
@@ -260,7 +263,7 @@ static void agent_start_url(fixture *fx, const char *url, const char *hb)
                     (char *)hb,
                     NULL};
 
-    fx->agent = spawn(fx->log, argv);
+    fx->agent = spawn(fx->log, fx->bin_dir, argv);
     cr_assert_gt(fx->agent, 0);
 }
 
@@ -834,4 +837,82 @@ Test(agent, bad_flags_give_a_clear_error_and_exit_2)
         char *help[] = {"--help", NULL};
         cr_assert_eq(run_flagent(help, NULL, err, sizeof(err)), 0);
     }
+}
+
+/* A stand-in for flps that ignores SIGTERM, and a flworker that is never
+ * started: flagent takes both from FLPS_BIN_DIR. */
+static void fake_bins(fixture *f)
+{
+    char path[192];
+    FILE *f;
+
+    snprintf(f->bin_dir, sizeof(f->bin_dir), "%s/bin", f->dir);
+    cr_assert_eq(mkdir(f->bin_dir, 0755), 0);
+    snprintf(path, sizeof(path), "%s/flps", f->bin_dir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("#!/bin/sh\n"
+          "trap 'echo ignoring SIGTERM >&2' TERM\n"
+          "echo 'listening on tcp://127.0.0.1:9'\n"
+          "while :; do sleep 0.1; done\n",
+          f);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/flworker", f->bin_dir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("#!/bin/sh\nexit 0\n", f);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0755), 0);
+}
+
+Test(agent, kills_a_task_that_ignores_sigterm_after_10_seconds, .timeout = 60)
+{
+    char s0[64];
+    redisReply *r = NULL;
+    double t0, took;
+
+    fx_init(&fx, 1);
+    fake_bins(&fx);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    place_job(&fx, "j7", quick_job, 1, 0);
+    task_key(s0, sizeof(s0), "j7", "server-0");
+    WAIT_UNTIL(hget_is(&fx, s0, "state", "RUNNING"), 10);
+    CHECK(&fx, hget_is(&fx, s0, "endpoint", "tcp://127.0.0.1:9"),
+          "the fake server did not run");
+    must(&fx, rconn_cmd(fx.rc, &r, "SREM flps:node:n1:tasks %s", s0), &r);
+    t0 = now_s();
+    WAIT_UNTIL(hget_is(&fx, s0, "state", "EXITED"), 20);
+    took = now_s() - t0;
+    CHECK(&fx, hget_is(&fx, s0, "state", "EXITED"), "never killed");
+    cr_assert(hget_is(&fx, s0, "signal", "9"), "ended by SIGKILL");
+    cr_assert(took >= 9.5 && took < 13, "SIGKILL after %.1f s", took);
+    cr_assert(logs_have(&fx, "j7", "server-0", "ignoring SIGTERM"));
+    CHECK(&fx, count_in_file(fx.log, "SIGKILL") == 1, "no SIGKILL line");
+    fx_fini(&fx);
+}
+
+Test(agent, fails_a_task_whose_job_has_no_job_file, .timeout = 30)
+{
+    char w0[64];
+    redisReply *r = NULL;
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    task_key(w0, sizeof(w0), "j8", "worker-0");
+    must(&fx, rconn_cmd(fx.rc, &r, "HSET flps:job:j8 id j8 workers 1"), &r);
+    must(&fx,
+         rconn_cmd(fx.rc, &r, "HSET %s job j8 attempt 0 state ASSIGNED", w0),
+         &r);
+    must(&fx, rconn_cmd(fx.rc, &r, "SADD flps:node:n1:tasks %s", w0), &r);
+    WAIT_UNTIL(hget_is(&fx, w0, "state", "EXITED"), 10);
+    CHECK(&fx, hget_is(&fx, w0, "state", "EXITED"), "not reported");
+    cr_assert(hget_is(&fx, w0, "exit_code", "-1"));
+    cr_assert_eq(integer_cmd(&fx, "LLEN %s", "flps:exits"), 1);
+    cr_assert(logs_have(&fx, "j8", "worker-0", "flagent: cannot start"));
+    CHECK(&fx, count_in_file(fx.log, "cannot start") == 1,
+          "one line saying why");
+    fx_fini(&fx);
 }
