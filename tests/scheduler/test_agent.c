@@ -841,14 +841,14 @@ Test(agent, bad_flags_give_a_clear_error_and_exit_2)
 
 /* A stand-in for flps that ignores SIGTERM, and a flworker that is never
  * started: flagent takes both from FLPS_BIN_DIR. */
-static void fake_bins(fixture *f)
+static void fake_bins(fixture *fxt)
 {
     char path[192];
     FILE *f;
 
-    snprintf(f->bin_dir, sizeof(f->bin_dir), "%s/bin", f->dir);
-    cr_assert_eq(mkdir(f->bin_dir, 0755), 0);
-    snprintf(path, sizeof(path), "%s/flps", f->bin_dir);
+    snprintf(fxt->bin_dir, sizeof(fxt->bin_dir), "%s/bin", fxt->dir);
+    cr_assert_eq(mkdir(fxt->bin_dir, 0755), 0);
+    snprintf(path, sizeof(path), "%s/flps", fxt->bin_dir);
     f = fopen(path, "w");
     cr_assert_not_null(f);
     fputs("#!/bin/sh\n"
@@ -858,7 +858,7 @@ static void fake_bins(fixture *f)
           f);
     fclose(f);
     cr_assert_eq(chmod(path, 0755), 0);
-    snprintf(path, sizeof(path), "%s/flworker", f->bin_dir);
+    snprintf(path, sizeof(path), "%s/flworker", fxt->bin_dir);
     f = fopen(path, "w");
     cr_assert_not_null(f);
     fputs("#!/bin/sh\nexit 0\n", f);
