@@ -55,7 +55,8 @@ struct agent_task {
     FILE *log;
     char endpoint[256];
     char started_at[32];
-    int waiting_logged;
+    int waiting_logged;    /* "waiting for the endpoints" said */
+    int older_wait_logged; /* "waiting for attempt N to stop" said */
     /* Reports not yet in Redis (kept while Redis is away). */
     int report_running;
     char *done; /* the worker's "done" event */
@@ -844,6 +845,26 @@ static void task_consider(agent_node *n, const char *key)
     t->phase = TASK_NEW; /* reconcile() starts it */
 }
 
+/* Whether a process of an earlier attempt of t's job still runs here. A
+ * new attempt's server restores from the checkpoint directory the old
+ * one writes its last checkpoint into when it stops, so it starts only
+ * once the old processes are gone. */
+static int older_attempt_runs(agent_node *n, agent_task *t)
+{
+    for (agent_task *u = n->tasks; u != NULL; u = u->next) {
+        if (u->p == NULL || u->id.attempt >= t->id.attempt ||
+            strcmp(u->id.job, t->id.job) != 0)
+            continue;
+        if (!t->older_wait_logged)
+            log_info("task %s: waiting for attempt %u of job %s to stop "
+                     "on this node",
+                     t->key, u->id.attempt, t->id.job);
+        t->older_wait_logged = 1;
+        return 1;
+    }
+    return 0;
+}
+
 static void reconcile(agent_node *n)
 {
     const char *argv[] = {"SMEMBERS", n->tasks_key};
@@ -870,14 +891,8 @@ static void reconcile(agent_node *n)
     freeReplyObject(r);
     if (!n->redis_ok)
         return; /* a partial view: change nothing on it */
-    for (agent_task *t = n->tasks; t != NULL && n->redis_ok; t = t->next) {
-        if (!t->desired)
-            continue;
-        if (t->phase == TASK_NEW && t->id.role == AGENT_ROLE_SERVER)
-            start_server(n, t);
-        else if (t->phase == TASK_NEW || t->phase == TASK_WAITING)
-            try_start_worker(n, t);
-    }
+    /* Stops first: a restarted attempt must not start beside the old one
+     * (its servers would share the checkpoint directory). */
     for (pp = &n->tasks; *pp != NULL;) {
         agent_task *t = *pp;
         if (t->desired || t->p != NULL || t->report_exit || t->report_running ||
@@ -889,6 +904,16 @@ static void reconcile(agent_node *n)
         }
         *pp = t->next; /* not running, nothing to report: forget it */
         task_free(t);
+    }
+    for (agent_task *t = n->tasks; t != NULL && n->redis_ok; t = t->next) {
+        if (!t->desired || (t->phase != TASK_NEW && t->phase != TASK_WAITING))
+            continue;
+        if (older_attempt_runs(n, t))
+            continue;
+        if (t->phase == TASK_NEW && t->id.role == AGENT_ROLE_SERVER)
+            start_server(n, t);
+        else
+            try_start_worker(n, t);
     }
 }
 

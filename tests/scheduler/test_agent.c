@@ -916,3 +916,46 @@ Test(agent, fails_a_task_whose_job_has_no_job_file, .timeout = 30)
           "one line saying why");
     fx_fini(&fx);
 }
+
+Test(agent, starts_a_restarted_attempt_after_the_old_one_stopped, .timeout = 60)
+{
+    const char *old_key = "flps:task:j9:0:server-0";
+    const char *new_key = "flps:task:j9:1:server-0";
+    char old_exit[64], new_start[64];
+    redisReply *r = NULL;
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    place_job(&fx, "j9", long_job, 1, 0);
+    WAIT_UNTIL(hget_is(&fx, old_key, "state", "RUNNING"), 15);
+    CHECK(&fx, hget_is(&fx, old_key, "state", "RUNNING"), "no attempt 0");
+
+    /* What flsched does on a restart, in one transaction. */
+    must(&fx,
+         rconn_cmd(fx.rc, &r,
+                   "HSET %s job j9 attempt 1 role server index 0 node n1 "
+                   "state ASSIGNED",
+                   new_key),
+         &r);
+    must(&fx, rconn_cmd(fx.rc, &r, "MULTI"), &r);
+    must(&fx, rconn_cmd(fx.rc, &r, "SREM flps:node:n1:tasks %s", old_key), &r);
+    must(&fx, rconn_cmd(fx.rc, &r, "SADD flps:node:n1:tasks %s", new_key), &r);
+    must(&fx, rconn_cmd(fx.rc, &r, "EXEC"), &r);
+
+    WAIT_UNTIL(hget_is(&fx, new_key, "state", "RUNNING"), 15);
+    CHECK(&fx, hget_is(&fx, new_key, "state", "RUNNING"), "no attempt 1");
+    cr_assert(hget_is(&fx, old_key, "state", "EXITED"));
+    cr_assert(hget(&fx, old_key, "exited_at", old_exit, sizeof(old_exit)));
+    cr_assert(hget(&fx, new_key, "started_at", new_start, sizeof(new_start)));
+    cr_assert_geq(atof(new_start), atof(old_exit),
+                  "attempt 1 started at %s, before attempt 0 ended at %s",
+                  new_start, old_exit);
+    /* --restore: flps says what it restored (here: nothing yet). */
+    cr_assert(logs_have(&fx, "j9", "server-0", "no checkpoint at") ||
+                  logs_have(&fx, "j9", "server-0", "restored"),
+              "attempt 1's server did not start with --restore");
+    CHECK(&fx, count_in_file(fx.log, "waiting for attempt 0 of job j9") == 1,
+          "no line saying attempt 1 waits");
+    fx_fini(&fx);
+}
