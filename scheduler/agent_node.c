@@ -55,6 +55,7 @@ struct agent_task {
     FILE *log;
     char endpoint[256];
     char started_at[32];
+    pid_t pid;             /* of its process, kept after it exited */
     int waiting_logged;    /* "waiting for the endpoints" said */
     int older_wait_logged; /* "waiting for attempt N to stop" said */
     /* Reports not yet in Redis (kept while Redis is away). */
@@ -87,6 +88,8 @@ struct agent_node {
     double next_heartbeat;
     double next_reconcile;
     unsigned long dropped_lines; /* output not sent while Redis was away */
+    char last_warn[600];         /* the last error reply logged, and when */
+    double last_warn_at;
     agent_task *tasks;
     uint64_t exit_counter;
     struct pollfd *pfds;
@@ -117,7 +120,17 @@ static int redis_result(agent_node *n, flps_err err, const char *what)
     if (err == FLPS_OK)
         return 1;
     if (err != FLPS_EIO) {
-        log_warn("%s: %s", what, rconn_error(n->rc));
+        /* An error reply (LOADING, OOM, a key of the wrong type) fails
+         * the step, which is retried on the next turn: say so once per
+         * distinct error, or every 30 s while it lasts. */
+        char msg[sizeof(n->last_warn)];
+        double now = flps_mono_s();
+        snprintf(msg, sizeof(msg), "%s: %s", what, rconn_error(n->rc));
+        if (strcmp(msg, n->last_warn) != 0 || now - n->last_warn_at >= 30) {
+            log_warn("%s", msg);
+            memcpy(n->last_warn, msg, sizeof(msg));
+            n->last_warn_at = now;
+        }
         return 0;
     }
     if (n->redis_ok) {
@@ -481,9 +494,7 @@ static int flush_task(agent_node *n, agent_task *t)
         const char *argv[] = {
             "HSET", t->key,       "state",       "RUNNING",  "pid",
             pid,    "started_at", t->started_at, "endpoint", t->endpoint};
-        snprintf(pid, sizeof(pid), "%d", t->p ? (int)t->p->pid : 0);
-        if (t->p == NULL) /* exited before Redis heard it start */
-            snprintf(pid, sizeof(pid), "0");
+        snprintf(pid, sizeof(pid), "%d", (int)t->pid);
         if (!redis_cmd(n, NULL, "storing the task's state",
                        t->endpoint[0] ? 10 : 8, argv))
             return 0;
@@ -662,6 +673,7 @@ static int task_spawn(agent_node *n, agent_task *t, char *const argv[])
         return 0;
     }
     wall_text(t->started_at, sizeof(t->started_at));
+    t->pid = t->p->pid;
     log_info("task %s: started %s, pid %d", t->key,
              strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0],
              (int)t->p->pid);
