@@ -92,6 +92,34 @@ static flps_err evaluate(model *m, const dataset *test, double *acc,
     return rc;
 }
 
+/* The synthetic set: one draw of class centres for training and test
+ * alike (two draws with different seeds would be two unrelated problems),
+ * split 12,000 / 2,000. */
+static flps_err synthetic_split(uint64_t seed, dataset *train, dataset *test)
+{
+    const size_t ntrain = 12000, ntest = 2000;
+    dataset all;
+    flps_err rc = dataset_synthetic(ntrain + ntest, 784, 10, seed, &all);
+
+    if (rc != FLPS_OK)
+        return rc;
+    *test = all;
+    test->n = ntest;
+    test->x = flps_malloc(ntest * all.dim * sizeof(float));
+    test->y = flps_malloc(ntest);
+    if (test->x == NULL || test->y == NULL) {
+        flps_free(test->x);
+        flps_free(test->y);
+        dataset_fini(&all);
+        return FLPS_ENOMEM;
+    }
+    memcpy(test->x, all.x + ntrain * all.dim, ntest * all.dim * sizeof(float));
+    memcpy(test->y, all.y + ntrain, ntest);
+    *train = all;
+    train->n = ntrain;
+    return FLPS_OK;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: flworker --job FILE --rank R --servers EP[,EP...]\n"
@@ -216,10 +244,7 @@ int main(int argc, char **argv)
             log_error("cannot load Fashion-MNIST from %s", spec.data_dir);
             goto out;
         }
-    } else if (dataset_synthetic(12000, 784, 10, spec.seed, &train) !=
-                   FLPS_OK ||
-               dataset_synthetic(2000, 784, 10, spec.seed + 7919, &test) !=
-                   FLPS_OK) {
+    } else if (synthetic_split(spec.seed, &train, &test) != FLPS_OK) {
         log_error("cannot build the synthetic data set");
         goto out;
     }

@@ -66,3 +66,23 @@ Test(flrun, a_worker_that_dies_is_named_with_its_exit_status)
                  "a shard of the job is still running");
     run_free(&r);
 }
+
+Test(flrun, a_synthetic_job_learns_its_test_set)
+{
+    char dir[] = "/tmp/flrun-syn-XXXXXX", job[128], cmd[512];
+    run_result r;
+
+    /* Train and test come from one draw of class centres: a model that
+     * learned the training set classifies the test set. */
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(job, sizeof(job), "%s/job.yaml", dir);
+    write_file(job, "name: syn\nmodel: mlp\ndataset: synthetic\nworkers: 2\n"
+                    "servers: 1\niterations: 200\ncompression: topk:0.01\n"
+                    "eval_every: 0\n");
+    snprintf(cmd, sizeof(cmd), "%s/flrun --quiet %s", FLPS_BIN_DIR, job);
+    run_cmd(cmd, &r);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_not_null(r.summary);
+    cr_assert_geq(num(r.summary, "test_accuracy"), 0.95);
+    run_free(&r);
+}
