@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/fsutil.h"
 #include "common/log.h"
 #include "proto/transport.h"
 #include "ps/metrics_shard.h"
@@ -151,7 +152,7 @@ int main(int argc, char **argv)
     }
     snprintf(comp, sizeof(comp), "flps/%u", shard);
     flps_log_setup(comp, FLPS_LOG_INFO);
-    if (dir != NULL && mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    if (dir != NULL && flps_mkdirs(dir) != 0) {
         log_error("cannot create checkpoint directory %s: %s", dir,
                   strerror(errno));
         return 1;

@@ -29,8 +29,11 @@ static const char usage_text[] =
     "                    listen there (default 127.0.0.1)\n"
     "  --work-dir DIR    job files, checkpoints and task logs (default\n"
     "                    $TMPDIR/flagent-NAME, or /tmp/flagent-NAME)\n"
+    "  --checkpoint-root DIR  where shards keep checkpoints (DIR/JOB/ckpt;\n"
+    "                    default the work dir); put it on storage every\n"
+    "                    node shares so a job restarted elsewhere restores\n"
     "  --heartbeat SEC   seconds between heartbeats (default 2); the node\n"
-    "                    is LOST 3 heartbeats after the last one\n"
+    "                    is LOST 2 heartbeats after the last one\n"
     "flps and flworker are taken from $FLPS_BIN_DIR when set, else from\n"
     "the directory flagent is in. See docs/flagent.md.\n";
 
@@ -97,6 +100,7 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
         {"address", required_argument, NULL, 'a'},
         {"work-dir", required_argument, NULL, 'w'},
         {"heartbeat", required_argument, NULL, 'b'},
+        {"checkpoint-root", required_argument, NULL, 'k'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -179,6 +183,15 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
                             sizeof(cfg.work_dir) - 128);
             snprintf(cfg.work_dir, sizeof(cfg.work_dir), "%s", optarg);
             break;
+        case 'k':
+            if (optarg[0] == '\0' ||
+                strlen(optarg) >= sizeof(cfg.ckpt_root) - 128)
+                return fail(errbuf, errlen,
+                            "--checkpoint-root: give a directory path "
+                            "shorter than %zu characters",
+                            sizeof(cfg.ckpt_root) - 128);
+            snprintf(cfg.ckpt_root, sizeof(cfg.ckpt_root), "%s", optarg);
+            break;
         case 'b':
             errno = 0;
             cfg.heartbeat = strtod(optarg, &end);
@@ -223,11 +236,15 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
         snprintf(cfg.work_dir, sizeof(cfg.work_dir), "%s/flagent-%s", tmp,
                  cfg.name);
     }
+    if (cfg.ckpt_root[0] == '\0')
+        memcpy(cfg.ckpt_root, cfg.work_dir, sizeof(cfg.ckpt_root));
     *out = cfg;
     return FLPS_OK;
 }
 
 long long agent_config_ttl_ms(const agent_config *cfg)
 {
-    return llround(cfg->heartbeat * 3000.0);
+    /* Two heartbeats: one late heartbeat is tolerated, and a dead node is
+     * noticed within two heartbeat periods. */
+    return llround(cfg->heartbeat * 2000.0);
 }

@@ -18,10 +18,15 @@ typedef struct agent_config {
     uint64_t memory;  /* --memory SIZE (jobspec_size_parse), required, > 0 */
     uint32_t gpus;    /* --gpus, required, >= 0 */
     char address[64]; /* --address, IPv4, default 127.0.0.1 */
-    char work_dir[AGENT_PATH_MAX]; /* --work-dir, default
-                                      $TMPDIR/flagent-NAME (or /tmp/...) */
-    double heartbeat;              /* --heartbeat seconds, default 2 */
-    int help;                      /* --help was given: print usage, exit 0 */
+    char work_dir[AGENT_PATH_MAX];  /* --work-dir, default
+                                       $TMPDIR/flagent-NAME (or /tmp/...) */
+    char ckpt_root[AGENT_PATH_MAX]; /* --checkpoint-root: where servers keep
+                                       checkpoints, ROOT/{job}/ckpt; shared
+                                       storage lets a job restarted on
+                                       another node restore. Default
+                                       work_dir */
+    double heartbeat;               /* --heartbeat seconds, default 2 */
+    int help;                       /* --help was given: print usage, exit 0 */
 } agent_config;
 
 /* Parse flagent's arguments (argv[0] is the program). On FLPS_ECONFIG
@@ -35,7 +40,7 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
 /* The usage text (a static string). */
 const char *agent_config_usage(void);
 
-/* Milliseconds the node's alive key lives: 3 heartbeats. */
+/* Milliseconds the node's alive key lives: 2 heartbeats. */
 long long agent_config_ttl_ms(const agent_config *cfg);
 
 #endif

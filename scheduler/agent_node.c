@@ -19,6 +19,7 @@
 
 #include "common/alloc.h"
 #include "common/clock.h"
+#include "common/fsutil.h"
 #include "common/jobspec.h"
 #include "common/log.h"
 #include "common/procs.h"
@@ -283,27 +284,6 @@ static void task_set_exited(agent_node *n, agent_task *t, int exit_code,
     wall_text(t->exited_at, sizeof(t->exited_at));
     t->exit_seq = ++n->exit_counter;
     t->report_exit = 1;
-}
-
-static int mkdirs(const char *path)
-{
-    char buf[PATH_MAX];
-    size_t len = strlen(path);
-
-    if (len == 0 || len >= sizeof(buf))
-        return -1;
-    memcpy(buf, path, len + 1);
-    for (char *p = buf + 1; *p != '\0'; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return -1;
-    return 0;
 }
 
 /* ---- Output of the tasks ---- */
@@ -645,7 +625,7 @@ static int task_spawn(agent_node *n, agent_task *t, char *const argv[])
 
     if (snprintf(dir, sizeof(dir), "%s/%s/attempt-%u", n->cfg.work_dir,
                  t->id.job, t->id.attempt) >= (int)sizeof(dir) ||
-        mkdirs(dir) != 0) {
+        flps_mkdirs(dir) != 0) {
         task_fail(n, t, "cannot create %s: %s", dir, strerror(errno));
         return 0;
     }
@@ -696,7 +676,7 @@ static void start_server(agent_node *n, agent_task *t)
     snprintf(shard, sizeof(shard), "%u", t->id.index);
     snprintf(shards, sizeof(shards), "%u", t->servers);
     snprintf(listen_ep, sizeof(listen_ep), "tcp://%s:0", n->cfg.address);
-    snprintf(ckpt, sizeof(ckpt), "%s/%s/ckpt", n->cfg.work_dir, t->id.job);
+    snprintf(ckpt, sizeof(ckpt), "%s/%s/ckpt", n->cfg.ckpt_root, t->id.job);
     argv[a++] = n->flps_bin;
     argv[a++] = "--job";
     argv[a++] = t->id.job;
@@ -727,7 +707,7 @@ static int write_job_file(agent_node *n, agent_task *t, const char *spec,
     int fd;
 
     snprintf(tmp, sizeof(tmp), "%s/%s", n->cfg.work_dir, t->id.job);
-    if (mkdirs(tmp) != 0) {
+    if (flps_mkdirs(tmp) != 0) {
         task_fail(n, t, "cannot create %s: %s", tmp, strerror(errno));
         return 0;
     }
@@ -1076,7 +1056,7 @@ flps_err agent_node_create(const agent_config *cfg, const char *bin_dir,
         rc = FLPS_EINVAL;
         goto fail;
     }
-    if (mkdirs(cfg->work_dir) != 0) {
+    if (flps_mkdirs(cfg->work_dir) != 0) {
         log_error("cannot create the work dir %s: %s", cfg->work_dir,
                   strerror(errno));
         rc = FLPS_ESYS;

@@ -52,7 +52,7 @@ up() {
     { echo "cluster: flsched did not start; see $DIR/flsched.log" >&2; down; exit 1; }
   for n in n1 n2; do
     "$BIN/flagent" --redis "$url" --name "$n" --cpus "$CPUS" --memory "$MEM" \
-      --gpus 0 --work-dir "$DIR/$n" >"$DIR/flagent-$n.out" 2>"$DIR/flagent-$n.log" &
+      --gpus 0 --work-dir "$DIR/$n" --checkpoint-root "$DIR/checkpoints" >"$DIR/flagent-$n.out" 2>"$DIR/flagent-$n.log" &
     echo "flagent-$n $!" >>"$DIR/pids"
   done
   echo "http://$api" >"$DIR/scheduler"

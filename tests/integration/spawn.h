@@ -17,30 +17,37 @@ typedef struct test_shard {
     char endpoint[256];
 } test_shard;
 
-/* Start build/bin/flps with the given extra arguments (NULL-terminated)
- * and wait for its "listening on" line. Returns 0 on success. stderr goes
- * to log_path. */
-static inline int test_shard_start(test_shard *s, const char *log_path,
-                                   const char *const *args)
+/* Start FLPS_BIN_DIR/bin with args (NULL-terminated), stderr to log_path.
+ * With ready_prefix, wait for a stdout line starting with it and copy the
+ * rest of the line to ready (stdout is then closed); without, stdout goes
+ * to the log too. Returns the pid, or -1. */
+static inline pid_t test_spawn(const char *bin, const char *const *args,
+                               const char *log_path, const char *ready_prefix,
+                               char *ready, size_t readylen)
 {
     int pfd[2];
-    char *argv[32];
+    char *argv[40], path[512];
     int a = 0;
     FILE *f;
-    char line[256];
+    char line[512];
+    pid_t pid;
 
     if (pipe(pfd) != 0)
         return -1;
-    argv[a++] = (char *)FLPS_BIN_DIR "/flps";
-    for (int i = 0; args[i] != NULL && a < 31; i++)
+    snprintf(path, sizeof(path), "%s/%s", FLPS_BIN_DIR, bin);
+    argv[a++] = path;
+    for (int i = 0; args[i] != NULL && a < 39; i++)
         argv[a++] = (char *)args[i];
     argv[a] = NULL;
-    s->pid = fork();
-    if (s->pid < 0)
+    pid = fork();
+    if (pid < 0)
         return -1;
-    if (s->pid == 0) {
+    if (pid == 0) {
         int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(pfd[1], STDOUT_FILENO);
+        if (ready_prefix != NULL)
+            dup2(pfd[1], STDOUT_FILENO);
+        else if (fd >= 0)
+            dup2(fd, STDOUT_FILENO);
         if (fd >= 0)
             dup2(fd, STDERR_FILENO);
         close(pfd[0]);
@@ -48,17 +55,37 @@ static inline int test_shard_start(test_shard *s, const char *log_path,
         _exit(127);
     }
     close(pfd[1]);
-    f = fdopen(pfd[0], "r");
-    if (f == NULL || fgets(line, sizeof(line), f) == NULL ||
-        strncmp(line, "listening on ", 13) != 0) {
-        if (f != NULL)
-            fclose(f);
-        return -1;
+    if (ready_prefix == NULL) {
+        close(pfd[0]);
+        return pid;
     }
-    fclose(f);
-    line[strcspn(line, "\n")] = '\0';
-    snprintf(s->endpoint, sizeof(s->endpoint), "%s", line + 13);
-    return 0;
+    f = fdopen(pfd[0], "r");
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        size_t n = strlen(ready_prefix);
+        if (strncmp(line, ready_prefix, n) == 0) {
+            line[strcspn(line, "\n")] = '\0';
+            if (snprintf(ready, readylen, "%s", line + n) >= (int)readylen)
+                ready[readylen - 1] = '\0'; /* truncated; still usable */
+            fclose(f);
+            return pid;
+        }
+    }
+    if (f != NULL)
+        fclose(f);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+/* Start build/bin/flps with the given extra arguments (NULL-terminated)
+ * and wait for its "listening on" line. Returns 0 on success. stderr goes
+ * to log_path. */
+static inline int test_shard_start(test_shard *s, const char *log_path,
+                                   const char *const *args)
+{
+    s->pid = test_spawn("flps", args, log_path, "listening on ", s->endpoint,
+                        sizeof(s->endpoint));
+    return s->pid > 0 ? 0 : -1;
 }
 
 /* Stop a shard with sig and reap it; returns its wait status. */

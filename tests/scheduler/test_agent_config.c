@@ -14,6 +14,24 @@ static flps_err parse(int argc, char **argv, agent_config *cfg, char *err)
     return agent_config_parse(argc, argv, cfg, err, 512);
 }
 
+Test(agent_config, keeps_checkpoints_under_a_shared_root_when_given_one)
+{
+    char *argv[] = {"flagent",     "--redis",
+                    "redis://h",   "--name",
+                    "n1",          "--cpus",
+                    "2",           "--memory",
+                    "1Gi",         "--gpus",
+                    "0",           "--work-dir",
+                    "/w",          "--checkpoint-root",
+                    "/shared/ckpt"};
+    agent_config cfg;
+    char err[512];
+
+    cr_assert_eq(parse(ARGC(argv), argv, &cfg, err), FLPS_OK, "%s", err);
+    cr_assert_str_eq(cfg.work_dir, "/w");
+    cr_assert_str_eq(cfg.ckpt_root, "/shared/ckpt");
+}
+
 Test(agent_config, reads_every_flag)
 {
     char *argv[] = {"flagent",     "--redis",    "redis://10.0.0.1:6380",
@@ -34,7 +52,9 @@ Test(agent_config, reads_every_flag)
     cr_assert_str_eq(cfg.address, "10.0.0.7");
     cr_assert_str_eq(cfg.work_dir, "/var/lib/flagent");
     cr_assert_float_eq(cfg.heartbeat, 0.5, 1e-12);
-    cr_assert_eq(agent_config_ttl_ms(&cfg), 1500, "TTL is 3 heartbeats");
+    cr_assert_eq(agent_config_ttl_ms(&cfg), 1000, "TTL is 2 heartbeats");
+    cr_assert_str_eq(cfg.ckpt_root, "/var/lib/flagent",
+                     "checkpoints default to the work dir");
     cr_assert_eq(cfg.help, 0);
 }
 
@@ -50,7 +70,7 @@ Test(agent_config, fills_in_the_defaults)
     cr_assert_eq(parse(ARGC(argv), argv, &cfg, err), FLPS_OK, "%s", err);
     cr_assert_str_eq(cfg.address, "127.0.0.1");
     cr_assert_float_eq(cfg.heartbeat, 2.0, 1e-12);
-    cr_assert_eq(agent_config_ttl_ms(&cfg), 6000);
+    cr_assert_eq(agent_config_ttl_ms(&cfg), 4000);
     cr_assert_str_eq(cfg.work_dir, "/scratch/flagent-n1");
     cr_assert_eq(cfg.memory, 1000);
     cr_assert_eq(cfg.gpus, 0);
