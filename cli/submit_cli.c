@@ -15,6 +15,7 @@
 
 #include "cli/submit_render.h"
 #include "common/alloc.h"
+#include "common/clock.h"
 
 #define SUBMIT_POLL_MS 500L
 #define SUBMIT_RETRY_MS 30000L
@@ -58,22 +59,6 @@ static void say(submit_ctx *ctx, const char *fmt, ...)
     va_end(ap);
     fputc('\n', ctx->err);
     fflush(ctx->err);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double mono_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static int stopped(const submit_ctx *ctx)
@@ -473,7 +458,7 @@ int submit_cli_list(submit_ctx *ctx)
     else if (ctx->json)
         rc = print_json(ctx, page);
     else
-        rc = print_rendered(ctx, submit_render_jobs(jobs, now_s(), &text),
+        rc = print_rendered(ctx, submit_render_jobs(jobs, flps_wall_s(), &text),
                             &text);
     json_decref(page);
     return rc;
@@ -610,7 +595,7 @@ int submit_cli_watch(submit_ctx *ctx, const char *id)
     if (rc != SUBMIT_EXIT_OK)
         return rc;
     for (;;) {
-        double t0 = mono_s(), spent;
+        double t0 = flps_mono_s(), spent;
 
         if (stopped(ctx)) {
             end_line(ctx, &w);
@@ -624,14 +609,15 @@ int submit_cli_watch(submit_ctx *ctx, const char *id)
         if (rc != SUBMIT_EXIT_OK) {
             /* A scheduler restart or a leader change is not the end of
              * the job: ride it out for a while, say so once. */
-            if (!e.transient || (w.fail_since >= 0 &&
-                                 (mono_s() - w.fail_since) * 1000 > retry)) {
+            if (!e.transient ||
+                (w.fail_since >= 0 &&
+                 (flps_mono_s() - w.fail_since) * 1000 > retry)) {
                 end_line(ctx, &w);
                 say(ctx, "%s", e.msg);
                 return rc;
             }
             if (w.fail_since < 0) {
-                w.fail_since = mono_s();
+                w.fail_since = flps_mono_s();
                 end_line(ctx, &w);
                 say(ctx, "%s; retrying for up to %ld s", e.msg, retry / 1000);
             }
@@ -659,7 +645,7 @@ int submit_cli_watch(submit_ctx *ctx, const char *id)
         }
         json_decref(job);
         job = NULL;
-        spent = (mono_s() - t0) * 1000;
+        spent = (flps_mono_s() - t0) * 1000;
         if (spent < poll)
             nap(ctx, poll - (long)spent);
     }
@@ -813,8 +799,8 @@ int submit_cli_nodes(submit_ctx *ctx)
     else if (ctx->json)
         rc = print_json(ctx, page);
     else
-        rc = print_rendered(ctx, submit_render_nodes(nodes, now_s(), &text),
-                            &text);
+        rc = print_rendered(
+            ctx, submit_render_nodes(nodes, flps_wall_s(), &text), &text);
     json_decref(page);
     return rc;
 }

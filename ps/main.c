@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "proto/transport.h"
@@ -61,13 +62,6 @@ static int parse_u32(const char *s, const char *opt, uint32_t *out)
     }
     *out = (uint32_t)v;
     return 1;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int main(int argc, char **argv)
@@ -211,7 +205,7 @@ int main(int argc, char **argv)
     }
     fflush(stdout);
 
-    last_ckpt = now_s();
+    last_ckpt = flps_mono_s();
     while (!stop_requested) {
         transport_rx *rx = NULL;
         rc = transport_recv(t, 200, &rx);
@@ -230,17 +224,17 @@ int main(int argc, char **argv)
             goto out;
         }
         if (interval > 0 && ps_shard_num_owned(s) > 0 &&
-            now_s() - last_ckpt >= interval) {
+            flps_mono_s() - last_ckpt >= interval) {
             if (ps_shard_checkpoint(s) != FLPS_OK)
                 log_error("periodic checkpoint failed; will retry");
-            last_ckpt = now_s();
+            last_ckpt = flps_mono_s();
         }
         /* Copy the counters every 200 ms, not per message: scrapes come
          * every few seconds and each copy takes the registry lock. */
-        if (pm != NULL && now_s() - last_metrics >= 0.2) {
+        if (pm != NULL && flps_mono_s() - last_metrics >= 0.2) {
             ps_metrics_update(pm, ps_shard_stats_get(s), &t->stats,
                               ps_shard_num_owned(s));
-            last_metrics = now_s();
+            last_metrics = flps_mono_s();
         }
     }
     log_info("signal %d: shutting down", (int)stop_requested);

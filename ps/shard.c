@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "compress/codec.h"
 #include "compress/topk.h"
@@ -525,14 +526,6 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : (x > y);
 }
 
-static double mono_now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Close the open iteration of p: sum the pushes in rank order (so the
  * result does not depend on arrival order), choose the update, apply it,
  * log it, answer every worker, reset. */
@@ -696,7 +689,7 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
     p->arrived = 0;
     p->iter++;
     if (s->cfg.on_close != NULL)
-        s->cfg.on_close(s->cfg.on_close_arg, mono_now_s() - p->first_push_s);
+        s->cfg.on_close(s->cfg.on_close_arg, flps_mono_s() - p->first_push_s);
     return FLPS_OK;
 }
 
@@ -877,7 +870,7 @@ static flps_err on_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
     p->push[m->rank] = *m;
     p->peer[m->rank] = peer;
     if (p->arrived == 0)
-        p->first_push_s = mono_now_s();
+        p->first_push_s = flps_mono_s();
     p->arrived++;
     *kept = 1;
     s->stats.pushes++;
