@@ -17,13 +17,16 @@ typedef struct test_shard {
     char endpoint[256];
 } test_shard;
 
-/* Start FLPS_BIN_DIR/bin with args (NULL-terminated), stderr to log_path.
- * With ready_prefix, wait for a stdout line starting with it and copy the
- * rest of the line to ready (stdout is then closed); without, stdout goes
- * to the log too. Returns the pid, or -1. */
-static inline pid_t test_spawn(const char *bin, const char *const *args,
-                               const char *log_path, const char *ready_prefix,
-                               char *ready, size_t readylen)
+/* Start FLPS_BIN_DIR/bin with args (NULL-terminated), stderr to log_path,
+ * the child's pid in *pidp (-1 if it could not be forked). With
+ * ready_prefix, wait for a stdout line starting with it and copy the rest
+ * of the line to ready (stdout is then closed); without, stdout goes to
+ * the log too. Returns 0 when started (and ready), -1 when the process
+ * closed its stdout without the line: it is then not reaped, so the
+ * caller can read its exit status. */
+static inline int test_spawn_pid(const char *bin, const char *const *args,
+                                 const char *log_path, const char *ready_prefix,
+                                 char *ready, size_t readylen, pid_t *pidp)
 {
     int pfd[2];
     char *argv[40], path[512];
@@ -40,6 +43,7 @@ static inline pid_t test_spawn(const char *bin, const char *const *args,
         argv[a++] = (char *)args[i];
     argv[a] = NULL;
     pid = fork();
+    *pidp = pid;
     if (pid < 0)
         return -1;
     if (pid == 0) {
@@ -57,7 +61,7 @@ static inline pid_t test_spawn(const char *bin, const char *const *args,
     close(pfd[1]);
     if (ready_prefix == NULL) {
         close(pfd[0]);
-        return pid;
+        return 0;
     }
     f = fdopen(pfd[0], "r");
     while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
@@ -67,13 +71,29 @@ static inline pid_t test_spawn(const char *bin, const char *const *args,
             if (snprintf(ready, readylen, "%s", line + n) >= (int)readylen)
                 ready[readylen - 1] = '\0'; /* truncated; still usable */
             fclose(f);
-            return pid;
+            return 0;
         }
     }
     if (f != NULL)
         fclose(f);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+/* As test_spawn_pid; returns the pid when started, else -1 after killing
+ * and reaping the child. */
+static inline pid_t test_spawn(const char *bin, const char *const *args,
+                               const char *log_path, const char *ready_prefix,
+                               char *ready, size_t readylen)
+{
+    pid_t pid;
+
+    if (test_spawn_pid(bin, args, log_path, ready_prefix, ready, readylen,
+                       &pid) == 0)
+        return pid;
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
     return -1;
 }
 
@@ -83,9 +103,9 @@ static inline pid_t test_spawn(const char *bin, const char *const *args,
 static inline int test_shard_start(test_shard *s, const char *log_path,
                                    const char *const *args)
 {
-    s->pid = test_spawn("flps", args, log_path, "listening on ", s->endpoint,
-                        sizeof(s->endpoint));
-    return s->pid > 0 ? 0 : -1;
+    /* On failure s->pid stays set and unreaped: tests check the status. */
+    return test_spawn_pid("flps", args, log_path, "listening on ", s->endpoint,
+                          sizeof(s->endpoint), &s->pid);
 }
 
 /* Stop a shard with sig and reap it; returns its wait status. */
