@@ -385,3 +385,80 @@ Test(cluster_e2e, a_killed_agent_loses_its_node_and_the_job_restarts_elsewhere)
                  "not restore from their checkpoint");
     free(id);
 }
+
+static void cancel(const char *id)
+{
+    char args[64];
+    json_t *j;
+
+    snprintf(args, sizeof(args), "cancel %s", id);
+    j = flsubmit_json(args, 0);
+    json_decref(j);
+}
+
+static void assert_state(const char *id, const char *want, const char *why)
+{
+    json_t *j = status(id);
+    cr_assert_str_eq(state_of(j), want, "job %s: %s", id, why);
+    json_decref(j);
+}
+
+Test(cluster_e2e, a_higher_priority_job_runs_before_an_earlier_lower_one)
+{
+    char *l1 = submit(SMALL_JOB("fill1", "1000000", ""));
+    char *l2 = submit(SMALL_JOB("fill2", "1000000", ""));
+    char *low, *high;
+    json_t *j;
+
+    json_decref(wait_state(l1, "RUNNING", 30));
+    json_decref(wait_state(l2, "RUNNING", 30));
+    low = submit(SMALL_JOB("low", "200", ""));
+    high = submit(SMALL_JOB("high", "200", "priority: 5\n"));
+    sleep_ms(1000);
+    assert_state(low, "QUEUED", "no node is free");
+    assert_state(high, "QUEUED", "no node is free");
+
+    /* One node frees up: the later but higher-priority job takes it. */
+    cancel(l1);
+    json_decref(wait_state(high, "RUNNING", 30));
+    assert_state(low, "QUEUED", "the lower priority waits for the next node");
+    cancel(l2);
+    json_decref(wait_state(high, "SUCCEEDED", 120));
+    j = wait_state(low, "SUCCEEDED", 120);
+    json_decref(j);
+    free(l1);
+    free(l2);
+    free(low);
+    free(high);
+}
+
+Test(cluster_e2e, backfill_never_delays_the_head_of_the_queue)
+{
+    /* r holds one node; the head h needs both; b could run on the free
+     * node now but has no time limit, so it could hold that node past r's
+     * end and delay h: it must wait. b2 declares it ends long before r's
+     * time limit does, so it may use the free node meanwhile. */
+    char *r = submit(SMALL_JOB("r", "1000000", "time_limit: 600\n"));
+    char *h, *b, *b2;
+
+    json_decref(wait_state(r, "RUNNING", 30));
+    h = submit("name: h\nmodel: mlp\ndataset: synthetic\nworkers: 2\n"
+               "servers: 2\niterations: 200\ncompression: topk:0.01\n"
+               "eval_every: 0\n");
+    b = submit(SMALL_JOB("b", "200", ""));
+    b2 = submit(SMALL_JOB("b2", "200", "time_limit: 60\n"));
+    json_decref(wait_state(b2, "SUCCEEDED", 60));
+    assert_state(h, "QUEUED", "the head needs both nodes");
+    assert_state(b, "QUEUED",
+                 "b has no time limit: starting it could delay the head");
+
+    cancel(r);
+    json_decref(wait_state(h, "RUNNING", 30));
+    assert_state(b, "QUEUED", "the head holds both nodes");
+    json_decref(wait_state(h, "SUCCEEDED", 120));
+    json_decref(wait_state(b, "SUCCEEDED", 120));
+    free(r);
+    free(h);
+    free(b);
+    free(b2);
+}
