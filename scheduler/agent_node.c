@@ -32,6 +32,7 @@
 #define AGENT_REDIS_TIMEOUT_MS 1000
 #define AGENT_LOG_MAXLEN "10000"
 #define AGENT_CKPT_INTERVAL "30"
+#define AGENT_PLAN_CHECK_S 0.5 /* a job's plan version is read this often */
 
 typedef enum {
     TASK_NEW,      /* in the desired set, to be started */
@@ -63,6 +64,8 @@ struct agent_task {
     int report_running;
     char *done; /* the worker's "done" event */
     int report_done;
+    char *profile; /* rank 0's "profile" event */
+    int report_profile;
     agent_event progress, eval;
     int report_progress, report_eval;
     int report_exit;
@@ -72,6 +75,19 @@ struct agent_task {
     /* Stopping a task that left the desired set. */
     double term_sent; /* flps_mono_s() of the SIGTERM, 0 if none */
     int killed;
+};
+
+/* The compression plan of a job with a worker on this node, followed into
+ * {work_dir}/{job}/plan.json (docs/flagent.md, "Plans"). */
+typedef struct agent_plan agent_plan;
+
+struct agent_plan {
+    agent_plan *next;
+    char job[64];
+    long long written; /* the version in the file; 0: none written */
+    long long failed;  /* the version that could not be written (logged) */
+    double next_check; /* flps_mono_s() of the next look at the version */
+    int live;          /* a worker of the job is on the node */
 };
 
 struct agent_node {
@@ -92,6 +108,7 @@ struct agent_node {
     char last_warn[600];         /* the last error reply logged, and when */
     double last_warn_at;
     agent_task *tasks;
+    agent_plan *plans;
     uint64_t exit_counter;
     struct pollfd *pfds;
     agent_task **pfd_task;
@@ -270,6 +287,7 @@ static void task_free(agent_task *t)
     if (t->log != NULL)
         fclose(t->log);
     flps_free(t->done);
+    flps_free(t->profile);
     flps_free(t);
 }
 
@@ -334,6 +352,15 @@ static void on_stdout(void *arg, proc *p, const char *line)
         flps_free(t->done);
         t->done = copy;
         t->report_done = 1;
+    } else if (t->id.index == 0 && ev.kind == AGENT_EVENT_PROFILE) {
+        char *copy = flps_strdup(line);
+        if (copy == NULL) {
+            log_error("task %s: out of memory for its profile", t->key);
+            return;
+        }
+        flps_free(t->profile);
+        t->profile = copy;
+        t->report_profile = 1;
     } else if (t->id.index == 0 && ev.kind == AGENT_EVENT_PROGRESS) {
         t->progress = ev;
         t->report_progress = 1;
@@ -489,6 +516,18 @@ static int flush_task(agent_node *n, agent_task *t)
         if (!hset_event(n, t->id.job, &t->eval))
             return 0;
         t->report_eval = 0;
+    }
+    if (t->report_profile) {
+        char key[128], attempt[16];
+        const char *argv[] = {
+            "HSET", key, "profile", t->profile, "profile_attempt", attempt};
+        snprintf(key, sizeof(key), "flps:job:%s", t->id.job);
+        snprintf(attempt, sizeof(attempt), "%u", t->id.attempt);
+        if (!redis_cmd(n, NULL, "storing the job's profile", 6, argv))
+            return 0;
+        t->report_profile = 0;
+        log_info("task %s: profile stored in %s (attempt %u)", t->key, key,
+                 t->id.attempt);
     }
     if (t->report_done) {
         const char *argv[] = {"HSET", t->key, "done", t->done};
@@ -697,14 +736,32 @@ static void start_server(agent_node *n, agent_task *t)
         t->phase = TASK_STARTING;
 }
 
+/* Write len bytes to path through tmp renamed into place, so a reader
+ * never sees half of it. 0 on success, else errno (tmp is removed). */
+static int write_file_atomic(const char *path, const char *tmp,
+                             const char *data, size_t len)
+{
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), e;
+
+    if (fd >= 0 && write(fd, data, len) == (ssize_t)len && close(fd) == 0) {
+        fd = -1;
+        if (rename(tmp, path) == 0)
+            return 0;
+    }
+    e = errno;
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    return e;
+}
+
 /* Write the job file where the workers read it: a temporary file renamed
  * into place, so a worker starting meanwhile never reads half of it. */
 static int write_job_file(agent_node *n, agent_task *t, const char *spec,
                           char *path, size_t len)
 {
     char tmp[PATH_MAX + 64];
-    size_t slen = strlen(spec);
-    int fd;
+    int e;
 
     snprintf(tmp, sizeof(tmp), "%s/%s", n->cfg.work_dir, t->id.job);
     if (flps_mkdirs(tmp) != 0) {
@@ -713,15 +770,137 @@ static int write_job_file(agent_node *n, agent_task *t, const char *spec,
     }
     snprintf(path, len, "%s/%s/job.yaml", n->cfg.work_dir, t->id.job);
     snprintf(tmp, sizeof(tmp), "%s.%s.tmp", path, t->id.name);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 || write(fd, spec, slen) != (ssize_t)slen || close(fd) != 0 ||
-        rename(tmp, path) != 0) {
-        int e = errno;
+    e = write_file_atomic(path, tmp, spec, strlen(spec));
+    if (e != 0) {
         task_fail(n, t, "cannot write %s: %s", path, strerror(e));
-        unlink(tmp);
         return 0;
     }
     return 1;
+}
+
+/* ---- Plans ---- */
+
+static void plan_path(const agent_node *n, const char *job, char *path,
+                      size_t len)
+{
+    snprintf(path, len, "%s/%s/plan.json", n->cfg.work_dir, job);
+}
+
+static agent_plan *plan_find(agent_node *n, const char *job)
+{
+    agent_plan *pl;
+
+    for (pl = n->plans; pl != NULL; pl = pl->next)
+        if (strcmp(pl->job, job) == 0)
+            return pl;
+    pl = flps_calloc(1, sizeof(*pl));
+    if (pl == NULL) {
+        log_error("job %s: out of memory to follow its plan", job);
+        return NULL;
+    }
+    snprintf(pl->job, sizeof(pl->job), "%s", job);
+    pl->next = n->plans;
+    n->plans = pl;
+    return pl;
+}
+
+/* A version number as flsched writes it; 0 for anything else. */
+static long long plan_version(const redisReply *r)
+{
+    char *end;
+    long long v;
+
+    if (r == NULL || r->type != REDIS_REPLY_STRING || r->len == 0)
+        return 0;
+    errno = 0;
+    v = strtoll(r->str, &end, 10);
+    return errno == 0 && *end == '\0' && v > 0 ? v : 0;
+}
+
+/* Look at the job's plan version (one HGET) and, when it is newer than
+ * the file's, write the stored plan to the file. A file that cannot be
+ * written is tried again at the next look, and said once per version. */
+static void plan_check(agent_node *n, agent_plan *pl)
+{
+    char key[128], path[PATH_MAX], tmp[PATH_MAX + 16];
+    const char *hget_argv[] = {"HGET", key, "version"};
+    const char *hmget_argv[] = {"HMGET", key, "version", "plan"};
+    redisReply *r = NULL;
+    long long v;
+    int e;
+
+    pl->next_check = flps_mono_s() + AGENT_PLAN_CHECK_S;
+    snprintf(key, sizeof(key), "flps:job:%s:plan", pl->job);
+    if (!redis_cmd(n, &r, "reading the job's plan version", 3, hget_argv))
+        return;
+    v = plan_version(r);
+    freeReplyObject(r);
+    if (v <= pl->written)
+        return;
+    if (!redis_cmd(n, &r, "reading the job's plan", 4, hmget_argv))
+        return;
+    /* Version and plan from one read: the plan may have moved on since
+     * the HGET. */
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[1]->type != REDIS_REPLY_STRING ||
+        (v = plan_version(r->element[0])) <= pl->written) {
+        freeReplyObject(r);
+        return;
+    }
+    snprintf(tmp, sizeof(tmp), "%s/%s", n->cfg.work_dir, pl->job);
+    plan_path(n, pl->job, path, sizeof(path));
+    if (flps_mkdirs(tmp) != 0)
+        e = errno;
+    else {
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+        e = write_file_atomic(path, tmp, r->element[1]->str,
+                              r->element[1]->len);
+    }
+    freeReplyObject(r);
+    if (e != 0) {
+        if (pl->failed != v)
+            log_warn("job %s: cannot write plan v%lld to %s: %s; trying "
+                     "again",
+                     pl->job, v, path, strerror(e));
+        pl->failed = v;
+        return;
+    }
+    log_info("job %s: plan v%lld written to %s", pl->job, v, path);
+    pl->written = v;
+}
+
+/* Follow the plan of every job with a worker task on this node (waiting
+ * or running), each at most every AGENT_PLAN_CHECK_S; forget the others. */
+static void plans_follow(agent_node *n)
+{
+    double now = flps_mono_s();
+    agent_plan **pp;
+
+    for (agent_plan *pl = n->plans; pl != NULL; pl = pl->next)
+        pl->live = 0;
+    for (agent_task *t = n->tasks; t != NULL; t = t->next) {
+        agent_plan *pl;
+
+        if (t->id.role != AGENT_ROLE_WORKER || !t->desired ||
+            (t->phase != TASK_NEW && t->phase != TASK_WAITING &&
+             t->phase != TASK_RUNNING))
+            continue;
+        pl = plan_find(n, t->id.job);
+        if (pl != NULL)
+            pl->live = 1;
+    }
+    for (pp = &n->plans; *pp != NULL;) {
+        agent_plan *pl = *pp;
+
+        if (pl->live) {
+            if (n->redis_ok && now >= pl->next_check)
+                plan_check(n, pl);
+            pp = &pl->next;
+            continue;
+        }
+        *pp = pl->next;
+        flps_free(pl);
+    }
 }
 
 static void try_start_worker(agent_node *n, agent_task *t)
@@ -762,6 +941,13 @@ static void try_start_worker(agent_node *n, agent_task *t)
     if (write_job_file(n, t, spec, job_path, sizeof(job_path))) {
         char *argv[] = {n->flworker_bin, "--job", job_path,   "--rank",  rank,
                         "--servers",     list,    "--job-id", t->id.job, NULL};
+        agent_plan *pl = plan_find(n, t->id.job);
+
+        /* The plan file, when there is a plan, is there before the
+         * worker's first iteration; without one the worker runs as the
+         * job file says until a plan appears. */
+        if (pl != NULL && pl->written == 0)
+            plan_check(n, pl);
         snprintf(rank, sizeof(rank), "%u", t->id.index);
         if (task_spawn(n, t, argv)) {
             t->phase = TASK_RUNNING;
@@ -888,7 +1074,7 @@ static void reconcile(agent_node *n)
     for (pp = &n->tasks; *pp != NULL;) {
         agent_task *t = *pp;
         if (t->desired || t->p != NULL || t->report_exit || t->report_running ||
-            t->report_done) {
+            t->report_done || t->report_profile) {
             if (!t->desired)
                 task_stop(t, "left the node's desired set");
             pp = &t->next;
@@ -954,6 +1140,8 @@ static void sync_redis(agent_node *n)
         reconcile(n);
         flush_reports(n);
     }
+    if (n->redis_ok)
+        plans_follow(n);
 }
 
 static void shut_down(agent_node *n, int sig)
@@ -1091,6 +1279,11 @@ void agent_node_destroy(agent_node *n)
             waitpid(t->p->pid, NULL, 0);
         }
         task_free(t);
+    }
+    while (n->plans != NULL) {
+        agent_plan *pl = n->plans;
+        n->plans = pl->next;
+        flps_free(pl);
     }
     rconn_destroy(n->rc);
     flps_free(n->pfds);

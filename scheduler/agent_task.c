@@ -120,6 +120,8 @@ void agent_event_parse(const char *line, agent_event *out)
         add_field(out, o, "test_accuracy", "p_test_accuracy");
     } else if (strcmp(name, "done") == 0) {
         out->kind = AGENT_EVENT_DONE;
+    } else if (strcmp(name, "profile") == 0) {
+        out->kind = AGENT_EVENT_PROFILE;
     } else {
         out->kind = AGENT_EVENT_OTHER;
     }

@@ -34,13 +34,15 @@ typedef enum {
     AGENT_EVENT_PROGRESS,
     AGENT_EVENT_EVAL,
     AGENT_EVENT_DONE,
+    AGENT_EVENT_PROFILE, /* the per-layer profile (rank 0, once) */
 } agent_event_kind;
 
 #define AGENT_EVENT_MAX_FIELDS 5
 
 /* One event and the job-hash fields it sets: progress sets p_iteration,
  * p_loss, p_bytes_sent, p_dense_bytes and p_elapsed (those present); eval
- * sets p_test_accuracy. Values are decimal text as the event gave them. */
+ * sets p_test_accuracy. Values are decimal text as the event gave them.
+ * done and profile set no field here: flagent stores their line as is. */
 typedef struct agent_event {
     agent_event_kind kind;
     int nfields;

@@ -960,3 +960,133 @@ Test(agent, starts_a_restarted_attempt_after_the_old_one_stopped, .timeout = 60)
           "no line saying attempt 1 waits");
     fx_fini(&fx);
 }
+
+/* A profile as flworker's rank 0 prints it. */
+static const char profile_line[] =
+    "{\"event\":\"profile\",\"iteration\":25,\"workers\":2,\"alpha\":0.0001,"
+    "\"beta\":1e-09,\"layers\":[{\"name\":\"fc1.weight\",\"numel\":200704,"
+    "\"t_backward\":0.000312},{\"name\":\"fc1.bias\",\"numel\":256,"
+    "\"t_backward\":0.000004}]}";
+
+/* Stand-ins from FLPS_BIN_DIR: an flps that listens, and an flworker that
+ * says its command line on stderr, prints the profile (rank 0) and runs
+ * until stopped. */
+static void plan_bins(fixture *fxt)
+{
+    char path[192];
+    FILE *f;
+
+    snprintf(fxt->bin_dir, sizeof(fxt->bin_dir), "%s/bin", fxt->dir);
+    cr_assert_eq(mkdir(fxt->bin_dir, 0755), 0);
+    snprintf(path, sizeof(path), "%s/flps", fxt->bin_dir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("#!/bin/sh\n"
+          "echo 'listening on tcp://127.0.0.1:9'\n"
+          "exec sleep 1000\n",
+          f);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/flworker", fxt->bin_dir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "#!/bin/sh\n"
+            "echo \"args: $*\" >&2\n"
+            "case \" $* \" in *' --rank 0 '*) echo '%s' ;; esac\n"
+            "exec sleep 1000\n",
+            profile_line);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0755), 0);
+}
+
+/* Whether path holds exactly want. */
+static int file_is(const char *path, const char *want)
+{
+    char *got = slurp(path);
+    int same = got != NULL && strcmp(got, want) == 0;
+
+    free(got);
+    return same;
+}
+
+Test(agent, stores_the_profile_and_follows_the_plan_into_the_plan_file,
+     .timeout = 60)
+{
+    static const char v1[] =
+        "{\"version\":1,\"layers\":[{\"name\":\"fc1.weight\",\"numel\":200704,"
+        "\"codec\":\"topk\",\"density\":0.01}],"
+        "\"predicted_iteration_seconds\":0.001,"
+        "\"dense_iteration_seconds\":0.002}";
+    static const char v2[] =
+        "{\"version\":2,\"layers\":[{\"name\":\"fc1.weight\",\"numel\":200704,"
+        "\"codec\":\"dense\",\"density\":1}],"
+        "\"predicted_iteration_seconds\":0.002,"
+        "\"dense_iteration_seconds\":0.002}";
+    char w0[64], w1[64], plan[192], args[256];
+    redisReply *r = NULL;
+
+    fx_init(&fx, 1);
+    plan_bins(&fx);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    place_job(&fx, "j5", quick_job, 1, 2);
+    task_key(w0, sizeof(w0), "j5", "worker-0");
+    task_key(w1, sizeof(w1), "j5", "worker-1");
+    WAIT_UNTIL(hget_is(&fx, w0, "state", "RUNNING") &&
+                   hget_is(&fx, w1, "state", "RUNNING"),
+               10);
+    CHECK(&fx, hget_is(&fx, w1, "state", "RUNNING"), "workers not started");
+
+    snprintf(plan, sizeof(plan), "%s/j5/plan.json", fx.work);
+    (void)args;
+    cr_assert_eq(access(plan, F_OK), -1, "no plan yet, no file");
+
+    /* Rank 0's profile lands in the job hash as printed. */
+    WAIT_UNTIL(hget_is(&fx, "flps:job:j5", "profile", profile_line), 10);
+    CHECK(&fx, hget_is(&fx, "flps:job:j5", "profile", profile_line),
+          "profile not stored");
+    cr_assert(hget_is(&fx, "flps:job:j5", "profile_attempt", "0"));
+
+    /* A stored plan goes to the file; a newer version replaces it. */
+    must(&fx,
+         rconn_cmd(fx.rc, &r, "HSET flps:job:j5:plan version 1 plan %s", v1),
+         &r);
+    WAIT_UNTIL(file_is(plan, v1), 5);
+    CHECK(&fx, file_is(plan, v1), "plan v1 not written to %s", plan);
+    must(&fx,
+         rconn_cmd(fx.rc, &r, "HSET flps:job:j5:plan version 2 plan %s", v2),
+         &r);
+    WAIT_UNTIL(file_is(plan, v2), 5);
+    CHECK(&fx, file_is(plan, v2), "plan v2 did not replace v1");
+    sleep_ms(1200); /* two more looks at the version: nothing rewritten */
+    CHECK(&fx,
+          count_in_file(fx.log, "plan v1 written") == 1 &&
+              count_in_file(fx.log, "plan v2 written") == 1,
+          "one log line per plan written");
+    fx_fini(&fx);
+}
+
+Test(agent, writes_an_existing_plan_before_the_worker_starts, .timeout = 30)
+{
+    static const char v3[] = "{\"version\":3,\"layers\":[]}";
+    char plan[192], w0[64];
+    redisReply *r = NULL;
+
+    fx_init(&fx, 1);
+    plan_bins(&fx);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    must(&fx,
+         rconn_cmd(fx.rc, &r, "HSET flps:job:j6:plan version 3 plan %s", v3),
+         &r);
+    place_job(&fx, "j6", quick_job, 1, 1);
+    task_key(w0, sizeof(w0), "j6", "worker-0");
+    WAIT_UNTIL(hget_is(&fx, w0, "state", "RUNNING"), 10);
+    CHECK(&fx, hget_is(&fx, w0, "state", "RUNNING"), "worker not started");
+    snprintf(plan, sizeof(plan), "%s/j6/plan.json", fx.work);
+    cr_assert(file_is(plan, v3), "the plan was not there at the start");
+    CHECK(&fx, count_in_file(fx.log, "plan v3 written") == 1,
+          "one log line for the plan");
+    fx_fini(&fx);
+}

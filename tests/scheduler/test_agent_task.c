@@ -105,6 +105,21 @@ Test(agent_task, tells_done_and_other_events_from_plain_lines)
     cr_assert_eq(ev.kind, AGENT_EVENT_NONE);
 }
 
+Test(agent_task, tells_a_profile_event_and_sets_no_field_for_it)
+{
+    agent_event ev;
+
+    agent_event_parse("{\"event\":\"profile\",\"iteration\":25,"
+                      "\"workers\":2,\"alpha\":0.0001,\"beta\":1e-9,"
+                      "\"layers\":[{\"name\":\"fc1.weight\","
+                      "\"numel\":200704,\"t_backward\":0.000312}]}",
+                      &ev);
+    cr_assert_eq(ev.kind, AGENT_EVENT_PROFILE);
+    cr_assert_eq(ev.nfields, 0, "the line is stored as is, not as fields");
+    agent_event_parse("{\"event\":\"profile\",\"layers\":[", &ev);
+    cr_assert_eq(ev.kind, AGENT_EVENT_NONE, "half a line is no event");
+}
+
 Test(agent_task, skips_fields_that_are_not_numbers)
 {
     agent_event ev;
