@@ -51,7 +51,7 @@ static void start_sched(void)
 
 static void start_agent(int i)
 {
-    char log[128], name[8], work[128], hb[8], ckpt[128];
+    char log[128], name[16], work[128], hb[16], ckpt[128];
     const char *args[] = {"--redis",     cl.redis.url, "--name",
                           name,          "--cpus",     "2",
                           "--memory",    "4Gi",        "--gpus",
