@@ -38,7 +38,10 @@ typedef struct flps_client_config {
     uint32_t ntensors;
     uint32_t part_size;      /* max elements per part; 0 = 65536 */
     int async;               /* 0: synchronous S-SGD; 1: asynchronous */
-    const char *compression; /* "dense", "topk:D" or "gtopk:D" */
+    const char *compression; /* "dense", "fp16", "topk:D", "gtopk:D",
+                                "randk:D", "dgc:D", "qsgd:BITS", "sign"
+                                or "auto" (a codec per layer, see
+                                flps_client_set_layer_codec) */
     double lr;               /* > 0 */
     int lr_cosine;           /* 0: constant lr; 1: cosine decay of lr to
                                 0 over `iterations` (applied by the
@@ -88,6 +91,34 @@ flps_err flps_client_wait(flps_client *c, uint64_t iter);
 
 /* Replace the replica with the shards' current model. Blocks. */
 flps_err flps_client_pull(flps_client *c);
+
+/* Auto jobs (compression "auto") only: the codec of one tensor from its
+ * next push on. spec is "dense" (every element sent as an index/value
+ * pair; the error-feedback residual is flushed and stays zero, momentum
+ * is plain heavy-ball) or "topk:D" (exact top-k of density D in (0, 1]
+ * with error feedback and momentum correction). The tensor's residual and
+ * velocity are kept across a change: only the codec is swapped. Every push
+ * of an auto job is sparse (the shards aggregate the union of the pairs),
+ * so workers may use different codecs for a layer without breaking the
+ * aggregation. Before any call, a tensor of at least 4096 elements starts
+ * as "topk:0.01" and a smaller one as "dense".
+ * Errors: FLPS_ESTATE (not an auto job), FLPS_EINVAL (tensor out of range,
+ * spec NULL or neither dense nor topk:D), FLPS_ENOMEM; none of them is
+ * sticky, and on error the old codec stays. spec is borrowed for the call. */
+flps_err flps_client_set_layer_codec(flps_client *c, uint32_t tensor,
+                                     const char *spec);
+
+/* Measure the network to the shards, for a cost model: *alpha (seconds) =
+ * half the shortest round trip of 5 pulls of the smallest part (a small
+ * request), *beta (seconds per byte) = (shortest of 3 full pulls - 2 *
+ * alpha) / (4 * parameters), or the full pull time / bytes when that is
+ * not positive. The pulls replace the replica with the shards' model, as
+ * flps_client_pull does, so call it where a pull is harmless (right after
+ * flps_client_init). Blocks. Errors: FLPS_ESTATE (a push is still waiting
+ * for its update), and flps_client_pull's errors. Both outputs are written
+ * only on FLPS_OK and are > 0 then. */
+flps_err flps_client_measure_network(flps_client *c, double *alpha,
+                                     double *beta);
 
 /* Ask every shard to write a checkpoint now. Blocks. */
 flps_err flps_client_checkpoint(flps_client *c);

@@ -76,8 +76,10 @@ struct flps_client {
     proto_agg agg;
     codec_spec spec;
     char spec_text[PROTO_SPEC_MAX + 1];
-    int sparse; /* the codec selects (per layer) rather than encodes all */
-    int use_ef; /* the codec is biased: keep an error-feedback residual */
+    int sparse;  /* the codec selects (per layer) rather than encodes all */
+    int is_auto; /* "auto": a codec per layer (dense or topk:D), every push
+                    sparse */
+    int use_ef;  /* the codec is biased: keep an error-feedback residual */
     double density, lr, momentum;
     int lr_cosine;
     uint64_t iterations;
@@ -430,10 +432,28 @@ static flps_err drain(flps_client *c)
 
 /* ---- set-up ---- */
 
+/* Auto jobs start each layer on this codec until a plan says otherwise:
+ * below AUTO_DENSE_BELOW elements the per-message latency dominates and
+ * top-k would save little. */
+#define AUTO_DENSE_BELOW 4096
+#define AUTO_INITIAL_TOPK "topk:0.01"
+
 static flps_err parse_compression(flps_client *c, const char *text)
 {
     if (text == NULL)
         text = "dense";
+    if (strcmp(text, "auto") == 0) {
+        /* Every push is a list of pairs (a dense layer sends all of them),
+         * so the shards aggregate the union and never cut it: density 1. */
+        c->is_auto = 1;
+        c->sparse = 1;
+        c->use_ef = 1;
+        c->density = 1.0;
+        c->agg = PROTO_AGG_TOPK;
+        c->spec.kind = CODEC_DENSE;
+        snprintf(c->spec_text, sizeof(c->spec_text), "auto");
+        return FLPS_OK;
+    }
     if (codec_spec_parse(text, &c->spec) != FLPS_OK)
         return set_error(c, FLPS_ECONFIG,
                          "compression '%s' is not a codec; use dense, fp16, "
@@ -453,11 +473,12 @@ static flps_err parse_compression(flps_client *c, const char *text)
     return FLPS_OK;
 }
 
-/* One codec (and its error feedback or plain velocity) for n elements. */
-static flps_err make_coder(flps_client *c, size_t n, uint64_t seed, codec **cd,
-                           ef **e, float **velocity)
+/* One codec of spec (and its error feedback or plain velocity) for n
+ * elements. */
+static flps_err make_coder(flps_client *c, const codec_spec *spec, size_t n,
+                           uint64_t seed, codec **cd, ef **e, float **velocity)
 {
-    flps_err rc = codec_create(&c->spec, seed, cd);
+    flps_err rc = codec_create(spec, seed, cd);
 
     if (rc != FLPS_OK)
         return rc;
@@ -465,6 +486,11 @@ static flps_err make_coder(flps_client *c, size_t n, uint64_t seed, codec **cd,
         return ef_create(n, (float)c->momentum, e);
     *velocity = flps_calloc(n, sizeof(float));
     return *velocity ? FLPS_OK : FLPS_ENOMEM;
+}
+
+static uint64_t layer_seed(const flps_client *c, uint32_t tensor)
+{
+    return ((uint64_t)c->rank << 32) ^ ((uint64_t)tensor << 8);
 }
 
 static flps_err client_setup(flps_client *c, const flps_client_config *cfg)
@@ -495,11 +521,18 @@ static flps_err client_setup(flps_client *c, const flps_client_config *cfg)
         t->data = src->data;
         numel[i] = src->numel;
         if (c->sparse) {
+            codec_spec ls = c->spec;
+            if (c->is_auto && codec_spec_parse(t->numel >= AUTO_DENSE_BELOW
+                                                   ? AUTO_INITIAL_TOPK
+                                                   : "dense",
+                                               &ls) != FLPS_OK) {
+                flps_free(numel);
+                return FLPS_EINVAL;
+            }
             /* Seeds differ by rank and layer so random codecs do not pick
              * the same indices on every worker. */
-            rc = make_coder(c, t->numel,
-                            ((uint64_t)c->rank << 32) ^ ((uint64_t)i << 8),
-                            &t->cd, &t->ef, &t->velocity);
+            rc = make_coder(c, &ls, t->numel, layer_seed(c, i), &t->cd, &t->ef,
+                            &t->velocity);
             if (rc != FLPS_OK) {
                 flps_free(numel);
                 return rc;
@@ -522,8 +555,9 @@ static flps_err client_setup(flps_client *c, const flps_client_config *cfg)
         p->shard = c->pm.parts[i].shard;
         if (!c->sparse) {
             float *unused = NULL;
-            rc = make_coder(c, p->numel, ((uint64_t)c->rank << 32) ^ i, &p->cd,
-                            &p->ef, &unused);
+            rc =
+                make_coder(c, &c->spec, p->numel, ((uint64_t)c->rank << 32) ^ i,
+                           &p->cd, &p->ef, &unused);
             /* Dense-valued codecs without error feedback keep their
              * velocity per tensor (allocated below). */
             flps_free(unused);
@@ -776,7 +810,7 @@ static flps_err send_push(flps_client *c, uint32_t pi, proto_msg *m,
 }
 
 /* Push the pairs [lo, hi) of a layer's selection (tensor coordinates) to
- * the shard of part pi. */
+ * the shard of part pi. idx NULL: every element, index j for val[j]. */
 static flps_err push_sparse(flps_client *c, uint32_t pi, uint64_t iter,
                             const uint32_t *idx, const float *val, uint32_t lo,
                             uint32_t hi)
@@ -793,7 +827,7 @@ static flps_err push_sparse(flps_client *c, uint32_t pi, uint64_t iter,
     ix = proto_buf_data(b);
     v = (float *)(ix + n);
     for (uint32_t j = 0; j < n; j++) {
-        ix[j] = (uint32_t)(idx[lo + j] - p->offset);
+        ix[j] = (uint32_t)((idx ? idx[lo + j] : lo + j) - p->offset);
         v[j] = val[lo + j];
     }
     msg_base(c, &m, PROTO_OP_PUSH, pi, iter);
@@ -902,6 +936,19 @@ flps_err flps_client_push(flps_client *c, uint32_t tensor, const float *grad,
     if (rc != FLPS_OK)
         return set_error(c, rc, "cannot encode layer %s: %s", t->name,
                          flps_strerror(rc));
+    if (cm.idx == NULL) {
+        /* A dense layer of an auto job: every element, as pairs, so the
+         * shard's union aggregation takes it like any other push. */
+        const float *vals = (const float *)cm.frames[0].data;
+        for (uint32_t pi = first; pi < last; pi++) {
+            const cpart *p = &c->parts[pi];
+            rc = push_sparse(c, pi, iter, NULL, vals, (uint32_t)p->offset,
+                             (uint32_t)(p->offset + p->numel));
+            if (rc != FLPS_OK)
+                return rc;
+        }
+        return FLPS_OK;
+    }
     {
         const float *vals = (const float *)cm.frames[1].data;
         uint32_t j = 0, count = (uint32_t)cm.count;
@@ -937,4 +984,95 @@ flps_err flps_client_wait(flps_client *c, uint64_t iter)
     if (rc != FLPS_OK || !c->async)
         return rc;
     return send_pulls(c);
+}
+
+/* ---- auto jobs ---- */
+
+flps_err flps_client_set_layer_codec(flps_client *c, uint32_t tensor,
+                                     const char *spec)
+{
+    codec_spec cs;
+    codec *cd = NULL;
+    ctensor *t;
+    flps_err rc;
+
+    if (c->err != FLPS_OK)
+        return c->err;
+    if (!c->is_auto)
+        return FLPS_ESTATE;
+    if (tensor >= c->ntensors || spec == NULL ||
+        codec_spec_parse(spec, &cs) != FLPS_OK ||
+        (cs.kind != CODEC_DENSE && cs.kind != CODEC_TOPK))
+        return FLPS_EINVAL;
+    t = &c->tensors[tensor];
+    /* The residual and velocity stay: a layer turning dense flushes its
+     * residual in its next push, one turning sparse starts from zero. The
+     * encoded message of an outstanding push lives in its request's
+     * payload, not in the codec, so the swap is safe at any time. */
+    rc = codec_create(&cs, layer_seed(c, tensor), &cd);
+    if (rc != FLPS_OK)
+        return rc;
+    codec_destroy(t->cd);
+    t->cd = cd;
+    return FLPS_OK;
+}
+
+/* Send one PULL of part pi and wait for it; nothing else is outstanding. */
+static flps_err pull_part(flps_client *c, uint32_t pi)
+{
+    proto_msg m;
+    flps_err rc;
+
+    msg_base(c, &m, PROTO_OP_PULL, pi, 0);
+    rc = creq_build(&c->parts[pi].req, CREQ_PULL, c->parts[pi].shard, &m, NULL);
+    if (rc == FLPS_OK)
+        rc = creq_send(c, &c->parts[pi].req);
+    if (rc != FLPS_OK)
+        return set_error(c, rc, "cannot pull part %u", pi);
+    return drain(c);
+}
+
+flps_err flps_client_measure_network(flps_client *c, double *alpha,
+                                     double *beta)
+{
+    double rtt = INFINITY, full = INFINITY, a, b, bytes = 0;
+    uint32_t small = 0;
+    flps_err rc;
+
+    if (c->err != FLPS_OK)
+        return c->err;
+    if (alpha == NULL || beta == NULL)
+        return FLPS_EINVAL;
+    if (any_pending(c))
+        return FLPS_ESTATE;
+    for (uint32_t i = 0; i < c->pm.nparts; i++) {
+        bytes += 4.0 * c->parts[i].numel;
+        if (c->parts[i].numel < c->parts[small].numel)
+            small = i;
+    }
+    /* Shortest of several: the first request may pay for connection
+     * set-up and cold caches, later ones for a busy scheduler. */
+    for (int k = 0; k < 5; k++) {
+        double t0 = flps_mono_s();
+        rc = pull_part(c, small);
+        if (rc != FLPS_OK)
+            return rc;
+        rtt = fmin(rtt, flps_mono_s() - t0);
+    }
+    for (int k = 0; k < 3; k++) {
+        double t0 = flps_mono_s();
+        rc = send_pulls(c);
+        if (rc != FLPS_OK)
+            return rc;
+        full = fmin(full, flps_mono_s() - t0);
+    }
+    /* A clock that did not move (or a loopback faster than its
+     * resolution) must still give positive numbers. */
+    a = rtt > 0 ? rtt / 2 : 1e-9;
+    b = (full - 2 * a > 0 ? full - 2 * a : full) / bytes;
+    if (!(b > 0))
+        b = 1e-12;
+    *alpha = a;
+    *beta = b;
+    return FLPS_OK;
 }

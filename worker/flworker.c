@@ -8,7 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+
+#include <jansson.h>
 
 #include "common/alloc.h"
 #include "common/clock.h"
@@ -19,12 +22,22 @@
 #include "worker/model.h"
 
 #define FLW_MAX_SERVERS 256
+/* Auto jobs: the backward time of each layer is averaged over the local
+ * iterations [FLW_PROFILE_FROM, FLW_PROFILE_TO) (the first ones pay for
+ * cold caches and page faults), then rank 0 prints the profile. */
+#define FLW_PROFILE_FROM 5
+#define FLW_PROFILE_TO 25
+#define FLW_PLAN_MAX_BYTES (1 << 20)
 
 typedef struct push_ctx {
     flps_client *client;
     model *m;
     uint64_t iter;
     flps_err err;
+    /* Profiling (NULL when off): per tensor, the sum of its backward
+     * times; last = when the computation of the next gradient began. */
+    double *tb_sum;
+    double last;
 } push_ctx;
 
 /* Called by backprop as each tensor's gradient is final: the push starts
@@ -35,12 +48,213 @@ static void on_grad_ready(void *arg, size_t ti)
     model_tensor *t;
     flps_err rc;
 
-    if (pc->err != FLPS_OK)
-        return;
-    t = model_tensor_at(pc->m, ti);
-    rc = flps_client_push(pc->client, (uint32_t)ti, t->grad, pc->iter);
-    if (rc != FLPS_OK)
-        pc->err = rc;
+    /* The time since the previous callback returned (or since the step
+     * began) is this layer's backward computation; the push below is
+     * communication work and is left out of the next layer's time. */
+    if (pc->tb_sum != NULL)
+        pc->tb_sum[ti] += flps_mono_s() - pc->last;
+    if (pc->err == FLPS_OK) {
+        t = model_tensor_at(pc->m, ti);
+        rc = flps_client_push(pc->client, (uint32_t)ti, t->grad, pc->iter);
+        if (rc != FLPS_OK)
+            pc->err = rc;
+    }
+    if (pc->tb_sum != NULL)
+        pc->last = flps_mono_s();
+}
+
+/* The per-layer plan of an auto job, read from a file the scheduler
+ * replaces (by rename) whenever it has a new one. */
+typedef struct plan_watch {
+    const char *path; /* NULL: no --plan */
+    int seen;         /* st holds the file last looked at */
+    struct stat st;
+    long long version; /* of the plan applied; 0 = none yet */
+} plan_watch;
+
+static int stat_changed(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev != b->st_dev || a->st_ino != b->st_ino ||
+           a->st_size != b->st_size || a->st_mtim.tv_sec != b->st_mtim.tv_sec ||
+           a->st_mtim.tv_nsec != b->st_mtim.tv_nsec;
+}
+
+/* Read the whole file into a fresh buffer (caller frees); NULL on error
+ * with why filled in. */
+static char *read_small_file(const char *path, size_t *len, char *why,
+                             size_t whylen)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    size_t n;
+
+    if (f == NULL) {
+        snprintf(why, whylen, "cannot open it: %s", strerror(errno));
+        return NULL;
+    }
+    buf = malloc(FLW_PLAN_MAX_BYTES + 1);
+    if (buf == NULL) {
+        fclose(f);
+        snprintf(why, whylen, "out of memory");
+        return NULL;
+    }
+    n = fread(buf, 1, FLW_PLAN_MAX_BYTES + 1, f);
+    if (ferror(f) || n > FLW_PLAN_MAX_BYTES) {
+        snprintf(why, whylen, "%s",
+                 ferror(f) ? "cannot read it" : "it is over 1 MiB");
+        fclose(f);
+        free(buf);
+        return NULL;
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+/* Check the plan parsed from text against the model; on success write the
+ * version and each tensor's codec spec (specs[i], 32 bytes each) and the
+ * number of sparse layers. Parsing does no I/O. */
+static int plan_parse(const char *text, size_t len, model *m,
+                      long long *version, char (*specs)[32], size_t *nsparse,
+                      char *why, size_t whylen)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, 0, &jerr), *layers, *v;
+    size_t nt = model_num_tensors(m), sparse = 0;
+    int ok = 0;
+
+    if (root == NULL) {
+        snprintf(why, whylen, "not JSON (line %d: %s)", jerr.line, jerr.text);
+        return 0;
+    }
+    v = json_object_get(root, "version");
+    layers = json_object_get(root, "layers");
+    if (!json_is_object(root) || !json_is_integer(v) ||
+        json_integer_value(v) < 1 || !json_is_array(layers)) {
+        snprintf(why, whylen, "wants {\"version\": N >= 1, \"layers\": [...]}");
+        goto out;
+    }
+    if (json_array_size(layers) != nt) {
+        snprintf(why, whylen, "has %zu layers, the model has %zu",
+                 json_array_size(layers), nt);
+        goto out;
+    }
+    for (size_t i = 0; i < nt; i++) {
+        json_t *l = json_array_get(layers, i);
+        const model_tensor *t = model_tensor_at(m, i);
+        const char *name = json_string_value(json_object_get(l, "name"));
+        const char *codec = json_string_value(json_object_get(l, "codec"));
+        json_t *numel = json_object_get(l, "numel");
+        json_t *dens = json_object_get(l, "density");
+        double d = json_is_number(dens) ? json_number_value(dens) : -1;
+
+        if (name == NULL || strcmp(name, t->name) != 0 ||
+            !json_is_integer(numel) ||
+            json_integer_value(numel) != (json_int_t)t->numel) {
+            snprintf(why, whylen,
+                     "layer %zu is %s with %lld elements, the model's is %s "
+                     "with %zu",
+                     i, name ? name : "(no name)",
+                     json_is_integer(numel)
+                         ? (long long)json_integer_value(numel)
+                         : -1LL,
+                     t->name, t->numel);
+            goto out;
+        }
+        if (codec != NULL && strcmp(codec, "dense") == 0) {
+            snprintf(specs[i], 32, "dense");
+        } else if (codec != NULL && strcmp(codec, "topk") == 0 && d > 0 &&
+                   d <= 1) {
+            snprintf(specs[i], 32, "topk:%.17g", d);
+            sparse++;
+        } else {
+            snprintf(why, whylen,
+                     "layer %s wants codec \"dense\" or \"topk\" with a "
+                     "density in (0, 1]",
+                     t->name);
+            goto out;
+        }
+    }
+    *version = (long long)json_integer_value(v);
+    *nsparse = sparse;
+    ok = 1;
+out:
+    json_decref(root);
+    return ok;
+}
+
+/* At an iteration boundary: if the plan file changed, read it and apply a
+ * newer plan. Returns 0 only when the client failed while applying. */
+static int plan_check(plan_watch *pw, flps_client *client, model *m,
+                      uint64_t iter)
+{
+    struct stat st;
+    char why[256], (*specs)[32] = NULL;
+    char *text = NULL;
+    size_t len = 0, nt = model_num_tensors(m), nsparse = 0;
+    long long version = 0;
+    int ok = 1;
+
+    if (pw->path == NULL || stat(pw->path, &st) != 0)
+        return 1; /* no plan yet is normal */
+    if (pw->seen && !stat_changed(&st, &pw->st))
+        return 1;
+    pw->st = st;
+    pw->seen = 1;
+    specs = calloc(nt, sizeof(*specs));
+    text = specs ? read_small_file(pw->path, &len, why, sizeof(why)) : NULL;
+    if (specs == NULL) {
+        log_warn("plan %s: out of memory; keeping plan v%lld", pw->path,
+                 pw->version);
+        goto out;
+    }
+    if (text == NULL || !plan_parse(text, len, m, &version, specs, &nsparse,
+                                    why, sizeof(why))) {
+        log_warn("plan %s ignored: %s; keeping plan v%lld", pw->path, why,
+                 pw->version);
+        goto out;
+    }
+    if (version <= pw->version) {
+        log_warn("plan %s ignored: version %lld is not newer than v%lld",
+                 pw->path, version, pw->version);
+        goto out;
+    }
+    for (size_t i = 0; i < nt; i++) {
+        flps_err rc =
+            flps_client_set_layer_codec(client, (uint32_t)i, specs[i]);
+        if (rc != FLPS_OK) {
+            log_error("plan v%lld: cannot set %s of layer %s: %s", version,
+                      specs[i], model_tensor_at(m, i)->name, flps_strerror(rc));
+            ok = 0;
+            goto out;
+        }
+    }
+    pw->version = version;
+    log_info("plan v%lld applied: %zu layers sparse, %zu dense", version,
+             nsparse, nt - nsparse);
+    printf("{\"event\":\"plan\",\"version\":%lld,\"iteration\":%llu}\n",
+           version, (unsigned long long)iter);
+    fflush(stdout);
+out:
+    free(text);
+    free(specs);
+    return ok;
+}
+
+static void print_profile(model *m, uint64_t iteration, uint32_t workers,
+                          double alpha, double beta, const double *tb_sum,
+                          unsigned samples)
+{
+    printf("{\"event\":\"profile\",\"iteration\":%llu,\"workers\":%u,"
+           "\"alpha\":%.9g,\"beta\":%.9g,\"layers\":[",
+           (unsigned long long)iteration, workers, alpha, beta);
+    for (size_t i = 0; i < model_num_tensors(m); i++) {
+        const model_tensor *t = model_tensor_at(m, i);
+        printf("%s{\"name\":\"%s\",\"numel\":%zu,\"t_backward\":%.9g}",
+               i ? "," : "", t->name, t->numel, tb_sum[i] / samples);
+    }
+    printf("]}\n");
+    fflush(stdout);
 }
 
 static uint64_t mix64(uint64_t x)
@@ -124,7 +338,10 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: flworker --job FILE --rank R --servers EP[,EP...]\n"
                "  [--job-id ID]  job id used on the wire (default: the job "
-               "file's name)\n");
+               "file's name)\n"
+               "  [--plan FILE]  compression auto: per-layer plan (JSON) to "
+               "follow, re-read\n"
+               "                 whenever it changes\n");
 }
 
 int main(int argc, char **argv)
@@ -134,6 +351,7 @@ int main(int argc, char **argv)
         {"rank", required_argument, NULL, 'r'},
         {"servers", required_argument, NULL, 's'},
         {"job-id", required_argument, NULL, 'i'},
+        {"plan", required_argument, NULL, 'p'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -159,7 +377,11 @@ int main(int argc, char **argv)
     int c, status = 1;
     flps_err rc;
     char *end;
+    plan_watch pw;
+    int is_auto;
+    double *tb_sum = NULL, alpha = 0, beta = 0;
 
+    memset(&pw, 0, sizeof(pw));
     memset(&train, 0, sizeof(train));
     memset(&test, 0, sizeof(test));
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -183,6 +405,9 @@ int main(int argc, char **argv)
             break;
         case 'i':
             job_id = optarg;
+            break;
+        case 'p':
+            pw.path = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -226,11 +451,13 @@ int main(int argc, char **argv)
         log_error("partition: only iid is available in this build");
         return 2;
     }
-    if (spec.compression == JOBSPEC_COMP_AUTO) {
-        log_error("compression: auto needs the scheduler's planner (submit "
-                  "the job with flsubmit); to run it here, pick a codec");
-        return 2;
-    }
+    is_auto = spec.compression == JOBSPEC_COMP_AUTO;
+    if (pw.path != NULL && !is_auto)
+        log_warn("--plan %s is for compression: auto; this job uses one "
+                 "codec, so the plan is not read",
+                 pw.path);
+    if (!is_auto)
+        pw.path = NULL;
     if (spec.transport != JOBSPEC_TRANSPORT_ZMQ) {
         log_error("transport: rdma needs an RDMA device and a build with "
                   "libibverbs; this build has zmq only");
@@ -301,6 +528,26 @@ int main(int argc, char **argv)
                   flps_client_last_error(client));
         goto out;
     }
+    if (is_auto && rank == 0) {
+        /* The planner's inputs come from rank 0 (it alone prints the
+         * profile). alpha/beta are measured now, while a pull only re-reads
+         * the model just pulled. */
+        rc = flps_client_measure_network(client, &alpha, &beta);
+        if (rc != FLPS_OK) {
+            log_error("cannot measure the network: %s",
+                      flps_client_last_error(client)[0]
+                          ? flps_client_last_error(client)
+                          : flps_strerror(rc));
+            goto out;
+        }
+        log_info("network: alpha %.3g s, beta %.3g s/byte (%.3g GB/s)", alpha,
+                 beta, 1e-9 / beta);
+        tb_sum = flps_calloc(model_num_tensors(m), sizeof(double));
+        if (tb_sum == NULL) {
+            log_error("out of memory");
+            goto out;
+        }
+    }
     start_iter = flps_client_resume_iteration(client);
     log_info("rank %ld of %u: %zu training samples, model %s with %zu "
              "parameters, compression %s, starting at iteration %llu",
@@ -316,8 +563,15 @@ int main(int argc, char **argv)
     progress_every = spec.iterations / 100 ? spec.iterations / 100 : 1;
     t0 = flps_mono_s();
     for (uint64_t it = start_iter; it < spec.iterations; it++) {
-        push_ctx pc = {client, m, it, FLPS_OK};
+        uint64_t local = it - start_iter;
+        push_ctx pc = {client, m, it, FLPS_OK, NULL, 0};
         float loss = 0;
+
+        if (!plan_check(&pw, client, m, it))
+            goto out;
+        if (tb_sum != NULL && local >= FLW_PROFILE_FROM &&
+            local < FLW_PROFILE_TO)
+            pc.tb_sum = tb_sum;
 
         for (uint32_t b = 0; b < spec.batch_size; b++) {
             uint32_t s;
@@ -333,6 +587,7 @@ int main(int argc, char **argv)
                    train.dim * sizeof(float));
             yb[b] = train.y[s];
         }
+        pc.last = flps_mono_s();
         rc = model_train_step(m, xb, yb, spec.batch_size, &loss, on_grad_ready,
                               &pc);
         if (rc != FLPS_OK) {
@@ -347,6 +602,9 @@ int main(int argc, char **argv)
                           : flps_strerror(pc.err));
             goto out;
         }
+        if (pc.tb_sum != NULL && local + 1 == FLW_PROFILE_TO)
+            print_profile(m, it + 1, spec.workers, alpha, beta, tb_sum,
+                          FLW_PROFILE_TO - FLW_PROFILE_FROM);
         loss_window += loss;
         nwin++;
         if (rank == 0 &&
@@ -411,5 +669,6 @@ out:
     flps_free(yb);
     flps_free(xb_idx);
     flps_free(tensors);
+    flps_free(tb_sum);
     return status;
 }
