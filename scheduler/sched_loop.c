@@ -9,7 +9,9 @@
 #include <jansson.h>
 
 #include "common/alloc.h"
+#include "common/jobspec.h"
 #include "common/log.h"
+#include "compress/plan.h"
 
 /* A follower tries for the lease this often (docs/scheduler.md). */
 #define LOOP_LEASE_RETRY_S 1.0
@@ -376,6 +378,90 @@ static flps_err loop_nodes(sched_loop *l, double now)
     return rc;
 }
 
+/* ---- Plans (compression: auto) ---- */
+
+/* FNV-1a of a profile's text. The plan hash keeps the digest of the last
+ * profile planned (or refused) as profile_seen, so each profile is handled
+ * once however many turns see it, by this leader or the next. */
+static void profile_digest(const char *text, char *out, size_t len)
+{
+    uint64_t h = 14695981039346656037ULL;
+
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        h ^= *p;
+        h *= 1099511628211ULL;
+    }
+    snprintf(out, len, "%016llx", (unsigned long long)h);
+}
+
+/* A RUNNING job whose spec says compression: auto and whose profile is
+ * new: run the planner on it and store the plan as the next version. A
+ * profile the planner refuses gives an event and no plan; the job runs
+ * on as its workers do without one. */
+static void loop_plan(sched_loop *l, const sched_job *job, double now)
+{
+    char digest[32], seen[32], err[256], msg[512];
+    const char *type = "plan";
+    uint64_t version = 0;
+    char *plan_json = NULL;
+    int committed = 0;
+    jobspec spec;
+    flps_err rc;
+
+    if (job->profile == NULL || job->spec == NULL ||
+        jobspec_parse(job->spec, strlen(job->spec), &spec, NULL, 0) !=
+            FLPS_OK ||
+        spec.compression != JOBSPEC_COMP_AUTO)
+        return;
+    profile_digest(job->profile, digest, sizeof(digest));
+    if (sched_store_plan_seen(l->st, job->id, &version, seen, sizeof(seen)) !=
+        FLPS_OK) {
+        log_warn("job %s: cannot read its plan: %s", job->id,
+                 sched_store_error(l->st));
+        return;
+    }
+    if (strcmp(seen, digest) == 0)
+        return;
+    err[0] = '\0';
+    rc = plan_from_profile(job->profile, version + 1, &plan_json, err,
+                           sizeof(err));
+    if (rc == FLPS_OK) {
+        plan *p = NULL;
+        size_t sparse = 0;
+
+        if (plan_parse(plan_json, &p) != FLPS_OK) {
+            log_error("job %s: the planner's plan does not parse: %s", job->id,
+                      plan_json);
+            free(plan_json);
+            return;
+        }
+        for (size_t i = 0; i < p->nlayers; i++)
+            sparse += p->layers[i].kind != CODEC_DENSE;
+        snprintf(msg, sizeof(msg),
+                 "plan v%llu: %zu of %zu layers sparse, predicted %.3f ms vs "
+                 "%.3f ms dense",
+                 (unsigned long long)version + 1, sparse, p->nlayers,
+                 p->predicted_iteration_seconds * 1000.0,
+                 p->dense_iteration_seconds * 1000.0);
+        plan_free(p);
+    } else if (rc == FLPS_ENOMEM) {
+        log_error("job %s: out of memory for its plan", job->id);
+        return;
+    } else {
+        type = "plan_error";
+        snprintf(msg, sizeof(msg), "no plan from the workers' profile: %s",
+                 err[0] ? err : flps_strerror(rc));
+    }
+    rc = sched_store_plan_put(l->st, l->id, job->id, version, plan_json, digest,
+                              now, type, msg, &committed);
+    free(plan_json);
+    if (rc != FLPS_OK)
+        log_warn("job %s: cannot store its plan: %s", job->id,
+                 sched_store_error(l->st));
+    else if (committed)
+        log_info("job %s: %s", job->id, msg);
+}
+
 /* ---- Placement ---- */
 
 typedef struct run_acc {
@@ -458,15 +544,16 @@ static flps_err loop_place(sched_loop *l, double now)
         if (!found)
             continue;
         if (job.state == SCHED_RUNNING && job.time_limit > 0 &&
-            job.started_at > 0) {
+            job.started_at > 0)
             pr[r].end = job.started_at + job.time_limit;
-            if (now > pr[r].end) {
-                char reason[128];
+        if (job.state == SCHED_RUNNING && pr[r].end > 0 && now > pr[r].end) {
+            char reason[128];
 
-                snprintf(reason, sizeof(reason), "time limit of %g s exceeded",
-                         job.time_limit);
-                loop_fail(l, job.id, job.attempt, reason, 0, now);
-            }
+            snprintf(reason, sizeof(reason), "time limit of %g s exceeded",
+                     job.time_limit);
+            loop_fail(l, job.id, job.attempt, reason, 0, now);
+        } else if (job.state == SCHED_RUNNING) {
+            loop_plan(l, &job, now);
         }
         sched_job_fini(&job);
     }

@@ -145,10 +145,11 @@ void sched_job_fini(sched_job *j)
         return;
     flps_free(j->spec);
     flps_free(j->summary);
+    flps_free(j->profile);
     for (size_t i = 0; i < j->ntasks; i++)
         sched_task_fini(&j->tasks[i]);
     flps_free(j->tasks);
-    j->spec = j->summary = NULL;
+    j->spec = j->summary = j->profile = NULL;
     j->tasks = NULL;
     j->ntasks = 0;
 }
@@ -667,6 +668,12 @@ static flps_err job_from_reply(const redisReply *r, sched_job *j)
     if (v != NULL && *v != '\0') {
         j->summary = flps_strdup(v);
         if (j->summary == NULL)
+            return FLPS_ENOMEM;
+    }
+    v = hget(r, "profile");
+    if (v != NULL && *v != '\0') {
+        j->profile = flps_strdup(v);
+        if (j->profile == NULL)
             return FLPS_ENOMEM;
     }
     return FLPS_OK;
@@ -1505,6 +1512,99 @@ flps_err sched_store_plan(sched_store *st, const char *id, char **version,
         }
     }
     freeReplyObject(r);
+    return FLPS_OK;
+}
+
+flps_err sched_store_plan_seen(sched_store *st, const char *id,
+                               uint64_t *version, char *seen, size_t seenlen)
+{
+    redisReply *r = NULL;
+    flps_err rc = rconn_cmd(st->rc, &r,
+                            "HMGET flps:job:%s:plan version profile_seen", id);
+
+    if (rc != FLPS_OK)
+        return st_rerr(st, rc);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        freeReplyObject(r);
+        return st_fail(st, FLPS_EPROTO, "Redis answered HMGET oddly");
+    }
+    *version = r->element[0]->type == REDIS_REPLY_STRING
+                   ? to_u64(r->element[0]->str)
+                   : 0;
+    if (r->element[1]->type == REDIS_REPLY_STRING)
+        copy_str(seen, seenlen, r->element[1]->str, r->element[1]->len);
+    else
+        copy_str(seen, seenlen, "", 0);
+    freeReplyObject(r);
+    return FLPS_OK;
+}
+
+flps_err sched_store_plan_put(sched_store *st, const char *leader_id,
+                              const char *id, uint64_t prev_version,
+                              const char *plan_json, const char *seen,
+                              double now, const char *type, const char *message,
+                              int *committed)
+{
+    char key[96], num[64];
+    redisReply *r = NULL;
+    flps_err rc;
+    int ok = 0;
+
+    *committed = 0;
+    snprintf(key, sizeof(key), "flps:job:%s:plan", id);
+    rc = st_drop(st, rconn_cmd(st->rc, &r, "WATCH flps:leader %s", key), &r);
+    if (rc != FLPS_OK)
+        return rc;
+    rc = rconn_cmd(st->rc, &r, "GET flps:leader");
+    if (rc != FLPS_OK)
+        return st_rerr(st, rc);
+    ok = r->type == REDIS_REPLY_STRING && strcmp(r->str, leader_id) == 0;
+    freeReplyObject(r);
+    if (ok) {
+        rc = rconn_cmd(st->rc, &r, "HGET %s version", key);
+        if (rc != FLPS_OK)
+            return st_rerr(st, rc);
+        ok = (r->type == REDIS_REPLY_STRING ? to_u64(r->str) : 0) ==
+             prev_version;
+        freeReplyObject(r);
+    }
+    if (!ok) {
+        st_unwatch(st);
+        return FLPS_OK;
+    }
+    rc = st_multi(st);
+    if (rc != FLPS_OK)
+        return rc;
+    if (plan_json != NULL) {
+        cmdv c = {0};
+
+        fmt_double(num, sizeof(num), now);
+        cmd_add(&c, "HSET");
+        cmd_add(&c, key);
+        cmd_add(&c, "version");
+        cmd_addf(&c, "%llu", (unsigned long long)prev_version + 1);
+        cmd_add(&c, "plan");
+        cmd_add(&c, plan_json);
+        cmd_add(&c, "created_at");
+        cmd_add(&c, num);
+        cmd_add(&c, "profile_seen");
+        cmd_add(&c, seen);
+        rc = cmd_queue(st, &c);
+    } else {
+        rc = st_queued(
+            st, rconn_cmd(st->rc, &r, "HSET %s profile_seen %s", key, seen),
+            &r);
+    }
+    if (rc == FLPS_OK)
+        rc = queue_event(st, id, now, type, message);
+    if (rc != FLPS_OK) {
+        st_discard(st);
+        return rc;
+    }
+    rc = st_exec(st, &ok);
+    if (rc != FLPS_OK)
+        return rc;
+    *committed = ok;
     return FLPS_OK;
 }
 

@@ -76,6 +76,7 @@ typedef struct sched_job {
     unsigned p_mask;   /* bit i set: field i of the list above given */
     char *spec;        /* job file text; owned */
     char *summary;     /* JSON text or NULL; owned */
+    char *profile;     /* rank 0's profile event (JSON text) or NULL; owned */
     sched_task *tasks; /* current attempt's, by key; owned */
     size_t ntasks;
 } sched_job;
@@ -164,6 +165,24 @@ void sched_strv_free(char **v, size_t n);
 /* The plan hash: *version and *plan (caller frees) or *found = 0. */
 flps_err sched_store_plan(sched_store *st, const char *id, char **version,
                           char **plan, int *found);
+
+/* What the plan hash says of the profiles seen: *version (0 when no plan)
+ * and seen, the digest of the last profile the planner handled ("" when
+ * none). */
+flps_err sched_store_plan_seen(sched_store *st, const char *id,
+                               uint64_t *version, char *seen, size_t seenlen);
+
+/* Record the planner's answer to the profile with digest seen, in one
+ * MULTI/EXEC guarded by WATCH on the plan hash and on flps:leader (which
+ * must hold leader_id): with plan_json, version prev_version + 1, plan,
+ * created_at; always profile_seen; and an event of type with message.
+ * *committed = 0 when the plan moved past prev_version meanwhile or this
+ * scheduler no longer leads: nothing was written. */
+flps_err sched_store_plan_put(sched_store *st, const char *leader_id,
+                              const char *id, uint64_t prev_version,
+                              const char *plan_json, const char *seen,
+                              double now, const char *type, const char *message,
+                              int *committed);
 
 /* ---- Leader's loop ---- */
 

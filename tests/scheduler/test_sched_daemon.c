@@ -687,3 +687,183 @@ Test(sched_daemon, serves_events_logs_plan_nodes_and_metrics)
         free(b.p);
     }
 }
+
+/* ---- compression: auto ---- */
+
+/* A profile as flagent stores it from rank 0: fc1.weight is the last
+ * gradient ready, so nothing hides it and the planner makes it sparse; the
+ * small layers stay dense. */
+static const char profile1[] =
+    "{\"event\":\"profile\",\"iteration\":25,\"workers\":2,\"alpha\":0.0001,"
+    "\"beta\":1e-09,\"layers\":["
+    "{\"name\":\"fc1.weight\",\"numel\":200704,\"t_backward\":0.000312},"
+    "{\"name\":\"fc1.bias\",\"numel\":256,\"t_backward\":0.000004},"
+    "{\"name\":\"fc2.weight\",\"numel\":2560,\"t_backward\":0.00002},"
+    "{\"name\":\"fc2.bias\",\"numel\":10,\"t_backward\":0.000001}]}";
+
+/* The same layers measured again: a different profile. */
+static const char profile2[] =
+    "{\"event\":\"profile\",\"iteration\":25,\"workers\":2,\"alpha\":0.0002,"
+    "\"beta\":2e-09,\"layers\":["
+    "{\"name\":\"fc1.weight\",\"numel\":200704,\"t_backward\":0.000401},"
+    "{\"name\":\"fc1.bias\",\"numel\":256,\"t_backward\":0.000005},"
+    "{\"name\":\"fc2.weight\",\"numel\":2560,\"t_backward\":0.00003},"
+    "{\"name\":\"fc2.bias\",\"numel\":10,\"t_backward\":0.000002}]}";
+
+/* The plan of id once its version is want (about 5 s at most); the
+ * caller decrefs. */
+static json_t *wait_plan(const char *id, long long want)
+{
+    char path[64];
+    long long last = 0;
+
+    snprintf(path, sizeof(path), "/v1/jobs/%s/plan", id);
+    for (int i = 0; i < 100; i++) {
+        json_t *j = NULL;
+
+        if (get(path, &j) == 200) {
+            last = json_integer_value(json_object_get(j, "version"));
+            if (last == want)
+                return j;
+        }
+        json_decref(j);
+        sleep_ms(50);
+    }
+    cr_assert_fail("job %s: plan version %lld, not %lld", id, last, want);
+    return NULL;
+}
+
+/* The message of the last event of type in id's events, or "" (static). */
+static const char *last_event(const char *id, const char *type, int *count)
+{
+    static char msg[512];
+    char path[64];
+    json_t *j = NULL, *e;
+    size_t i;
+
+    msg[0] = '\0';
+    *count = 0;
+    snprintf(path, sizeof(path), "/v1/jobs/%s/events", id);
+    cr_assert_eq(get(path, &j), 200);
+    json_array_foreach(json_object_get(j, "events"), i, e)
+    {
+        if (strcmp(str(e, "type"), type) == 0) {
+            snprintf(msg, sizeof(msg), "%s", str(e, "message"));
+            (*count)++;
+        }
+    }
+    json_decref(j);
+    return msg;
+}
+
+static void set_profile(const char *id, const char *profile)
+{
+    redisReply *r = NULL;
+
+    cr_assert_eq(rconn_cmd(rc, &r,
+                           "HSET flps:job:%s profile %s profile_attempt 0", id,
+                           profile),
+                 FLPS_OK);
+    freeReplyObject(r);
+}
+
+Test(sched_daemon, plans_a_profile_of_an_auto_job_and_a_new_profile_again)
+{
+    static const char *const names[] = {"fc1.weight", "fc1.bias", "fc2.weight",
+                                        "fc2.bias"};
+    json_t *j = NULL, *layers, *l;
+    const char *msg;
+    int n = 0;
+    size_t i;
+
+    start_sched(&fls, NULL);
+    add_node("n1", 8, 60000);
+    cr_assert_eq(post("name: auto\nmodel: mlp\ncompression: auto\n", NULL),
+                 201);
+    cr_assert_eq(
+        post("name: plain\nmodel: mlp\ncompression: topk:0.01\n", NULL), 201);
+    wait_state("j1", "RUNNING");
+    wait_state("j2", "RUNNING");
+    cr_assert_eq(get("/v1/jobs/j1/plan", NULL), 404, "no profile, no plan");
+
+    set_profile("j1", profile1);
+    set_profile("j2", profile1);
+    j = wait_plan("j1", 1);
+    layers = json_object_get(j, "layers");
+    cr_assert_eq(json_array_size(layers), 4);
+    json_array_foreach(layers, i, l)
+    {
+        cr_assert_str_eq(str(l, "name"), names[i], "layout order");
+        cr_assert(json_is_integer(json_object_get(l, "numel")));
+        cr_assert(json_is_number(json_object_get(l, "density")));
+    }
+    cr_assert_str_eq(str(json_array_get(layers, 0), "codec"), "topk");
+    cr_assert_str_eq(str(json_array_get(layers, 3), "codec"), "dense");
+    cr_assert(
+        json_is_number(json_object_get(j, "predicted_iteration_seconds")));
+    cr_assert(json_is_number(json_object_get(j, "dense_iteration_seconds")));
+    cr_assert_leq(
+        json_number_value(json_object_get(j, "predicted_iteration_seconds")),
+        json_number_value(json_object_get(j, "dense_iteration_seconds")));
+    json_decref(j);
+    cr_assert_neq(S("HGET flps:job:%s:plan created_at", "j1", NULL)[0], '\0');
+    msg = last_event("j1", "plan", &n);
+    cr_assert_eq(n, 1, "one event per plan");
+    cr_assert_eq(strncmp(msg, "plan v1: 1 of 4 layers sparse, predicted ", 41),
+                 0, "%s", msg);
+    cr_assert_not_null(strstr(msg, " ms dense"), "%s", msg);
+
+    /* Turns that see the same profile plan nothing more. */
+    sleep_ms(600);
+    last_event("j1", "plan", &n);
+    cr_assert_eq(n, 1, "the same profile was planned again");
+    cr_assert_str_eq(S("HGET flps:job:%s:plan version", "j1", NULL), "1");
+    cr_assert_eq(get("/v1/jobs/j2/plan", NULL), 404,
+                 "a job not asking for auto gets no plan");
+
+    set_profile("j1", profile2);
+    j = wait_plan("j1", 2);
+    cr_assert_eq(json_array_size(json_object_get(j, "layers")), 4);
+    json_decref(j);
+    msg = last_event("j1", "plan", &n);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(strncmp(msg, "plan v2: ", 9), 0, "%s", msg);
+}
+
+Test(sched_daemon, a_malformed_profile_gives_an_event_and_no_plan)
+{
+    static const char empty[] =
+        "{\"event\":\"profile\",\"iteration\":25,\"workers\":2,"
+        "\"alpha\":0.0001,\"beta\":1e-09,\"layers\":[]}";
+    json_t *j = NULL;
+    const char *msg = "";
+    int n = 0;
+
+    start_sched(&fls, NULL);
+    add_node("n1", 4, 60000);
+    cr_assert_eq(post("name: auto\nmodel: mlp\ncompression: auto\n", NULL),
+                 201);
+    wait_state("j1", "RUNNING");
+    set_profile("j1", empty);
+    for (int i = 0; i < 100 && n == 0; i++) {
+        sleep_ms(50);
+        msg = last_event("j1", "plan_error", &n);
+    }
+    cr_assert_eq(n, 1, "no plan_error event");
+    cr_assert_eq(strncmp(msg, "no plan from the workers' profile: ", 35), 0,
+                 "%s", msg);
+    cr_assert_gt(strlen(msg), 35, "the reason is given");
+    cr_assert_eq(get("/v1/jobs/j1/plan", &j), 404);
+    cr_assert_str_eq(str(j, "error"), "no plan yet");
+    json_decref(j);
+    sleep_ms(600);
+    last_event("j1", "plan_error", &n);
+    cr_assert_eq(n, 1, "the same profile was refused again");
+    wait_state("j1", "RUNNING");
+
+    /* A good profile afterwards is planned as version 1. */
+    set_profile("j1", profile1);
+    j = wait_plan("j1", 1);
+    json_decref(j);
+    wait_state("j1", "RUNNING");
+}

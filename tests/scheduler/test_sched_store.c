@@ -489,3 +489,54 @@ Test(sched_store, reports_redis_being_away)
     cr_assert_not_null(strstr(sched_store_error(st), "Redis"), "%s",
                        sched_store_error(st));
 }
+
+Test(sched_store, stores_a_plan_as_the_next_version_only_for_the_leader)
+{
+    sched_job j = submit("name: a\nmodel: mlp\ncompression: auto\n", 10);
+    uint64_t version = 99;
+    char seen[32] = "x";
+    int held = 0, committed = 1;
+
+    cr_assert_eq(sched_store_plan_seen(st, "j1", &version, seen, sizeof(seen)),
+                 FLPS_OK);
+    cr_assert_eq(version, 0);
+    cr_assert_str_eq(seen, "");
+    cr_assert_eq(sched_store_plan_put(st, "me", "j1", 0, "{\"version\":1}",
+                                      "d1", 11, "plan", "plan v1", &committed),
+                 FLPS_OK);
+    cr_assert_eq(committed, 0, "nobody leads: nothing written");
+    cr_assert_str_eq(L("KEYS flps:job:j1:plan", NULL), "");
+    cr_assert_eq(sched_store_lease(st, "me", 5000, &held), FLPS_OK);
+    cr_assert_eq(sched_store_plan_put(st, "me", "j1", 0, "{\"version\":1}",
+                                      "d1", 11, "plan", "plan v1", &committed),
+                 FLPS_OK);
+    cr_assert_eq(committed, 1);
+    cr_assert_str_eq(S("HGET flps:job:j1:plan version", NULL, NULL), "1");
+    cr_assert_str_eq(S("HGET flps:job:j1:plan plan", NULL, NULL),
+                     "{\"version\":1}");
+    cr_assert_str_eq(S("HGET flps:job:j1:plan created_at", NULL, NULL), "11");
+    cr_assert_str_eq(S("HGET flps:job:j1:plan profile_seen", NULL, NULL), "d1");
+    cr_assert_eq(sched_store_plan_seen(st, "j1", &version, seen, sizeof(seen)),
+                 FLPS_OK);
+    cr_assert_eq(version, 1);
+    cr_assert_str_eq(seen, "d1");
+
+    /* Planned from version 0 while the plan moved on: nothing written. */
+    cr_assert_eq(sched_store_plan_put(st, "me", "j1", 0, "{\"version\":1}",
+                                      "d2", 12, "plan", "plan v1", &committed),
+                 FLPS_OK);
+    cr_assert_eq(committed, 0);
+    cr_assert_str_eq(S("HGET flps:job:j1:plan profile_seen", NULL, NULL), "d1");
+
+    /* A refused profile: seen, and the plan stays. */
+    cr_assert_eq(sched_store_plan_put(st, "me", "j1", 1, NULL, "d3", 13,
+                                      "plan_error", "no plan", &committed),
+                 FLPS_OK);
+    cr_assert_eq(committed, 1);
+    cr_assert_str_eq(S("HGET flps:job:j1:plan version", NULL, NULL), "1");
+    cr_assert_str_eq(S("HGET flps:job:j1:plan profile_seen", NULL, NULL), "d3");
+    cr_assert_str_eq(S("LINDEX flps:job:j1:events -1", NULL, NULL),
+                     "{\"seq\":3,\"time\":13.0,\"type\":\"plan_error\","
+                     "\"message\":\"no plan\"}");
+    sched_job_fini(&j);
+}
