@@ -906,6 +906,7 @@ static void plans_follow(agent_node *n)
 static void try_start_worker(agent_node *n, agent_task *t)
 {
     char key[160], list[256 * 130], job_path[PATH_MAX], rank[16];
+    char plan_file[PATH_MAX];
     char *spec = NULL;
     size_t used = 0;
     int rc;
@@ -939,8 +940,10 @@ static void try_start_worker(agent_node *n, agent_task *t)
     if (rc != 1)
         return;
     if (write_job_file(n, t, spec, job_path, sizeof(job_path))) {
-        char *argv[] = {n->flworker_bin, "--job", job_path,   "--rank",  rank,
-                        "--servers",     list,    "--job-id", t->id.job, NULL};
+        char *argv[] = {
+            n->flworker_bin, "--job", job_path,   "--rank",  rank,
+            "--servers",     list,    "--job-id", t->id.job, "--plan",
+            plan_file,       NULL};
         agent_plan *pl = plan_find(n, t->id.job);
 
         /* The plan file, when there is a plan, is there before the
@@ -948,6 +951,7 @@ static void try_start_worker(agent_node *n, agent_task *t)
          * job file says until a plan appears. */
         if (pl != NULL && pl->written == 0)
             plan_check(n, pl);
+        plan_path(n, t->id.job, plan_file, sizeof(plan_file));
         snprintf(rank, sizeof(rank), "%u", t->id.index);
         if (task_spawn(n, t, argv)) {
             t->phase = TASK_RUNNING;
