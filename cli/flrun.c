@@ -19,6 +19,7 @@
 #include "common/jobspec.h"
 #include "common/log.h"
 #include "common/procs.h"
+#include "compress/plan.h"
 
 #define RUN_MAX_PROCS 1300
 
@@ -47,6 +48,10 @@ typedef struct run {
     double last_loss;
     uint64_t last_sent, last_dense;
     int need_newline;
+    /* compression: auto: the plan file the workers watch (empty
+     * otherwise) and the version written to it (0 = none yet). */
+    char plan_path[PATH_MAX + 16];
+    uint64_t plan_version;
 } run;
 
 static void human_bytes(double b, char *buf, size_t len)
@@ -109,6 +114,84 @@ static void end_progress_line(run *r)
     }
 }
 
+/* "1.23 ms" or "1.23 s". */
+static void human_seconds(double s, char *buf, size_t len)
+{
+    if (s < 1.0)
+        snprintf(buf, len, "%.3g ms", s * 1e3);
+    else
+        snprintf(buf, len, "%.3g s", s);
+}
+
+/* Write text to path so that a reader sees the old file or the new one,
+ * never a part: a temporary file beside it, then rename. */
+static int write_atomically(const char *path, const char *text)
+{
+    char tmp[PATH_MAX + 32];
+    FILE *f;
+    int ok;
+
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    f = fopen(tmp, "w");
+    if (f == NULL)
+        return 0;
+    ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        errno = e;
+        return 0;
+    }
+    return 1;
+}
+
+/* Rank 0's profile arrived: plan it and hand the plan to the workers
+ * through the file they watch. A refused profile leaves the job running
+ * with the codecs it has (dense) and says why. */
+static void on_profile(run *r, const char *line)
+{
+    char err[512], tp[32], td[32];
+    char *text = NULL;
+    plan *p = NULL;
+    size_t nsparse = 0;
+
+    end_progress_line(r);
+    if (r->plan_path[0] == '\0' || r->plan_version != 0)
+        return; /* not an auto job, or planned already */
+    if (plan_from_profile(line, 1, &text, err, sizeof(err)) != FLPS_OK) {
+        fprintf(stderr,
+                "flrun: cannot plan from flworker rank 0's profile: %s; the "
+                "job goes on with dense layers\n",
+                err);
+        r->plan_version = 1; /* do not try again */
+        return;
+    }
+    r->plan_version = 1;
+    if (plan_parse(text, &p) != FLPS_OK) { /* only when out of memory */
+        fprintf(stderr, "flrun: cannot read back the plan: %s\n", text);
+        free(text);
+        return;
+    }
+    if (!write_atomically(r->plan_path, text)) {
+        fprintf(stderr,
+                "flrun: cannot write %s: %s; the job goes on with "
+                "dense layers\n",
+                r->plan_path, strerror(errno));
+    } else if (!r->quiet) {
+        for (size_t i = 0; i < p->nlayers; i++)
+            nsparse += p->layers[i].kind != CODEC_DENSE;
+        human_seconds(p->predicted_iteration_seconds, tp, sizeof(tp));
+        human_seconds(p->dense_iteration_seconds, td, sizeof(td));
+        fprintf(stderr,
+                "plan v%llu: %zu of %zu layers sparse, predicted iteration "
+                "%s vs %s dense\n",
+                (unsigned long long)p->version, nsparse, p->nlayers, tp, td);
+    }
+    plan_free(p);
+    free(text);
+}
+
 static uint64_t json_u64(json_t *o, const char *k)
 {
     json_t *v = json_object_get(o, k);
@@ -152,13 +235,15 @@ static void on_worker_line(void *arg, proc *p, const char *line)
                     (unsigned long long)json_u64(o, "iter"), r->test_accuracy,
                     r->test_loss);
         }
+    } else if (strcmp(ev, "profile") == 0) {
+        if (p == &r->procs[r->nservers]) /* rank 0 speaks for all */
+            on_profile(r, line);
     } else if (strcmp(ev, "done") == 0) {
         r->done++;
         r->bytes_sent += json_u64(o, "bytes_sent");
         r->bytes_received += json_u64(o, "bytes_received");
         r->dense_bytes += json_u64(o, "dense_bytes");
     }
-    (void)p;
     json_decref(o);
 }
 
@@ -323,6 +408,17 @@ int main(int argc, char **argv)
         return 1;
     }
     snprintf(ckptdir, sizeof(ckptdir), "%s/checkpoints", logdir);
+    if (r.spec.compression == JOBSPEC_COMP_AUTO) {
+        /* The workers start dense and apply the plan once this file
+         * appears; one left by an earlier run in the same --log-dir would
+         * be applied before this job's profile is in. */
+        snprintf(r.plan_path, sizeof(r.plan_path), "%s/plan.json", logdir);
+        if (unlink(r.plan_path) != 0 && errno != ENOENT) {
+            fprintf(stderr, "flrun: cannot remove the old %s: %s\n",
+                    r.plan_path, strerror(errno));
+            return 1;
+        }
+    }
     r.tty = isatty(STDERR_FILENO);
 
     memset(&sa, 0, sizeof(sa));
@@ -411,8 +507,13 @@ int main(int argc, char **argv)
     for (uint32_t w = 0; w < r.spec.workers; w++) {
         char rank[16], name[64], log[PATH_MAX + 32];
         char *args[] = {worker_bin, "--job",     (char *)job_path, "--rank",
-                        rank,       "--servers", servers_arg,      NULL};
+                        rank,       "--servers", servers_arg,      NULL,
+                        NULL,       NULL};
         snprintf(rank, sizeof(rank), "%u", w);
+        if (r.plan_path[0] != '\0') {
+            args[7] = "--plan";
+            args[8] = r.plan_path;
+        }
         snprintf(name, sizeof(name), "flworker rank %u", w);
         snprintf(log, sizeof(log), "%s/flworker-%u.log", logdir, w);
         if (proc_start(&r.procs[r.nprocs], name, args, log) != FLPS_OK)
