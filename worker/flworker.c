@@ -452,10 +452,8 @@ int main(int argc, char **argv)
         return 2;
     }
     is_auto = spec.compression == JOBSPEC_COMP_AUTO;
-    if (pw.path != NULL && !is_auto)
-        log_warn("--plan %s is for compression: auto; this job uses one "
-                 "codec, so the plan is not read",
-                 pw.path);
+    /* flagent passes --plan to every worker; a job with one codec has no
+     * plan to follow, and that is not worth a warning. */
     if (!is_auto)
         pw.path = NULL;
     if (spec.transport != JOBSPEC_TRANSPORT_ZMQ) {
