@@ -1041,11 +1041,13 @@ Test(agent, stores_the_profile_and_follows_the_plan_into_the_plan_file,
     /* Every worker gets --plan, before any plan exists. */
     snprintf(plan, sizeof(plan), "%s/j5/plan.json", fx.work);
     snprintf(args, sizeof(args), "--job-id j5 --plan %s", plan);
-    WAIT_UNTIL(logs_have(&fx, "j5", "worker-1", args), 10);
+    WAIT_UNTIL(logs_have(&fx, "j5", "worker-0", args) &&
+                   logs_have(&fx, "j5", "worker-1", args),
+               10);
     CHECK(&fx, logs_have(&fx, "j5", "worker-0", args), "worker-0 lacks %s",
           args);
-    cr_assert(logs_have(&fx, "j5", "worker-1", args), "worker-1 lacks %s",
-              args);
+    CHECK(&fx, logs_have(&fx, "j5", "worker-1", args), "worker-1 lacks %s",
+          args);
     cr_assert_eq(access(plan, F_OK), -1, "no plan yet, no file");
 
     /* Rank 0's profile lands in the job hash as printed. */
