@@ -462,3 +462,36 @@ Test(cluster_e2e, backfill_never_delays_the_head_of_the_queue)
     free(b);
     free(b2);
 }
+
+Test(cluster_e2e, an_auto_job_gets_a_plan_from_flsched_that_its_workers_apply)
+{
+    char *id = submit("name: auto\nmodel: mlp\ndataset: synthetic\n"
+                      "workers: 1\nservers: 1\niterations: 400\n"
+                      "compression: auto\neval_every: 0\n");
+    char args[64], cmd[512];
+    json_t *j, *plan, *layers;
+    run_result r;
+
+    j = wait_state(id, "SUCCEEDED", 120);
+    json_decref(j);
+    /* flsched planned from the workers' profile... */
+    snprintf(args, sizeof(args), "plan %s", id);
+    plan = flsubmit_json(args, 0);
+    cr_assert_not_null(plan);
+    cr_assert_geq(json_number_value(json_object_get(plan, "version")), 1);
+    layers = json_object_get(plan, "layers");
+    cr_assert_eq(json_array_size(layers), 6, "one entry per tensor");
+    cr_assert_str_eq(
+        json_string_value(json_object_get(json_array_get(layers, 0), "name")),
+        "fc1.weight", "layers in layout order");
+    json_decref(plan);
+    /* ...and the worker applied it (its plan event is in the job's log). */
+    snprintf(cmd, sizeof(cmd), "FLPS_SCHEDULER=%s %s/flsubmit logs %s", cl.api,
+             FLPS_BIN_DIR, id);
+    run_cmd(cmd, &r);
+    cr_assert_eq(r.status, 0);
+    cr_assert_not_null(strstr(r.out, "\"event\":\"plan\""),
+                       "no worker applied the plan:\n%s", r.out);
+    run_free(&r);
+    free(id);
+}
