@@ -27,7 +27,7 @@ typedef struct worker {
 
 static void start_shards(test_shard *s, int n, const char *job, char *dir)
 {
-    char log[160], shards[8], idx[8];
+    char log[160], shards[16], idx[16];
 
     cr_assert_not_null(mkdtemp(dir));
     snprintf(shards, sizeof(shards), "%d", n);
