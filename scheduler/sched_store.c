@@ -1006,17 +1006,73 @@ static int job_is(const redisReply *h, const char *state, uint32_t attempt)
            to_u64(hget(h, "attempt")) == attempt;
 }
 
+/* The end of an attempt, inside a WATCH on the job hash: MULTI, the job's
+ * own fields (queued by fields()), its tasks taken off their nodes'
+ * desired sets (the agents stop them), an event, EXEC. *ok is 0 when the
+ * job changed under the WATCH: the caller retries. */
+typedef flps_err (*end_fields_fn)(sched_store *st, const char *id,
+                                  const char *now, void *arg);
+
+static flps_err end_attempt(sched_store *st, const char *id, double now,
+                            end_fields_fn fields, void *arg,
+                            const char *ev_type, const char *ev_msg, int *ok)
+{
+    char num[64];
+    task_list tl;
+    flps_err rc;
+
+    *ok = 0;
+    rc = task_list_read(st, id, &tl);
+    if (rc != FLPS_OK) {
+        st_unwatch(st);
+        return rc;
+    }
+    rc = st_multi(st);
+    if (rc != FLPS_OK) {
+        task_list_free(&tl);
+        return rc;
+    }
+    fmt_double(num, sizeof(num), now);
+    rc = fields(st, id, num, arg);
+    if (rc == FLPS_OK)
+        rc = queue_unassign(st, &tl);
+    if (rc == FLPS_OK)
+        rc = queue_event(st, id, now, ev_type, ev_msg);
+    task_list_free(&tl);
+    if (rc != FLPS_OK) {
+        st_discard(st);
+        return rc;
+    }
+    return st_exec(st, ok);
+}
+
+static flps_err cancel_fields(sched_store *st, const char *id, const char *now,
+                              void *arg)
+{
+    redisReply *r = NULL;
+    flps_err rc;
+
+    (void)arg;
+    rc = st_queued(st,
+                   rconn_cmd(st->rc, &r,
+                             "HSET flps:job:%s state CANCELLED "
+                             "finished_at %s reason %s",
+                             id, now, "cancelled"),
+                   &r);
+    if (rc == FLPS_OK)
+        rc = st_queued(st, rconn_cmd(st->rc, &r, "ZREM flps:queue %s", id), &r);
+    return rc;
+}
+
 flps_err sched_store_cancel(sched_store *st, const char *id, double now,
                             sched_cancel_result *result, sched_job *out)
 {
-    char num[64];
     flps_err rc = FLPS_OK;
     int found = 0;
 
     for (int tries = 0; tries < STORE_TXN_TRIES; tries++) {
-        redisReply *h = NULL, *r = NULL;
+        redisReply *h = NULL;
         sched_state state;
-        task_list tl;
         int ok = 0;
 
         sched_job tmp;
@@ -1046,39 +1102,11 @@ flps_err sched_store_cancel(sched_store *st, const char *id, double now,
             return out ? sched_store_job(st, id, 1, out, &found) : FLPS_OK;
         }
         freeReplyObject(h);
-        rc = task_list_read(st, id, &tl);
-        if (rc != FLPS_OK) {
-            st_unwatch(st);
-            return rc;
-        }
-        rc = st_multi(st);
-        if (rc != FLPS_OK) {
-            task_list_free(&tl);
-            return rc;
-        }
-        fmt_double(num, sizeof(num), now);
-        rc = st_queued(st,
-                       rconn_cmd(st->rc, &r,
-                                 "HSET flps:job:%s state CANCELLED "
-                                 "finished_at %s reason %s",
-                                 id, num, "cancelled"),
-                       &r);
-        if (rc == FLPS_OK)
-            rc = st_queued(st, rconn_cmd(st->rc, &r, "ZREM flps:queue %s", id),
-                           &r);
-        if (rc == FLPS_OK)
-            rc = queue_unassign(st, &tl);
-        if (rc == FLPS_OK)
-            rc = queue_event(st, id, now, "cancelled",
-                             state == SCHED_RUNNING
-                                 ? "cancelled; its tasks are being stopped"
-                                 : "cancelled while queued");
-        task_list_free(&tl);
-        if (rc != FLPS_OK) {
-            st_discard(st);
-            return rc;
-        }
-        rc = st_exec(st, &ok);
+        rc = end_attempt(st, id, now, cancel_fields, NULL, "cancelled",
+                         state == SCHED_RUNNING
+                             ? "cancelled; its tasks are being stopped"
+                             : "cancelled while queued",
+                         &ok);
         if (rc != FLPS_OK)
             return rc;
         if (!ok)
@@ -1238,16 +1266,27 @@ flps_err sched_store_pop_exit(sched_store *st, char *key, size_t keylen,
     return FLPS_OK;
 }
 
+static flps_err succeed_fields(sched_store *st, const char *id, const char *now,
+                               void *arg)
+{
+    redisReply *r = NULL;
+
+    return st_queued(st,
+                     rconn_cmd(st->rc, &r,
+                               "HSET flps:job:%s state SUCCEEDED "
+                               "finished_at %s summary %s",
+                               id, now, (const char *)arg),
+                     &r);
+}
+
 flps_err sched_store_succeed(sched_store *st, const char *id, uint32_t attempt,
                              const char *summary, double now, int *done)
 {
-    char num[64];
     flps_err rc = FLPS_OK;
 
     *done = 0;
     for (int tries = 0; tries < STORE_TXN_TRIES; tries++) {
-        redisReply *h = NULL, *r = NULL;
-        task_list tl;
+        redisReply *h = NULL;
         int ok = 0;
 
         rc = watch_job(st, id, &h);
@@ -1260,33 +1299,8 @@ flps_err sched_store_succeed(sched_store *st, const char *id, uint32_t attempt,
             return FLPS_OK;
         }
         freeReplyObject(h);
-        rc = task_list_read(st, id, &tl);
-        if (rc != FLPS_OK) {
-            st_unwatch(st);
-            return rc;
-        }
-        rc = st_multi(st);
-        if (rc != FLPS_OK) {
-            task_list_free(&tl);
-            return rc;
-        }
-        fmt_double(num, sizeof(num), now);
-        rc = st_queued(st,
-                       rconn_cmd(st->rc, &r,
-                                 "HSET flps:job:%s state SUCCEEDED "
-                                 "finished_at %s summary %s",
-                                 id, num, summary),
-                       &r);
-        if (rc == FLPS_OK)
-            rc = queue_unassign(st, &tl);
-        if (rc == FLPS_OK)
-            rc = queue_event(st, id, now, "succeeded", summary);
-        task_list_free(&tl);
-        if (rc != FLPS_OK) {
-            st_discard(st);
-            return rc;
-        }
-        rc = st_exec(st, &ok);
+        rc = end_attempt(st, id, now, succeed_fields, (void *)summary,
+                         "succeeded", summary, &ok);
         if (rc != FLPS_OK)
             return rc;
         if (ok) {
@@ -1298,20 +1312,59 @@ flps_err sched_store_succeed(sched_store *st, const char *id, uint32_t attempt,
                    "gave up finishing %s: the job kept changing", id);
 }
 
+typedef struct fail_args {
+    int restart;
+    const char *reason;
+    uint32_t restarts, attempt;
+    char score[64]; /* the job's queue score, for a restart */
+} fail_args;
+
+/* A failed attempt: back to the queue at its old place for a restart,
+ * else FAILED. */
+static flps_err fail_fields(sched_store *st, const char *id, const char *now,
+                            void *arg)
+{
+    const fail_args *fa = arg;
+    redisReply *r = NULL;
+    flps_err rc;
+
+    if (!fa->restart)
+        return st_queued(st,
+                         rconn_cmd(st->rc, &r,
+                                   "HSET flps:job:%s state FAILED "
+                                   "finished_at %s reason %s",
+                                   id, now, fa->reason),
+                         &r);
+    rc = st_queued(st,
+                   rconn_cmd(st->rc, &r,
+                             "HSET flps:job:%s state QUEUED "
+                             "reason %s restarts %u attempt %u",
+                             id, fa->reason, fa->restarts + 1, fa->attempt + 1),
+                   &r);
+    if (rc == FLPS_OK)
+        rc = st_queued(
+            st, rconn_cmd(st->rc, &r, "ZADD flps:queue %s %s", fa->score, id),
+            &r);
+    if (rc == FLPS_OK)
+        rc = st_queued(st, rconn_cmd(st->rc, &r, "DEL flps:job:%s:tasks", id),
+                       &r);
+    return rc;
+}
+
 flps_err sched_store_fail(sched_store *st, const char *id, uint32_t attempt,
                           const char *reason, int allow_restart, double now,
                           sched_fail_result *result)
 {
-    char num[64], msg[700];
+    char msg[700];
     flps_err rc = FLPS_OK;
 
     *result = SCHED_FAIL_IGNORED;
     for (int tries = 0; tries < STORE_TXN_TRIES; tries++) {
-        redisReply *h = NULL, *r = NULL;
+        redisReply *h = NULL;
         uint32_t restarts, max_restarts, priority;
         uint64_t seq;
-        task_list tl;
-        int ok = 0, restart;
+        fail_args fa;
+        int ok = 0;
 
         rc = watch_job(st, id, &h);
         if (rc != FLPS_OK)
@@ -1327,64 +1380,24 @@ flps_err sched_store_fail(sched_store *st, const char *id, uint32_t attempt,
         priority = (uint32_t)to_u64(hget(h, "priority"));
         seq = to_u64(hget(h, "seq"));
         freeReplyObject(h);
-        restart = allow_restart && restarts < max_restarts;
-        rc = task_list_read(st, id, &tl);
-        if (rc != FLPS_OK) {
-            st_unwatch(st);
-            return rc;
-        }
-        rc = st_multi(st);
-        if (rc != FLPS_OK) {
-            task_list_free(&tl);
-            return rc;
-        }
-        fmt_double(num, sizeof(num), now);
-        if (restart) {
-            char score[64];
-
-            snprintf(score, sizeof(score), "%.17g",
-                     sched_store_queue_score(priority, seq));
-            rc = st_queued(st,
-                           rconn_cmd(st->rc, &r,
-                                     "HSET flps:job:%s state QUEUED "
-                                     "reason %s restarts %u attempt %u",
-                                     id, reason, restarts + 1, attempt + 1),
-                           &r);
-            if (rc == FLPS_OK)
-                rc = st_queued(
-                    st,
-                    rconn_cmd(st->rc, &r, "ZADD flps:queue %s %s", score, id),
-                    &r);
-            if (rc == FLPS_OK)
-                rc = st_queued(
-                    st, rconn_cmd(st->rc, &r, "DEL flps:job:%s:tasks", id), &r);
+        fa.restart = allow_restart && restarts < max_restarts;
+        fa.reason = reason;
+        fa.restarts = restarts;
+        fa.attempt = attempt;
+        snprintf(fa.score, sizeof(fa.score), "%.17g",
+                 sched_store_queue_score(priority, seq));
+        if (fa.restart)
             snprintf(msg, sizeof(msg),
                      "restart %u of %u from the latest checkpoint after: %s",
                      restarts + 1, max_restarts, reason);
-        } else {
-            rc = st_queued(st,
-                           rconn_cmd(st->rc, &r,
-                                     "HSET flps:job:%s state FAILED "
-                                     "finished_at %s reason %s",
-                                     id, num, reason),
-                           &r);
+        else
             snprintf(msg, sizeof(msg), "failed: %s", reason);
-        }
-        if (rc == FLPS_OK)
-            rc = queue_unassign(st, &tl);
-        if (rc == FLPS_OK)
-            rc =
-                queue_event(st, id, now, restart ? "restarted" : "failed", msg);
-        task_list_free(&tl);
-        if (rc != FLPS_OK) {
-            st_discard(st);
-            return rc;
-        }
-        rc = st_exec(st, &ok);
+        rc = end_attempt(st, id, now, fail_fields, &fa,
+                         fa.restart ? "restarted" : "failed", msg, &ok);
         if (rc != FLPS_OK)
             return rc;
         if (ok) {
-            *result = restart ? SCHED_FAIL_REQUEUED : SCHED_FAIL_FAILED;
+            *result = fa.restart ? SCHED_FAIL_REQUEUED : SCHED_FAIL_FAILED;
             return FLPS_OK;
         }
     }
