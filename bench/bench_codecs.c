@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/rng.h"
 #include "compress/codec.h"
 
 static double bench_now(void)
@@ -19,14 +20,6 @@ static double bench_now(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t bench_rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 int main(int argc, char **argv)
@@ -65,8 +58,8 @@ int main(int argc, char **argv)
         return 1;
     }
     for (size_t i = 0; i < n; i++) {
-        double u1 = 1.0 - (double)(bench_rng(&seed) >> 11) * 0x1p-53;
-        double u2 = (double)(bench_rng(&seed) >> 11) * 0x1p-53;
+        double u1 = 1.0 - (double)(flps_splitmix64(&seed) >> 11) * 0x1p-53;
+        double u2 = (double)(flps_splitmix64(&seed) >> 11) * 0x1p-53;
         a[i] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
     }
     memset(dst, 0, n * sizeof(*dst));

@@ -257,7 +257,7 @@ uint64_t codec_stream(const codec *c)
 {
     uint64_t s = c->seed ^ (0xd1b54a32d192ed03ull * (c->encodes + 1));
 
-    return codec_rand_next(&s);
+    return flps_splitmix64(&s);
 }
 
 int codec_all_finite(const float *a, size_t n)

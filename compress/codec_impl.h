@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/rng.h"
 #include "compress/codec.h"
 #include "compress/topk.h"
 
@@ -31,16 +32,6 @@ flps_err codec_buf_reserve(codec *c, unsigned f, size_t bytes);
 /* The random stream for the coming encode: a function of (seed, number of
  * encodes so far); codec_encode advances the count on success. */
 uint64_t codec_stream(const codec *c);
-
-/* splitmix64 step: returns the next value of the stream at *state. */
-static inline uint64_t codec_rand_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 /* 1 when a[0..n) holds no NaN or Inf. */
 int codec_all_finite(const float *a, size_t n);

@@ -128,7 +128,7 @@ flps_err codec_qsgd_encode(codec *c, const float *a, size_t n, codec_msg *out)
         for (i = lo; i < hi; i += 2) {
             /* l = floor(x) + (xi < frac(x)) with xi uniform on 2^-32
              * steps: E[l] = x up to 2^-32. One draw serves two elements. */
-            uint64_t r = codec_rand_next(&state);
+            uint64_t r = flps_splitmix64(&state);
             for (unsigned j = 0; j < 2 && i + j < hi; j++) {
                 double x = (double)fabsf(a[i + j]) * scale;
                 uint32_t l = (uint32_t)x;

@@ -10,13 +10,13 @@
  * multiply-shift (Lemire's method with rejection). */
 static uint32_t codec_uniform(uint64_t *state, uint32_t range)
 {
-    uint64_t m = (codec_rand_next(state) >> 32) * range;
+    uint64_t m = (flps_splitmix64(state) >> 32) * range;
     uint32_t low = (uint32_t)m;
 
     if (low < range) {
         uint32_t t = (uint32_t)(-range) % range;
         while (low < t) {
-            m = (codec_rand_next(state) >> 32) * range;
+            m = (flps_splitmix64(state) >> 32) * range;
             low = (uint32_t)m;
         }
     }

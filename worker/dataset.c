@@ -10,6 +10,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/rng.h"
 
 #define FMNIST_IMAGES_MAGIC 0x00000803u
 #define FMNIST_LABELS_MAGIC 0x00000801u
@@ -19,18 +20,6 @@
 #define FMNIST_MEAN 0.2860f
 #define FMNIST_STD 0.3530f
 
-/* splitmix64 (Steele, Lea, Flood 2014): a tiny, well-mixed generator whose
- * whole state is one word, so every seeded result is reproducible on any
- * platform, unlike rand(). */
-static uint64_t ds_rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Uniform in [0, bound), without the modulo bias. bound > 0. */
 static uint64_t ds_rng_below(uint64_t *state, uint64_t bound)
 {
@@ -38,7 +27,7 @@ static uint64_t ds_rng_below(uint64_t *state, uint64_t bound)
     uint64_t r;
 
     do
-        r = ds_rng_next(state);
+        r = flps_splitmix64(state);
     while (r < threshold);
     return r % bound;
 }
@@ -46,7 +35,7 @@ static uint64_t ds_rng_below(uint64_t *state, uint64_t bound)
 /* Uniform in (0, 1]: never 0, so log() below stays finite. */
 static double ds_rng_unit(uint64_t *state)
 {
-    return ((ds_rng_next(state) >> 11) + 1) * 0x1.0p-53;
+    return ((flps_splitmix64(state) >> 11) + 1) * 0x1.0p-53;
 }
 
 /* One standard normal sample (Box-Muller; the second value is dropped to

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/jobspec.h"
 #include "common/log.h"
+#include "common/rng.h"
 #include "flps.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
@@ -257,12 +258,10 @@ static void print_profile(model *m, uint64_t iteration, uint32_t workers,
     fflush(stdout);
 }
 
+/* One splitmix64 output for a given state (a hash of x). */
 static uint64_t mix64(uint64_t x)
 {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
+    return flps_splitmix64(&x);
 }
 
 /* Shuffle idx[0..n) with a seeded generator (Fisher-Yates). */

@@ -10,6 +10,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/rng.h"
 
 /* Longest tensor name: "fc" + 20 digits + ".weight" + NUL fits. */
 #define MODEL_NAME_MAX 32
@@ -31,21 +32,10 @@ struct model {
     float *delta[2]; /* ping-pong buffers for the backward pass */
 };
 
-/* splitmix64: one word of state, so the initialisation is reproducible
- * bit for bit from the seed on any platform. */
-static uint64_t model_rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Uniform in [-1, 1), exactly representable (24 random bits). */
 static float model_rng_sym(uint64_t *state)
 {
-    float u = (float)(model_rng_next(state) >> 40) * 0x1.0p-24f;
+    float u = (float)(flps_splitmix64(state) >> 40) * 0x1.0p-24f;
 
     return 2.0f * u - 1.0f;
 }

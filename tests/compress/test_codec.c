@@ -23,7 +23,7 @@ static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
 static double rng_unit(void)
 {
-    return (double)(codec_rand_next(&rng_state) >> 11) * 0x1p-53;
+    return (double)(flps_splitmix64(&rng_state) >> 11) * 0x1p-53;
 }
 
 static float rng_gauss(void)
