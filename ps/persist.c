@@ -16,8 +16,8 @@
 #include "common/alloc.h"
 #include "common/log.h"
 
-#define WAL_MAGIC 0x524c5746u /* "FWLR" */
-#define CKPT_MAGIC "FLPSCKP1"
+#define WAL_MAGIC 0x32525746u /* "FWR2": the record carries a rank */
+#define CKPT_MAGIC "FLPSCKP2"
 
 /* On-disk WAL record header; the payload (idx then val) follows, then a
  * CRC-32 of header and payload. */
@@ -27,6 +27,7 @@ typedef struct __attribute__((packed)) wal_disk {
     uint8_t pad[3];
     uint32_t part;
     uint32_t n;
+    uint32_t rank;
     uint64_t iter;
     uint64_t version;
 } wal_disk;
@@ -91,6 +92,7 @@ flps_err wal_append(int fd, const wal_record *r, int do_fsync)
     h.kind = r->kind;
     h.part = r->part;
     h.n = r->n;
+    h.rank = r->rank;
     h.iter = r->iter;
     h.version = r->version;
     p = buf;
@@ -209,7 +211,8 @@ flps_err wal_replay(const char *path, wal_replay_fn fn, void *arg,
         r.iter = h.iter;
         r.version = h.version;
         r.n = h.n;
-        /* The record header is 32 bytes and records are multiples of 4,
+        r.rank = h.rank;
+        /* The record header is 36 bytes and records are multiples of 4,
          * so the payload is 4-byte aligned in the malloc'd buffer. */
         if (h.kind == WAL_ADD_SPARSE) {
             r.idx = (const uint32_t *)(data + off + sizeof(h));
@@ -235,7 +238,8 @@ flps_err wal_replay(const char *path, wal_replay_fn fn, void *arg,
 
 /* ---- checkpoints ----
  * Layout: "FLPSCKP1", u32 metalen, meta, u32 nparts, then per part
- * u32 id, u32 numel, u64 version, u64 iter, f32[numel]; finally the CRC-32
+ * u32 id, u32 numel, u64 version, u64 iter, f32[numel], u32 nranks,
+ * u64[nranks] (async: each rank's next iteration); finally the CRC-32
  * of everything before it. */
 
 static flps_err fsync_dir_of(const char *path)
@@ -264,7 +268,9 @@ typedef struct crc_writer {
 
 static void cw_put(crc_writer *w, const void *p, size_t len)
 {
-    if (w->rc != FLPS_OK)
+    /* Nothing to add; and crc32(crc, NULL, 0) would return the initial
+     * value, not crc. */
+    if (w->rc != FLPS_OK || len == 0)
         return;
     w->crc = crc32(w->crc, p, (uInt)len);
     w->rc = write_all(w->fd, p, len, "checkpoint");
@@ -296,6 +302,8 @@ flps_err ckpt_write(const char *path, const void *meta, size_t metalen,
         cw_put(&w, &parts[i].version, 8);
         cw_put(&w, &parts[i].iter, 8);
         cw_put(&w, parts[i].values, (size_t)parts[i].numel * 4);
+        cw_put(&w, &parts[i].nranks, 4);
+        cw_put(&w, parts[i].rank_iters, (size_t)parts[i].nranks * 8);
     }
     crc = (uint32_t)w.crc;
     if (w.rc == FLPS_OK)
@@ -372,8 +380,31 @@ flps_err ckpt_read(const char *path, void **meta, size_t *metalen,
         memcpy(vals, data + off, (size_t)p.numel * 4);
         off += (size_t)p.numel * 4;
         p.values = vals;
+        p.rank_iters = NULL;
+        if (4 > len - 4 - off) {
+            flps_free(vals);
+            goto bad_size;
+        }
+        memcpy(&p.nranks, data + off, 4);
+        off += 4;
+        if ((size_t)p.nranks * 8 > len - 4 - off) {
+            flps_free(vals);
+            goto bad_size;
+        }
+        if (p.nranks > 0) {
+            uint64_t *ri = flps_malloc((size_t)p.nranks * 8);
+            if (ri == NULL) {
+                flps_free(vals);
+                rc = FLPS_ENOMEM;
+                goto out;
+            }
+            memcpy(ri, data + off, (size_t)p.nranks * 8);
+            p.rank_iters = ri;
+        }
+        off += (size_t)p.nranks * 8;
         rc = fn(arg, &p);
         flps_free(vals);
+        flps_free((void *)p.rank_iters);
         if (rc != FLPS_OK)
             goto out;
         rc = FLPS_EPROTO;

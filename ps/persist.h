@@ -16,6 +16,8 @@ typedef enum {
 
 typedef struct wal_record {
     uint8_t kind;
+    uint32_t rank; /* async: the worker whose push this was (its
+                      duplicate check survives a restore); else 0 */
     uint32_t part;
     uint64_t iter;    /* the iteration open after this record */
     uint64_t version; /* the part's version after this record */
@@ -52,6 +54,8 @@ typedef struct ckpt_part {
     uint64_t version;
     uint64_t iter;
     const float *values;
+    uint32_t nranks;            /* entries in rank_iters (0: none) */
+    const uint64_t *rank_iters; /* async: per rank, next iteration */
 } ckpt_part;
 
 /* Write a checkpoint atomically: meta (an opaque header, e.g. the encoded

@@ -712,7 +712,11 @@ static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
     memset(&wr, 0, sizeof(wr));
     wr.kind = dense ? WAL_ADD_DENSE : WAL_ADD_SPARSE;
     wr.part = p->id;
-    wr.iter = p->iter;
+    wr.rank = m->rank;
+    /* Async parts have no open iteration: the record keeps the pushing
+     * rank's next iteration, so a restored shard still refuses a repeated
+     * push (replay_record). */
+    wr.iter = m->iter + 1;
     wr.version = p->version + 1;
     wr.n = m->n;
     wr.idx = m->idx;
@@ -970,6 +974,10 @@ flps_err ps_shard_checkpoint(ps_shard *s)
         cp[n].version = p->version;
         cp[n].iter = p->iter;
         cp[n].values = p->w;
+        if (s->jc.mode == PROTO_MODE_ASYNC) {
+            cp[n].nranks = s->jc.workers;
+            cp[n].rank_iters = p->last_async;
+        }
         n++;
     }
     rc = ckpt_write(s->ckpt_path, meta, metalen, cp, n);
@@ -997,6 +1005,15 @@ static flps_err restore_part(void *arg, const ckpt_part *cp)
         return FLPS_EPROTO;
     }
     p = s->parts[cp->id];
+    if (cp->nranks != 0 && cp->nranks != s->jc.workers) {
+        log_error("checkpoint holds iterations of %u ranks for part %u; the "
+                  "job has %u workers",
+                  cp->nranks, cp->id, s->jc.workers);
+        return FLPS_EPROTO;
+    }
+    if (cp->nranks != 0)
+        memcpy(p->last_async, cp->rank_iters,
+               (size_t)cp->nranks * sizeof(*p->last_async));
     memcpy(p->w, cp->values, (size_t)cp->numel * sizeof(float));
     p->version = cp->version;
     p->iter = cp->iter;
@@ -1039,7 +1056,12 @@ static flps_err replay_record(void *arg, const wal_record *r)
         }
     }
     p->version = r->version;
-    p->iter = r->iter;
+    if (s->jc.mode == PROTO_MODE_ASYNC) {
+        if (r->rank < s->jc.workers && r->iter > p->last_async[r->rank])
+            p->last_async[r->rank] = r->iter;
+    } else {
+        p->iter = r->iter;
+    }
     return FLPS_OK;
 }
 

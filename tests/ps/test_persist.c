@@ -177,8 +177,8 @@ Test(persist, wal_replays_every_kind_of_record_in_order)
 
     make_dir();
     write_three(1);
-    cr_assert_eq(file_size(path), (32 + 24 + 4) + (32 + 16 + 4) * 2,
-                 "32-byte header, payload, 4-byte CRC per record");
+    cr_assert_eq(file_size(path), (36 + 24 + 4) + (36 + 16 + 4) * 2,
+                 "36-byte header, payload, 4-byte CRC per record");
     cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
     cr_assert_eq(n, 3);
     assert_first_records(&s, 3);
@@ -239,7 +239,7 @@ Test(persist, wal_replay_ignores_a_torn_tail)
     full = file_size(path);
     /* Cut the last record anywhere: inside the CRC, the payload, the
      * header, or leaving a single byte of it. */
-    for (off_t cut = 1; cut < 32 + 16 + 4; cut += 3) {
+    for (off_t cut = 1; cut < 36 + 16 + 4; cut += 3) {
         seen s = {.fail_at = -1};
         uint64_t n = 99;
         unlink(path); /* write_three appends: start from scratch */
@@ -257,11 +257,11 @@ Test(persist, wal_replay_stops_at_a_record_with_a_bad_crc)
 {
     seen s = {.fail_at = -1};
     uint64_t n = 99;
-    const off_t second = 32 + 24 + 4;
+    const off_t second = 36 + 24 + 4;
 
     make_dir();
     write_three(0);
-    flip_byte(path, second + 32 + 2); /* a value byte of record 2 */
+    flip_byte(path, second + 36 + 2); /* a value byte of record 2 */
     cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
     cr_assert_eq(n, 1, "nothing after the corrupt record is replayed");
     assert_first_records(&s, 1);
@@ -270,7 +270,7 @@ Test(persist, wal_replay_stops_at_a_record_with_a_bad_crc)
 
 Test(persist, wal_replay_stops_at_a_record_with_a_bad_magic_or_kind)
 {
-    const off_t second = 32 + 24 + 4;
+    const off_t second = 36 + 24 + 4;
 
     make_dir();
     for (int field = 0; field < 2; field++) {
@@ -333,7 +333,7 @@ Test(persist, wal_truncate_empties_the_log_and_appends_start_over)
     cr_assert_eq(file_size(path), 0);
     cr_assert_eq(wal_append(fd, &d, 1), FLPS_OK);
     close(fd);
-    cr_assert_eq(file_size(path), 32 + 16 + 4, "no hole before the record");
+    cr_assert_eq(file_size(path), 36 + 16 + 4, "no hole before the record");
     cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
     cr_assert_eq(n, 1);
     assert_record(&s, 0, &d);
@@ -397,9 +397,9 @@ static const char meta_text[] = "layout and config, opaque to persist";
 static void write_ckpt(void)
 {
     ckpt_part parts[3] = {
-        {2, 5, 17, 16, v0},
-        {5, 1, 1, 0, v1},
-        {9, 16, UINT64_MAX, 123456789012345ull, v2},
+        {2, 5, 17, 16, v0, 0, NULL},
+        {5, 1, 1, 0, v1, 0, NULL},
+        {9, 16, UINT64_MAX, 123456789012345ull, v2, 0, NULL},
     };
 
     cr_assert_eq(ckpt_write(path, meta_text, sizeof(meta_text), parts, 3),
@@ -408,7 +408,10 @@ static void write_ckpt(void)
 
 static long ckpt_size(void)
 {
-    return 8 + 4 + (long)sizeof(meta_text) + 4 + 3 * 24 + (5 + 1 + 16) * 4 + 4;
+    /* magic, meta, part count, per part 24 bytes of header, the values
+     * and a rank count (0 here), CRC */
+    return 8 + 4 + (long)sizeof(meta_text) + 4 + 3 * (24 + 4) +
+           (5 + 1 + 16) * 4 + 4;
 }
 
 Test(persist, checkpoint_round_trips_meta_and_every_part)
@@ -477,7 +480,7 @@ Test(persist, checkpoint_write_leaves_no_temporary_file_behind)
 Test(persist, checkpoint_write_replaces_the_previous_checkpoint_whole)
 {
     parts_seen s = {.fail_at = -1};
-    ckpt_part one = {1, 1, 2, 3, v1};
+    ckpt_part one = {1, 1, 2, 3, v1, 0, NULL};
     void *meta = NULL;
     size_t metalen = 0;
     int missing;
@@ -588,7 +591,7 @@ Test(persist, checkpoint_read_passes_on_the_callbacks_error)
 
 Test(persist, checkpoint_write_fails_with_eio_in_a_missing_directory)
 {
-    ckpt_part one = {1, 1, 2, 3, v1};
+    ckpt_part one = {1, 1, 2, 3, v1, 0, NULL};
 
     cr_assert_eq(
         ckpt_write("/nonexistent-flps-dir/shard-0.ckpt", "m", 1, &one, 1),

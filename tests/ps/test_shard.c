@@ -1838,3 +1838,34 @@ Test(shard, a_checkpoint_whose_layout_does_not_decode_is_refused)
     }
     rig_free(g);
 }
+
+Test(shard, a_restored_async_shard_still_refuses_a_push_it_already_applied)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_ASYNC);
+    const float g0[4] = {1, 2, 3, 4};
+    proto_msg ck = base_msg(PROTO_OP_CHECKPOINT, 0, 0, 0);
+    snap before, after;
+
+    rig_use_dir(g);
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 4);
+    cr_assert_eq(push_dense(g, 0, 0, 0, g0, 4), FLPS_OK);
+
+    /* Restored from the log alone. */
+    take_snap(g, &before);
+    crash_and_restore(g);
+    take_snap(g, &after);
+    assert_snap_eq(g, &before, &after);
+    cr_assert_eq(push_dense(g, 0, 0, 0, g0, 4), FLPS_EDUP,
+                 "the log lost which iteration rank 0 pushed");
+    cr_assert_eq(push_dense(g, 1, 0, 0, g0, 4), FLPS_OK);
+
+    /* Restored from a checkpoint (the log is truncated). */
+    cr_assert_eq(deliver(g, PEER(0), &ck), FLPS_OK);
+    crash_and_restore(g);
+    cr_assert_eq(push_dense(g, 1, 0, 0, g0, 4), FLPS_EDUP,
+                 "the checkpoint lost which iteration rank 1 pushed");
+    cr_assert_eq(push_dense(g, 1, 0, 1, g0, 4), FLPS_OK);
+    rig_free(g);
+}
