@@ -252,7 +252,8 @@ static void reply_json(httpd_response *resp, int status, json_t *o)
         httpd_respond_printf(resp, 500, "{\"error\":\"out of memory\"}");
         return;
     }
-    text = json_dumps(o, JSON_COMPACT);
+    /* 15 digits: 0.8768 prints as 0.8768, not 0.87680000000000002. */
+    text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(15));
     json_decref(o);
     if (text == NULL || httpd_respond(resp, status, "application/json", text,
                                       strlen(text)) != FLPS_OK)

@@ -178,7 +178,8 @@ flps_err sched_loop_summary(const sched_job *job, char **out)
         json_real(last_exit > job->started_at && job->started_at > 0
                       ? round((last_exit - job->started_at) * 1000) / 1000
                       : 0.0));
-    text = json_dumps(o, JSON_COMPACT);
+    /* 15 digits: 0.8768 prints as 0.8768, not 0.87680000000000002. */
+    text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(15));
     json_decref(o);
     if (text == NULL)
         return FLPS_ENOMEM;
