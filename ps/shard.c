@@ -526,6 +526,44 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : (x > y);
 }
 
+/* Sort n distinct indices below limit ascending in O(n): LSD radix passes
+ * of 11 bits through tmp (room for n), as many as limit needs (two for
+ * parts of up to 4M elements). A close then costs time in proportion to
+ * what was pushed, never to the part's size. */
+static void sort_indices(uint32_t *a, uint32_t *tmp, uint32_t n, uint32_t limit)
+{
+    enum { BITS = 11, BUCKETS = 1 << BITS };
+    uint32_t count[BUCKETS], *src = a, *dst = tmp;
+    unsigned passes = 1;
+
+    if (n < 64) {
+        qsort(a, n, sizeof(*a), cmp_u32);
+        return;
+    }
+    while (passes < 3 && (uint64_t)(limit - 1) >> (BITS * passes) != 0)
+        passes++;
+    for (unsigned pass = 0; pass < passes; pass++) {
+        const unsigned shift = pass * BITS;
+        uint32_t sum = 0;
+
+        memset(count, 0, sizeof(count));
+        for (uint32_t i = 0; i < n; i++)
+            count[(src[i] >> shift) & (BUCKETS - 1)]++;
+        for (uint32_t b = 0; b < BUCKETS; b++) {
+            uint32_t c = count[b];
+            count[b] = sum;
+            sum += c;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            dst[count[(src[i] >> shift) & (BUCKETS - 1)]++] = src[i];
+        uint32_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a)
+        memcpy(a, src, (size_t)n * sizeof(*a));
+}
+
 /* Close the open iteration of p: sum the pushes in rank order (so the
  * result does not depend on arrival order), choose the update, apply it,
  * log it, answer every worker, reset. */
@@ -563,7 +601,7 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
                 p->acc[i] += m->val[j];
             }
         }
-        qsort(p->touched, nt, sizeof(*p->touched), cmp_u32);
+        sort_indices(p->touched, s->sel, nt, p->numel);
         nu = nt;
         if (s->jc.agg == PROTO_AGG_GTOPK) {
             uint64_t k = (uint64_t)floor(s->jc.density * (double)p->numel);
