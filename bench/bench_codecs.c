@@ -11,16 +11,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/rng.h"
+#include "bench/bench_util.h"
 #include "compress/codec.h"
-
-static double bench_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv)
 {
@@ -36,20 +28,8 @@ int main(int argc, char **argv)
     uint64_t seed = 42;
     volatile float sink = 0.0f;
 
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--n") == 0 && i + 1 < argc) {
-            n = (size_t)strtoull(argv[++i], NULL, 10);
-        } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
-            rounds = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: %s [--n N] [--rounds R]\n", argv[0]);
-            return 2;
-        }
-    }
-    if (n < 1000 || n >= (1ull << 32) || rounds < 1) {
-        fprintf(stderr, "bench_codecs: need 1000 <= n < 2^32, rounds >= 1\n");
+    if (bench_args(argc, argv, "bench_codecs", &n, &rounds) != 0)
         return 2;
-    }
     a = malloc(n * sizeof(*a));
     dst = malloc(n * sizeof(*dst));
     acc = malloc(n * sizeof(*acc));
@@ -57,11 +37,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_codecs: out of memory\n");
         return 1;
     }
-    for (size_t i = 0; i < n; i++) {
-        double u1 = 1.0 - (double)(flps_splitmix64(&seed) >> 11) * 0x1p-53;
-        double u2 = (double)(flps_splitmix64(&seed) >> 11) * 0x1p-53;
-        a[i] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-    }
+    bench_fill_gaussian(a, n, seed);
     memset(dst, 0, n * sizeof(*dst));
     memset(acc, 0, n * sizeof(*acc));
     printf("bench_codecs: n=%zu floats (%.1f MB), Gaussian, best of %d "
@@ -85,24 +61,24 @@ int main(int argc, char **argv)
 
             /* memcpy in every round, next to the codec, so both see the
              * same machine load. */
-            t0 = bench_now();
+            t0 = flps_mono_s();
             memcpy(dst, a, n * sizeof(*a));
-            t1 = bench_now();
+            t1 = flps_mono_s();
             sink += dst[(size_t)r % n];
             if (t1 - t0 < memcpy_s)
                 memcpy_s = t1 - t0;
-            t1 = bench_now();
+            t1 = flps_mono_s();
             if (codec_encode(c, a, n, &msg) != FLPS_OK) {
                 fprintf(stderr, "bench_codecs: %s encode failed\n", specs[s]);
                 return 1;
             }
-            t2 = bench_now();
+            t2 = flps_mono_s();
             if (codec_decode(&spec, msg.frames, msg.nframes, acc, n) !=
                 FLPS_OK) {
                 fprintf(stderr, "bench_codecs: %s decode failed\n", specs[s]);
                 return 1;
             }
-            t3 = bench_now();
+            t3 = flps_mono_s();
             bytes[s] = msg.bytes;
             if (t2 - t1 < enc_s[s])
                 enc_s[s] = t2 - t1;

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/rng.h"
+#include "bench/bench_util.h"
 #include "compress/topk.h"
 
 typedef struct {
@@ -23,26 +23,6 @@ typedef struct {
 typedef struct {
     double memcpy_s, topk_s, topk_oneshot_s, heap_s;
 } bench_times;
-
-static double bench_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Gradient-like data: Gaussian (Box-Muller), seeded. */
-static void bench_fill(float *a, size_t n)
-{
-    uint64_t s = 42;
-
-    for (size_t i = 0; i < n; i++) {
-        double u1 = 1.0 - (double)(flps_splitmix64(&s) >> 11) * 0x1p-53;
-        double u2 = (double)(flps_splitmix64(&s) >> 11) * 0x1p-53;
-        a[i] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-    }
-}
 
 /* Min-heap order: the root is the worst kept element, the smallest
  * magnitude and, among equals, the highest index. */
@@ -135,20 +115,8 @@ int main(int argc, char **argv)
     volatile float sink = 0.0f;
     int ok = 1;
 
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--n") == 0 && i + 1 < argc) {
-            n = (size_t)strtoull(argv[++i], NULL, 10);
-        } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
-            rounds = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: %s [--n N] [--rounds R]\n", argv[0]);
-            return 2;
-        }
-    }
-    if (n < 1000 || n >= (1ull << 32) || rounds < 1) {
-        fprintf(stderr, "bench_topk: need 1000 <= n < 2^32, rounds >= 1\n");
+    if (bench_args(argc, argv, "bench_topk", &n, &rounds) != 0)
         return 2;
-    }
     for (int d = 0; d < 2; d++)
         ks[d] = (size_t)((double)n * dens[d]);
 
@@ -168,7 +136,7 @@ int main(int argc, char **argv)
            n, (double)n * 4 / 1e6, rounds);
     printf("progress: generating data\n");
     fflush(stdout);
-    bench_fill(a, n);
+    bench_fill_gaussian(a, n, 42);
     memset(dst, 0, n * sizeof(*dst)); /* fault the pages in beforehand */
     memset(pairs, 0, n * sizeof(*pairs));
 
@@ -182,27 +150,27 @@ int main(int argc, char **argv)
         for (int r = 0; r < rounds; r++) {
             double t0, t1;
 
-            t0 = bench_now();
+            t0 = flps_mono_s();
             memcpy(dst, a, n * sizeof(*a));
-            t1 = bench_now();
+            t1 = flps_mono_s();
             sink += dst[(size_t)r % n];
             b->memcpy_s = min_d(b->memcpy_s, t1 - t0);
 
-            t0 = bench_now();
+            t0 = flps_mono_s();
             if (topk_ctx_select(ctx, a, n, k, idx) != FLPS_OK)
                 ok = 0;
-            t1 = bench_now();
+            t1 = flps_mono_s();
             b->topk_s = min_d(b->topk_s, t1 - t0);
 
-            t0 = bench_now();
+            t0 = flps_mono_s();
             if (topk_select(a, n, k, idx) != FLPS_OK)
                 ok = 0;
-            t1 = bench_now();
+            t1 = flps_mono_s();
             b->topk_oneshot_s = min_d(b->topk_oneshot_s, t1 - t0);
 
-            t0 = bench_now();
+            t0 = flps_mono_s();
             heap_select(a, n, k, heap);
-            t1 = bench_now();
+            t1 = flps_mono_s();
             b->heap_s = min_d(b->heap_s, t1 - t0);
             printf("progress: density %g round %d/%d: memcpy %.2f ms, "
                    "topk %.2f ms, heap %.2f ms\n",
@@ -220,7 +188,7 @@ int main(int argc, char **argv)
     printf("progress: qsort of %zu magnitudes (once; slow)\n", n);
     fflush(stdout);
     {
-        double t0 = bench_now(), t1;
+        double t0 = flps_mono_s(), t1;
         for (size_t i = 0; i < n; i++) {
             pairs[i].mag = fabsf(a[i]);
             pairs[i].idx = (uint32_t)i;
@@ -229,7 +197,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < ks[0]; i++)
             tmp[i] = pairs[i].idx;
         qsort(tmp, ks[0], sizeof(*tmp), u32_cmp);
-        t1 = bench_now();
+        t1 = flps_mono_s();
         qsort_s = t1 - t0;
         if (topk_select(a, n, ks[0], idx) != FLPS_OK ||
             memcmp(tmp, idx, ks[0] * sizeof(*idx)) != 0) {
