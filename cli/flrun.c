@@ -16,10 +16,10 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "common/jobspec.h"
 #include "common/log.h"
-#include "common/procs.h"
-#include "compress/plan.h"
+#include "services/jobspec.h"
+#include "services/plan.h"
+#include "services/procs.h"
 
 #define RUN_MAX_PROCS 1300
 

@@ -1,21 +1,19 @@
-/* One-line logging to stderr: timestamp, level, component, message. */
+/* One-line logging: timestamp, level, component, message to stderr, or to
+ * the logger a host program set with flps_set_logger (include/flps.h). */
 #ifndef FLPS_COMMON_LOG_H
 #define FLPS_COMMON_LOG_H
 
-typedef enum {
-    FLPS_LOG_DEBUG = 0,
-    FLPS_LOG_INFO = 1,
-    FLPS_LOG_WARN = 2,
-    FLPS_LOG_ERROR = 3,
-} flps_log_level;
+#include "flps.h" /* flps_log_level, flps_set_logger */
 
-/* Set the lowest level printed (default INFO; FLPS_LOG=debug in the
- * environment lowers it) and the component name printed on every line
- * (borrowed: pass a string literal or one that outlives the process).
- * Call once at start-up, before any thread logs. */
+/* Set the lowest level printed (default INFO; FLPS_LOG=debug|warn|error in
+ * the environment overrides it) and the component name printed on every
+ * line (borrowed: pass a string literal or one that outlives the process).
+ * Daemons call it once at start-up, before any thread logs; a library user
+ * need not call it. */
 void flps_log_setup(const char *component, flps_log_level min_level);
 
-/* Print one line. Thread-safe (one write(2) per line). */
+/* Log one line. Thread-safe (one write(2) per line on stderr; calls into a
+ * host's logger are serialized). */
 void flps_log(flps_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -2,20 +2,114 @@
  * shards of a job, push compressed gradients with error feedback, and keep
  * a local replica of the model up to date with the shards' sparse updates.
  *
- * The library never aborts and never exits: every call returns an flps_err,
- * and a client that hit an error keeps it (flps_client_last_error) and
- * fails every later call fast. One client is used by one thread. */
+ * This is the one installed header of libflps; every call declared here
+ * (and nothing else) is exported from libflps.so. The library never aborts
+ * and never exits: every fallible call returns an flps_err. docs/api.md is
+ * the full guide (lifecycle, threading, ownership, every call's errors).
+ *
+ * Threading: one client is used by one thread at a time; different clients
+ * may be used from different threads. flps_strerror, flps_errname and
+ * flps_version may be called from any thread at any time. */
 #ifndef FLPS_H
 #define FLPS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "flps_err.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Marks the calls exported from libflps.so (everything else is built with
+ * -fvisibility=hidden and stays internal). */
+#if defined(__GNUC__) || defined(__clang__)
+#define FLPS_API __attribute__((visibility("default")))
+#else
+#define FLPS_API
+#endif
+
+/* The library's version: these macros are the one place it is written
+ * (the build reads them for the soname, flps.pc and the CMake package).
+ * flps_version() is the version of the library actually loaded, as
+ * "MAJOR.MINOR.PATCH"; compare it with the macros to catch a header and
+ * library that do not match. The soname changes with MAJOR. */
+#define FLPS_VERSION_MAJOR 0
+#define FLPS_VERSION_MINOR 2
+#define FLPS_VERSION_PATCH 0
+
+FLPS_API const char *flps_version(void);
+
+/* Error codes: one table makes the enum, the messages and the names. The
+ * numbers are pinned: a code keeps its number in every release (bindings
+ * may hard-code them); new codes only ever get new numbers at the end.
+ *
+ * Sticky errors. A client that fails a call for a cause that breaks it
+ * (the network, a shard's refusal, out of memory, a protocol violation,
+ * a call out of order: FLPS_ENOMEM, FLPS_EPROTO, FLPS_ETIMEDOUT, FLPS_ESYS,
+ * FLPS_ELATE, FLPS_EDUP, FLPS_EFUTURE, FLPS_EJOB, FLPS_ELAYOUT,
+ * FLPS_ESTATE, FLPS_EIO, FLPS_ECONFIG, FLPS_EREMOTE, FLPS_ECLOSED) keeps
+ * the first such error: every later call returns the same code at once and
+ * flps_client_last_error says what happened; destroy the client and make a
+ * new one. Not sticky (the client is unchanged and the call may be made
+ * again): FLPS_EINVAL for a bad argument, FLPS_ENONFINITE for a gradient
+ * holding NaN or Inf (nothing was sent), and every error of
+ * flps_client_set_layer_codec and the FLPS_ESTATE of
+ * flps_client_measure_network. */
+#define FLPS_ERR_MAP(X)                                                        \
+    X(FLPS_OK, 0, "success")                                                   \
+    X(FLPS_ENOMEM, 1, "out of memory")                                         \
+    X(FLPS_EINVAL, 2, "invalid argument")                                      \
+    X(FLPS_EPROTO, 3, "malformed message")                                     \
+    X(FLPS_ETIMEDOUT, 4, "timed out")                                          \
+    X(FLPS_ESYS, 5, "system call failed")                                      \
+    X(FLPS_ERANGE, 6, "index out of range")                                    \
+    X(FLPS_ENONFINITE, 7, "non-finite value (NaN or Inf)")                     \
+    X(FLPS_ELATE, 8, "push for an iteration that is already closed")           \
+    X(FLPS_EDUP, 9, "second push of the same worker in one iteration")         \
+    X(FLPS_EFUTURE, 10, "push for an iteration that has not opened yet")       \
+    X(FLPS_EJOB, 11, "wrong job id")                                           \
+    X(FLPS_ELAYOUT, 12, "model layout does not match the one registered")      \
+    X(FLPS_ESTATE, 13, "operation not allowed in the current state")           \
+    X(FLPS_EIO, 14, "file input/output failed")                                \
+    X(FLPS_ECONFIG, 15, "invalid configuration")                               \
+    X(FLPS_EREMOTE, 16, "the server replied with an error")                    \
+    X(FLPS_ECLOSED, 17, "connection closed")
+
+typedef enum {
+#define FLPS_ERR_ENUM_(code, num, msg) code = num,
+    FLPS_ERR_MAP(FLPS_ERR_ENUM_)
+#undef FLPS_ERR_ENUM_
+} flps_err;
+
+/* Human message for err ("unknown error" for a number not in the table);
+ * never NULL, a static string. */
+FLPS_API const char *flps_strerror(flps_err err);
+
+/* Symbolic name ("FLPS_EINVAL") for err; never NULL, a static string. */
+FLPS_API const char *flps_errname(flps_err err);
+
+/* Logging. The library logs a line for events a person should hear of
+ * (a shard that cannot be reached, a resent request, a refusal); by default
+ * each goes to stderr with a timestamp. A host program routes or silences
+ * them with a logger: fn is called with the line's level and its text
+ * (no timestamp, no newline; borrowed for the call) from whichever thread
+ * logged, one call per line, never concurrently with itself for one
+ * process (calls are serialized). flps_set_logger(NULL, NULL) restores the
+ * default; a function that does nothing silences the library. Lines below
+ * FLPS_LOG_INFO are dropped unless FLPS_LOG=debug is in the environment.
+ * Thread-safe: may be called at any time; a line already being written
+ * goes to the logger it started with. */
+typedef enum {
+    FLPS_LOG_DEBUG = 0,
+    FLPS_LOG_INFO = 1,
+    FLPS_LOG_WARN = 2,
+    FLPS_LOG_ERROR = 3,
+} flps_log_level;
+
+typedef void (*flps_logger_fn)(void *arg, flps_log_level level,
+                               const char *line);
+
+FLPS_API void flps_set_logger(flps_logger_fn fn, void *arg);
 
 typedef struct flps_client flps_client;
 
@@ -69,28 +163,29 @@ typedef struct flps_client_stats {
  * until every shard accepted them (or the deadline). A shard that refuses
  * (another layout, other settings) makes this fail with its reason.
  * Caller owns *out on FLPS_OK. */
-flps_err flps_client_create(const flps_client_config *cfg, flps_client **out);
+FLPS_API flps_err flps_client_create(const flps_client_config *cfg,
+                                     flps_client **out);
 
 /* Start of training: rank 0 offers its tensors' values as the initial
  * model (a shard restored from a checkpoint keeps its own); then every rank
  * pulls the model into its replica. Blocks. */
-flps_err flps_client_init(flps_client *c);
+FLPS_API flps_err flps_client_init(flps_client *c);
 
 /* Push the gradient of tensor `tensor` for iteration iter: momentum,
  * error feedback and the compression are applied, and the selection goes
  * to the owning shards at once (call it as each layer's gradient is ready;
  * sending overlaps the rest of backprop). grad is borrowed for the call.
  * Each tensor is pushed once per iteration. */
-flps_err flps_client_push(flps_client *c, uint32_t tensor, const float *grad,
-                          uint64_t iter);
+FLPS_API flps_err flps_client_push(flps_client *c, uint32_t tensor,
+                                   const float *grad, uint64_t iter);
 
 /* Wait until every part pushed for iter has its update and apply them to
  * the replica (async mode: until the pushes are applied, then pull the
  * model). Resends unanswered requests; blocks up to the deadline. */
-flps_err flps_client_wait(flps_client *c, uint64_t iter);
+FLPS_API flps_err flps_client_wait(flps_client *c, uint64_t iter);
 
 /* Replace the replica with the shards' current model. Blocks. */
-flps_err flps_client_pull(flps_client *c);
+FLPS_API flps_err flps_client_pull(flps_client *c);
 
 /* Auto jobs (compression "auto") only: the codec of one tensor from its
  * next push on. spec is "dense" (every element sent as an index/value
@@ -105,8 +200,8 @@ flps_err flps_client_pull(flps_client *c);
  * Errors: FLPS_ESTATE (not an auto job), FLPS_EINVAL (tensor out of range,
  * spec NULL or neither dense nor topk:D), FLPS_ENOMEM; none of them is
  * sticky, and on error the old codec stays. spec is borrowed for the call. */
-flps_err flps_client_set_layer_codec(flps_client *c, uint32_t tensor,
-                                     const char *spec);
+FLPS_API flps_err flps_client_set_layer_codec(flps_client *c, uint32_t tensor,
+                                              const char *spec);
 
 /* Measure the network to the shards, for a cost model: *alpha (seconds) =
  * half the shortest round trip of 5 pulls of the smallest part (a small
@@ -117,23 +212,24 @@ flps_err flps_client_set_layer_codec(flps_client *c, uint32_t tensor,
  * flps_client_init). Blocks. Errors: FLPS_ESTATE (a push is still waiting
  * for its update), and flps_client_pull's errors. Both outputs are written
  * only on FLPS_OK and are > 0 then. */
-flps_err flps_client_measure_network(flps_client *c, double *alpha,
-                                     double *beta);
+FLPS_API flps_err flps_client_measure_network(flps_client *c, double *alpha,
+                                              double *beta);
 
 /* Ask every shard to write a checkpoint now. Blocks. */
-flps_err flps_client_checkpoint(flps_client *c);
+FLPS_API flps_err flps_client_checkpoint(flps_client *c);
 
 /* The first iteration the shards have not closed yet (after create). */
-uint64_t flps_client_resume_iteration(const flps_client *c);
+FLPS_API uint64_t flps_client_resume_iteration(const flps_client *c);
 
-void flps_client_get_stats(const flps_client *c, flps_client_stats *out);
+FLPS_API void flps_client_get_stats(const flps_client *c,
+                                    flps_client_stats *out);
 
 /* The sticky error message, "" if none. Never NULL; valid until the next
  * call on c. */
-const char *flps_client_last_error(const flps_client *c);
+FLPS_API const char *flps_client_last_error(const flps_client *c);
 
 /* Close connections and free everything. NULL does nothing. */
-void flps_client_destroy(flps_client *c);
+FLPS_API void flps_client_destroy(flps_client *c);
 
 #ifdef __cplusplus
 }

@@ -9,12 +9,12 @@
 #include <time.h>
 
 #include "common/clock.h"
-#include "common/fsutil.h"
 #include "common/log.h"
 #include "proto/transport.h"
 #include "ps/metrics_shard.h"
 #include "ps/net.h"
 #include "ps/shard.h"
+#include "services/fsutil.h"
 
 /* Set by the signal handler, read by the main loop: the one piece of
  * process-wide mutable state a daemon needs. */

@@ -2,9 +2,9 @@
 #include "ps/metrics_shard.h"
 
 #include "common/alloc.h"
-#include "common/httpd.h"
 #include "common/log.h"
-#include "common/metrics.h"
+#include "services/httpd.h"
+#include "services/metrics.h"
 
 /* The family handles are written once by ps_metrics_create and then only
  * read; the values behind them are guarded by the registry's own lock, so

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/jobspec.h"
 #include "scheduler/rconn.h"
+#include "services/jobspec.h"
 
 static const char usage_text[] =
     "usage: flagent --redis redis://HOST:PORT --name NAME --cpus N\n"

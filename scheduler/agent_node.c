@@ -19,12 +19,12 @@
 
 #include "common/alloc.h"
 #include "common/clock.h"
-#include "common/fsutil.h"
-#include "common/jobspec.h"
 #include "common/log.h"
-#include "common/procs.h"
 #include "scheduler/agent_task.h"
 #include "scheduler/rconn.h"
+#include "services/fsutil.h"
+#include "services/jobspec.h"
+#include "services/procs.h"
 
 #define AGENT_LOOP_MS 200      /* the loop's period (docs/scheduler.md) */
 #define AGENT_RETRY_S 1.0      /* between attempts to reach Redis */

@@ -12,12 +12,12 @@
 
 #include "common/alloc.h"
 #include "common/clock.h"
-#include "common/httpd.h"
 #include "common/log.h"
-#include "common/metrics.h"
 #include "scheduler/sched_api.h"
 #include "scheduler/sched_loop.h"
 #include "scheduler/sched_store.h"
+#include "services/httpd.h"
+#include "services/metrics.h"
 
 #define FLSCHED_TICK_MS 200
 #define FLSCHED_MAX_BODY ((size_t)1 << 20)

@@ -11,10 +11,10 @@
 
 #include "common/alloc.h"
 #include "common/clock.h"
-#include "common/jobspec.h"
 #include "common/log.h"
 #include "scheduler/sched_place.h"
 #include "scheduler/sched_store.h"
+#include "services/jobspec.h"
 
 #define API_LOG_LIMIT_DEFAULT 100
 #define API_LOG_LIMIT_MAX 10000

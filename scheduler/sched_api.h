@@ -4,9 +4,9 @@
 #define FLPS_SCHED_API_H
 
 #include "common/err.h"
-#include "common/httpd.h"
-#include "common/metrics.h"
 #include "scheduler/sched_loop.h"
+#include "services/httpd.h"
+#include "services/metrics.h"
 
 typedef struct sched_api sched_api;
 

@@ -9,9 +9,9 @@
 #include <jansson.h>
 
 #include "common/alloc.h"
-#include "common/jobspec.h"
 #include "common/log.h"
-#include "compress/plan.h"
+#include "services/jobspec.h"
+#include "services/plan.h"
 
 /* A follower tries for the lease this often (docs/scheduler.md). */
 #define LOOP_LEASE_RETRY_S 1.0

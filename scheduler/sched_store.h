@@ -15,8 +15,8 @@
 #include <stdint.h>
 
 #include "common/err.h"
-#include "common/jobspec.h"
 #include "scheduler/sched_place.h"
+#include "services/jobspec.h"
 
 typedef struct sched_store sched_store;
 

@@ -15,10 +15,10 @@
 
 #include "common/alloc.h"
 #include "common/clock.h"
-#include "common/jobspec.h"
 #include "common/log.h"
 #include "common/rng.h"
 #include "flps.h"
+#include "services/jobspec.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
 

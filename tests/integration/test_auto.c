@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compress/plan.h"
 #include "runcmd.h"
+#include "services/plan.h"
 
 static void write_job(const char *path, const char *compression,
                       const char *dataset, unsigned iterations)

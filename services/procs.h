@@ -1,8 +1,8 @@
 /* Child processes of flrun and flagent: start one with its stdout (and
  * optionally its stderr) piped to the parent, read what it prints line by
  * line, reap it, stop them all. */
-#ifndef FLPS_COMMON_PROCS_H
-#define FLPS_COMMON_PROCS_H
+#ifndef FLPS_SERVICES_PROCS_H
+#define FLPS_SERVICES_PROCS_H
 
 #include <stddef.h>
 #include <sys/types.h>

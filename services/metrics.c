@@ -1,5 +1,5 @@
 /* Prometheus registry and text-format renderer, plus /metrics glue. */
-#include "common/metrics.h"
+#include "services/metrics.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -1,5 +1,5 @@
 /* Job file parsing: YAML (or JSON) text to a validated struct jobspec. */
-#include "common/jobspec.h"
+#include "services/jobspec.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /* Small file-system helpers shared by the daemons. */
-#include "common/fsutil.h"
+#include "services/fsutil.h"
 
 #include <errno.h>
 #include <limits.h>

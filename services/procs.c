@@ -1,5 +1,5 @@
 /* Child processes of flrun and flagent. */
-#include "common/procs.h"
+#include "services/procs.h"
 
 #include <errno.h>
 #include <fcntl.h>

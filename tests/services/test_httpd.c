@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
-#include "common/httpd.h"
+#include "services/httpd.h"
 
 /* ---- a small libcurl client ---- */
 

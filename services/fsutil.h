@@ -1,6 +1,6 @@
 /* Small file-system helpers shared by the daemons. */
-#ifndef FLPS_COMMON_FSUTIL_H
-#define FLPS_COMMON_FSUTIL_H
+#ifndef FLPS_SERVICES_FSUTIL_H
+#define FLPS_SERVICES_FSUTIL_H
 
 /* Create directory path and its missing parents (mode 0755), like
  * mkdir -p. Returns 0, or -1 with errno set by the mkdir that failed. */

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
-#include "compress/plan.h"
+#include "services/plan.h"
 
 /* An MLP's layout, 1 GB/s and 50 us a message. Backprop runs fc3 first and
  * fc1.weight last: fc1.weight hides behind nothing, fc2.weight behind

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
-#include "common/metrics.h"
+#include "services/metrics.h"
 
 static metrics *new_reg(void)
 {

@@ -1,7 +1,7 @@
 /* The job file (YAML): parsing, validation and defaults. flrun, flworker
  * and (later) flsubmit/flsched read the same file through this module. */
-#ifndef FLPS_COMMON_JOBSPEC_H
-#define FLPS_COMMON_JOBSPEC_H
+#ifndef FLPS_SERVICES_JOBSPEC_H
+#define FLPS_SERVICES_JOBSPEC_H
 
 #include <stddef.h>
 #include <stdint.h>

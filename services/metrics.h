@@ -1,13 +1,13 @@
 /* A Prometheus metrics registry (counters, gauges, histograms with labels)
  * rendered in the text exposition format 0.0.4, and the HTTP glue that
  * serves it on /metrics next to /healthz. */
-#ifndef FLPS_COMMON_METRICS_H
-#define FLPS_COMMON_METRICS_H
+#ifndef FLPS_SERVICES_METRICS_H
+#define FLPS_SERVICES_METRICS_H
 
 #include <stddef.h>
 
 #include "common/err.h"
-#include "common/httpd.h"
+#include "services/httpd.h"
 
 /* Thread-safety: one mutex per registry guards every family and series in
  * it; each update and each render takes it once. Updates are a lookup of

@@ -18,8 +18,8 @@
  * (0, 1], k = codec_count_for). T is the planner's predicted iteration time
  * of the plan, D the same model's time with every layer dense (T <= D).
  */
-#ifndef FLPS_COMPRESS_PLAN_H
-#define FLPS_COMPRESS_PLAN_H
+#ifndef FLPS_SERVICES_PLAN_H
+#define FLPS_SERVICES_PLAN_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* Tests for common/jobspec.c: parsing, defaults, messages, files. */
-#include "common/jobspec.h"
+#include "services/jobspec.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>

@@ -1,6 +1,6 @@
 /* Plans for `compression: auto`: profile JSON in, LAGS plan JSON out, and
  * the plan parser its consumers share. */
-#include "compress/plan.h"
+#include "services/plan.h"
 
 #include <ctype.h>
 #include <jansson.h>

@@ -1,7 +1,7 @@
 /* A small embedded HTTP/1.1 server (libmicrohttpd) for /metrics, /healthz
  * and the scheduler's JSON API: one handler callback sees every request. */
-#ifndef FLPS_COMMON_HTTPD_H
-#define FLPS_COMMON_HTTPD_H
+#ifndef FLPS_SERVICES_HTTPD_H
+#define FLPS_SERVICES_HTTPD_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /* Embedded HTTP server on libmicrohttpd: one handler for every request. */
-#include "common/httpd.h"
+#include "services/httpd.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
