@@ -41,9 +41,6 @@ sanflags=()
 case "$sanitize" in
 ON | on | 1 | TRUE | true | YES | yes)
     sanflags=(-fsanitize=address,undefined -fno-omit-frame-pointer)
-    # A leak report from the example is not what this test is about, and
-    # libzmq's background threads make LeakSanitizer noisy at exit.
-    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
     ;;
 esac
 
