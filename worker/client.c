@@ -5,7 +5,7 @@
  * part) or per shard (registration), kept with its encoded frames so it can
  * be re-sent unchanged after a timeout: a shard that restarts from its
  * checkpoint loses nothing it acknowledged, and the client carries on. */
-#include "flps.h"
+#include "worker/client_internal.h"
 
 #include <errno.h>
 #include <math.h>
@@ -615,18 +615,43 @@ static flps_err client_register(flps_client *c)
     return drain(c);
 }
 
+/* What create checks before it allocates anything. */
+static int config_is_valid(const flps_client_config *cfg)
+{
+    return cfg != NULL && cfg->job != NULL && strlen(cfg->job) > 0 &&
+           strlen(cfg->job) <= PROTO_JOB_MAX && cfg->workers > 0 &&
+           cfg->rank < cfg->workers && cfg->nservers > 0 &&
+           cfg->servers != NULL && cfg->ntensors > 0 &&
+           cfg->ntensors <= PROTO_MAX_TENSORS && cfg->tensors != NULL &&
+           cfg->lr > 0 && isfinite(cfg->lr) && cfg->momentum >= 0 &&
+           cfg->momentum < 1;
+}
+
 flps_err flps_client_create(const flps_client_config *cfg, flps_client **out)
+{
+    transport *t = NULL;
+    flps_err rc;
+
+    /* Checked before the ZeroMQ context exists, so a bad configuration
+     * costs nothing and is always FLPS_EINVAL. */
+    if (out == NULL || !config_is_valid(cfg))
+        return FLPS_EINVAL;
+    rc = transport_zmq_create(&t);
+    if (rc != FLPS_OK)
+        return rc;
+    rc = flps_client_create_on(cfg, t, out);
+    if (rc != FLPS_OK)
+        transport_destroy(t);
+    return rc;
+}
+
+flps_err flps_client_create_on(const flps_client_config *cfg, transport *t,
+                               flps_client **out)
 {
     flps_client *c;
     flps_err rc;
 
-    if (cfg == NULL || out == NULL || cfg->job == NULL ||
-        strlen(cfg->job) == 0 || strlen(cfg->job) > PROTO_JOB_MAX ||
-        cfg->workers == 0 || cfg->rank >= cfg->workers || cfg->nservers == 0 ||
-        cfg->servers == NULL || cfg->ntensors == 0 ||
-        cfg->ntensors > PROTO_MAX_TENSORS || cfg->tensors == NULL ||
-        !(cfg->lr > 0) || !isfinite(cfg->lr) || !(cfg->momentum >= 0) ||
-        cfg->momentum >= 1)
+    if (out == NULL || t == NULL || !config_is_valid(cfg))
         return FLPS_EINVAL;
     c = flps_calloc(1, sizeof(*c));
     if (c == NULL)
@@ -654,9 +679,7 @@ flps_err flps_client_create(const flps_client_config *cfg, flps_client **out)
     rc = client_setup(c, cfg);
     if (rc != FLPS_OK)
         goto fail;
-    rc = transport_zmq_create(&c->t);
-    if (rc != FLPS_OK)
-        goto fail;
+    c->t = t;
     for (uint32_t s = 0; s < c->nshards; s++) {
         uint32_t peer;
         c->endpoints[s] = flps_strdup(cfg->servers[s] ? cfg->servers[s] : "");
@@ -678,6 +701,7 @@ flps_err flps_client_create(const flps_client_config *cfg, flps_client **out)
     *out = c;
     return FLPS_OK;
 fail:
+    c->t = NULL; /* the caller keeps the transport on error */
     flps_client_destroy(c);
     return rc;
 }

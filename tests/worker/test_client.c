@@ -1,0 +1,872 @@
+/* Tests for worker/client.c over a fake transport: no sockets, no shard
+ * processes. The fake records every message the client sends (decoded with
+ * proto/msg.h) and answers like a shard unless a test scripts another
+ * reply, so each test checks exactly what went on the wire and what the
+ * client did with the answers. */
+#include "worker/client_internal.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "proto/buf.h"
+#include "proto/msg.h"
+#include "proto/partmap.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#define ASSERT_NO_LEAKS()                                                      \
+    cr_assert_eq(__lsan_do_recoverable_leak_check(), 0,                        \
+                 "memory leaked (see the LeakSanitizer report)")
+#else
+#define ASSERT_NO_LEAKS() ((void)0)
+#endif
+
+#define JOB "job"
+#define NSHARDS 2
+#define NTENSORS 3
+#define MAXNUMEL 10
+
+/* ---- the fake network ---- */
+
+/* One message the client sent: a copy of its frames and its decoding
+ * (whose pointers point into the copy). */
+typedef struct sent {
+    uint32_t peer;
+    transport_rx *rx;
+    proto_msg msg;
+} sent;
+
+typedef struct fake_net fake_net;
+
+/* A test's script: sees every message the client sends and returns 1 when
+ * it handled it (answered with fake_reply, or dropped it), 0 to let the
+ * fake shard answer as a real one would. */
+typedef int (*fake_script)(fake_net *n, const sent *s);
+
+struct fake_net {
+    sent *log;
+    size_t nlog, cap;
+    transport_rx **queue; /* replies waiting for transport_recv */
+    size_t qhead, qlen, qcap;
+    fake_script script;
+    int counter; /* for scripts */
+    uint32_t npeers;
+    int destroyed;        /* times the transport was destroyed */
+    uint64_t resume_iter; /* what REGISTER_OK says */
+    const partmap *pm;    /* the layout, for PULL_REPLY */
+};
+
+typedef struct fake_transport {
+    transport base;
+    fake_net *net;
+} fake_transport;
+
+static fake_net *net_of(transport *t)
+{
+    return ((fake_transport *)t)->net;
+}
+
+/* Queue msg as a reply from peer, encoded exactly as a shard sends it. */
+static void fake_reply(fake_net *n, uint32_t peer, const proto_msg *msg)
+{
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf = 0, hlen = 0;
+    void *hdr = NULL;
+    transport_rx *rx = NULL;
+
+    cr_assert_eq(proto_msg_encode(msg, &hdr, &hlen, f, &nf), FLPS_OK);
+    cr_assert_eq(transport_rx_copy(f, nf, peer, &rx), FLPS_OK);
+    free(hdr);
+    if (n->qlen == n->qcap) {
+        n->qcap = n->qcap ? 2 * n->qcap : 16;
+        n->queue = realloc(n->queue, n->qcap * sizeof(*n->queue));
+        cr_assert_not_null(n->queue);
+    }
+    n->queue[n->qhead + n->qlen++] = rx;
+}
+
+static void reply_base(proto_msg *r, uint8_t op, const proto_msg *req)
+{
+    memset(r, 0, sizeof(*r));
+    r->op = op;
+    snprintf(r->job, sizeof(r->job), "%s", JOB);
+    r->rank = req->rank;
+    r->part = req->part;
+    r->iter = req->iter;
+}
+
+/* What a shard answers when nothing is scripted: registration accepted,
+ * init and checkpoint acknowledged, a pull answered with the fake model
+ * (element j of part p of tensor t is 100 t + offset + j), a push answered
+ * with an empty update. */
+static void fake_shard_answer(fake_net *n, const sent *s)
+{
+    const proto_msg *q = &s->msg;
+    float vals[64];
+    proto_msg r;
+
+    switch (q->op) {
+    case PROTO_OP_REGISTER:
+        reply_base(&r, PROTO_OP_REGISTER_OK, q);
+        r.iter = n->resume_iter;
+        break;
+    case PROTO_OP_INIT:
+    case PROTO_OP_CHECKPOINT:
+        reply_base(&r, PROTO_OP_ACK, q);
+        break;
+    case PROTO_OP_PULL: {
+        const partmap_part *p = &n->pm->parts[q->part];
+        reply_base(&r, PROTO_OP_PULL_REPLY, q);
+        cr_assert_leq(p->numel, 64);
+        for (uint32_t j = 0; j < p->numel; j++)
+            vals[j] = (float)(100 * p->tensor + p->offset + j);
+        r.codec = PROTO_CODEC_DENSE;
+        r.n = p->numel;
+        r.val = vals;
+        break;
+    }
+    case PROTO_OP_PUSH:
+        reply_base(&r, PROTO_OP_UPDATE, q);
+        if (q->codec == PROTO_CODEC_DENSE) {
+            cr_assert_leq(q->n, 64);
+            memset(vals, 0, sizeof(vals));
+            r.codec = PROTO_CODEC_DENSE;
+            r.n = q->n;
+            r.val = vals;
+        } else {
+            r.codec = PROTO_CODEC_SPARSE;
+        }
+        break;
+    default:
+        cr_assert_fail("the client sent an unexpected %s",
+                       proto_op_name(q->op));
+        return;
+    }
+    fake_reply(n, s->peer, &r);
+}
+
+static flps_err fake_listen(transport *t, const char *endpoint, char *bound,
+                            size_t boundlen)
+{
+    (void)t;
+    (void)endpoint;
+    (void)bound;
+    (void)boundlen;
+    return FLPS_EINVAL; /* a client never listens */
+}
+
+static flps_err fake_connect(transport *t, const char *endpoint, uint32_t *peer)
+{
+    fake_net *n = net_of(t);
+
+    cr_assert_not_null(endpoint);
+    *peer = n->npeers++;
+    return FLPS_OK;
+}
+
+static flps_err fake_send(transport *t, uint32_t peer, const transport_frame *f,
+                          size_t nframes)
+{
+    fake_net *n = net_of(t);
+    proto_frame pf[PROTO_MAX_FRAMES + 1];
+    char why[256] = "";
+    sent *s;
+
+    if (peer >= n->npeers)
+        return FLPS_ECLOSED;
+    cr_assert_leq(nframes, PROTO_MAX_FRAMES);
+    for (size_t i = 0; i < nframes; i++) {
+        pf[i].data = (const char *)proto_buf_data(f[i].buf) + f[i].off;
+        pf[i].len = f[i].len;
+    }
+    if (n->nlog == n->cap) {
+        n->cap = n->cap ? 2 * n->cap : 64;
+        n->log = realloc(n->log, n->cap * sizeof(*n->log));
+        cr_assert_not_null(n->log);
+    }
+    s = &n->log[n->nlog];
+    memset(s, 0, sizeof(*s));
+    s->peer = peer;
+    cr_assert_eq(transport_rx_copy(pf, nframes, peer, &s->rx), FLPS_OK);
+    cr_assert_eq(proto_msg_decode(s->rx->frames, s->rx->nframes, &s->msg, why,
+                                  sizeof(why)),
+                 FLPS_OK, "the client sent an invalid message: %s", why);
+    n->nlog++;
+    t->stats.bytes_sent += s->rx->wire_bytes;
+    t->stats.msgs_sent++;
+    if (n->script == NULL || !n->script(n, s))
+        fake_shard_answer(n, s);
+    return FLPS_OK;
+}
+
+static flps_err fake_recv(transport *t, int timeout_ms, transport_rx **rx)
+{
+    fake_net *n = net_of(t);
+
+    if (n->qlen == 0) {
+        /* Let time pass a little, as a real wait would, so retry and
+         * deadline clocks move without spinning hard. */
+        struct timespec ts = {0, 1000000};
+        if (timeout_ms != 0)
+            nanosleep(&ts, NULL);
+        return FLPS_ETIMEDOUT;
+    }
+    *rx = n->queue[n->qhead++];
+    n->qlen--;
+    if (n->qlen == 0)
+        n->qhead = 0;
+    t->stats.bytes_recv += (*rx)->wire_bytes;
+    t->stats.msgs_recv++;
+    return FLPS_OK;
+}
+
+static void fake_destroy(transport *t)
+{
+    net_of(t)->destroyed++;
+    free(t);
+}
+
+static const transport_vtable fake_vt = {
+    .name = "fake",
+    .listen = fake_listen,
+    .connect = fake_connect,
+    .send = fake_send,
+    .recv = fake_recv,
+    .destroy = fake_destroy,
+};
+
+static transport *fake_transport_new(fake_net *n)
+{
+    fake_transport *ft = calloc(1, sizeof(*ft));
+
+    cr_assert_not_null(ft);
+    ft->base.vt = &fake_vt;
+    ft->net = n;
+    return &ft->base;
+}
+
+/* The index of the first message at or after `from` of op for part (any
+ * part when part is UINT32_MAX), or SIZE_MAX. */
+static size_t find_sent(const fake_net *n, size_t from, uint8_t op,
+                        uint32_t part)
+{
+    for (size_t i = from; i < n->nlog; i++)
+        if (n->log[i].msg.op == op &&
+            (part == UINT32_MAX || n->log[i].msg.part == part))
+            return i;
+    return SIZE_MAX;
+}
+
+static size_t count_sent(const fake_net *n, size_t from, uint8_t op)
+{
+    size_t k = 0;
+
+    for (size_t i = from; i < n->nlog; i++)
+        k += n->log[i].msg.op == op;
+    return k;
+}
+
+/* ---- the rig: a client over the fake, with a three-tensor model ---- */
+
+/* Tensors of 10, 7 and 3 elements in parts of 4 over 2 shards (the layout
+ * of tests/proto/test_partmap.c): p0 = w0[0,4) on shard 0, p1 = w0[4,8) on
+ * 1, p2 = w0[8,10) on 0, p3 = w1[0,4) on 0, p4 = w1[4,7) on 1, p5 = w2 on
+ * 1. The tests take the map from partmap_build and check this against it
+ * where it matters. */
+static const uint64_t NUMEL[NTENSORS] = {10, 7, 3};
+static const char *const NAMES[NTENSORS] = {"w0", "w1", "w2"};
+
+typedef struct rig {
+    fake_net net;
+    transport *t; /* ours until the client takes it */
+    float w[NTENSORS][MAXNUMEL];
+    flps_tensor tensors[NTENSORS];
+    const char *servers[NSHARDS];
+    flps_client_config cfg;
+    flps_client *c;
+    partmap pm;
+} rig;
+
+static rig *rig_new(const char *compression)
+{
+    rig *g = calloc(1, sizeof(*g));
+
+    cr_assert_not_null(g);
+    for (uint32_t i = 0; i < NTENSORS; i++) {
+        g->tensors[i].name = NAMES[i];
+        g->tensors[i].numel = NUMEL[i];
+        g->tensors[i].data = g->w[i];
+    }
+    g->servers[0] = "tcp://fake-0:1";
+    g->servers[1] = "tcp://fake-1:1";
+    g->cfg.job = JOB;
+    g->cfg.rank = 0;
+    g->cfg.workers = 1;
+    g->cfg.servers = g->servers;
+    g->cfg.nservers = NSHARDS;
+    g->cfg.tensors = g->tensors;
+    g->cfg.ntensors = NTENSORS;
+    g->cfg.part_size = 4;
+    g->cfg.compression = compression;
+    g->cfg.lr = 0.1;
+    g->cfg.iterations = 10;
+    g->cfg.momentum = 0;
+    g->cfg.retry_ms = 60000; /* no resends unless a test asks for them */
+    g->cfg.deadline_ms = 60000;
+    cr_assert_eq(partmap_build(NUMEL, NTENSORS, NSHARDS, 4, &g->pm), FLPS_OK);
+    g->net.pm = &g->pm;
+    g->t = fake_transport_new(&g->net);
+    return g;
+}
+
+static flps_err rig_create(rig *g)
+{
+    flps_err rc = flps_client_create_on(&g->cfg, g->t, &g->c);
+
+    if (rc == FLPS_OK)
+        g->t = NULL; /* the client owns it now */
+    return rc;
+}
+
+static void rig_start(rig *g)
+{
+    cr_assert_eq(rig_create(g), FLPS_OK);
+    cr_assert_eq(flps_client_init(g->c), FLPS_OK);
+}
+
+static void rig_free(rig *g)
+{
+    int owned_by_client = g->c != NULL;
+
+    flps_client_destroy(g->c);
+    transport_destroy(g->t);
+    cr_assert_eq(g->net.destroyed, 1, "the transport is destroyed once, by %s",
+                 owned_by_client ? "the client" : "its caller");
+    for (size_t i = 0; i < g->net.nlog; i++) {
+        proto_msg_fini(&g->net.log[i].msg);
+        transport_rx_release(g->net.log[i].rx);
+    }
+    for (size_t i = 0; i < g->net.qlen; i++)
+        transport_rx_release(g->net.queue[g->net.qhead + i]);
+    free(g->net.log);
+    free(g->net.queue);
+    partmap_fini(&g->pm);
+    free(g);
+    ASSERT_NO_LEAKS();
+}
+
+/* A gradient of tensor 0 whose top 5 (density 0.5 of 10) are unambiguous:
+ * big values at 1, 3, 5, 8 and 9, small distinct ones elsewhere. */
+static const float G0[MAXNUMEL] = {0.1f, 10.0f, 0.2f, -9.0f, 0.3f,
+                                   8.0f, 0.4f,  0.5f, 7.0f,  -6.0f};
+
+static const float ZERO[MAXNUMEL];
+
+static void push_all(rig *g, const float *g0, uint64_t iter)
+{
+    cr_assert_eq(flps_client_push(g->c, 0, g0, iter), FLPS_OK);
+    cr_assert_eq(flps_client_push(g->c, 1, ZERO, iter), FLPS_OK);
+    cr_assert_eq(flps_client_push(g->c, 2, ZERO, iter), FLPS_OK);
+}
+
+/* ---- a logger that keeps the lines ---- */
+
+typedef struct logbuf {
+    char text[4096];
+} logbuf;
+
+static void keep_line(void *arg, flps_log_level level, const char *line)
+{
+    logbuf *b = arg;
+    size_t len = strlen(b->text);
+
+    (void)level;
+    snprintf(b->text + len, sizeof(b->text) - len, "%s\n", line);
+}
+
+/* ---- registration ---- */
+
+Test(client, registration_goes_to_every_shard_with_the_layout_and_settings)
+{
+    rig *g = rig_new("topk:0.5");
+
+    g->cfg.workers = 3;
+    g->cfg.rank = 2;
+    g->net.resume_iter = 7;
+    cr_assert_eq(rig_create(g), FLPS_OK);
+    cr_assert_eq(g->net.nlog, NSHARDS, "one REGISTER per shard, nothing else");
+    for (uint32_t s = 0; s < NSHARDS; s++) {
+        const proto_msg *m = &g->net.log[s].msg;
+        cr_assert_eq(g->net.log[s].peer, s);
+        cr_assert_eq(m->op, PROTO_OP_REGISTER);
+        cr_assert_str_eq(m->job, JOB);
+        cr_assert_eq(m->rank, 2);
+        cr_assert_eq(m->cfg.shard, s, "each shard is told which one it is");
+        cr_assert_eq(m->cfg.nshards, NSHARDS);
+        cr_assert_eq(m->cfg.workers, 3);
+        cr_assert_eq(m->cfg.part_size, 4);
+        cr_assert_eq(m->cfg.mode, PROTO_MODE_SSGD);
+        cr_assert_eq(m->cfg.agg, PROTO_AGG_TOPK);
+        cr_assert_float_eq(m->cfg.density, 0.5, 1e-12);
+        cr_assert_float_eq(m->cfg.lr, 0.1, 1e-12);
+        cr_assert_eq(m->cfg.iterations, 10);
+        cr_assert_str_eq(m->cfg.compression, "topk:0.5");
+        cr_assert_eq(m->ntensors, NTENSORS);
+        for (uint32_t i = 0; i < NTENSORS; i++) {
+            cr_assert_str_eq(m->tensors[i].name, NAMES[i]);
+            cr_assert_eq(m->tensors[i].numel, NUMEL[i]);
+        }
+    }
+    cr_assert_eq(flps_client_resume_iteration(g->c), 7,
+                 "the resume iteration comes from REGISTER_OK");
+    cr_assert_str_eq(flps_client_last_error(g->c), "");
+    rig_free(g);
+}
+
+/* Shard 1 refuses the registration, shard 0 accepts it. */
+static int refuse_on_shard_1(fake_net *n, const sent *s)
+{
+    proto_msg r;
+
+    if (s->msg.op != PROTO_OP_REGISTER || s->peer != 1)
+        return 0;
+    reply_base(&r, PROTO_OP_ERROR, &s->msg);
+    r.status = FLPS_ELAYOUT;
+    snprintf(r.text, sizeof(r.text), "tensor w1 has 8 elements here");
+    fake_reply(n, s->peer, &r);
+    return 1;
+}
+
+Test(client, a_shards_refusal_fails_create_with_its_reason)
+{
+    rig *g = rig_new("topk:0.5");
+    logbuf lb = {""};
+
+    g->net.script = refuse_on_shard_1;
+    flps_set_logger(keep_line, &lb);
+    cr_assert_eq(rig_create(g), FLPS_ELAYOUT,
+                 "create returns the code the shard refused with");
+    flps_set_logger(NULL, NULL);
+    cr_assert_null(g->c, "*out is written only on success");
+    cr_assert_eq(g->net.destroyed, 0,
+                 "on error the caller keeps the transport");
+    cr_assert_not_null(strstr(lb.text, "tensor w1 has 8 elements here"),
+                       "the shard's reason is logged: %s", lb.text);
+    cr_assert_not_null(strstr(lb.text, "refused the registration"), "%s",
+                       lb.text);
+    rig_free(g);
+}
+
+Test(client, a_bad_configuration_is_refused_before_anything_is_sent)
+{
+    rig *g = rig_new("topk:0.5");
+
+    g->cfg.lr = 0;
+    cr_assert_eq(rig_create(g), FLPS_EINVAL);
+    g->cfg.lr = 0.1;
+    g->cfg.rank = 1; /* of 1 worker */
+    cr_assert_eq(rig_create(g), FLPS_EINVAL);
+    g->cfg.rank = 0;
+    g->cfg.compression = "zip:9";
+    cr_assert_eq(rig_create(g), FLPS_ECONFIG);
+    cr_assert_eq(g->net.nlog, 0);
+    cr_assert_eq(g->net.destroyed, 0);
+    cr_assert_eq(flps_client_create_on(&g->cfg, NULL, &g->c), FLPS_EINVAL);
+    rig_free(g);
+}
+
+/* ---- pushes split by part ---- */
+
+Test(client, a_dense_push_is_split_into_parts_sent_to_their_owners)
+{
+    rig *g = rig_new("dense");
+    float grad[MAXNUMEL];
+    size_t mark;
+    uint32_t first = g->pm.first_part[0], last = g->pm.first_part[1];
+
+    /* The hand computation of the layout agrees with partmap.h. */
+    cr_assert_eq(last - first, 3, "10 elements in parts of 4 are 3 parts");
+    cr_assert_eq(g->pm.parts[first].shard, 0);
+    cr_assert_eq(g->pm.parts[first + 1].shard, 1);
+    cr_assert_eq(g->pm.parts[first + 2].shard, 0);
+
+    rig_start(g);
+    for (uint32_t i = 0; i < MAXNUMEL; i++)
+        grad[i] = (float)i + 1.0f;
+    mark = g->net.nlog;
+    cr_assert_eq(flps_client_push(g->c, 0, grad, 0), FLPS_OK);
+    cr_assert_eq(g->net.nlog - mark, 3, "one push per part of the tensor");
+    for (uint32_t pi = first; pi < last; pi++) {
+        const partmap_part *pp = &g->pm.parts[pi];
+        size_t k = find_sent(&g->net, mark, PROTO_OP_PUSH, pi);
+        const proto_msg *m;
+        cr_assert_neq(k, SIZE_MAX, "part %u was pushed", pi);
+        m = &g->net.log[k].msg;
+        cr_assert_eq(g->net.log[k].peer, pp->shard, "part %u goes to shard %u",
+                     pi, pp->shard);
+        cr_assert_eq(m->iter, 0);
+        cr_assert_eq(m->codec, PROTO_CODEC_DENSE);
+        cr_assert_eq(m->n, pp->numel);
+        for (uint32_t j = 0; j < m->n; j++)
+            cr_assert_eq(m->val[j], grad[pp->offset + j]);
+    }
+    cr_assert_eq(flps_client_push(g->c, 1, grad, 0), FLPS_OK);
+    cr_assert_eq(flps_client_push(g->c, 2, grad, 0), FLPS_OK);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    rig_free(g);
+}
+
+Test(client, a_sparse_selection_is_split_by_part_with_part_relative_indices)
+{
+    rig *g = rig_new("topk:0.5");
+    static const uint32_t want_idx[3][2] = {{1, 3}, {1, 0}, {0, 1}};
+    static const float want_val[3][2] = {{10, -9}, {8, 0}, {7, -6}};
+    static const uint32_t want_n[3] = {2, 1, 2};
+    float g1[MAXNUMEL] = {5, -4, 3, 0.1f, 0.2f, 0.3f, 0.01f};
+    uint32_t first = g->pm.first_part[0];
+    size_t mark;
+
+    rig_start(g);
+    mark = g->net.nlog;
+    cr_assert_eq(flps_client_push(g->c, 0, G0, 0), FLPS_OK);
+    for (uint32_t q = 0; q < 3; q++) {
+        size_t k = find_sent(&g->net, mark, PROTO_OP_PUSH, first + q);
+        const proto_msg *m;
+        cr_assert_neq(k, SIZE_MAX);
+        m = &g->net.log[k].msg;
+        cr_assert_eq(g->net.log[k].peer, g->pm.parts[first + q].shard);
+        cr_assert_eq(m->codec, PROTO_CODEC_SPARSE);
+        cr_assert_eq(m->n, want_n[q], "part %u carries %u pairs", first + q,
+                     want_n[q]);
+        for (uint32_t j = 0; j < m->n; j++) {
+            cr_assert_eq(m->idx[j], want_idx[q][j]);
+            cr_assert_eq(m->val[j], want_val[q][j]);
+        }
+    }
+    /* w1's top 3 all lie in its first part: its second part still gets a
+     * push, of no pairs, so the shard hears from every worker. */
+    mark = g->net.nlog;
+    cr_assert_eq(flps_client_push(g->c, 1, g1, 0), FLPS_OK);
+    cr_assert_eq(g->net.nlog - mark, 2);
+    cr_assert_eq(g->net.log[mark].msg.part, g->pm.first_part[1]);
+    cr_assert_eq(g->net.log[mark].msg.n, 3);
+    cr_assert_eq(g->net.log[mark + 1].msg.part, g->pm.first_part[1] + 1);
+    cr_assert_eq(g->net.log[mark + 1].peer,
+                 g->pm.parts[g->pm.first_part[1] + 1].shard);
+    cr_assert_eq(g->net.log[mark + 1].msg.n, 0);
+    cr_assert_eq(flps_client_push(g->c, 2, ZERO, 0), FLPS_OK);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    rig_free(g);
+}
+
+/* ---- updates ---- */
+
+/* The update of part 1 (w0[4,8)) moves two of its elements. */
+static int update_part_1(fake_net *n, const sent *s)
+{
+    static const uint32_t idx[] = {0, 3};
+    static const float val[] = {-0.5f, 0.25f};
+    proto_msg r;
+
+    if (s->msg.op != PROTO_OP_PUSH || s->msg.part != 1)
+        return 0;
+    reply_base(&r, PROTO_OP_UPDATE, &s->msg);
+    r.codec = PROTO_CODEC_SPARSE;
+    r.n = 2;
+    r.idx = idx;
+    r.val = val;
+    fake_reply(n, s->peer, &r);
+    return 1;
+}
+
+Test(client, a_replys_sparse_update_is_added_into_the_replica)
+{
+    rig *g = rig_new("topk:0.5");
+
+    rig_start(g);
+    /* init pulled the fake model into the replica. */
+    for (uint32_t t = 0; t < NTENSORS; t++)
+        for (uint32_t j = 0; j < NUMEL[t]; j++)
+            cr_assert_eq(g->w[t][j], (float)(100 * t + j), "w%u[%u] after init",
+                         t, j);
+    g->net.script = update_part_1;
+    push_all(g, G0, 0);
+    cr_assert_eq(g->w[0][4], 4.0f, "nothing changes before the wait");
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    for (uint32_t j = 0; j < MAXNUMEL; j++) {
+        float want = (float)j;
+        if (j == 4)
+            want -= 0.5f;
+        if (j == 7)
+            want += 0.25f;
+        cr_assert_eq(g->w[0][j], want, "w0[%u] = %g, want %g", j, g->w[0][j],
+                     want);
+    }
+    for (uint32_t j = 0; j < NUMEL[1]; j++)
+        cr_assert_eq(g->w[1][j], (float)(100 + j),
+                     "an empty update is a no-op");
+    rig_free(g);
+}
+
+/* gtopk: the shard takes part of what was pushed and returns the rest:
+ * in part 0 (w0[0,4), sent 1 and 3) it takes 1 and rejects 3; in part 2
+ * (w0[8,10), sent 0 and 1) it takes 0 and rejects 1; part 1 is taken
+ * whole. */
+static int gtopk_reject(fake_net *n, const sent *s)
+{
+    static const uint32_t take[] = {1, 0};
+    static const float upd[] = {-1.0f, -0.7f};
+    static const uint32_t rej0[] = {3};
+    static const uint32_t rej2[] = {1};
+    proto_msg r;
+
+    if (s->msg.op != PROTO_OP_PUSH || s->msg.iter != 0 ||
+        (s->msg.part != 0 && s->msg.part != 2))
+        return 0;
+    reply_base(&r, PROTO_OP_UPDATE, &s->msg);
+    r.codec = PROTO_CODEC_SPARSE;
+    r.n = 1;
+    r.idx = s->msg.part == 0 ? &take[0] : &take[1];
+    r.val = s->msg.part == 0 ? &upd[0] : &upd[1];
+    r.nrej = 1;
+    r.rej = s->msg.part == 0 ? rej0 : rej2;
+    fake_reply(n, s->peer, &r);
+    return 1;
+}
+
+static int pair_of(const proto_msg *m, uint32_t idx, float *val)
+{
+    for (uint32_t j = 0; j < m->n; j++)
+        if (m->idx[j] == idx) {
+            *val = m->val[j];
+            return 1;
+        }
+    return 0;
+}
+
+Test(client, gtopk_rejected_values_go_back_into_the_residual)
+{
+    rig *g = rig_new("gtopk:0.5");
+    size_t mark, k0, k1, k2;
+    float v;
+
+    rig_start(g);
+    g->net.script = gtopk_reject;
+    push_all(g, G0, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    cr_assert_eq(g->w[0][1], 1.0f - 1.0f, "the taken part is applied");
+    cr_assert_eq(g->w[0][8], 8.0f - 0.7f);
+
+    /* A zero gradient: all iteration 1 sends is the residual, where the
+     * rejected values (w0[3] = -9, w0[9] = -6) now lead. */
+    mark = g->net.nlog;
+    push_all(g, ZERO, 1);
+    k0 = find_sent(&g->net, mark, PROTO_OP_PUSH, 0);
+    k1 = find_sent(&g->net, mark, PROTO_OP_PUSH, 1);
+    k2 = find_sent(&g->net, mark, PROTO_OP_PUSH, 2);
+    cr_assert(k0 != SIZE_MAX && k1 != SIZE_MAX && k2 != SIZE_MAX);
+    cr_assert(pair_of(&g->net.log[k0].msg, 3, &v),
+              "the rejected w0[3] is pushed again");
+    cr_assert_eq(v, -9.0f, "with its value as first sent");
+    cr_assert(pair_of(&g->net.log[k2].msg, 1, &v),
+              "the rejected w0[9] is pushed again");
+    cr_assert_eq(v, -6.0f);
+    cr_assert_not(pair_of(&g->net.log[k0].msg, 1, &v),
+                  "what the shard took is not sent twice");
+    cr_assert_not(pair_of(&g->net.log[k1].msg, 1, &v));
+    cr_assert_not(pair_of(&g->net.log[k2].msg, 0, &v));
+    cr_assert_eq(flps_client_wait(g->c, 1), FLPS_OK);
+    rig_free(g);
+}
+
+/* ---- resend ---- */
+
+/* The first push of part 1 is lost; later ones are answered. */
+static int lose_first_push_of_part_1(fake_net *n, const sent *s)
+{
+    if (s->msg.op != PROTO_OP_PUSH || s->msg.part != 1)
+        return 0;
+    return n->counter++ == 0;
+}
+
+Test(client, an_unanswered_push_is_sent_again_unchanged)
+{
+    rig *g = rig_new("topk:0.5");
+    flps_client_stats st;
+    const transport_rx *a, *b;
+    size_t mark, k1, k2;
+
+    g->cfg.retry_ms = 30;
+    g->cfg.deadline_ms = 10000;
+    rig_start(g);
+    g->net.script = lose_first_push_of_part_1;
+    mark = g->net.nlog;
+    flps_set_logger(keep_line, &(logbuf){""}); /* keep the warning quiet */
+    push_all(g, G0, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    flps_set_logger(NULL, NULL);
+    k1 = find_sent(&g->net, mark, PROTO_OP_PUSH, 1);
+    cr_assert_neq(k1, SIZE_MAX);
+    k2 = find_sent(&g->net, k1 + 1, PROTO_OP_PUSH, 1);
+    cr_assert_neq(k2, SIZE_MAX, "the lost push was sent again");
+    cr_assert_eq(find_sent(&g->net, k2 + 1, PROTO_OP_PUSH, 1), SIZE_MAX,
+                 "and only once, as it was answered");
+    a = g->net.log[k1].rx;
+    b = g->net.log[k2].rx;
+    cr_assert_eq(a->nframes, b->nframes);
+    for (size_t f = 0; f < a->nframes; f++) {
+        cr_assert_eq(a->frames[f].len, b->frames[f].len);
+        cr_assert_eq(
+            memcmp(a->frames[f].data, b->frames[f].data, a->frames[f].len), 0,
+            "frame %zu of the resend is the same bytes", f);
+    }
+    flps_client_get_stats(g->c, &st);
+    cr_assert_eq(st.resends, 1);
+    cr_assert_eq(st.pushes, 6, "pushes count first sends only");
+    cr_assert_eq(count_sent(&g->net, mark, PROTO_OP_PUSH), 7);
+    rig_free(g);
+}
+
+/* ---- sticky and non-sticky errors ---- */
+
+static int drop_pushes(fake_net *n, const sent *s)
+{
+    (void)n;
+    return s->msg.op == PROTO_OP_PUSH;
+}
+
+/* Every call on a broken client fails at once with code, sending
+ * nothing, and the message stays. */
+static void assert_sticky(rig *g, flps_err code)
+{
+    char before[512];
+    size_t mark = g->net.nlog;
+    double alpha, beta;
+
+    snprintf(before, sizeof(before), "%s", flps_client_last_error(g->c));
+    cr_assert_neq(before[0], '\0', "a sticky error has a message");
+    cr_assert_eq(flps_client_push(g->c, 0, G0, 1), code);
+    cr_assert_eq(flps_client_wait(g->c, 0), code);
+    cr_assert_eq(flps_client_pull(g->c), code);
+    cr_assert_eq(flps_client_init(g->c), code);
+    cr_assert_eq(flps_client_checkpoint(g->c), code);
+    cr_assert_eq(flps_client_measure_network(g->c, &alpha, &beta), code);
+    cr_assert_eq(flps_client_set_layer_codec(g->c, 0, "dense"), code);
+    cr_assert_eq(g->net.nlog, mark, "a broken client sends nothing");
+    cr_assert_str_eq(flps_client_last_error(g->c), before,
+                     "the first cause is kept");
+}
+
+Test(client, a_push_nobody_answers_times_out_and_the_error_sticks)
+{
+    rig *g = rig_new("topk:0.5");
+    logbuf lb = {""};
+
+    g->cfg.retry_ms = 20;
+    g->cfg.deadline_ms = 150;
+    rig_start(g);
+    g->net.script = drop_pushes;
+    flps_set_logger(keep_line, &lb);
+    push_all(g, G0, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_ETIMEDOUT);
+    flps_set_logger(NULL, NULL);
+    cr_assert_not_null(strstr(flps_client_last_error(g->c), "did not answer"),
+                       "%s", flps_client_last_error(g->c));
+    cr_assert_not_null(strstr(lb.text, "sending again"),
+                       "resends are logged: %s", lb.text);
+    assert_sticky(g, FLPS_ETIMEDOUT);
+    rig_free(g);
+}
+
+/* Shard 0 refuses the push of part 2 as if it served another job. */
+static int refuse_part_2(fake_net *n, const sent *s)
+{
+    proto_msg r;
+
+    if (s->msg.op != PROTO_OP_PUSH || s->msg.part != 2)
+        return 0;
+    reply_base(&r, PROTO_OP_ERROR, &s->msg);
+    r.status = FLPS_EJOB;
+    snprintf(r.text, sizeof(r.text), "this shard serves job other");
+    fake_reply(n, s->peer, &r);
+    return 1;
+}
+
+Test(client, a_refused_push_makes_every_later_call_fail_with_its_reason)
+{
+    rig *g = rig_new("topk:0.5");
+
+    rig_start(g);
+    g->net.script = refuse_part_2;
+    flps_set_logger(keep_line, &(logbuf){""});
+    push_all(g, G0, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_EJOB);
+    flps_set_logger(NULL, NULL);
+    cr_assert_not_null(
+        strstr(flps_client_last_error(g->c), "this shard serves job other"),
+        "%s", flps_client_last_error(g->c));
+    assert_sticky(g, FLPS_EJOB);
+    rig_free(g);
+}
+
+Test(client, bad_arguments_and_non_finite_gradients_are_not_sticky)
+{
+    rig *g = rig_new("topk:0.5");
+    float bad[MAXNUMEL];
+    double alpha = -1;
+    size_t mark, k;
+
+    g->cfg.momentum = 0.9;
+    rig_start(g);
+    for (uint32_t j = 0; j < MAXNUMEL; j++)
+        bad[j] = 5.0f * G0[j];
+    bad[MAXNUMEL - 1] = NAN;
+    mark = g->net.nlog;
+    cr_assert_eq(flps_client_push(g->c, NTENSORS, G0, 0), FLPS_EINVAL);
+    cr_assert_eq(flps_client_push(g->c, 0, NULL, 0), FLPS_EINVAL);
+    cr_assert_eq(flps_client_push(g->c, 0, bad, 0), FLPS_ENONFINITE);
+    bad[MAXNUMEL - 1] = INFINITY;
+    cr_assert_eq(flps_client_push(g->c, 0, bad, 0), FLPS_ENONFINITE);
+    cr_assert_eq(flps_client_measure_network(g->c, &alpha, NULL), FLPS_EINVAL);
+    cr_assert_eq(alpha, -1, "outputs are written only on success");
+    cr_assert_eq(flps_client_set_layer_codec(g->c, 0, "dense"), FLPS_ESTATE,
+                 "only auto jobs change codecs");
+    cr_assert_eq(g->net.nlog, mark, "nothing was sent");
+    cr_assert_str_eq(flps_client_last_error(g->c), "");
+
+    /* The client carries on, and the refused gradient moved no velocity
+     * or residual: the first real push sends exactly G0's top 5. */
+    push_all(g, G0, 0);
+    k = find_sent(&g->net, mark, PROTO_OP_PUSH, 0);
+    cr_assert_neq(k, SIZE_MAX);
+    cr_assert_eq(g->net.log[k].msg.n, 2);
+    cr_assert_eq(g->net.log[k].msg.val[0], 10.0f);
+    cr_assert_eq(g->net.log[k].msg.val[1], -9.0f);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    cr_assert_str_eq(flps_client_last_error(g->c), "");
+    rig_free(g);
+}
+
+Test(client, pushing_a_tensor_again_before_its_update_is_a_sticky_state_error)
+{
+    rig *g = rig_new("topk:0.5");
+
+    rig_start(g);
+    g->net.script = drop_pushes;
+    cr_assert_eq(flps_client_push(g->c, 0, G0, 0), FLPS_OK);
+    cr_assert_eq(flps_client_push(g->c, 0, G0, 1), FLPS_ESTATE);
+    cr_assert_not_null(
+        strstr(flps_client_last_error(g->c), "flps_client_wait first"));
+    assert_sticky(g, FLPS_ESTATE);
+    rig_free(g);
+}
+
+Test(client, destroy_of_null_does_nothing)
+{
+    flps_client_destroy(NULL);
+}
