@@ -16,6 +16,7 @@
 #include "cli/submit_render.h"
 #include "common/alloc.h"
 #include "common/clock.h"
+#include "common/strbuf.h"
 
 #define SUBMIT_POLL_MS 500L
 #define SUBMIT_RETRY_MS 30000L
@@ -359,8 +360,8 @@ static int read_job_file(submit_ctx *ctx, const char *file, char **data,
                          size_t *len)
 {
     struct stat st;
-    char *buf = NULL, *p;
-    size_t n = 0, cap = 0;
+    flps_strbuf buf = FLPS_STRBUF_INIT;
+    size_t n;
     ssize_t got;
     int fd = open(file, O_RDONLY | O_CLOEXEC);
 
@@ -373,33 +374,31 @@ static int read_job_file(submit_ctx *ctx, const char *file, char **data,
         goto fail_errno;
     }
     for (;;) {
-        if (n + 4096 > cap) {
-            cap = cap ? cap * 2 : 65536;
-            p = flps_realloc(buf, cap);
-            if (p == NULL) {
-                errno = ENOMEM;
-                goto fail_errno;
-            }
-            buf = p;
+        if (flps_strbuf_reserve(&buf, 4096) != FLPS_OK) {
+            errno = ENOMEM;
+            goto fail_errno;
         }
-        got = read(fd, buf + n, cap - n);
+        /* Read into the room past len, short of the NUL's byte. */
+        got = read(fd, buf.data + buf.len, buf.cap - buf.len - 1);
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0)
             goto fail_errno;
         if (got == 0)
             break;
-        n += (size_t)got;
+        buf.len += (size_t)got;
     }
     close(fd);
-    *data = buf;
+    buf.data[buf.len] = '\0';
+    n = buf.len;
+    *data = flps_strbuf_take(&buf); /* not NULL: reserve succeeded */
     *len = n;
     return SUBMIT_EXIT_OK;
 
 fail_errno:
     say(ctx, "cannot read the job file %s: %s; nothing was sent", file,
         strerror(errno));
-    flps_free(buf);
+    flps_strbuf_fini(&buf);
     if (fd >= 0)
         close(fd);
     return SUBMIT_EXIT_FILE;
