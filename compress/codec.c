@@ -87,6 +87,23 @@ flps_err codec_spec_parse(const char *s, codec_spec *out)
     return FLPS_EINVAL;
 }
 
+void codec_msg_set(codec *c, size_t nframes, size_t len0, size_t len1,
+                   size_t count, codec_msg *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->frames[0].data = c->buf[0];
+    out->frames[0].len = len0;
+    if (nframes > 1) {
+        out->frames[1].data = c->buf[1];
+        out->frames[1].len = len1;
+    } else {
+        len1 = 0;
+    }
+    out->nframes = nframes;
+    out->bytes = len0 + len1;
+    out->count = count;
+}
+
 flps_err codec_spec_format(const codec_spec *spec, char *buf, size_t len)
 {
     int w;
