@@ -561,6 +561,13 @@ static int is_aligned4(const void *p)
     return ((uintptr_t)p & 3u) == 0;
 }
 
+/* Does f hold exactly n 4-byte elements (indices or floats), aligned so
+ * the message can point into it? An empty frame may lie anywhere. */
+static int frame_holds4(const proto_frame *f, uint32_t n)
+{
+    return f->len == (size_t)n * 4 && (n == 0 || is_aligned4(f->data));
+}
+
 flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
                           proto_msg *out, char *errbuf, size_t errlen)
 {
@@ -622,8 +629,7 @@ flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
     if (values) {
         if (sparse) {
             const proto_frame *fi = &frames[nf++];
-            if (fi->len != (size_t)m.n * sizeof(uint32_t) ||
-                (m.n > 0 && !is_aligned4(fi->data))) {
+            if (!frame_holds4(fi, m.n)) {
                 rc = flps_errbuf_set(
                     errbuf, errlen, FLPS_EPROTO,
                     "index frame has %zu bytes; expected %zu (n=%u)", fi->len,
@@ -644,8 +650,7 @@ flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
         }
         {
             const proto_frame *fv = &frames[nf++];
-            if (fv->len != (size_t)m.n * sizeof(float) ||
-                (m.n > 0 && !is_aligned4(fv->data))) {
+            if (!frame_holds4(fv, m.n)) {
                 rc = flps_errbuf_set(
                     errbuf, errlen, FLPS_EPROTO,
                     "value frame has %zu bytes; expected %zu (n=%u)", fv->len,
@@ -655,17 +660,15 @@ flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
             m.val = fv->data;
             for (uint32_t i = 0; i < m.n; i++) {
                 if (!isfinite(m.val[i])) {
-                    flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                                    "value %u is not finite", i);
-                    rc = FLPS_ENONFINITE;
+                    rc = flps_errbuf_set(errbuf, errlen, FLPS_ENONFINITE,
+                                         "value %u is not finite", i);
                     goto bad;
                 }
             }
         }
         if (m.op == PROTO_OP_UPDATE) {
             const proto_frame *fr = &frames[nf++];
-            if (fr->len != (size_t)m.nrej * sizeof(uint32_t) ||
-                (m.nrej > 0 && !is_aligned4(fr->data))) {
+            if (!frame_holds4(fr, m.nrej)) {
                 rc = flps_errbuf_set(
                     errbuf, errlen, FLPS_EPROTO,
                     "rejected-index frame has %zu bytes; expected %zu", fr->len,
