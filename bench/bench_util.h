@@ -4,11 +4,13 @@
 #define FLPS_BENCH_UTIL_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/numparse.h"
 #include "common/rng.h"
 
 /* Gradient-like data: standard Gaussian (Box-Muller), seeded. */
@@ -22,25 +24,33 @@ static inline void bench_fill_gaussian(float *a, size_t n, uint64_t seed)
 }
 
 /* Parse [--n N] [--rounds R] into *n and *rounds (defaults as given).
- * Returns 0, or 2 after printing usage for a bad command line. */
+ * Returns 0, or 2 after printing usage or what was wrong with a value. The
+ * codecs take arrays of fewer than 2^32 elements. */
 static inline int bench_args(int argc, char **argv, const char *name, size_t *n,
                              int *rounds)
 {
+    char err[160];
+    uint64_t v;
+
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--n") == 0 && i + 1 < argc) {
-            *n = (size_t)strtoull(argv[++i], NULL, 10);
+            if (flps_parse_u64("--n", argv[++i], 1000, 0xffffffffull, &v, err,
+                               sizeof(err)) != FLPS_OK)
+                goto bad_value;
+            *n = (size_t)v;
         } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
-            *rounds = atoi(argv[++i]);
+            if (flps_parse_int("--rounds", argv[++i], 1, 1000000, rounds, err,
+                               sizeof(err)) != FLPS_OK)
+                goto bad_value;
         } else {
             fprintf(stderr, "usage: %s [--n N] [--rounds R]\n", argv[0]);
             return 2;
         }
     }
-    if (*n < 1000 || *n >= (1ull << 32) || *rounds < 1) {
-        fprintf(stderr, "%s: need 1000 <= n < 2^32, rounds >= 1\n", name);
-        return 2;
-    }
     return 0;
+bad_value:
+    fprintf(stderr, "%s: %s\n", name, err);
+    return 2;
 }
 
 #endif

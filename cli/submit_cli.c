@@ -16,6 +16,7 @@
 #include "cli/submit_render.h"
 #include "common/alloc.h"
 #include "common/clock.h"
+#include "common/strbuf.h"
 
 #define SUBMIT_POLL_MS 500L
 #define SUBMIT_RETRY_MS 30000L
@@ -359,8 +360,8 @@ static int read_job_file(submit_ctx *ctx, const char *file, char **data,
                          size_t *len)
 {
     struct stat st;
-    char *buf = NULL, *p;
-    size_t n = 0, cap = 0;
+    flps_strbuf buf = FLPS_STRBUF_INIT;
+    size_t n;
     ssize_t got;
     int fd = open(file, O_RDONLY | O_CLOEXEC);
 
@@ -373,33 +374,31 @@ static int read_job_file(submit_ctx *ctx, const char *file, char **data,
         goto fail_errno;
     }
     for (;;) {
-        if (n + 4096 > cap) {
-            cap = cap ? cap * 2 : 65536;
-            p = flps_realloc(buf, cap);
-            if (p == NULL) {
-                errno = ENOMEM;
-                goto fail_errno;
-            }
-            buf = p;
+        if (flps_strbuf_reserve(&buf, 4096) != FLPS_OK) {
+            errno = ENOMEM;
+            goto fail_errno;
         }
-        got = read(fd, buf + n, cap - n);
+        /* Read into the room past len, short of the NUL's byte. */
+        got = read(fd, buf.data + buf.len, buf.cap - buf.len - 1);
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0)
             goto fail_errno;
         if (got == 0)
             break;
-        n += (size_t)got;
+        buf.len += (size_t)got;
     }
     close(fd);
-    *data = buf;
+    buf.data[buf.len] = '\0';
+    n = buf.len;
+    *data = flps_strbuf_take(&buf); /* not NULL: reserve succeeded */
     *len = n;
     return SUBMIT_EXIT_OK;
 
 fail_errno:
     say(ctx, "cannot read the job file %s: %s; nothing was sent", file,
         strerror(errno));
-    flps_free(buf);
+    flps_strbuf_fini(&buf);
     if (fd >= 0)
         close(fd);
     return SUBMIT_EXIT_FILE;
@@ -484,22 +483,44 @@ static int get_job(submit_ctx *ctx, const call *c, json_t **out, call_error *e)
     return SUBMIT_EXIT_OK;
 }
 
+/* Call c on "/v1/jobs/ID" + suffix (c->path is path, len bytes; c->subject
+ * the id), printing any error. On SUBMIT_EXIT_OK the caller owns *out. */
+static int job_api(submit_ctx *ctx, const call *c, const char *suffix,
+                   char *path, size_t len, json_t **out)
+{
+    int rc = job_path(ctx, c->subject, suffix, path, len);
+
+    if (rc != SUBMIT_EXIT_OK)
+        return rc;
+    return api(ctx, c, out);
+}
+
+/* get_job on "/v1/jobs/ID" (c->path is path, len bytes), printing any
+ * error. On SUBMIT_EXIT_OK the caller owns *out. */
+static int job_get(submit_ctx *ctx, const call *c, char *path, size_t len,
+                   json_t **out)
+{
+    call_error e;
+    int rc = job_path(ctx, c->subject, "", path, len);
+
+    if (rc != SUBMIT_EXIT_OK)
+        return rc;
+    rc = get_job(ctx, c, out, &e);
+    if (rc != SUBMIT_EXIT_OK)
+        say(ctx, "%s", e.msg);
+    return rc;
+}
+
 int submit_cli_status(submit_ctx *ctx, const char *id)
 {
     char path[512];
     call c = {CALL_JOB, id, "GET", path, NULL, 0};
     json_t *job = NULL;
     char *text = NULL;
-    call_error e;
-    int rc = job_path(ctx, id, "", path, sizeof(path));
+    int rc = job_get(ctx, &c, path, sizeof(path), &job);
 
     if (rc != SUBMIT_EXIT_OK)
         return rc;
-    rc = get_job(ctx, &c, &job, &e);
-    if (rc != SUBMIT_EXIT_OK) {
-        say(ctx, "%s", e.msg);
-        return rc;
-    }
     if (ctx->json)
         rc = print_json(ctx, job);
     else
@@ -659,11 +680,8 @@ int submit_cli_cancel(submit_ctx *ctx, const char *id)
     call c = {CALL_CANCEL, id, "DELETE", path, NULL, 0};
     json_t *job = NULL;
     char *text = NULL;
-    int rc = job_path(ctx, id, "", path, sizeof(path));
+    int rc = job_api(ctx, &c, "", path, sizeof(path), &job);
 
-    if (rc != SUBMIT_EXIT_OK)
-        return rc;
-    rc = api(ctx, &c, &job);
     if (rc != SUBMIT_EXIT_OK)
         return rc;
     if (ctx->json)
@@ -682,16 +700,10 @@ static int job_is_final(submit_ctx *ctx, const char *id, int *final)
     char path[512];
     call c = {CALL_LOGS, id, "GET", path, NULL, 0};
     json_t *job = NULL;
-    call_error e;
-    int rc = job_path(ctx, id, "", path, sizeof(path));
+    int rc = job_get(ctx, &c, path, sizeof(path), &job);
 
     if (rc != SUBMIT_EXIT_OK)
         return rc;
-    rc = get_job(ctx, &c, &job, &e);
-    if (rc != SUBMIT_EXIT_OK) {
-        say(ctx, "%s", e.msg);
-        return rc;
-    }
     *final = submit_render_state_is_final(
         json_string_value(json_object_get(job, "state")));
     json_decref(job);
@@ -746,10 +758,7 @@ int submit_cli_logs(submit_ctx *ctx, const char *id, int follow)
         } else {
             snprintf(suffix, sizeof(suffix), "/logs?limit=%d", SUBMIT_LOG_PAGE);
         }
-        rc = job_path(ctx, id, suffix, path, sizeof(path));
-        if (rc != SUBMIT_EXIT_OK)
-            return rc;
-        rc = api(ctx, &c, &page);
+        rc = job_api(ctx, &c, suffix, path, sizeof(path), &page);
         if (rc != SUBMIT_EXIT_OK)
             return rc;
         lines = json_object_get(page, "lines");
@@ -811,11 +820,8 @@ int submit_cli_plan(submit_ctx *ctx, const char *id)
     call c = {CALL_PLAN, id, "GET", path, NULL, 0};
     json_t *plan = NULL;
     char *text = NULL;
-    int rc = job_path(ctx, id, "/plan", path, sizeof(path));
+    int rc = job_api(ctx, &c, "/plan", path, sizeof(path), &plan);
 
-    if (rc != SUBMIT_EXIT_OK)
-        return rc;
-    rc = api(ctx, &c, &plan);
     if (rc != SUBMIT_EXIT_OK)
         return rc;
     if (ctx->json)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/strbuf.h"
 
 struct submit_http {
     CURL *curl; /* reused, so consecutive polls share one connection */
@@ -114,9 +115,8 @@ flps_err submit_http_escape(const char *s, char **out)
 
 /* The body being received. */
 typedef struct recv_buf {
-    char *data;
-    size_t len, cap;
-    int too_big, oom;
+    flps_strbuf body;
+    int too_big;
 } recv_buf;
 
 static size_t on_data(char *ptr, size_t size, size_t nmemb, void *arg)
@@ -124,27 +124,12 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *arg)
     recv_buf *rb = arg;
     size_t n = size * nmemb;
 
-    if (rb->len + n > SUBMIT_HTTP_MAX_REPLY) {
+    if (rb->body.len + n > SUBMIT_HTTP_MAX_REPLY) {
         rb->too_big = 1;
         return 0; /* makes libcurl stop with CURLE_WRITE_ERROR */
     }
-    if (rb->len + n + 1 > rb->cap) {
-        size_t cap = rb->cap ? rb->cap : 4096;
-        char *d;
-
-        while (cap < rb->len + n + 1)
-            cap *= 2;
-        d = flps_realloc(rb->data, cap);
-        if (d == NULL) {
-            rb->oom = 1;
-            return 0;
-        }
-        rb->data = d;
-        rb->cap = cap;
-    }
-    memcpy(rb->data + rb->len, ptr, n);
-    rb->len += n;
-    rb->data[rb->len] = '\0';
+    if (flps_strbuf_append(&rb->body, ptr, n) != FLPS_OK)
+        return 0;
     return n;
 }
 
@@ -205,7 +190,7 @@ static flps_err describe_failure(submit_http *h, CURLcode cc,
         snprintf(h->last_error, sizeof(h->last_error), "out of memory");
         return FLPS_ENOMEM;
     case CURLE_WRITE_ERROR:
-        if (rb->oom) {
+        if (flps_strbuf_error(&rb->body) != FLPS_OK) {
             snprintf(h->last_error, sizeof(h->last_error), "out of memory");
             return FLPS_ENOMEM;
         }
@@ -236,8 +221,8 @@ flps_err submit_http_request(submit_http *h, const char *method,
                           "Expect:", h->auth_header};
     flps_err rc = FLPS_ENOMEM;
     struct curl_slist *headers = NULL, *tmp;
-    recv_buf rb = {0};
-    char *url;
+    recv_buf rb = {FLPS_STRBUF_INIT, 0};
+    char *url, *body_text;
     size_t n;
     CURLcode cc;
     long status = 0;
@@ -297,21 +282,19 @@ flps_err submit_http_request(submit_http *h, const char *method,
         goto fail_body;
     }
     curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &status);
-    if (rb.data == NULL) {
-        rb.data = flps_malloc(1);
-        if (rb.data == NULL)
-            goto fail_body;
-        rb.data[0] = '\0';
-    }
+    n = rb.body.len;
+    body_text = flps_strbuf_take(&rb.body); /* "" for an empty body */
+    if (body_text == NULL)
+        goto fail_headers;
     curl_slist_free_all(headers);
     flps_free(url);
     out->status = status;
-    out->body = rb.data;
-    out->len = rb.len;
+    out->body = body_text;
+    out->len = n;
     return FLPS_OK;
 
 fail_body:
-    flps_free(rb.data);
+    flps_strbuf_fini(&rb.body);
 fail_headers:
     curl_slist_free_all(headers);
     flps_free(url);

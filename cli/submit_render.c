@@ -2,6 +2,7 @@
  * progress lines and summaries, without I/O. */
 #include "cli/submit_render.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,70 +10,18 @@
 #include <time.h>
 
 #include "common/alloc.h"
+#include "common/numparse.h"
+#include "common/strbuf.h"
 
-/* A growing string. The first failed allocation sticks, so the renderers
- * append without checking each call and test once at the end. */
-typedef struct sbuf {
-    char *s;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void sb_vprintf(sbuf *b, const char *fmt, va_list ap)
+/* The renderers append to an flps_strbuf without checking each call: its
+ * first failed allocation sticks, and the result is tested once here. */
+static flps_err sb_finish(flps_strbuf *b, char **out)
 {
-    va_list ap2;
-    int n;
+    char *s = flps_strbuf_take(b);
 
-    if (b->oom)
-        return;
-    va_copy(ap2, ap);
-    n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt,
-                  ap2);
-    va_end(ap2);
-    if (n < 0) {
-        b->oom = 1;
-        return;
-    }
-    if (b->s == NULL || b->len + (size_t)n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 128;
-        char *s;
-
-        while (cap < b->len + (size_t)n + 1)
-            cap *= 2;
-        s = flps_realloc(b->s, cap);
-        if (s == NULL) {
-            b->oom = 1;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-        vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-    }
-    b->len += (size_t)n;
-}
-
-static void sb_printf(sbuf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void sb_printf(sbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    sb_vprintf(b, fmt, ap);
-    va_end(ap);
-}
-
-/* Hand the string to the caller, or free it after a failed allocation. */
-static flps_err sb_finish(sbuf *b, char **out)
-{
-    if (b->s == NULL && !b->oom)
-        sb_printf(b, "%s", "");
-    if (b->oom) {
-        flps_free(b->s);
+    if (s == NULL)
         return FLPS_ENOMEM;
-    }
-    *out = b->s;
+    *out = s;
     return FLPS_OK;
 }
 
@@ -83,17 +32,14 @@ static int get_num(const json_t *o, const char *key, double *out)
 {
     json_t *v = json_is_object(o) ? json_object_get(o, key) : NULL;
     const char *s;
-    char *end;
     double d;
 
     if (json_is_number(v)) {
         d = json_number_value(v);
     } else if (json_is_string(v)) {
         s = json_string_value(v);
-        if (*s == '\0')
-            return 0;
-        d = strtod(s, &end);
-        if (*end != '\0')
+        if (flps_parse_double(NULL, s, -DBL_MAX, DBL_MAX, &d, NULL, 0) !=
+            FLPS_OK)
             return 0;
     } else {
         return 0;
@@ -266,7 +212,7 @@ enum {
                          "of dense" words, the ETA before the bytes */
 };
 
-static void sb_eta(sbuf *b, const prog *p, double frac, const char *sep)
+static void sb_eta(flps_strbuf *b, const prog *p, double frac, const char *sep)
 {
     char eta[32];
 
@@ -277,12 +223,12 @@ static void sb_eta(sbuf *b, const prog *p, double frac, const char *sep)
                                sizeof(eta));
     else
         snprintf(eta, sizeof(eta), "-");
-    sb_printf(b, "%sETA %s", sep, eta);
+    flps_strbuf_printf(b, "%sETA %s", sep, eta);
 }
 
 /* "[####....]  50.0%  iter 750/1500  loss ...  ETA 8s": the part of the
  * progress line after the state. */
-static void sb_progress_body(sbuf *b, const json_t *job, int how)
+static void sb_progress_body(flps_strbuf *b, const json_t *job, int how)
 {
     int compact = how & PROG_COMPACT, live = how & PROG_LIVE;
     const char *sep = compact ? " " : "  ";
@@ -298,76 +244,76 @@ static void sb_progress_body(sbuf *b, const json_t *job, int how)
     for (int i = 0; i < width; i++)
         bar[i] = i < fill ? '#' : '.';
     bar[width] = '\0';
-    sb_printf(b, "[%s] %5.1f%%%s%s", bar, frac * 100, sep,
-              compact ? "" : "iter ");
+    flps_strbuf_printf(b, "[%s] %5.1f%%%s%s", bar, frac * 100, sep,
+                       compact ? "" : "iter ");
     if (p.has_iter)
-        sb_printf(b, "%.0f", p.iter);
+        flps_strbuf_printf(b, "%.0f", p.iter);
     else
-        sb_printf(b, "-");
+        flps_strbuf_printf(b, "-");
     if (p.has_total)
-        sb_printf(b, "/%.0f", p.total);
+        flps_strbuf_printf(b, "/%.0f", p.total);
     else
-        sb_printf(b, "/?");
+        flps_strbuf_printf(b, "/?");
     if (p.has_loss)
-        sb_printf(b, "%sloss %.4f", sep, p.loss);
+        flps_strbuf_printf(b, "%sloss %.4f", sep, p.loss);
     else
-        sb_printf(b, "%sloss -", sep);
+        flps_strbuf_printf(b, "%sloss -", sep);
     if (p.has_acc)
-        sb_printf(b, "%sacc %.2f%%", sep, p.acc * 100);
+        flps_strbuf_printf(b, "%sacc %.2f%%", sep, p.acc * 100);
     else
-        sb_printf(b, "%sacc -", sep);
+        flps_strbuf_printf(b, "%sacc -", sep);
     if (live && compact)
         sb_eta(b, &p, frac, sep);
     if (p.has_sent) {
         submit_render_bytes(p.sent, sent, sizeof(sent));
-        sb_printf(b, "%ssent %s", sep, sent);
+        flps_strbuf_printf(b, "%ssent %s", sep, sent);
         if (p.has_dense)
-            sb_printf(b, compact ? " (%.2f%%)" : " (%.2f%% of dense)",
-                      100 * p.sent / p.dense);
+            flps_strbuf_printf(b, compact ? " (%.2f%%)" : " (%.2f%% of dense)",
+                               100 * p.sent / p.dense);
     } else {
-        sb_printf(b, "%ssent -", sep);
+        flps_strbuf_printf(b, "%ssent -", sep);
     }
     if (!live)
         return;
     if (!compact)
         sb_eta(b, &p, frac, sep);
     if (get_num(job, "restarts", &restarts) && restarts > 0) {
-        sb_printf(b, "%srestarts %.0f", sep, restarts);
+        flps_strbuf_printf(b, "%srestarts %.0f", sep, restarts);
         if (get_num(job, "max_restarts", &max_restarts))
-            sb_printf(b, "/%.0f", max_restarts);
+            flps_strbuf_printf(b, "/%.0f", max_restarts);
     }
 }
 
 flps_err submit_render_progress(const json_t *job, int width, char **out)
 {
-    sbuf b = {0};
+    flps_strbuf b = FLPS_STRBUF_INIT;
 
     if (!json_is_object(job))
         return FLPS_EINVAL;
-    sb_printf(&b, "%-10s ", str_or(job, "state", "?"));
+    flps_strbuf_printf(&b, "%-10s ", str_or(job, "state", "?"));
     sb_progress_body(&b, job, PROG_LIVE);
-    if (!b.oom && width > 0 && b.len > (size_t)width - 1) {
+    if (!b.failed && width > 0 && b.len > (size_t)width - 1) {
         /* Too wide: the compact layout keeps the ETA on screen; what still
          * does not fit is cut, since a wrapped line breaks the redraw. */
-        b.len = 0;
+        flps_strbuf_clear(&b);
         sb_progress_body(&b, job, PROG_LIVE | PROG_COMPACT);
-        if (!b.oom && b.len > (size_t)width - 1) {
+        if (!b.failed && b.len > (size_t)width - 1) {
             b.len = (size_t)width - 1;
-            b.s[b.len] = '\0';
+            b.data[b.len] = '\0';
         }
     }
     return sb_finish(&b, out);
 }
 
 /* "Job j42 (name) FAILED: reason" */
-static void sb_title(sbuf *b, const json_t *job)
+static void sb_title(flps_strbuf *b, const json_t *job)
 {
     const char *reason = str_or(job, "reason", NULL);
 
-    sb_printf(b, "Job %s (%s) %s", str_or(job, "id", "?"),
-              str_or(job, "name", "?"), str_or(job, "state", "?"));
+    flps_strbuf_printf(b, "Job %s (%s) %s", str_or(job, "id", "?"),
+                       str_or(job, "name", "?"), str_or(job, "state", "?"));
     if (reason != NULL)
-        sb_printf(b, ": %s", reason);
+        flps_strbuf_printf(b, ": %s", reason);
 }
 
 flps_err submit_render_state_line(const json_t *job, char **out)
@@ -375,7 +321,7 @@ flps_err submit_render_state_line(const json_t *job, char **out)
     const char *state, *reason, *node;
     json_t *tasks, *task;
     double x, y, restarts = 0;
-    sbuf b = {0};
+    flps_strbuf b = FLPS_STRBUF_INIT;
     size_t i, j;
     int nnodes = 0;
 
@@ -386,24 +332,26 @@ flps_err submit_render_state_line(const json_t *job, char **out)
         sb_title(&b, job);
         return sb_finish(&b, out);
     }
-    sb_printf(&b, "%-10s ", state);
+    flps_strbuf_printf(&b, "%-10s ", state);
     reason = str_or(job, "reason", NULL);
     get_num(job, "restarts", &restarts);
     if (strcmp(state, "QUEUED") == 0 && restarts > 0 && reason != NULL) {
-        sb_printf(&b, "restart %.0f", restarts);
+        flps_strbuf_printf(&b, "restart %.0f", restarts);
         if (get_num(job, "max_restarts", &x))
-            sb_printf(&b, "/%.0f", x);
-        sb_printf(&b, ": %s", reason);
+            flps_strbuf_printf(&b, "/%.0f", x);
+        flps_strbuf_printf(&b, ": %s", reason);
     } else if (strcmp(state, "QUEUED") == 0) {
         if (get_num(job, "workers", &x) && get_num(job, "servers", &y))
-            sb_printf(&b,
-                      "waiting for %.0f worker%s and %.0f server%s to be "
-                      "placed",
-                      x, x == 1 ? "" : "s", y, y == 1 ? "" : "s");
+            flps_strbuf_printf(
+                &b,
+                "waiting for %.0f worker%s and %.0f server%s to be "
+                "placed",
+                x, x == 1 ? "" : "s", y, y == 1 ? "" : "s");
         else
-            sb_printf(&b, "waiting to be placed");
+            flps_strbuf_printf(&b, "waiting to be placed");
     } else if (strcmp(state, "RUNNING") == 0) {
-        sb_printf(&b, "attempt %.0f", get_num(job, "attempt", &x) ? x : 0.0);
+        flps_strbuf_printf(&b, "attempt %.0f",
+                           get_num(job, "attempt", &x) ? x : 0.0);
         tasks = json_object_get(job, "tasks");
         /* The distinct nodes, in the order the tasks name them. */
         json_array_foreach(tasks, i, task)
@@ -418,7 +366,7 @@ flps_err submit_render_state_line(const json_t *job, char **out)
                        strcmp(get_str(json_array_get(tasks, j), "node"),
                               node) == 0;
             if (!seen)
-                sb_printf(&b, "%s%s", nnodes++ ? ", " : " on ", node);
+                flps_strbuf_printf(&b, "%s%s", nnodes++ ? ", " : " on ", node);
         }
     }
     return sb_finish(&b, out);
@@ -427,35 +375,35 @@ flps_err submit_render_state_line(const json_t *job, char **out)
 /* "  key              value\n" lines of the summary and status views. */
 #define KV_FMT "  %-16s %s\n"
 
-static void sb_summary_fields(sbuf *b, const json_t *sum)
+static void sb_summary_fields(flps_strbuf *b, const json_t *sum)
 {
     char v1[32], v2[32];
     double x, dense;
 
     if (get_num(sum, "iterations", &x))
-        sb_printf(b, "  %-16s %.0f\n", "iterations", x);
+        flps_strbuf_printf(b, "  %-16s %.0f\n", "iterations", x);
     if (get_num(sum, "test_accuracy", &x))
-        sb_printf(b, "  %-16s %.2f%%\n", "test accuracy", x * 100);
+        flps_strbuf_printf(b, "  %-16s %.2f%%\n", "test accuracy", x * 100);
     if (get_num(sum, "bytes_sent", &x)) {
         submit_render_bytes(x, v1, sizeof(v1));
         if (get_num(sum, "dense_bytes", &dense) && dense > 0) {
             submit_render_bytes(dense, v2, sizeof(v2));
-            sb_printf(b, "  %-16s %s (%.2f%% of dense %s)\n", "bytes sent", v1,
-                      100 * x / dense, v2);
+            flps_strbuf_printf(b, "  %-16s %s (%.2f%% of dense %s)\n",
+                               "bytes sent", v1, 100 * x / dense, v2);
         } else {
-            sb_printf(b, KV_FMT, "bytes sent", v1);
+            flps_strbuf_printf(b, KV_FMT, "bytes sent", v1);
         }
     }
     if (get_num(sum, "bytes_received", &x)) {
         submit_render_bytes(x, v1, sizeof(v1));
-        sb_printf(b, KV_FMT, "bytes received", v1);
+        flps_strbuf_printf(b, KV_FMT, "bytes received", v1);
     }
     if (get_num(sum, "wall_seconds", &x)) {
         if (x < 60)
             snprintf(v1, sizeof(v1), "%.1fs", x);
         else
             submit_render_duration(x, v1, sizeof(v1));
-        sb_printf(b, KV_FMT, "wall time", v1);
+        flps_strbuf_printf(b, KV_FMT, "wall time", v1);
     }
 }
 
@@ -464,31 +412,31 @@ flps_err submit_render_summary(const json_t *job, char **out)
     json_t *sum;
     double restarts, max_restarts, t0, t1;
     char dur[32];
-    sbuf b = {0};
+    flps_strbuf b = FLPS_STRBUF_INIT;
 
     if (!json_is_object(job))
         return FLPS_EINVAL;
     sum = json_object_get(job, "summary");
     sb_title(&b, job);
-    sb_printf(&b, "\n");
+    flps_strbuf_printf(&b, "\n");
     if (get_num(job, "restarts", &restarts) && restarts > 0) {
-        sb_printf(&b, "  %-16s %.0f", "restarts", restarts);
+        flps_strbuf_printf(&b, "  %-16s %.0f", "restarts", restarts);
         if (get_num(job, "max_restarts", &max_restarts))
-            sb_printf(&b, "/%.0f", max_restarts);
-        sb_printf(&b, "\n");
+            flps_strbuf_printf(&b, "/%.0f", max_restarts);
+        flps_strbuf_printf(&b, "\n");
     }
     if (json_is_object(sum)) {
         sb_summary_fields(&b, sum);
     } else {
         if (json_is_object(json_object_get(job, "progress"))) {
-            sb_printf(&b, "  %-16s ", "last progress");
+            flps_strbuf_printf(&b, "  %-16s ", "last progress");
             sb_progress_body(&b, job, 0);
-            sb_printf(&b, "\n");
+            flps_strbuf_printf(&b, "\n");
         }
         if (get_num(job, "started_at", &t0) &&
             get_num(job, "finished_at", &t1) && t1 >= t0) {
             submit_render_duration(t1 - t0, dur, sizeof(dur));
-            sb_printf(&b, KV_FMT, "ran for", dur);
+            flps_strbuf_printf(&b, KV_FMT, "ran for", dur);
         }
     }
     return sb_finish(&b, out);
@@ -541,12 +489,12 @@ static void table_add(table *t, ...)
     va_end(ap);
 }
 
-static void table_print(table *t, sbuf *b, const char *indent)
+static void table_print(table *t, flps_strbuf *b, const char *indent)
 {
     size_t w[TABLE_MAX_COLS] = {0};
 
     if (t->oom) {
-        b->oom = 1;
+        b->failed = 1; /* the table's failure is the text's */
         return;
     }
     for (size_t r = 0; r < t->nrows; r++)
@@ -554,12 +502,12 @@ static void table_print(table *t, sbuf *b, const char *indent)
             if (strlen(t->cells[r][c]) > w[c])
                 w[c] = strlen(t->cells[r][c]);
     for (size_t r = 0; r < t->nrows; r++) {
-        sb_printf(b, "%s", indent);
+        flps_strbuf_printf(b, "%s", indent);
         for (int c = 0; c < t->ncols; c++) {
             if (c + 1 < t->ncols)
-                sb_printf(b, "%-*s   ", (int)w[c], t->cells[r][c]);
+                flps_strbuf_printf(b, "%-*s   ", (int)w[c], t->cells[r][c]);
             else
-                sb_printf(b, "%s\n", t->cells[r][c]);
+                flps_strbuf_printf(b, "%s\n", t->cells[r][c]);
         }
     }
 }
@@ -572,14 +520,14 @@ static void table_fini(table *t)
 flps_err submit_render_jobs(const json_t *jobs, double now, char **out)
 {
     table t = {.ncols = 7};
-    sbuf b = {0};
+    flps_strbuf b = FLPS_STRBUF_INIT;
     size_t i;
     json_t *job;
 
     if (!json_is_array(jobs))
         return FLPS_EINVAL;
     if (json_array_size(jobs) == 0) {
-        sb_printf(&b, "No jobs.\n");
+        flps_strbuf_printf(&b, "No jobs.\n");
         return sb_finish(&b, out);
     }
     table_add(&t, "ID", "NAME", "STATE", "PROGRESS", "ACCURACY", "RESTARTS",
@@ -637,48 +585,49 @@ flps_err submit_render_status(const json_t *job, char **out)
     const char *reason;
     double x, y;
     size_t i;
-    sbuf b = {0};
+    flps_strbuf b = FLPS_STRBUF_INIT;
     table t = {.ncols = 4};
 
     if (!json_is_object(job))
         return FLPS_EINVAL;
-    sb_printf(&b, "%-12s %s\n", "ID:", str_or(job, "id", "?"));
-    sb_printf(&b, "%-12s %s\n", "Name:", str_or(job, "name", "-"));
-    sb_printf(&b, "%-12s %s\n", "State:", str_or(job, "state", "?"));
+    flps_strbuf_printf(&b, "%-12s %s\n", "ID:", str_or(job, "id", "?"));
+    flps_strbuf_printf(&b, "%-12s %s\n", "Name:", str_or(job, "name", "-"));
+    flps_strbuf_printf(&b, "%-12s %s\n", "State:", str_or(job, "state", "?"));
     reason = str_or(job, "reason", NULL);
     if (reason != NULL)
-        sb_printf(&b, "%-12s %s\n", "Reason:", reason);
+        flps_strbuf_printf(&b, "%-12s %s\n", "Reason:", reason);
     if (get_num(job, "priority", &x))
-        sb_printf(&b, "%-12s %.0f\n", "Priority:", x);
+        flps_strbuf_printf(&b, "%-12s %.0f\n", "Priority:", x);
     fmt_time(job, "submitted_at", when, sizeof(when));
-    sb_printf(&b, "%-12s %s\n", "Submitted:", when);
+    flps_strbuf_printf(&b, "%-12s %s\n", "Submitted:", when);
     fmt_time(job, "started_at", when, sizeof(when));
-    sb_printf(&b, "%-12s %s\n", "Started:", when);
+    flps_strbuf_printf(&b, "%-12s %s\n", "Started:", when);
     fmt_time(job, "finished_at", when, sizeof(when));
-    sb_printf(&b, "%-12s %s\n", "Finished:", when);
+    flps_strbuf_printf(&b, "%-12s %s\n", "Finished:", when);
     if (get_num(job, "attempt", &x))
-        sb_printf(&b, "%-12s %.0f\n", "Attempt:", x);
+        flps_strbuf_printf(&b, "%-12s %.0f\n", "Attempt:", x);
     if (get_num(job, "restarts", &x)) {
-        sb_printf(&b, "%-12s %.0f", "Restarts:", x);
+        flps_strbuf_printf(&b, "%-12s %.0f", "Restarts:", x);
         if (get_num(job, "max_restarts", &y))
-            sb_printf(&b, " of %.0f allowed", y);
-        sb_printf(&b, "\n");
+            flps_strbuf_printf(&b, " of %.0f allowed", y);
+        flps_strbuf_printf(&b, "\n");
     }
     if (get_num(job, "workers", &x) && get_num(job, "servers", &y))
-        sb_printf(&b, "%-12s %.0f workers, %.0f servers\n", "Tasks:", x, y);
-    sb_printf(&b, "%-12s ", "Progress:");
+        flps_strbuf_printf(&b, "%-12s %.0f workers, %.0f servers\n",
+                           "Tasks:", x, y);
+    flps_strbuf_printf(&b, "%-12s ", "Progress:");
     sb_progress_body(
         &b, job,
         submit_render_state_is_final(get_str(job, "state")) ? 0 : PROG_LIVE);
-    sb_printf(&b, "\n");
+    flps_strbuf_printf(&b, "\n");
     sum = json_object_get(job, "summary");
     if (json_is_object(sum)) {
-        sb_printf(&b, "Summary:\n");
+        flps_strbuf_printf(&b, "Summary:\n");
         sb_summary_fields(&b, sum);
     }
     tasks = json_object_get(job, "tasks");
     if (json_is_array(tasks) && json_array_size(tasks) > 0) {
-        sb_printf(&b, "Placement:\n");
+        flps_strbuf_printf(&b, "Placement:\n");
         table_add(&t, "TASK", "NODE", "STATE", "ENDPOINT");
         json_array_foreach(tasks, i, task)
         {
@@ -718,14 +667,14 @@ static void fmt_used(const json_t *node, const char *key, int memory, char *buf,
 flps_err submit_render_nodes(const json_t *nodes, double now, char **out)
 {
     table t = {.ncols = 7};
-    sbuf b = {0};
+    flps_strbuf b = FLPS_STRBUF_INIT;
     size_t i;
     json_t *node;
 
     if (!json_is_array(nodes))
         return FLPS_EINVAL;
     if (json_array_size(nodes) == 0) {
-        sb_printf(&b, "No nodes registered.\n");
+        flps_strbuf_printf(&b, "No nodes registered.\n");
         return sb_finish(&b, out);
     }
     table_add(&t, "NAME", "ADDRESS", "STATE", "CPUS", "MEMORY", "GPUS",
@@ -753,22 +702,22 @@ flps_err submit_render_nodes(const json_t *nodes, double now, char **out)
 flps_err submit_render_plan(const json_t *plan, const char *id, char **out)
 {
     table t = {.ncols = 4};
-    sbuf b = {0};
+    flps_strbuf b = FLPS_STRBUF_INIT;
     json_t *layers, *layer;
     double x;
     size_t i;
 
     if (!json_is_object(plan))
         return FLPS_EINVAL;
-    sb_printf(&b, "Plan for %s", id);
+    flps_strbuf_printf(&b, "Plan for %s", id);
     if (get_num(plan, "version", &x))
-        sb_printf(&b, " (version %.0f)", x);
+        flps_strbuf_printf(&b, " (version %.0f)", x);
     if (get_num(plan, "predicted_iteration_seconds", &x))
-        sb_printf(&b, ": predicted %.3f s per iteration", x);
-    sb_printf(&b, "\n");
+        flps_strbuf_printf(&b, ": predicted %.3f s per iteration", x);
+    flps_strbuf_printf(&b, "\n");
     layers = json_object_get(plan, "layers");
     if (!json_is_array(layers) || json_array_size(layers) == 0) {
-        sb_printf(&b, "No layers.\n");
+        flps_strbuf_printf(&b, "No layers.\n");
         return sb_finish(&b, out);
     }
     table_add(&t, "LAYER", "NUMEL", "CODEC", "DENSITY");
@@ -790,14 +739,14 @@ flps_err submit_render_plan(const json_t *plan, const char *id, char **out)
 
 flps_err submit_render_log_line(const json_t *line, char **out)
 {
-    sbuf b = {0};
+    flps_strbuf b = FLPS_STRBUF_INIT;
     const char *text;
 
     if (!json_is_object(line))
         return FLPS_EINVAL;
     text = get_str(line, "line");
-    sb_printf(&b, "[%s] %s\n", str_or(line, "task", "?"),
-              text != NULL ? text : "");
+    flps_strbuf_printf(&b, "[%s] %s\n", str_or(line, "task", "?"),
+                       text != NULL ? text : "");
     return sb_finish(&b, out);
 }
 
@@ -805,7 +754,7 @@ flps_err submit_render_error_body(const char *body, size_t len, char **out)
 {
     json_t *o = json_loadb(body, len, 0, NULL);
     const char *msg = get_str(o, "error"), *field;
-    sbuf b = {0};
+    flps_strbuf b = FLPS_STRBUF_INIT;
     double line;
     flps_err rc;
 
@@ -813,15 +762,15 @@ flps_err submit_render_error_body(const char *body, size_t len, char **out)
         json_decref(o);
         return FLPS_EPROTO;
     }
-    sb_printf(&b, "%s", msg);
+    flps_strbuf_printf(&b, "%s", msg);
     if (strncmp(msg, "line ", 5) != 0) {
         field = get_str(o, "field");
         if (get_num(o, "line", &line) && line > 0 && field != NULL)
-            sb_printf(&b, " (line %.0f, field %s)", line, field);
+            flps_strbuf_printf(&b, " (line %.0f, field %s)", line, field);
         else if (get_num(o, "line", &line) && line > 0)
-            sb_printf(&b, " (line %.0f)", line);
+            flps_strbuf_printf(&b, " (line %.0f)", line);
         else if (field != NULL)
-            sb_printf(&b, " (field %s)", field);
+            flps_strbuf_printf(&b, " (field %s)", field);
     }
     rc = sb_finish(&b, out);
     json_decref(o);

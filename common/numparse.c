@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* "what: " or "", so every message reads the same. */
 #define NP_WHAT(w) (w) ? (w) : "", (w) ? ": " : ""
@@ -42,8 +43,8 @@ flps_err flps_parse_u64(const char *what, const char *s, uint64_t min,
     return FLPS_OK;
 not_int:
     return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
-                           "%s%s'%s' is not a whole number (expected an "
-                           "integer from %" PRIu64 " to %" PRIu64 ")",
+                           "%s%s'%s' is not an integer (expected an integer "
+                           "from %" PRIu64 " to %" PRIu64 ")",
                            NP_WHAT(what), s ? s : "", min, max);
 }
 
@@ -69,8 +70,8 @@ flps_err flps_parse_i64(const char *what, const char *s, int64_t min,
     return FLPS_OK;
 not_int:
     return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
-                           "%s%s'%s' is not a whole number (expected an "
-                           "integer from %" PRId64 " to %" PRId64 ")",
+                           "%s%s'%s' is not an integer (expected an integer "
+                           "from %" PRId64 " to %" PRId64 ")",
                            NP_WHAT(what), s ? s : "", min, max);
 }
 
@@ -91,7 +92,9 @@ flps_err flps_parse_double(const char *what, const char *s, double min,
     char *end = NULL;
     double v;
 
-    if (!np_starts_like_number(s, 1))
+    /* strtod also reads hex floats ("0x1p-3"), which no flag or field
+     * means to accept. */
+    if (!np_starts_like_number(s, 1) || strpbrk(s, "xX") != NULL)
         goto not_num;
     errno = 0;
     v = strtod(s, &end);

@@ -2,13 +2,13 @@
  * per-kind encoders (codec_dense.c, codec_sparse.c, codec_quant.c). */
 #include "compress/codec.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/numparse.h"
 #include "compress/codec_impl.h"
 
 typedef struct {
@@ -60,27 +60,22 @@ flps_err codec_spec_parse(const char *s, codec_spec *out)
     for (size_t i = 0; i < CODEC_NKINDS; i++) {
         const codec_ops *op = &codec_table[i];
         codec_spec spec = {op->kind, 0.0, 0};
-        char *end = NULL;
 
         if (strlen(op->name) != namelen || strncmp(op->name, s, namelen) != 0)
             continue;
         if ((op->param == 0) != (colon == NULL))
             return FLPS_EINVAL;
         if (op->param == 1) {
-            /* strtod would skip blanks and a sign; the spec allows neither. */
+            /* The spec allows no sign, though the parser would. The lower
+             * bound is exclusive: codec_spec_is_valid refuses 0. */
             if (colon[1] != '.' && (colon[1] < '0' || colon[1] > '9'))
                 return FLPS_EINVAL;
-            errno = 0;
-            spec.density = strtod(colon + 1, &end);
-            if (errno != 0 || end == colon + 1 || *end != '\0')
+            if (flps_parse_double(NULL, colon + 1, 0.0, 1.0, &spec.density,
+                                  NULL, 0) != FLPS_OK)
                 return FLPS_EINVAL;
         } else if (op->param == 2) {
-            unsigned long v;
-            if (colon[1] < '0' || colon[1] > '9')
-                return FLPS_EINVAL;
-            errno = 0;
-            v = strtoul(colon + 1, &end, 10);
-            if (errno != 0 || *end != '\0' || v > 8)
+            uint64_t v;
+            if (flps_parse_u64(NULL, colon + 1, 1, 8, &v, NULL, 0) != FLPS_OK)
                 return FLPS_EINVAL;
             spec.bits = (unsigned)v;
         }
@@ -90,6 +85,23 @@ flps_err codec_spec_parse(const char *s, codec_spec *out)
         return FLPS_OK;
     }
     return FLPS_EINVAL;
+}
+
+void codec_msg_set(codec *c, size_t nframes, size_t len0, size_t len1,
+                   size_t count, codec_msg *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->frames[0].data = c->buf[0];
+    out->frames[0].len = len0;
+    if (nframes > 1) {
+        out->frames[1].data = c->buf[1];
+        out->frames[1].len = len1;
+    } else {
+        len1 = 0;
+    }
+    out->nframes = nframes;
+    out->bytes = len0 + len1;
+    out->count = count;
 }
 
 flps_err codec_spec_format(const codec_spec *spec, char *buf, size_t len)

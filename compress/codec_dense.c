@@ -20,12 +20,7 @@ flps_err codec_dense_encode(codec *c, const float *a, size_t n, codec_msg *out)
         return rc;
     if (n > 0)
         memcpy(c->buf[0], a, 4 * n);
-    memset(out, 0, sizeof(*out));
-    out->frames[0].data = c->buf[0];
-    out->frames[0].len = 4 * n;
-    out->nframes = 1;
-    out->bytes = 4 * n;
-    out->count = n;
+    codec_msg_set(c, 1, 4 * n, 0, n, out);
     return FLPS_OK;
 }
 
@@ -161,12 +156,7 @@ flps_err codec_fp16_encode(codec *c, const float *a, size_t n, codec_msg *out)
 #endif
         for (size_t i = 0; i < n; i++)
             h[i] = codec_f32_to_f16(a[i]);
-    memset(out, 0, sizeof(*out));
-    out->frames[0].data = c->buf[0];
-    out->frames[0].len = 2 * n;
-    out->nframes = 1;
-    out->bytes = 2 * n;
-    out->count = n;
+    codec_msg_set(c, 1, 2 * n, 0, n, out);
     return FLPS_OK;
 }
 

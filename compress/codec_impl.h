@@ -29,6 +29,12 @@ struct codec {
 /* Make frame buffer f of c hold at least bytes. Errors: FLPS_ENOMEM. */
 flps_err codec_buf_reserve(codec *c, unsigned f, size_t bytes);
 
+/* Point *out (cleared first) at c's frame buffers: frame 0 of len0 bytes
+ * and, when nframes is 2, frame 1 of len1 bytes; count elements sent. The
+ * encoders all end this way, so the bytes total is summed in one place. */
+void codec_msg_set(codec *c, size_t nframes, size_t len0, size_t len1,
+                   size_t count, codec_msg *out);
+
 /* The random stream for the coming encode: a function of (seed, number of
  * encodes so far); codec_encode advances the count on success. */
 uint64_t codec_stream(const codec *c);

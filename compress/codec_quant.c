@@ -148,14 +148,7 @@ flps_err codec_qsgd_encode(codec *c, const float *a, size_t n, codec_msg *out)
             codec_bitw_put(&w, code[i - lo], bits + 1);
     }
     codec_bitw_flush(&w);
-    memset(out, 0, sizeof(*out));
-    out->frames[0].data = c->buf[0];
-    out->frames[0].len = 4 * nb;
-    out->frames[1].data = c->buf[1];
-    out->frames[1].len = b1;
-    out->nframes = 2;
-    out->bytes = 4 * nb + b1;
-    out->count = n;
+    codec_msg_set(c, 2, 4 * nb, b1, n, out);
     return FLPS_OK;
 }
 
@@ -236,14 +229,7 @@ flps_err codec_sign_encode(codec *c, const float *a, size_t n, codec_msg *out)
             byte |= (uint32_t)(a[i + j] < 0.0f) << j;
         c->buf[1][i / 8] = (uint8_t)byte;
     }
-    memset(out, 0, sizeof(*out));
-    out->frames[0].data = c->buf[0];
-    out->frames[0].len = 4;
-    out->frames[1].data = c->buf[1];
-    out->frames[1].len = b1;
-    out->nframes = 2;
-    out->bytes = 4 + b1;
-    out->count = n;
+    codec_msg_set(c, 2, 4, b1, n, out);
     return FLPS_OK;
 }
 

@@ -95,14 +95,7 @@ flps_err codec_sparse_encode(codec *c, const float *a, size_t n, codec_msg *out)
         return rc;
     for (size_t j = 0; j < m; j++)
         val[j] = a[idx[j]] * scale;
-    memset(out, 0, sizeof(*out));
-    out->frames[0].data = c->buf[0];
-    out->frames[0].len = 4 * m;
-    out->frames[1].data = c->buf[1];
-    out->frames[1].len = 4 * m;
-    out->nframes = 2;
-    out->bytes = 8 * m;
-    out->count = m;
+    codec_msg_set(c, 2, 4 * m, 4 * m, m, out);
     out->idx = idx;
     return FLPS_OK;
 }

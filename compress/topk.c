@@ -191,6 +191,22 @@ static flps_err topk_full(const float *a, size_t n, size_t k, uint32_t *idx,
     return FLPS_OK;
 }
 
+/* Append the candidates a SIMD step found: bit j of bits (nonzero) set
+ * means a[i + j] is at or above the threshold. Returns the new count; the
+ * caller has checked there is room for a whole step. */
+static inline size_t topk_take_bits(const float *a, size_t i, uint32_t bits,
+                                    uint32_t *cand, uint32_t *ckey, size_t c)
+{
+    do {
+        unsigned j = (unsigned)__builtin_ctz(bits);
+        cand[c] = (uint32_t)(i + j);
+        ckey[c] = topk_key_at(a + i + j);
+        c++;
+        bits &= bits - 1;
+    } while (bits != 0);
+    return c;
+}
+
 /* Append to cand/ckey every i in [0, n) with key(a[i]) >= thr, ascending.
  * Returns how many, or SIZE_MAX when the buffers (cap entries) were about
  * to overflow: the threshold was too low. */
@@ -222,13 +238,7 @@ static size_t topk_scan_generic(const float *a, size_t n, uint32_t thr,
             continue;
         if (cap - c < 16)
             return SIZE_MAX;
-        do {
-            unsigned j = (unsigned)__builtin_ctz(bits);
-            cand[c] = (uint32_t)(i + j);
-            ckey[c] = topk_key_at(a + i + j);
-            c++;
-            bits &= bits - 1;
-        } while (bits != 0);
+        c = topk_take_bits(a, i, bits, cand, ckey, c);
     }
 #endif
     for (; i < n; i++) {
@@ -278,13 +288,7 @@ topk_scan_avx2(const float *a, size_t n, uint32_t thr, uint32_t *cand,
             return SIZE_MAX;
         m = _mm256_permutevar8x32_epi32(m, order);
         bits = (uint32_t)_mm256_movemask_epi8(m);
-        do {
-            unsigned j = (unsigned)__builtin_ctz(bits);
-            cand[c] = (uint32_t)(i + j);
-            ckey[c] = topk_key_at(a + i + j);
-            c++;
-            bits &= bits - 1;
-        } while (bits != 0);
+        c = topk_take_bits(a, i, bits, cand, ckey, c);
     }
     rest = topk_scan_generic(a + i, n - i, thr, cand + c, ckey + c, cap - c);
     if (rest == SIZE_MAX)

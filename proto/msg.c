@@ -3,12 +3,12 @@
 
 #include <math.h>
 #include <msgpack.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/err.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error                                                                         \
@@ -174,21 +174,6 @@ double proto_jobcfg_lr_at(const proto_jobcfg *cfg, uint64_t t)
 
 /* ---- decoding ---- */
 
-static flps_err fail(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static flps_err fail(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (errbuf != NULL && errlen > 0) {
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return FLPS_EPROTO;
-}
-
 static int obj_u64(const msgpack_object *o, uint64_t *v)
 {
     if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
@@ -264,9 +249,10 @@ static flps_err decode_tensors(const msgpack_object *o, proto_msg *m,
 
     if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size == 0 ||
         o->via.array.size > PROTO_MAX_TENSORS)
-        return fail(errbuf, errlen,
-                    "tensors must be an array of 1..%d [name, numel] pairs",
-                    PROTO_MAX_TENSORS);
+        return flps_errbuf_set(
+            errbuf, errlen, FLPS_EPROTO,
+            "tensors must be an array of 1..%d [name, numel] pairs",
+            PROTO_MAX_TENSORS);
     n = o->via.array.size;
     m->tensors = flps_calloc(n, sizeof(*m->tensors));
     if (m->tensors == NULL)
@@ -280,10 +266,10 @@ static flps_err decode_tensors(const msgpack_object *o, proto_msg *m,
             m->tensors[i].numel == 0 || m->tensors[i].numel > UINT32_MAX) {
             flps_free(m->tensors);
             m->tensors = NULL;
-            return fail(errbuf, errlen,
-                        "tensor %u is not a [name, numel] pair with "
-                        "0 < numel < 2^32",
-                        i);
+            return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                                   "tensor %u is not a [name, numel] pair with "
+                                   "0 < numel < 2^32",
+                                   i);
         }
     }
     m->ntensors = n;
@@ -434,20 +420,23 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
     const msgpack_object *map;
 
     if (f->len > PROTO_HEADER_MAX || !mp_is_sane(f->data, f->len))
-        return fail(errbuf, errlen,
-                    "header is not one MessagePack object: malformed, a "
-                    "declared length beyond its %zu bytes, or over %u bytes",
-                    f->len, PROTO_HEADER_MAX);
+        return flps_errbuf_set(
+            errbuf, errlen, FLPS_EPROTO,
+            "header is not one MessagePack object: malformed, a "
+            "declared length beyond its %zu bytes, or over %u bytes",
+            f->len, PROTO_HEADER_MAX);
     msgpack_unpacked_init(&up);
     if (msgpack_unpack_next(&up, f->data, f->len, &off) !=
             MSGPACK_UNPACK_SUCCESS ||
         off != f->len) {
-        rc = fail(errbuf, errlen, "header is not one MessagePack object");
+        rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                             "header is not one MessagePack object");
         goto out;
     }
     map = &up.data;
     if (map->type != MSGPACK_OBJECT_MAP) {
-        rc = fail(errbuf, errlen, "header is not a MessagePack map");
+        rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                             "header is not a MessagePack map");
         goto out;
     }
     for (uint32_t i = 0; i < map->via.map.size; i++) {
@@ -461,18 +450,18 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
             bit = F_V;
             ok = obj_u64(v, &x);
             if (ok && x != PROTO_VERSION) {
-                rc = fail(errbuf, errlen,
-                          "protocol version %llu is not supported "
-                          "(this build speaks %u)",
-                          (unsigned long long)x, PROTO_VERSION);
+                rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                                     "protocol version %llu is not supported "
+                                     "(this build speaks %u)",
+                                     (unsigned long long)x, PROTO_VERSION);
                 goto out;
             }
         } else if (key_is(k, "op")) {
             bit = F_OP;
             ok = obj_u64(v, &x);
             if (ok && (x < 1 || x > PROTO_OP_MAX_)) {
-                rc = fail(errbuf, errlen, "unknown op %llu",
-                          (unsigned long long)x);
+                rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                                     "unknown op %llu", (unsigned long long)x);
                 goto out;
             }
             m->op = (uint8_t)x;
@@ -532,16 +521,18 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
             if (k->type == MSGPACK_OBJECT_STR && k->via.str.size < sizeof(key))
                 snprintf(key, sizeof(key), "%.*s", (int)k->via.str.size,
                          k->via.str.ptr);
-            rc = fail(errbuf, errlen, "header field '%s' is %s", key,
-                      ok ? "repeated" : "of the wrong type or range");
+            rc = flps_errbuf_set(
+                errbuf, errlen, FLPS_EPROTO, "header field '%s' is %s", key,
+                ok ? "repeated" : "of the wrong type or range");
             goto out;
         }
         seen |= bit;
     }
     if ((seen & F_BASE) != F_BASE) {
-        rc = fail(errbuf, errlen,
-                  "header lacks a required field (v, op, job, rank, part, "
-                  "iter, ver, data)");
+        rc = flps_errbuf_set(
+            errbuf, errlen, FLPS_EPROTO,
+            "header lacks a required field (v, op, job, rank, part, "
+            "iter, ver, data)");
         goto out;
     }
     if ((m->op == PROTO_OP_UPDATE && !(seen & F_NREJ)) ||
@@ -550,8 +541,9 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
         (m->op == PROTO_OP_REGISTER &&
          (seen & (F_CFG | F_TENSORS)) != (F_CFG | F_TENSORS)) ||
         (m->codec == PROTO_CODEC_ENCODED && !(seen & F_SPEC))) {
-        rc = fail(errbuf, errlen, "%s header lacks its op-specific fields",
-                  proto_op_name(m->op));
+        rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                             "%s header lacks its op-specific fields",
+                             proto_op_name(m->op));
         goto out;
     }
     rc = FLPS_OK;
@@ -569,6 +561,13 @@ static int is_aligned4(const void *p)
     return ((uintptr_t)p & 3u) == 0;
 }
 
+/* Does f hold exactly n 4-byte elements (indices or floats), aligned so
+ * the message can point into it? An empty frame may lie anywhere. */
+static int frame_holds4(const proto_frame *f, uint32_t n)
+{
+    return f->len == (size_t)n * 4 && (n == 0 || is_aligned4(f->data));
+}
+
 flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
                           proto_msg *out, char *errbuf, size_t errlen)
 {
@@ -579,33 +578,38 @@ flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
 
     memset(&m, 0, sizeof(m));
     if (nframes < 1 || frames == NULL)
-        return fail(errbuf, errlen, "message has no header frame");
+        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                               "message has no header frame");
     rc = decode_header(&frames[0], &m, errbuf, errlen);
     if (rc != FLPS_OK)
         return rc;
     values = op_has_values(m.op);
     sparse = values && m.codec == PROTO_CODEC_SPARSE;
     if (!values && m.n != 0) {
-        rc = fail(errbuf, errlen, "%s carries no values but says n=%u",
-                  proto_op_name(m.op), m.n);
+        rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                             "%s carries no values but says n=%u",
+                             proto_op_name(m.op), m.n);
         goto bad;
     }
     if (sparse && m.op != PROTO_OP_PUSH && m.op != PROTO_OP_UPDATE) {
-        rc = fail(errbuf, errlen, "%s cannot be sparse", proto_op_name(m.op));
+        rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO, "%s cannot be sparse",
+                             proto_op_name(m.op));
         goto bad;
     }
     if (values && m.codec == PROTO_CODEC_ENCODED) {
         /* The codec's own decoder (in the shard) checks the frames' sizes
          * and content against the spec and the part. */
         if (m.op != PROTO_OP_PUSH) {
-            rc = fail(errbuf, errlen, "%s cannot be codec-encoded",
-                      proto_op_name(m.op));
+            rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                                 "%s cannot be codec-encoded",
+                                 proto_op_name(m.op));
             goto bad;
         }
         if (nframes < 2 || nframes > 1 + PROTO_ENC_MAX_FRAMES) {
-            rc = fail(errbuf, errlen,
-                      "encoded PUSH has %zu frames; expected 2 to %d", nframes,
-                      1 + PROTO_ENC_MAX_FRAMES);
+            rc =
+                flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                                "encoded PUSH has %zu frames; expected 2 to %d",
+                                nframes, 1 + PROTO_ENC_MAX_FRAMES);
             goto bad;
         }
         m.nenc = (uint32_t)(nframes - 1);
@@ -617,57 +621,58 @@ flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
     want = 1 + (values ? 1 : 0) + (sparse ? 1 : 0) +
            (m.op == PROTO_OP_UPDATE ? 1 : 0);
     if (nframes != want) {
-        rc = fail(errbuf, errlen, "%s %s has %zu frames; expected %zu",
-                  proto_op_name(m.op), sparse ? "sparse" : "dense", nframes,
-                  want);
+        rc = flps_errbuf_set(
+            errbuf, errlen, FLPS_EPROTO, "%s %s has %zu frames; expected %zu",
+            proto_op_name(m.op), sparse ? "sparse" : "dense", nframes, want);
         goto bad;
     }
     if (values) {
         if (sparse) {
             const proto_frame *fi = &frames[nf++];
-            if (fi->len != (size_t)m.n * sizeof(uint32_t) ||
-                (m.n > 0 && !is_aligned4(fi->data))) {
-                rc = fail(errbuf, errlen,
-                          "index frame has %zu bytes; expected %zu (n=%u)",
-                          fi->len, (size_t)m.n * sizeof(uint32_t), m.n);
+            if (!frame_holds4(fi, m.n)) {
+                rc = flps_errbuf_set(
+                    errbuf, errlen, FLPS_EPROTO,
+                    "index frame has %zu bytes; expected %zu (n=%u)", fi->len,
+                    (size_t)m.n * sizeof(uint32_t), m.n);
                 goto bad;
             }
             m.idx = fi->data;
             for (uint32_t i = 1; i < m.n; i++) {
                 if (m.idx[i] <= m.idx[i - 1]) {
-                    rc = fail(errbuf, errlen,
-                              "indices are not strictly ascending at "
-                              "position %u (%u after %u)",
-                              i, m.idx[i], m.idx[i - 1]);
+                    rc =
+                        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                                        "indices are not strictly ascending at "
+                                        "position %u (%u after %u)",
+                                        i, m.idx[i], m.idx[i - 1]);
                     goto bad;
                 }
             }
         }
         {
             const proto_frame *fv = &frames[nf++];
-            if (fv->len != (size_t)m.n * sizeof(float) ||
-                (m.n > 0 && !is_aligned4(fv->data))) {
-                rc = fail(errbuf, errlen,
-                          "value frame has %zu bytes; expected %zu (n=%u)",
-                          fv->len, (size_t)m.n * sizeof(float), m.n);
+            if (!frame_holds4(fv, m.n)) {
+                rc = flps_errbuf_set(
+                    errbuf, errlen, FLPS_EPROTO,
+                    "value frame has %zu bytes; expected %zu (n=%u)", fv->len,
+                    (size_t)m.n * sizeof(float), m.n);
                 goto bad;
             }
             m.val = fv->data;
             for (uint32_t i = 0; i < m.n; i++) {
                 if (!isfinite(m.val[i])) {
-                    fail(errbuf, errlen, "value %u is not finite", i);
-                    rc = FLPS_ENONFINITE;
+                    rc = flps_errbuf_set(errbuf, errlen, FLPS_ENONFINITE,
+                                         "value %u is not finite", i);
                     goto bad;
                 }
             }
         }
         if (m.op == PROTO_OP_UPDATE) {
             const proto_frame *fr = &frames[nf++];
-            if (fr->len != (size_t)m.nrej * sizeof(uint32_t) ||
-                (m.nrej > 0 && !is_aligned4(fr->data))) {
-                rc = fail(errbuf, errlen,
-                          "rejected-index frame has %zu bytes; expected %zu",
-                          fr->len, (size_t)m.nrej * sizeof(uint32_t));
+            if (!frame_holds4(fr, m.nrej)) {
+                rc = flps_errbuf_set(
+                    errbuf, errlen, FLPS_EPROTO,
+                    "rejected-index frame has %zu bytes; expected %zu", fr->len,
+                    (size_t)m.nrej * sizeof(uint32_t));
                 goto bad;
             }
             m.rej = fr->data;

@@ -16,6 +16,8 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/numparse.h"
+#include "common/strbuf.h"
 
 /* Threading: MHD's internal polling thread accepts, then each connection
  * gets its own thread (MHD_USE_THREAD_PER_CONNECTION). Our traffic is a
@@ -43,11 +45,8 @@ struct httpd {
 /* One request's state; owned by the connection's thread, which is the only
  * one that touches it (MHD calls on_request and on_completed there). */
 typedef struct httpd_req_state {
-    char *body;
-    size_t len;
-    size_t cap;
-    int too_large; /* over max_body: the rest is discarded, then 413 */
-    int no_memory; /* could not grow the buffer: 500 at the end */
+    flps_strbuf body; /* all zero (as calloc leaves it) is empty */
+    int too_large;    /* over max_body: the rest is discarded, then 413 */
 } httpd_req_state;
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -105,37 +104,19 @@ static enum MHD_Result too_large(httpd *h, struct MHD_Connection *conn,
                        "{\"error\":\"request body too large\"}");
 }
 
-/* Append a chunk of the body, or mark the request too large. */
+/* Append a chunk of the body, or mark the request too large. A failed
+ * allocation sticks in the buffer and is answered with 500 at the end. */
 static void append_body(httpd *h, httpd_req_state *rs, const char *data,
                         size_t n)
 {
-    if (rs->too_large || rs->no_memory)
+    if (rs->too_large || flps_strbuf_error(&rs->body) != FLPS_OK)
         return;
-    if (n > h->max_body - rs->len) {
+    if (n > h->max_body - rs->body.len) {
         rs->too_large = 1;
-        flps_free(rs->body);
-        rs->body = NULL;
-        rs->len = rs->cap = 0;
+        flps_strbuf_fini(&rs->body);
         return;
     }
-    if (rs->len + n + 1 > rs->cap) {
-        size_t cap = rs->cap ? rs->cap : 4096;
-        char *nb;
-        while (cap < rs->len + n + 1)
-            cap *= 2;
-        if (cap > h->max_body + 1)
-            cap = h->max_body + 1;
-        nb = flps_realloc(rs->body, cap);
-        if (nb == NULL) {
-            rs->no_memory = 1;
-            return;
-        }
-        rs->body = nb;
-        rs->cap = cap;
-    }
-    memcpy(rs->body + rs->len, data, n);
-    rs->len += n;
-    rs->body[rs->len] = '\0';
+    flps_strbuf_append(&rs->body, data, n);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
@@ -160,11 +141,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
             return MHD_NO;
         *con_cls = rs;
         if (cl != NULL) {
-            char *end;
-            unsigned long long v;
-            errno = 0;
-            v = strtoull(cl, &end, 10);
-            if (errno == 0 && end != cl && v > h->max_body) {
+            uint64_t v;
+            /* A malformed length is left to MHD, which refuses it. */
+            if (flps_parse_u64("Content-Length", cl, 0, UINT64_MAX, &v, NULL,
+                               0) == FLPS_OK &&
+                v > h->max_body) {
                 rs->too_large = 1;
                 return too_large(h, conn, url);
             }
@@ -178,7 +159,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     }
     if (rs->too_large)
         return too_large(h, conn, url);
-    if (rs->no_memory) {
+    if (flps_strbuf_error(&rs->body) != FLPS_OK) {
         log_error("http: out of memory reading the body for %s %s", method,
                   url);
         return queue_const(conn, MHD_HTTP_INTERNAL_SERVER_ERROR,
@@ -187,8 +168,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 
     req.method = method;
     req.path = url;
-    req.body = rs->body ? rs->body : "";
-    req.body_len = rs->len;
+    req.body = rs->body.data ? rs->body.data : "";
+    req.body_len = rs->body.len;
     req.impl = conn;
     memset(&resp, 0, sizeof(resp));
     resp.status = 200;
@@ -216,7 +197,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)conn;
     (void)toe;
     if (rs != NULL) {
-        flps_free(rs->body);
+        flps_strbuf_fini(&rs->body);
         flps_free(rs);
         *con_cls = NULL;
     }
@@ -227,6 +208,7 @@ static flps_err split_listen(const char *where, char *host, size_t hostlen,
                              char *port, size_t portlen)
 {
     const char *colon, *hs = where, *he;
+    uint64_t portnum;
     size_t n;
 
     if (where[0] == '[') {
@@ -251,8 +233,8 @@ static flps_err split_listen(const char *where, char *host, size_t hostlen,
     else
         snprintf(host, hostlen, "%.*s", (int)n, hs);
     n = strlen(colon + 1);
-    if (n == 0 || n >= portlen || n > 5 ||
-        strspn(colon + 1, "0123456789") != n || atoi(colon + 1) > 65535)
+    if (n >= portlen || n > 5 ||
+        flps_parse_u64(NULL, colon + 1, 0, 65535, &portnum, NULL, 0) != FLPS_OK)
         return FLPS_EINVAL;
     snprintf(port, portlen, "%s", colon + 1);
     return FLPS_OK;
@@ -425,24 +407,26 @@ const char *httpd_header(const httpd_request *req, const char *name)
 flps_err httpd_respond_printf(httpd_response *resp, int status, const char *fmt,
                               ...)
 {
+    flps_strbuf b = FLPS_STRBUF_INIT;
     va_list ap;
-    int n;
-    char *b;
+    flps_err rc;
+    size_t n;
+    char *body;
 
     va_start(ap, fmt);
-    n = vsnprintf(NULL, 0, fmt, ap);
+    rc = flps_strbuf_vprintf(&b, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return FLPS_EINVAL;
-    b = flps_malloc((size_t)n + 1);
-    if (b == NULL)
+    if (rc != FLPS_OK) {
+        flps_strbuf_fini(&b);
+        return rc;
+    }
+    n = b.len;
+    body = flps_strbuf_take(&b);
+    if (body == NULL)
         return FLPS_ENOMEM;
-    va_start(ap, fmt);
-    vsnprintf(b, (size_t)n + 1, fmt, ap);
-    va_end(ap);
     flps_free(resp->body);
-    resp->body = b;
-    resp->body_len = (size_t)n;
+    resp->body = body;
+    resp->body_len = n;
     resp->status = status;
     return FLPS_OK;
 }

@@ -11,6 +11,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 
 typedef enum {
     METRICS_COUNTER,
@@ -420,53 +421,21 @@ flps_err metrics_histogram_observe(metrics_family *f, const char *const *values,
 
 /* ---- rendering ---- */
 
-/* A growing text buffer with a sticky out-of-memory flag. */
-typedef struct sbuf {
-    char *p;
-    size_t len;
-    size_t cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        char *np;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        np = flps_realloc(b->p, cap);
-        if (np == NULL) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_str(sbuf *b, const char *s)
-{
-    sb_put(b, s, strlen(s));
-}
+/* The text grows in an flps_strbuf: its first failed allocation sticks,
+ * so the renderers append without checking and metrics_render checks once. */
 
 /* Escape for a HELP line (\\ and \n) or a label value (also \"). */
-static void sb_escaped(sbuf *b, const char *s, int quote)
+static void sb_escaped(flps_strbuf *b, const char *s, int quote)
 {
     for (; *s != '\0'; s++) {
         if (*s == '\\')
-            sb_put(b, "\\\\", 2);
+            flps_strbuf_append(b, "\\\\", 2);
         else if (*s == '\n')
-            sb_put(b, "\\n", 2);
+            flps_strbuf_append(b, "\\n", 2);
         else if (quote && *s == '"')
-            sb_put(b, "\\\"", 2);
+            flps_strbuf_append(b, "\\\"", 2);
         else
-            sb_put(b, s, 1);
+            flps_strbuf_append(b, s, 1);
     }
 }
 
@@ -493,72 +462,69 @@ static void format_value(double v, char *out, size_t n)
     }
 }
 
-static void sb_value(sbuf *b, double v)
+static void sb_value(flps_strbuf *b, double v)
 {
     char t[40];
 
     format_value(v, t, sizeof(t));
-    sb_str(b, t);
+    flps_strbuf_puts(b, t);
 }
 
-static void sb_u64(sbuf *b, uint64_t v)
+static void sb_u64(flps_strbuf *b, uint64_t v)
 {
-    char t[24];
-
-    snprintf(t, sizeof(t), "%llu", (unsigned long long)v);
-    sb_str(b, t);
+    flps_strbuf_printf(b, "%llu", (unsigned long long)v);
 }
 
 /* name{l1="v1",...,le="x"} with le (NULL: none) last. */
-static void sb_series_name(sbuf *b, const metrics_family *f,
+static void sb_series_name(flps_strbuf *b, const metrics_family *f,
                            const metrics_series *s, const char *suffix,
                            const char *le)
 {
-    sb_str(b, f->name);
-    sb_str(b, suffix);
+    flps_strbuf_puts(b, f->name);
+    flps_strbuf_puts(b, suffix);
     if (f->nlabels == 0 && le == NULL)
         return;
-    sb_put(b, "{", 1);
+    flps_strbuf_append(b, "{", 1);
     for (size_t i = 0; i < f->nlabels; i++) {
         if (i > 0)
-            sb_put(b, ",", 1);
-        sb_str(b, f->labels[i]);
-        sb_put(b, "=\"", 2);
+            flps_strbuf_append(b, ",", 1);
+        flps_strbuf_puts(b, f->labels[i]);
+        flps_strbuf_append(b, "=\"", 2);
         sb_escaped(b, s->values[i], 1);
-        sb_put(b, "\"", 1);
+        flps_strbuf_append(b, "\"", 1);
     }
     if (le != NULL) {
         if (f->nlabels > 0)
-            sb_put(b, ",", 1);
-        sb_str(b, "le=\"");
-        sb_str(b, le);
-        sb_put(b, "\"", 1);
+            flps_strbuf_append(b, ",", 1);
+        flps_strbuf_puts(b, "le=\"");
+        flps_strbuf_puts(b, le);
+        flps_strbuf_append(b, "\"", 1);
     }
-    sb_put(b, "}", 1);
+    flps_strbuf_append(b, "}", 1);
 }
 
-static void render_family(sbuf *b, const metrics_family *f)
+static void render_family(flps_strbuf *b, const metrics_family *f)
 {
     static const char *type_names[] = {"counter", "gauge", "histogram"};
 
     if (f->help != NULL) {
-        sb_str(b, "# HELP ");
-        sb_str(b, f->name);
-        sb_put(b, " ", 1);
+        flps_strbuf_puts(b, "# HELP ");
+        flps_strbuf_puts(b, f->name);
+        flps_strbuf_append(b, " ", 1);
         sb_escaped(b, f->help, 0);
-        sb_put(b, "\n", 1);
+        flps_strbuf_append(b, "\n", 1);
     }
-    sb_str(b, "# TYPE ");
-    sb_str(b, f->name);
-    sb_put(b, " ", 1);
-    sb_str(b, type_names[f->type]);
-    sb_put(b, "\n", 1);
+    flps_strbuf_puts(b, "# TYPE ");
+    flps_strbuf_puts(b, f->name);
+    flps_strbuf_append(b, " ", 1);
+    flps_strbuf_puts(b, type_names[f->type]);
+    flps_strbuf_append(b, "\n", 1);
     for (const metrics_series *s = f->series; s != NULL; s = s->next) {
         if (f->type != METRICS_HISTOGRAM) {
             sb_series_name(b, f, s, "", NULL);
-            sb_put(b, " ", 1);
+            flps_strbuf_append(b, " ", 1);
             sb_value(b, s->value);
-            sb_put(b, "\n", 1);
+            flps_strbuf_append(b, "\n", 1);
             continue;
         }
         uint64_t cum = 0;
@@ -570,24 +536,26 @@ static void render_family(sbuf *b, const metrics_family *f)
                 snprintf(le, sizeof(le), "+Inf");
             cum += s->buckets[i];
             sb_series_name(b, f, s, "_bucket", le);
-            sb_put(b, " ", 1);
+            flps_strbuf_append(b, " ", 1);
             sb_u64(b, cum);
-            sb_put(b, "\n", 1);
+            flps_strbuf_append(b, "\n", 1);
         }
         sb_series_name(b, f, s, "_sum", NULL);
-        sb_put(b, " ", 1);
+        flps_strbuf_append(b, " ", 1);
         sb_value(b, s->sum);
-        sb_put(b, "\n", 1);
+        flps_strbuf_append(b, "\n", 1);
         sb_series_name(b, f, s, "_count", NULL);
-        sb_put(b, " ", 1);
+        flps_strbuf_append(b, " ", 1);
         sb_u64(b, s->count);
-        sb_put(b, "\n", 1);
+        flps_strbuf_append(b, "\n", 1);
     }
 }
 
 flps_err metrics_render(metrics *reg, char **text, size_t *len)
 {
-    sbuf b = {NULL, 0, 0, 0};
+    flps_strbuf b = FLPS_STRBUF_INIT;
+    size_t n;
+    char *s;
 
     if (reg == NULL || text == NULL || len == NULL)
         return FLPS_EINVAL;
@@ -595,13 +563,12 @@ flps_err metrics_render(metrics *reg, char **text, size_t *len)
     for (const metrics_family *f = reg->families; f != NULL; f = f->next)
         render_family(&b, f);
     pthread_mutex_unlock(&reg->lock);
-    sb_put(&b, "", 0); /* an empty registry is "" not NULL */
-    if (b.oom) {
-        flps_free(b.p);
+    n = b.len;
+    s = flps_strbuf_take(&b); /* an empty registry is "" not NULL */
+    if (s == NULL)
         return FLPS_ENOMEM;
-    }
-    *text = b.p;
-    *len = b.len;
+    *text = s;
+    *len = n;
     return FLPS_OK;
 }
 

@@ -5,26 +5,15 @@
 #include <ctype.h>
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/err.h"
 #include "compress/lags.h"
 
 /* The largest integer the codecs take as an array length (n < 2^32). */
 #define PLAN_NUMEL_MAX 0xffffffffull
-
-static void plan_msg(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (errbuf == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* jansson reports where it stopped, not which field it was reading. A
  * number too large for a double (how a NaN or Inf usually arrives) fails
@@ -63,17 +52,18 @@ static json_t *plan_load(const char *what, const char *text, char *errbuf,
     if (o == NULL) {
         plan_key_before(text, (size_t)jerr.position, key, sizeof(key));
         if (key[0] != '\0')
-            plan_msg(errbuf, errlen,
-                     "%s: %s: not valid JSON: %s (line %d, column %d)", what,
-                     key, jerr.text, jerr.line, jerr.column);
+            flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                            "%s: %s: not valid JSON: %s (line %d, column %d)",
+                            what, key, jerr.text, jerr.line, jerr.column);
         else
-            plan_msg(errbuf, errlen,
-                     "%s: not valid JSON: %s (line %d, column %d)", what,
-                     jerr.text, jerr.line, jerr.column);
+            flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                            "%s: not valid JSON: %s (line %d, column %d)", what,
+                            jerr.text, jerr.line, jerr.column);
         return NULL;
     }
     if (!json_is_object(o)) {
-        plan_msg(errbuf, errlen, "%s: expected a JSON object", what);
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                        "%s: expected a JSON object", what);
         json_decref(o);
         return NULL;
     }
@@ -88,7 +78,8 @@ static int plan_get(json_t *o, const char *path, const char *key, json_t **out,
     json_t *v = json_object_get(o, key);
 
     if (v == NULL) {
-        plan_msg(errbuf, errlen, "%s%s: missing", path, key);
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO, "%s%s: missing", path,
+                        key);
         return 0;
     }
     *out = v;
@@ -104,12 +95,14 @@ static int plan_get_int(json_t *o, const char *path, const char *key,
     if (!plan_get(o, path, key, &v, errbuf, errlen))
         return 0;
     if (!json_is_integer(v)) {
-        plan_msg(errbuf, errlen, "%s%s: expected an integer", path, key);
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                        "%s%s: expected an integer", path, key);
         return 0;
     }
     if (json_integer_value(v) < min) {
-        plan_msg(errbuf, errlen, "%s%s: %lld is below %lld", path, key,
-                 (long long)json_integer_value(v), (long long)min);
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO, "%s%s: %lld is below %lld",
+                        path, key, (long long)json_integer_value(v),
+                        (long long)min);
         return 0;
     }
     *out = json_integer_value(v);
@@ -126,13 +119,15 @@ static int plan_get_time(json_t *o, const char *path, const char *key,
     if (!plan_get(o, path, key, &v, errbuf, errlen))
         return 0;
     if (!json_is_number(v)) {
-        plan_msg(errbuf, errlen, "%s%s: expected a number", path, key);
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO, "%s%s: expected a number",
+                        path, key);
         return 0;
     }
     x = json_number_value(v);
     if (!isfinite(x) || x < 0.0 || (positive && x == 0.0)) {
-        plan_msg(errbuf, errlen, "%s%s: %g is not a finite number %s 0", path,
-                 key, x, positive ? ">" : ">=");
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                        "%s%s: %g is not a finite number %s 0", path, key, x,
+                        positive ? ">" : ">=");
         return 0;
     }
     *out = x;
@@ -148,15 +143,16 @@ static int plan_get_name(json_t *o, const char *path, const char **out,
     if (!plan_get(o, path, "name", &v, errbuf, errlen))
         return 0;
     if (!json_is_string(v)) {
-        plan_msg(errbuf, errlen, "%sname: expected a string", path);
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                        "%sname: expected a string", path);
         return 0;
     }
     n = json_string_length(v);
     if (n == 0 || n > PLAN_NAME_MAX ||
         memchr(json_string_value(v), '\0', n) != NULL) {
-        plan_msg(errbuf, errlen,
-                 "%sname: expected 1 to %d bytes without NUL, got %zu", path,
-                 PLAN_NAME_MAX, n);
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                        "%sname: expected 1 to %d bytes without NUL, got %zu",
+                        path, PLAN_NAME_MAX, n);
         return 0;
     }
     *out = json_string_value(v);
@@ -171,8 +167,8 @@ static int plan_get_numel(json_t *o, const char *path, uint64_t *out,
     if (!plan_get_int(o, path, "numel", 1, &n, errbuf, errlen))
         return 0;
     if ((unsigned long long)n > PLAN_NUMEL_MAX) {
-        plan_msg(errbuf, errlen, "%snumel: %lld is 2^32 or more", path,
-                 (long long)n);
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                        "%snumel: %lld is 2^32 or more", path, (long long)n);
         return 0;
     }
     *out = (uint64_t)n;
@@ -198,11 +194,13 @@ static json_t *plan_get_layers(json_t *o, char *errbuf, size_t errlen)
     if (!plan_get(o, "", "layers", &v, errbuf, errlen))
         return NULL;
     if (!json_is_array(v)) {
-        plan_msg(errbuf, errlen, "layers: expected an array");
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                        "layers: expected an array");
         return NULL;
     }
     if (json_array_size(v) == 0) {
-        plan_msg(errbuf, errlen, "layers: empty; a plan needs one layer");
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                        "layers: empty; a plan needs one layer");
         return NULL;
     }
     return v;
@@ -225,12 +223,11 @@ static flps_err plan_profile_read(json_t *o, plan_profile *pp, char *errbuf,
 
     ev = json_object_get(o, "event");
     if (ev == NULL) {
-        plan_msg(errbuf, errlen, "event: missing");
-        return FLPS_EPROTO;
+        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO, "event: missing");
     }
     if (!json_is_string(ev) || strcmp(json_string_value(ev), "profile") != 0) {
-        plan_msg(errbuf, errlen, "event: expected \"profile\"");
-        return FLPS_EPROTO;
+        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                               "event: expected \"profile\"");
     }
     lags_params_default(&pp->params);
     if (!plan_get_int(o, "", "iteration", 0, &iteration, errbuf, errlen) ||
@@ -239,9 +236,8 @@ static flps_err plan_profile_read(json_t *o, plan_profile *pp, char *errbuf,
         !plan_get_time(o, "", "beta", 1, &pp->params.beta, errbuf, errlen))
         return FLPS_EPROTO;
     if ((unsigned long long)workers > 0xffffffffull) {
-        plan_msg(errbuf, errlen, "workers: %lld is too many",
-                 (long long)workers);
-        return FLPS_EPROTO;
+        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                               "workers: %lld is too many", (long long)workers);
     }
     pp->params.workers = (unsigned)workers;
     if ((layers = plan_get_layers(o, errbuf, errlen)) == NULL)
@@ -259,8 +255,8 @@ static flps_err plan_profile_read(json_t *o, plan_profile *pp, char *errbuf,
 
         snprintf(path, sizeof(path), "layers[%zu].", i);
         if (!json_is_object(l)) {
-            plan_msg(errbuf, errlen, "layers[%zu]: expected an object", i);
-            return FLPS_EPROTO;
+            return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                                   "layers[%zu]: expected an object", i);
         }
         if (!plan_get_name(l, path, &pp->names[i], errbuf, errlen) ||
             !plan_get_numel(l, path, &numel, errbuf, errlen) ||
@@ -268,18 +264,18 @@ static flps_err plan_profile_read(json_t *o, plan_profile *pp, char *errbuf,
                            errlen))
             return FLPS_EPROTO;
         if (!plan_name_is_new(pp->names, i, pp->names[i])) {
-            plan_msg(errbuf, errlen, "%sname: \"%s\" appears twice", path,
-                     pp->names[i]);
-            return FLPS_EPROTO;
+            return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                                   "%sname: \"%s\" appears twice", path,
+                                   pp->names[i]);
         }
         bl->numel = (size_t)numel;
         total += bl->t_backward;
     }
     if (!isfinite(total)) {
-        plan_msg(errbuf, errlen,
-                 "layers: the backward times add up to more than a double "
-                 "holds");
-        return FLPS_EPROTO;
+        return flps_errbuf_set(
+            errbuf, errlen, FLPS_EPROTO,
+            "layers: the backward times add up to more than a double "
+            "holds");
     }
     return FLPS_OK;
 }
@@ -339,13 +335,13 @@ flps_err plan_from_profile(const char *profile_json, uint64_t version,
     flps_err rc;
 
     if (profile_json == NULL || plan_json == NULL) {
-        plan_msg(errbuf, errlen, "no profile or no place for the plan");
-        return FLPS_EINVAL;
+        return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
+                               "no profile or no place for the plan");
     }
     if (version > INT64_MAX) {
-        plan_msg(errbuf, errlen, "version %llu does not fit JSON's integers",
-                 (unsigned long long)version);
-        return FLPS_EINVAL;
+        return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
+                               "version %llu does not fit JSON's integers",
+                               (unsigned long long)version);
     }
     memset(&pp, 0, sizeof(pp));
     if ((o = plan_load("profile", profile_json, errbuf, errlen)) == NULL)
@@ -365,16 +361,18 @@ flps_err plan_from_profile(const char *profile_json, uint64_t version,
     if (lags_plan(pp.backprop, pp.nl, &pp.params, choice, &t_plan) != FLPS_OK ||
         lags_predict(pp.backprop, pp.nl, &pp.params, dense, &t_dense) !=
             FLPS_OK) {
-        plan_msg(errbuf, errlen, "the planner refused the profile");
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                        "the planner refused the profile");
         rc = FLPS_EPROTO;
         goto out;
     }
     if (!isfinite(t_plan) || !isfinite(t_dense)) {
         /* Huge but finite inputs (1e300 s per byte) overflow the model. */
-        plan_msg(errbuf, errlen,
-                 "the profile's costs overflow the planner's model (alpha "
-                 "%g, beta %g)",
-                 pp.params.alpha, pp.params.beta);
+        flps_errbuf_set(
+            errbuf, errlen, FLPS_EPROTO,
+            "the profile's costs overflow the planner's model (alpha "
+            "%g, beta %g)",
+            pp.params.alpha, pp.params.beta);
         rc = FLPS_EPROTO;
         goto out;
     }
@@ -395,7 +393,7 @@ out:
     flps_free(pp.names);
     json_decref(o);
     if (rc == FLPS_ENOMEM)
-        plan_msg(errbuf, errlen, "out of memory");
+        flps_errbuf_set(errbuf, errlen, FLPS_ENOMEM, "out of memory");
     return rc;
 }
 

@@ -145,10 +145,40 @@ static flps_err ds_expect_eof(gzFile gz, const char *path)
     return FLPS_OK;
 }
 
+/* Open an idx file of ndims dimensions, read its header into *h and check
+ * its magic; kind ("images", "labels") is for the log line. On FLPS_OK the
+ * caller owns *gz (gzclose). */
+static flps_err ds_open_idx(const char *path, size_t ndims, uint32_t magic,
+                            const char *kind, gzFile *gz, ds_idx_header *h)
+{
+    unsigned char hdr[4 + 4 * 3];
+    gzFile f = NULL;
+    flps_err rc = ds_open(path, &f);
+
+    if (rc != FLPS_OK)
+        return rc;
+    rc = ds_read(f, path, "the header", hdr, 4 + 4 * ndims);
+    if (rc != FLPS_OK)
+        goto fail;
+    ds_idx_decode(hdr, ndims, h);
+    if (h->magic != magic) {
+        log_error("dataset: %s: bad magic 0x%08x, expected 0x%08x (idx%zu "
+                  "unsigned-byte %s)",
+                  path, h->magic, magic, ndims, kind);
+        rc = FLPS_EPROTO;
+        goto fail;
+    }
+    *gz = f;
+    return FLPS_OK;
+
+fail:
+    gzclose(f);
+    return rc;
+}
+
 /* Read an idx3 image file into freshly allocated normalised floats. */
 static flps_err ds_read_images(const char *path, float **x, size_t *n)
 {
-    unsigned char hdr[16];
     unsigned char chunk[1u << 14];
     float lut[256];
     ds_idx_header h;
@@ -157,20 +187,10 @@ static flps_err ds_read_images(const char *path, float **x, size_t *n)
     size_t total, done = 0;
     flps_err rc;
 
-    rc = ds_open(path, &gz);
+    rc = ds_open_idx(path, 3, FMNIST_IMAGES_MAGIC, "images", &gz, &h);
     if (rc != FLPS_OK)
         return rc;
-    rc = ds_read(gz, path, "the header", hdr, sizeof(hdr));
-    if (rc != FLPS_OK)
-        goto out;
-    ds_idx_decode(hdr, 3, &h);
     rc = FLPS_EPROTO;
-    if (h.magic != FMNIST_IMAGES_MAGIC) {
-        log_error("dataset: %s: bad magic 0x%08x, expected 0x%08x (idx3 "
-                  "unsigned-byte images)",
-                  path, h.magic, FMNIST_IMAGES_MAGIC);
-        goto out;
-    }
     if (h.dims[1] != FMNIST_SIDE || h.dims[2] != FMNIST_SIDE) {
         log_error("dataset: %s: images are %ux%u, expected %ux%u", path,
                   h.dims[1], h.dims[2], FMNIST_SIDE, FMNIST_SIDE);
@@ -217,26 +237,15 @@ out:
 static flps_err ds_read_labels(const char *path, size_t n, const char *images,
                                uint8_t **y)
 {
-    unsigned char hdr[8];
     ds_idx_header h;
     gzFile gz = NULL;
     uint8_t *buf = NULL;
     flps_err rc;
 
-    rc = ds_open(path, &gz);
+    rc = ds_open_idx(path, 1, FMNIST_LABELS_MAGIC, "labels", &gz, &h);
     if (rc != FLPS_OK)
         return rc;
-    rc = ds_read(gz, path, "the header", hdr, sizeof(hdr));
-    if (rc != FLPS_OK)
-        goto out;
-    ds_idx_decode(hdr, 1, &h);
     rc = FLPS_EPROTO;
-    if (h.magic != FMNIST_LABELS_MAGIC) {
-        log_error("dataset: %s: bad magic 0x%08x, expected 0x%08x (idx1 "
-                  "unsigned-byte labels)",
-                  path, h.magic, FMNIST_LABELS_MAGIC);
-        goto out;
-    }
     if (h.dims[0] != n) {
         log_error("dataset: %s declares %u labels but %s has %zu images", path,
                   h.dims[0], images, n);

@@ -16,6 +16,7 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/numparse.h"
 #include "common/rng.h"
 #include "flps.h"
 #include "services/jobspec.h"
@@ -375,7 +376,7 @@ int main(int argc, char **argv)
     uint64_t start_iter, progress_every, nwin = 0;
     int c, status = 1;
     flps_err rc;
-    char *end;
+    int64_t rank_arg;
     plan_watch pw;
     int is_auto;
     double *tb_sum = NULL, alpha = 0, beta = 0;
@@ -389,15 +390,14 @@ int main(int argc, char **argv)
             job_file = optarg;
             break;
         case 'r':
-            errno = 0;
-            rank = strtol(optarg, &end, 10);
-            if (errno != 0 || *end != '\0' || rank < 0) {
-                fprintf(stderr,
-                        "flworker: --rank wants an integer >= 0, got "
-                        "'%s'\n",
-                        optarg);
+            /* A rank is below the job's workers, at most 1024 (jobspec.h);
+             * the fit with this job is checked once it is loaded. */
+            if (flps_parse_i64("--rank", optarg, 0, 1023, &rank_arg, errbuf,
+                               sizeof(errbuf)) != FLPS_OK) {
+                fprintf(stderr, "flworker: %s\n", errbuf);
                 return 2;
             }
+            rank = (long)rank_arg;
             break;
         case 's':
             server_list = optarg;

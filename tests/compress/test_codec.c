@@ -100,6 +100,22 @@ Test(codec, rejects_malformed_specs)
                  "too small a buffer is an error, not a truncation");
 }
 
+Test(codec, refuses_signs_and_hex_in_a_spec_parameter)
+{
+    static const char *const bad[] = {
+        "topk:+0.5", "topk:0x0.1p0", "topk:1e400",
+        "qsgd:+4",   "qsgd:0x4",     "qsgd:18446744073709551620"};
+    codec_spec spec;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        cr_assert_eq(codec_spec_parse(bad[i], &spec), FLPS_EINVAL, "'%s'",
+                     bad[i]);
+    cr_assert_eq(codec_spec_parse("topk:5e-2", &spec), FLPS_OK);
+    cr_assert_eq(spec.density, 0.05);
+    cr_assert_eq(codec_spec_parse("qsgd:08", &spec), FLPS_OK);
+    cr_assert_eq(spec.bits, 8);
+}
+
 Test(codec, sends_k_pairs_for_a_density)
 {
     codec_spec spec;
