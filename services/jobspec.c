@@ -4,8 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,90 +14,279 @@
 #include <yaml.h>
 
 #include "common/alloc.h"
+#include "common/numparse.h"
 
 /* A job file is a short list of settings; anything bigger is a mistake
  * (a dataset or a log passed by accident) and is refused before parsing. */
 #define JOBSPEC_MAX_FILE ((size_t)1 << 20)
 
-#define JOBSPEC_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
-
 /* Longest value quoted back in a message; longer ones end in "...". */
 #define JP_SHOW_MAX 40
 
+/* Room for any "expected ..." text, built or given. */
+#define JP_EXPECT_MAX 256
+
 #define JP_U32_MAX_TEXT "4294967295"
-#define JP_U64_MAX_TEXT "18446744073709551615"
 #define JP_SIZE_TEXT                                                           \
     "a size in bytes, or a number with a suffix K, M, G, T (powers of "        \
     "1000) or Ki, Mi, Gi, Ti (powers of 1024), e.g. 512Mi"
 #define JP_CODECS_TEXT                                                         \
     "dense, topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, fp16, sign, auto"
 
-/* Every key: its enum id, its spelling, and what it accepts (quoted in
- * messages; docs/job-file.md says the same in prose). One table so the
- * three never drift apart. */
-#define JP_KEYS(X)                                                             \
-    X(NAME, "name", "a name of 1 to 63 characters from A-Z a-z 0-9 _ . -")     \
-    X(MODEL, "model", "one of mlp, cnn")                                       \
-    X(DATASET, "dataset", "one of fashion-mnist, synthetic")                   \
-    X(DATA_DIR, "data_dir", "a directory path of 1 to 255 bytes")              \
-    X(PARTITION, "partition", "one of iid, dirichlet:A with A > 0")            \
-    X(WORKERS, "workers", "an integer from 1 to 1024")                         \
-    X(SERVERS, "servers", "an integer from 1 to 256")                          \
-    X(MODE, "mode", "one of ssgd, async, ssp:S, fedavg (S an integer >= 0)")   \
-    X(ITERATIONS, "iterations", "an integer from 1 to " JP_U64_MAX_TEXT)       \
-    X(ROUNDS, "rounds",                                                        \
-      "an integer from 0 to " JP_U32_MAX_TEXT " (fedavg needs at least 1)")    \
-    X(LOCAL_STEPS, "local_steps", "an integer from 1 to " JP_U32_MAX_TEXT)     \
-    X(CLIENT_FRACTION, "client_fraction", "a number with 0 < F <= 1")          \
-    X(BATCH_SIZE, "batch_size", "an integer from 1 to 65536")                  \
-    X(LR, "lr", "a number > 0")                                                \
-    X(MOMENTUM, "momentum", "a number with 0 <= M < 1")                        \
-    X(LR_SCHEDULE, "lr_schedule", "one of constant, cosine")                   \
-    X(COMPRESSION, "compression",                                              \
-      "one of " JP_CODECS_TEXT " (0 < D <= 1, BITS from 1 to 8)")              \
-    X(TRANSPORT, "transport", "one of zmq, rdma")                              \
-    X(SEED, "seed", "an integer from 0 to " JP_U64_MAX_TEXT)                   \
-    X(EVAL_EVERY, "eval_every",                                                \
-      "an integer from 0 to " JP_U64_MAX_TEXT " (0 = only at the end)")        \
-    X(PART_SIZE, "part_size", "an integer from 1 to " JP_U32_MAX_TEXT)         \
-    X(CHECKPOINT_INTERVAL, "checkpoint_interval",                              \
-      "a number of seconds >= 0 (0 = off)")                                    \
-    X(MAX_RESTARTS, "max_restarts", "an integer from 0 to " JP_U32_MAX_TEXT)   \
-    X(PRIORITY, "priority", "an integer from 0 to " JP_U32_MAX_TEXT)           \
-    X(CPUS_PER_WORKER, "cpus_per_worker", "a number of CPUs > 0")              \
-    X(MEMORY_PER_WORKER, "memory_per_worker", JP_SIZE_TEXT)                    \
-    X(GPUS_PER_WORKER, "gpus_per_worker", "an integer from 0 to 1024")         \
-    X(CPUS_PER_SERVER, "cpus_per_server", "a number of CPUs > 0")              \
-    X(MEMORY_PER_SERVER, "memory_per_server", JP_SIZE_TEXT)                    \
-    X(TIME_LIMIT, "time_limit", "a number of seconds >= 0 (0 = no limit)")
+/* Every refusal of a parse is FLPS_ECONFIG with one message, written by
+ * the one error-buffer formatter. */
+#define JP_FAIL(p, ...)                                                        \
+    flps_errbuf_set((p)->errbuf, (p)->errlen, FLPS_ECONFIG, __VA_ARGS__)
+
+/* ---- The key table ----------------------------------------------------
+ * One row per key drives the parsing, the defaults, the "expected ..."
+ * part of every message, the list of accepted keys, the enum names and
+ * the table in docs/job-file.md, so none of them can drift apart. */
 
 typedef enum {
-#define JP_KEY_ENUM_(id, name, expect) JP_KEY_##id,
-    JP_KEYS(JP_KEY_ENUM_)
-#undef JP_KEY_ENUM_
-        JP_KEY_COUNT
+    JP_KEY_NAME,
+    JP_KEY_MODEL,
+    JP_KEY_DATASET,
+    JP_KEY_DATA_DIR,
+    JP_KEY_PARTITION,
+    JP_KEY_WORKERS,
+    JP_KEY_SERVERS,
+    JP_KEY_MODE,
+    JP_KEY_ITERATIONS,
+    JP_KEY_ROUNDS,
+    JP_KEY_LOCAL_STEPS,
+    JP_KEY_CLIENT_FRACTION,
+    JP_KEY_BATCH_SIZE,
+    JP_KEY_LR,
+    JP_KEY_MOMENTUM,
+    JP_KEY_LR_SCHEDULE,
+    JP_KEY_COMPRESSION,
+    JP_KEY_TRANSPORT,
+    JP_KEY_SEED,
+    JP_KEY_EVAL_EVERY,
+    JP_KEY_PART_SIZE,
+    JP_KEY_CHECKPOINT_INTERVAL,
+    JP_KEY_MAX_RESTARTS,
+    JP_KEY_PRIORITY,
+    JP_KEY_CPUS_PER_WORKER,
+    JP_KEY_MEMORY_PER_WORKER,
+    JP_KEY_GPUS_PER_WORKER,
+    JP_KEY_CPUS_PER_SERVER,
+    JP_KEY_MEMORY_PER_SERVER,
+    JP_KEY_TIME_LIMIT,
+    JP_KEY_COUNT
 } jp_key;
 
-static const char *const jp_key_names[JP_KEY_COUNT] = {
-#define JP_KEY_NAME_(id, name, expect) name,
-    JP_KEYS(JP_KEY_NAME_)
-#undef JP_KEY_NAME_
+typedef enum {
+    JP_TEXT,       /* a name from the row's bytes (chars) */
+    JP_PATH,       /* any text */
+    JP_WORD,       /* one of words[], stored as its index (the enum value) */
+    JP_WORD_PARAM, /* "word" or "word:param"; words[i] takes params[i] */
+    JP_UINT,       /* decimal digits in [umin, umax] */
+    JP_REAL,       /* a plain decimal within range */
+    JP_SIZE,       /* a SIZE (jobspec_size_parse) in bytes */
+} jp_type;
+
+/* Bounds of a real; an open end excludes its value. */
+typedef struct jp_range {
+    double lo, hi;
+    bool lo_open, hi_open;
+} jp_range;
+
+#define JP_ABOVE(x)                                                            \
+    {                                                                          \
+        (x), INFINITY, true, false                                             \
+    }
+#define JP_AT_LEAST(x)                                                         \
+    {                                                                          \
+        (x), INFINITY, false, false                                            \
+    }
+
+/* The parameter after "word:", and the field it goes to. Every word of a
+ * key that takes none leaves the field at neutral. */
+typedef struct jp_param {
+    jp_type type; /* JP_UINT or JP_REAL */
+    size_t offset, size;
+    double neutral;
+    const char *what;   /* "density": "'topk:2' has density 2 out of range" */
+    const char *needs;  /* "a density": "'topk' needs a density" */
+    const char *expect; /* after the word: ":D with 0 < D <= 1" */
+    uint64_t umin, umax;
+    jp_range range;
+} jp_param;
+
+typedef struct jp_keydef {
+    const char *name; /* the key as written, also the field's name */
+    jp_type type;
+    size_t offset, size;      /* the field in struct jobspec */
+    const char *def;          /* default, as the file would say it; NULL =
+                                 required */
+    const char *expect;       /* what is accepted; NULL: built from words or
+                                 the integer range (and note) */
+    const char *note;         /* JP_UINT: said after the built range */
+    uint64_t umin, umax;      /* JP_UINT */
+    jp_range range;           /* JP_REAL */
+    const char *chars;        /* JP_TEXT */
+    const char *const *words; /* JP_WORD, JP_WORD_PARAM: by enum value */
+    size_t nwords;
+    const char *kind;              /* JP_WORD_PARAM: "is not a codec" */
+    const jp_param *const *params; /* JP_WORD_PARAM: by enum value */
+} jp_keydef;
+
+#define JP_OFFSET_SIZE(f)                                                      \
+    .offset = offsetof(jobspec, f), .size = sizeof(((jobspec *)0)->f)
+/* A row's key is spelled once: as the field's name. */
+#define JP_ROW(f, t, dflt)                                                     \
+    .name = #f, .type = (t), JP_OFFSET_SIZE(f), .def = (dflt)
+#define JP_WORDS(a) .words = (a), .nwords = sizeof(a) / sizeof((a)[0])
+
+/* Enum fields are stored as 32-bit values, like the integer fields. */
+_Static_assert(sizeof(jobspec_model) == sizeof(uint32_t) &&
+                   sizeof(jobspec_dataset) == sizeof(uint32_t) &&
+                   sizeof(jobspec_partition) == sizeof(uint32_t) &&
+                   sizeof(jobspec_mode) == sizeof(uint32_t) &&
+                   sizeof(jobspec_comp) == sizeof(uint32_t) &&
+                   sizeof(jobspec_lr_schedule) == sizeof(uint32_t) &&
+                   sizeof(jobspec_transport) == sizeof(uint32_t),
+               "enum fields are 32 bits");
+
+static const char *const jp_models[] = {"mlp", "cnn"};
+static const char *const jp_datasets[] = {"fashion-mnist", "synthetic"};
+static const char *const jp_partitions[] = {"iid", "dirichlet"};
+static const char *const jp_modes[] = {"ssgd", "async", "ssp", "fedavg"};
+static const char *const jp_schedules[] = {"constant", "cosine"};
+static const char *const jp_transports[] = {"zmq", "rdma"};
+/* By jobspec_comp value, which is also the order of proto's codec ids. */
+static const char *const jp_codecs[] = {
+    "dense", "topk", "gtopk", "randk", "dgc", "qsgd", "fp16", "auto", "sign"};
+
+static const jp_param jp_alpha = {
+    .type = JP_REAL,
+    JP_OFFSET_SIZE(dirichlet_alpha),
+    .neutral = 0,
+    .what = "alpha",
+    .needs = "a concentration alpha",
+    .expect = ":A with A > 0",
+    .range = JP_ABOVE(0),
+};
+static const jp_param jp_staleness = {
+    .type = JP_UINT,
+    JP_OFFSET_SIZE(staleness),
+    .neutral = 0,
+    .what = "staleness",
+    .needs = "a staleness bound",
+    .expect = ":S with S an integer from 0 to " JP_U32_MAX_TEXT,
+    .umin = 0,
+    .umax = UINT32_MAX,
+};
+static const jp_param jp_density = {
+    .type = JP_REAL,
+    JP_OFFSET_SIZE(density),
+    .neutral = 1,
+    .what = "density",
+    .needs = "a density",
+    .expect = ":D with 0 < D <= 1",
+    .range = {0, 1, true, false},
+};
+static const jp_param jp_bits = {
+    .type = JP_UINT,
+    JP_OFFSET_SIZE(qsgd_bits),
+    .neutral = 0,
+    .what = "bits",
+    .needs = "a bit width",
+    .expect = ":BITS with BITS from 1 to 8",
+    .umin = 1,
+    .umax = 8,
 };
 
-static const char *const jp_key_expect[JP_KEY_COUNT] = {
-#define JP_KEY_EXPECT_(id, name, expect) expect,
-    JP_KEYS(JP_KEY_EXPECT_)
-#undef JP_KEY_EXPECT_
-};
+static const jp_param *const jp_partition_params[] = {NULL, &jp_alpha};
+static const jp_param *const jp_mode_params[] = {NULL, NULL, &jp_staleness,
+                                                 NULL};
+static const jp_param *const jp_codec_params[] = {
+    NULL,     &jp_density, &jp_density, &jp_density, &jp_density,
+    &jp_bits, NULL,        NULL,        NULL};
 
-#define JP_ACCEPTED_KEYS                                                       \
-    "name, model, dataset, data_dir, partition, workers, servers, mode, "      \
-    "iterations, rounds, local_steps, client_fraction, batch_size, lr, "       \
-    "momentum, lr_schedule, compression, transport, seed, eval_every, "        \
-    "part_size, "                                                              \
-    "checkpoint_interval, max_restarts, priority, cpus_per_worker, "           \
-    "memory_per_worker, gpus_per_worker, cpus_per_server, "                    \
-    "memory_per_server, time_limit"
+#define JP_SECONDS(note) "a number of seconds >= 0 (" note ")"
+
+static const jp_keydef jp_keys[JP_KEY_COUNT] = {
+    [JP_KEY_NAME] = {JP_ROW(name, JP_TEXT, NULL),
+                     .expect = "a name of 1 to 63 characters from A-Z a-z "
+                               "0-9 _ . -",
+                     .chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                              "abcdefghijklmnopqrstuvwxyz0123456789_.-"},
+    [JP_KEY_MODEL] = {JP_ROW(model, JP_WORD, NULL), JP_WORDS(jp_models)},
+    [JP_KEY_DATASET] = {JP_ROW(dataset, JP_WORD, "fashion-mnist"),
+                        JP_WORDS(jp_datasets)},
+    [JP_KEY_DATA_DIR] = {JP_ROW(data_dir, JP_PATH,
+                                "/usr/share/datasets/fashion-mnist"),
+                         .expect = "a directory path of 1 to 255 bytes"},
+    [JP_KEY_PARTITION] = {JP_ROW(partition, JP_WORD_PARAM, "iid"),
+                          .expect = "one of iid, dirichlet:A with A > 0",
+                          JP_WORDS(jp_partitions), .kind = "a partition",
+                          .params = jp_partition_params},
+    [JP_KEY_WORKERS] = {JP_ROW(workers, JP_UINT, "1"), .umin = 1, .umax = 1024},
+    [JP_KEY_SERVERS] = {JP_ROW(servers, JP_UINT, "1"), .umin = 1, .umax = 256},
+    [JP_KEY_MODE] = {JP_ROW(mode, JP_WORD_PARAM, "ssgd"),
+                     .expect = "one of ssgd, async, ssp:S, fedavg (S an "
+                               "integer >= 0)",
+                     JP_WORDS(jp_modes), .kind = "a mode",
+                     .params = jp_mode_params},
+    [JP_KEY_ITERATIONS] = {JP_ROW(iterations, JP_UINT, "1000"), .umin = 1,
+                           .umax = UINT64_MAX},
+    /* fedavg's need for a round is checked once the mode is known. */
+    [JP_KEY_ROUNDS] = {JP_ROW(rounds, JP_UINT, "10"),
+                       .note = "fedavg needs at least 1", .umin = 0,
+                       .umax = UINT32_MAX},
+    [JP_KEY_LOCAL_STEPS] = {JP_ROW(local_steps, JP_UINT, "10"), .umin = 1,
+                            .umax = UINT32_MAX},
+    [JP_KEY_CLIENT_FRACTION] = {JP_ROW(client_fraction, JP_REAL, "1"),
+                                .expect = "a number with 0 < F <= 1",
+                                .range = {0, 1, true, false}},
+    [JP_KEY_BATCH_SIZE] = {JP_ROW(batch_size, JP_UINT, "32"), .umin = 1,
+                           .umax = 65536},
+    [JP_KEY_LR] = {JP_ROW(lr, JP_REAL, "0.05"), .expect = "a number > 0",
+                   .range = JP_ABOVE(0)},
+    [JP_KEY_MOMENTUM] = {JP_ROW(momentum, JP_REAL, "0.9"),
+                         .expect = "a number with 0 <= M < 1",
+                         .range = {0, 1, false, true}},
+    [JP_KEY_LR_SCHEDULE] = {JP_ROW(lr_schedule, JP_WORD, "constant"),
+                            JP_WORDS(jp_schedules)},
+    [JP_KEY_COMPRESSION] = {JP_ROW(compression, JP_WORD_PARAM, "dense"),
+                            .expect = "one of " JP_CODECS_TEXT
+                                      " (0 < D <= 1, BITS from 1 to 8)",
+                            JP_WORDS(jp_codecs), .kind = "a codec",
+                            .params = jp_codec_params},
+    [JP_KEY_TRANSPORT] = {JP_ROW(transport, JP_WORD, "zmq"),
+                          JP_WORDS(jp_transports)},
+    [JP_KEY_SEED] = {JP_ROW(seed, JP_UINT, "1"), .umin = 0, .umax = UINT64_MAX},
+    [JP_KEY_EVAL_EVERY] = {JP_ROW(eval_every, JP_UINT, "100"),
+                           .note = "0 = only at the end", .umin = 0,
+                           .umax = UINT64_MAX},
+    [JP_KEY_PART_SIZE] = {JP_ROW(part_size, JP_UINT, "65536"), .umin = 1,
+                          .umax = UINT32_MAX},
+    [JP_KEY_CHECKPOINT_INTERVAL] = {JP_ROW(checkpoint_interval, JP_REAL, "0"),
+                                    .expect = JP_SECONDS("0 = off"),
+                                    .range = JP_AT_LEAST(0)},
+    [JP_KEY_MAX_RESTARTS] = {JP_ROW(max_restarts, JP_UINT, "0"), .umin = 0,
+                             .umax = UINT32_MAX},
+    [JP_KEY_PRIORITY] = {JP_ROW(priority, JP_UINT, "0"), .umin = 0,
+                         .umax = UINT32_MAX},
+    [JP_KEY_CPUS_PER_WORKER] = {JP_ROW(cpus_per_worker, JP_REAL, "1"),
+                                .expect = "a number of CPUs > 0",
+                                .range = JP_ABOVE(0)},
+    [JP_KEY_MEMORY_PER_WORKER] = {JP_ROW(memory_per_worker, JP_SIZE, "1Gi"),
+                                  .expect = JP_SIZE_TEXT},
+    [JP_KEY_GPUS_PER_WORKER] = {JP_ROW(gpus_per_worker, JP_UINT, "0"),
+                                .umin = 0, .umax = 1024},
+    [JP_KEY_CPUS_PER_SERVER] = {JP_ROW(cpus_per_server, JP_REAL, "1"),
+                                .expect = "a number of CPUs > 0",
+                                .range = JP_ABOVE(0)},
+    [JP_KEY_MEMORY_PER_SERVER] = {JP_ROW(memory_per_server, JP_SIZE, "512Mi"),
+                                  .expect = JP_SIZE_TEXT},
+    [JP_KEY_TIME_LIMIT] = {JP_ROW(time_limit, JP_REAL, "0"),
+                           .expect = JP_SECONDS("0 = no limit"),
+                           .range = JP_AT_LEAST(0)},
+};
 
 /* Parse state: where the message goes, and the line each key was given on
  * (0 = not given) for duplicate detection and cross-field messages. */
@@ -122,37 +311,45 @@ static void jp_at(jp *p, unsigned long line, const char *field, size_t n)
     p->at_field[n] = '\0';
 }
 
-static void jp_vformat(char *buf, size_t len, const char *fmt, va_list ap)
+static void jp_at_key(jp *p, unsigned long line, jp_key key)
 {
-    if (buf == NULL || len == 0)
-        return;
-    vsnprintf(buf, len, fmt, ap);
+    jp_at(p, line, jp_keys[key].name, strlen(jp_keys[key].name));
 }
 
-static void jp_format(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void jp_format(char *buf, size_t len, const char *fmt, ...)
+/* What a key accepts, as quoted after "expected": the row's text, or one
+ * built from its words or its integer range. Returns buf or the row's
+ * static text. */
+static const char *jp_expect(jp_key key, char buf[JP_EXPECT_MAX])
 {
-    va_list ap;
+    const jp_keydef *k = &jp_keys[key];
+    size_t n = 0;
 
-    va_start(ap, fmt);
-    jp_vformat(buf, len, fmt, ap);
-    va_end(ap);
+    if (k->expect != NULL)
+        return k->expect;
+    if (k->type == JP_UINT) {
+        snprintf(buf, JP_EXPECT_MAX, "an integer from %llu to %llu%s%s%s",
+                 (unsigned long long)k->umin, (unsigned long long)k->umax,
+                 k->note ? " (" : "", k->note ? k->note : "",
+                 k->note ? ")" : "");
+        return buf;
+    }
+    buf[0] = '\0';
+    for (size_t i = 0; i < k->nwords && n < JP_EXPECT_MAX; i++)
+        n += (size_t)snprintf(buf + n, JP_EXPECT_MAX - n, "%s%s",
+                              i == 0 ? "one of " : ", ", k->words[i]);
+    return buf;
 }
 
-static flps_err jp_fail(jp *p, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-/* Record the one message for this parse; always returns FLPS_ECONFIG. */
-static flps_err jp_fail(jp *p, const char *fmt, ...)
+/* Every key, comma-separated, for "accepted keys: ...". */
+static const char *jp_key_list(char *buf, size_t len)
 {
-    va_list ap;
+    size_t n = 0;
 
-    va_start(ap, fmt);
-    jp_vformat(p->errbuf, p->errlen, fmt, ap);
-    va_end(ap);
-    return FLPS_ECONFIG;
+    buf[0] = '\0';
+    for (int i = 0; i < JP_KEY_COUNT && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%s", i == 0 ? "" : ", ",
+                              jp_keys[i].name);
+    return buf;
 }
 
 /* Copy a value for quoting in a message: control bytes become '?' so a
@@ -247,24 +444,18 @@ typedef enum {
     JP_NUM_RANGE,     /* does not fit the type */
 } jp_num;
 
+/* Decimal digits only, through the one bounded number parser; a refusal
+ * is then sorted into the kinds the messages tell apart. */
 static jp_num jp_parse_u64(const char *s, uint64_t *out)
 {
-    char *end = NULL;
-    unsigned long long v;
-
+    if (flps_parse_u64(NULL, s, 0, UINT64_MAX, out, NULL, 0) == FLPS_OK)
+        return JP_NUM_OK;
     if (s[0] == '-' && s[1] >= '0' && s[1] <= '9')
         return JP_NUM_NEGATIVE;
-    /* strtoull skips spaces and accepts a sign; neither belongs here. */
-    if (!(s[0] >= '0' && s[0] <= '9'))
-        return JP_NUM_SYNTAX;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (*end != '\0')
-        return JP_NUM_SYNTAX;
-    if (errno == ERANGE)
+    /* Only digits, yet refused: more than 64 bits. */
+    if (s[0] != '\0' && strspn(s, "0123456789") == strlen(s))
         return JP_NUM_RANGE;
-    *out = (uint64_t)v;
-    return JP_NUM_OK;
+    return JP_NUM_SYNTAX;
 }
 
 static bool jp_is_nonfinite_word(const char *s)
@@ -320,85 +511,6 @@ static const char *jp_num_problem(jp_num st, bool integer)
         break;
     }
     return "is out of range";
-}
-
-/* ---- Values ---------------------------------------------------------- */
-
-/* A value as handed to the setters: text, its line, and the key. */
-typedef struct jp_val {
-    const char *s;
-    size_t n;
-    unsigned long line;
-    jp_key key;
-} jp_val;
-
-static flps_err jp_bad(jp *p, const jp_val *v, const char *problem)
-{
-    char shown[JP_SHOW_MAX + 4];
-
-    jp_show(v->s, v->n, shown);
-    return jp_fail(p, "line %lu: %s: '%s' %s; expected %s", v->line,
-                   jp_key_names[v->key], shown, problem, jp_key_expect[v->key]);
-}
-
-static flps_err jp_uint(jp *p, const jp_val *v, uint64_t lo, uint64_t hi,
-                        uint64_t *out)
-{
-    uint64_t x = 0;
-    jp_num st = jp_parse_u64(v->s, &x);
-
-    if (st == JP_NUM_OK && (x < lo || x > hi))
-        st = JP_NUM_RANGE;
-    if (st != JP_NUM_OK)
-        return jp_bad(p, v, jp_num_problem(st, true));
-    *out = x;
-    return FLPS_OK;
-}
-
-static flps_err jp_u32(jp *p, const jp_val *v, uint32_t lo, uint32_t hi,
-                       uint32_t *out)
-{
-    uint64_t x = 0;
-    flps_err rc = jp_uint(p, v, lo, hi, &x);
-
-    if (rc == FLPS_OK)
-        *out = (uint32_t)x;
-    return rc;
-}
-
-/* A real number; ok_range is the caller's bounds check on the value. */
-static flps_err jp_real(jp *p, const jp_val *v, bool (*ok_range)(double),
-                        double *out)
-{
-    double x = 0;
-    jp_num st = jp_parse_real(v->s, &x);
-
-    if (st == JP_NUM_OK && !ok_range(x))
-        st = JP_NUM_RANGE;
-    if (st != JP_NUM_OK)
-        return jp_bad(p, v, jp_num_problem(st, false));
-    *out = x;
-    return FLPS_OK;
-}
-
-static bool jp_positive(double x)
-{
-    return x > 0;
-}
-
-static bool jp_non_negative(double x)
-{
-    return x >= 0;
-}
-
-static bool jp_fraction(double x)
-{
-    return x > 0 && x <= 1;
-}
-
-static bool jp_momentum(double x)
-{
-    return x >= 0 && x < 1;
 }
 
 /* SIZE: decimal digits, optionally a fraction, and a suffix; without a
@@ -473,41 +585,98 @@ flps_err jobspec_size_parse(const char *text, uint64_t *out)
     return FLPS_OK;
 }
 
-static flps_err jp_size(jp *p, const jp_val *v, uint64_t *out)
-{
-    uint64_t x = 0;
-    jp_num st = jp_parse_size(v->s, &x);
+/* ---- Values ---------------------------------------------------------- */
 
-    if (st == JP_NUM_SYNTAX)
-        return jp_bad(p, v, "is not a size");
-    if (st != JP_NUM_OK)
-        return jp_bad(p, v, jp_num_problem(st, true));
-    *out = x;
+/* A value as handed to the setters: text, its line, and the key. */
+typedef struct jp_val {
+    const char *s;
+    size_t n;
+    unsigned long line;
+    jp_key key;
+} jp_val;
+
+static flps_err jp_bad(jp *p, const jp_val *v, const char *problem)
+{
+    char shown[JP_SHOW_MAX + 4];
+    char ex[JP_EXPECT_MAX];
+
+    jp_show(v->s, v->n, shown);
+    return JP_FAIL(p, "line %lu: %s: '%s' %s; expected %s", v->line,
+                   jp_keys[v->key].name, shown, problem, jp_expect(v->key, ex));
+}
+
+static bool jp_in_range(double x, const jp_range *r)
+{
+    bool lo_ok = r->lo_open ? x > r->lo : x >= r->lo;
+    bool hi_ok = r->hi_open ? x < r->hi : x <= r->hi;
+
+    return lo_ok && hi_ok;
+}
+
+/* Integer fields are 32 or 64 bits (enums are 32, see above). */
+static void jp_store_uint(jobspec *s, size_t offset, size_t size, uint64_t x)
+{
+    char *field = (char *)s + offset;
+
+    if (size == sizeof(uint32_t)) {
+        uint32_t v = (uint32_t)x;
+        memcpy(field, &v, sizeof(v));
+    } else {
+        memcpy(field, &x, sizeof(x));
+    }
+}
+
+static void jp_store_real(jobspec *s, size_t offset, double x)
+{
+    memcpy((char *)s + offset, &x, sizeof(x));
+}
+
+static flps_err jp_set_text(jp *p, const jp_val *v, jobspec *s)
+{
+    const jp_keydef *k = &jp_keys[v->key];
+    size_t ok = k->chars != NULL ? strspn(v->s, k->chars) : v->n;
+
+    if (v->n == 0)
+        return jp_bad(p, v, "is empty");
+    if (v->n >= k->size)
+        return jp_bad(p, v, "is too long");
+    if (ok != v->n) {
+        char c = v->s[ok];
+        char shown[JP_SHOW_MAX + 4];
+        char ex[JP_EXPECT_MAX];
+
+        jp_show(v->s, v->n, shown);
+        if ((unsigned char)c < 0x20 || c == 0x7f)
+            return jp_bad(p, v, "contains a control character");
+        return JP_FAIL(p, "line %lu: %s: '%s' contains '%c'; expected %s",
+                       v->line, k->name, shown, c, jp_expect(v->key, ex));
+    }
+    memcpy((char *)s + k->offset, v->s, v->n + 1);
     return FLPS_OK;
 }
 
-/* Index of v in names (exact match); otherwise a message that suggests
- * the closest name when there is one. */
-static flps_err jp_choice(jp *p, const jp_val *v, const char *const *names,
-                          size_t n, int *out)
+/* One of the row's words (exact match); otherwise a message that suggests
+ * the closest word when there is one. */
+static flps_err jp_set_word(jp *p, const jp_val *v, jobspec *s)
 {
+    const jp_keydef *k = &jp_keys[v->key];
     char shown[JP_SHOW_MAX + 4];
+    char ex[JP_EXPECT_MAX];
     const char *near;
 
-    for (size_t i = 0; i < n; i++) {
-        if (strcmp(v->s, names[i]) == 0) {
-            *out = (int)i;
+    for (size_t i = 0; i < k->nwords; i++) {
+        if (strcmp(v->s, k->words[i]) == 0) {
+            jp_store_uint(s, k->offset, k->size, i);
             return FLPS_OK;
         }
     }
     jp_show(v->s, v->n, shown);
-    near = jp_closest(v->s, names, n);
+    near = jp_closest(v->s, k->words, k->nwords);
     if (near != NULL)
-        return jp_fail(p,
+        return JP_FAIL(p,
                        "line %lu: %s: '%s' is not accepted; expected "
                        "%s; did you mean '%s'?",
-                       v->line, jp_key_names[v->key], shown,
-                       jp_key_expect[v->key], near);
+                       v->line, k->name, shown, jp_expect(v->key, ex), near);
     return jp_bad(p, v, "is not accepted");
 }
 
@@ -527,385 +696,173 @@ static const char *jp_split(const char *s, char *word, size_t wlen)
 
 /* Message for a bad parameter of a "word:param" value, e.g.
  * "'topk:2' has density 2 out of range; expected topk:D with 0 < D <= 1". */
-static flps_err jp_bad_param(jp *p, const jp_val *v, const char *what,
+static flps_err jp_bad_param(jp *p, const jp_val *v, const jp_param *pp,
                              const char *param, jp_num st, const char *expect)
 {
     char shown[JP_SHOW_MAX + 4];
     char pshown[JP_SHOW_MAX + 4];
+    const char *key = jp_keys[v->key].name;
 
     jp_show(v->s, v->n, shown);
     jp_show(param, strlen(param), pshown);
     if (st == JP_NUM_RANGE || st == JP_NUM_OK)
-        return jp_fail(p,
+        return JP_FAIL(p,
                        "line %lu: %s: '%s' has %s %s out of range; "
                        "expected %s",
-                       v->line, jp_key_names[v->key], shown, what, pshown,
-                       expect);
-    return jp_fail(p, "line %lu: %s: '%s' has %s '%s' which %s; expected %s",
-                   v->line, jp_key_names[v->key], shown, what, pshown,
-                   jp_num_problem(st, strcmp(what, "density") != 0 &&
-                                          strcmp(what, "alpha") != 0),
-                   expect);
-}
-
-static flps_err jp_no_param(jp *p, const jp_val *v, const char *word)
-{
-    char shown[JP_SHOW_MAX + 4];
-
-    jp_show(v->s, v->n, shown);
-    return jp_fail(p, "line %lu: %s: '%s': %s takes no parameter; expected %s",
-                   v->line, jp_key_names[v->key], shown, word,
-                   jp_key_expect[v->key]);
-}
-
-static flps_err jp_needs_param(jp *p, const jp_val *v, const char *what,
-                               const char *expect)
-{
-    char shown[JP_SHOW_MAX + 4];
-
-    jp_show(v->s, v->n, shown);
-    return jp_fail(p, "line %lu: %s: '%s' needs %s; expected %s", v->line,
-                   jp_key_names[v->key], shown, what, expect);
+                       v->line, key, shown, pp->what, pshown, expect);
+    return JP_FAIL(p, "line %lu: %s: '%s' has %s '%s' which %s; expected %s",
+                   v->line, key, shown, pp->what, pshown,
+                   jp_num_problem(st, pp->type == JP_UINT), expect);
 }
 
 /* Message for a value whose word (before ':') is unknown; the suggestion,
  * when there is one, keeps the parameter: "gtop:0.01" -> "gtopk:0.01". */
-static flps_err jp_bad_word(jp *p, const jp_val *v, const char *word,
-                            const char *const *words, size_t n,
-                            const char *what)
+static flps_err jp_bad_word(jp *p, const jp_val *v, const char *word)
 {
+    const jp_keydef *k = &jp_keys[v->key];
     char shown[JP_SHOW_MAX + 4];
-    char fix[JP_SHOW_MAX + 24];
-    const char *near = jp_closest(word, words, n);
+    char pshown[JP_SHOW_MAX + 4] = "";
+    const char *near = jp_closest(word, k->words, k->nwords);
     const char *colon = strchr(v->s, ':');
 
     jp_show(v->s, v->n, shown);
     if (near == NULL)
-        return jp_fail(p, "line %lu: %s: '%s' is not %s; expected %s", v->line,
-                       jp_key_names[v->key], shown, what,
-                       jp_key_expect[v->key]);
-    if (colon != NULL) {
-        char pshown[JP_SHOW_MAX + 4];
-
+        return JP_FAIL(p, "line %lu: %s: '%s' is not %s; expected %s", v->line,
+                       k->name, shown, k->kind, k->expect);
+    if (colon != NULL)
         jp_show(colon, strlen(colon), pshown);
-        jp_format(fix, sizeof(fix), "%s%s", near, pshown);
-    } else {
-        jp_format(fix, sizeof(fix), "%s", near);
-    }
-    return jp_fail(p,
+    return JP_FAIL(p,
                    "line %lu: %s: '%s' is not %s; expected %s; did you "
-                   "mean '%s'?",
-                   v->line, jp_key_names[v->key], shown, what,
-                   jp_key_expect[v->key], fix);
+                   "mean '%s%s'?",
+                   v->line, k->name, shown, k->kind, k->expect, near, pshown);
 }
 
-static flps_err jp_set_name(jp *p, const jp_val *v, jobspec *s)
+/* "word" or "word:param": the word sets the enum field, its parameter (if
+ * it takes one) its own field; the key's other parameter fields go back
+ * to neutral, so "dense" after "topk:0.1" leaves no density behind. */
+static flps_err jp_set_word_param(jp *p, const jp_val *v, jobspec *s)
 {
-    size_t ok = strspn(v->s, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                             "abcdefghijklmnopqrstuvwxyz0123456789_.-");
-
-    if (v->n == 0)
-        return jp_bad(p, v, "is empty");
-    if (v->n >= sizeof(s->name))
-        return jp_bad(p, v, "is too long");
-    if (ok != v->n) {
-        char c = v->s[ok];
-        char shown[JP_SHOW_MAX + 4];
-
-        jp_show(v->s, v->n, shown);
-        if ((unsigned char)c < 0x20 || c == 0x7f)
-            return jp_bad(p, v, "contains a control character");
-        return jp_fail(p, "line %lu: name: '%s' contains '%c'; expected %s",
-                       v->line, shown, c, jp_key_expect[JP_KEY_NAME]);
-    }
-    memcpy(s->name, v->s, v->n + 1);
-    return FLPS_OK;
-}
-
-static flps_err jp_set_data_dir(jp *p, const jp_val *v, jobspec *s)
-{
-    if (v->n == 0)
-        return jp_bad(p, v, "is empty");
-    if (v->n >= sizeof(s->data_dir))
-        return jp_bad(p, v, "is too long");
-    memcpy(s->data_dir, v->s, v->n + 1);
-    return FLPS_OK;
-}
-
-static flps_err jp_set_partition(jp *p, const jp_val *v, jobspec *s)
-{
-    static const char *const words[] = {"iid", "dirichlet"};
-    static const char expect[] = "dirichlet:A with A > 0";
-    char word[16];
-    const char *param = jp_split(v->s, word, sizeof(word));
-    double a = 0;
-    jp_num st;
-
-    if (strcmp(word, "iid") == 0) {
-        if (param != NULL)
-            return jp_no_param(p, v, "iid");
-        s->partition = JOBSPEC_PARTITION_IID;
-        s->dirichlet_alpha = 0;
-        return FLPS_OK;
-    }
-    if (strcmp(word, "dirichlet") != 0)
-        return jp_bad_word(p, v, word, words, 2, "a partition");
-    if (param == NULL)
-        return jp_needs_param(p, v, "a concentration alpha", expect);
-    st = jp_parse_real(param, &a);
-    if (st == JP_NUM_OK && !(a > 0))
-        st = JP_NUM_RANGE;
-    if (st != JP_NUM_OK)
-        return jp_bad_param(p, v, "alpha", param, st, expect);
-    s->partition = JOBSPEC_PARTITION_DIRICHLET;
-    s->dirichlet_alpha = a;
-    return FLPS_OK;
-}
-
-static flps_err jp_set_mode(jp *p, const jp_val *v, jobspec *s)
-{
-    static const char *const words[] = {"ssgd", "async", "ssp", "fedavg"};
-    static const jobspec_mode modes[] = {JOBSPEC_MODE_SSGD, JOBSPEC_MODE_ASYNC,
-                                         JOBSPEC_MODE_SSP, JOBSPEC_MODE_FEDAVG};
-    static const char expect[] =
-        "ssp:S with S an integer from 0 to " JP_U32_MAX_TEXT;
-    char word[16];
-    const char *param = jp_split(v->s, word, sizeof(word));
-    uint64_t stale = 0;
-    jp_num st;
-    size_t i;
-
-    for (i = 0; i < 4; i++)
-        if (strcmp(word, words[i]) == 0)
-            break;
-    if (i == 4)
-        return jp_bad_word(p, v, word, words, 4, "a mode");
-    if (modes[i] != JOBSPEC_MODE_SSP) {
-        if (param != NULL)
-            return jp_no_param(p, v, words[i]);
-        s->mode = modes[i];
-        s->staleness = 0;
-        return FLPS_OK;
-    }
-    if (param == NULL)
-        return jp_needs_param(p, v, "a staleness bound", expect);
-    st = jp_parse_u64(param, &stale);
-    if (st == JP_NUM_OK && stale > UINT32_MAX)
-        st = JP_NUM_RANGE;
-    if (st != JP_NUM_OK)
-        return jp_bad_param(p, v, "staleness", param, st, expect);
-    s->mode = JOBSPEC_MODE_SSP;
-    s->staleness = (uint32_t)stale;
-    return FLPS_OK;
-}
-
-enum { JP_PARAM_NONE, JP_PARAM_DENSITY, JP_PARAM_BITS };
-
-static const struct {
-    const char *name;
-    jobspec_comp comp;
-    int param;
-} jp_codecs[] = {
-    {"dense", JOBSPEC_COMP_DENSE, JP_PARAM_NONE},
-    {"topk", JOBSPEC_COMP_TOPK, JP_PARAM_DENSITY},
-    {"gtopk", JOBSPEC_COMP_GTOPK, JP_PARAM_DENSITY},
-    {"randk", JOBSPEC_COMP_RANDK, JP_PARAM_DENSITY},
-    {"dgc", JOBSPEC_COMP_DGC, JP_PARAM_DENSITY},
-    {"qsgd", JOBSPEC_COMP_QSGD, JP_PARAM_BITS},
-    {"fp16", JOBSPEC_COMP_FP16, JP_PARAM_NONE},
-    {"sign", JOBSPEC_COMP_SIGN, JP_PARAM_NONE},
-    {"auto", JOBSPEC_COMP_AUTO, JP_PARAM_NONE},
-};
-
-#define JP_NCODECS (sizeof(jp_codecs) / sizeof(jp_codecs[0]))
-
-static flps_err jp_set_compression(jp *p, const jp_val *v, jobspec *s)
-{
-    const char *names[JP_NCODECS];
+    const jp_keydef *k = &jp_keys[v->key];
     char word[16];
     char expect[64];
+    char shown[JP_SHOW_MAX + 4];
     const char *param = jp_split(v->s, word, sizeof(word));
+    const jp_param *pp;
+    uint64_t u = 0;
+    double d = 0;
+    jp_num st;
     size_t i;
 
-    for (i = 0; i < JP_NCODECS; i++) {
-        names[i] = jp_codecs[i].name;
-        if (strcmp(word, names[i]) == 0)
+    for (i = 0; i < k->nwords; i++)
+        if (strcmp(word, k->words[i]) == 0)
             break;
-    }
-    if (i == JP_NCODECS)
-        return jp_bad_word(p, v, word, names, JP_NCODECS, "a codec");
-    if (jp_codecs[i].param == JP_PARAM_NONE) {
-        if (param != NULL)
-            return jp_no_param(p, v, word);
-        s->compression = jp_codecs[i].comp;
-        s->density = 1.0;
-        s->qsgd_bits = 0;
-        return FLPS_OK;
-    }
-    if (jp_codecs[i].param == JP_PARAM_DENSITY) {
-        double d = 0;
-        jp_num st;
-
-        jp_format(expect, sizeof(expect), "%s:D with 0 < D <= 1", word);
+    if (i == k->nwords)
+        return jp_bad_word(p, v, word);
+    pp = k->params[i];
+    jp_show(v->s, v->n, shown);
+    if (pp == NULL && param != NULL)
+        return JP_FAIL(p,
+                       "line %lu: %s: '%s': %s takes no parameter; "
+                       "expected %s",
+                       v->line, k->name, shown, word, k->expect);
+    if (pp != NULL) {
+        snprintf(expect, sizeof(expect), "%s%s", word, pp->expect);
         if (param == NULL)
-            return jp_needs_param(p, v, "a density", expect);
-        st = jp_parse_real(param, &d);
-        if (st == JP_NUM_OK && !jp_fraction(d))
-            st = JP_NUM_RANGE;
+            return JP_FAIL(p, "line %lu: %s: '%s' needs %s; expected %s",
+                           v->line, k->name, shown, pp->needs, expect);
+        if (pp->type == JP_UINT) {
+            st = jp_parse_u64(param, &u);
+            if (st == JP_NUM_OK && (u < pp->umin || u > pp->umax))
+                st = JP_NUM_RANGE;
+        } else {
+            st = jp_parse_real(param, &d);
+            if (st == JP_NUM_OK && !jp_in_range(d, &pp->range))
+                st = JP_NUM_RANGE;
+        }
         if (st != JP_NUM_OK)
-            return jp_bad_param(p, v, "density", param, st, expect);
-        s->compression = jp_codecs[i].comp;
-        s->density = d;
-        s->qsgd_bits = 0;
-        return FLPS_OK;
-    } else {
-        uint64_t bits = 0;
-        jp_num st;
-
-        jp_format(expect, sizeof(expect), "%s:BITS with BITS from 1 to 8",
-                  word);
-        if (param == NULL)
-            return jp_needs_param(p, v, "a bit width", expect);
-        st = jp_parse_u64(param, &bits);
-        if (st == JP_NUM_OK && (bits < 1 || bits > 8))
-            st = JP_NUM_RANGE;
-        if (st != JP_NUM_OK)
-            return jp_bad_param(p, v, "bits", param, st, expect);
-        s->compression = jp_codecs[i].comp;
-        s->density = 1.0;
-        s->qsgd_bits = (uint32_t)bits;
-        return FLPS_OK;
+            return jp_bad_param(p, v, pp, param, st, expect);
     }
+    for (size_t j = 0; j < k->nwords; j++) {
+        const jp_param *q = k->params[j];
+
+        if (q == NULL)
+            continue;
+        if (q->type == JP_UINT)
+            jp_store_uint(s, q->offset, q->size, (uint64_t)q->neutral);
+        else
+            jp_store_real(s, q->offset, q->neutral);
+    }
+    jp_store_uint(s, k->offset, k->size, i);
+    if (pp != NULL && pp->type == JP_UINT)
+        jp_store_uint(s, pp->offset, pp->size, u);
+    else if (pp != NULL)
+        jp_store_real(s, pp->offset, d);
+    return FLPS_OK;
 }
 
 static flps_err jp_set(jp *p, const jp_val *v, jobspec *s)
 {
-    static const char *const models[] = {"mlp", "cnn"};
-    static const char *const datasets[] = {"fashion-mnist", "synthetic"};
-    static const char *const transports[] = {"zmq", "rdma"};
-    static const char *const schedules[] = {"constant", "cosine"};
-    flps_err rc = FLPS_OK;
-    int idx = 0;
+    const jp_keydef *k = &jp_keys[v->key];
+    uint64_t u = 0;
+    double d = 0;
+    jp_num st;
 
-    switch (v->key) {
-    case JP_KEY_NAME:
-        return jp_set_name(p, v, s);
-    case JP_KEY_MODEL:
-        rc = jp_choice(p, v, models, 2, &idx);
-        if (rc == FLPS_OK)
-            s->model = idx == 0 ? JOBSPEC_MODEL_MLP : JOBSPEC_MODEL_CNN;
-        return rc;
-    case JP_KEY_DATASET:
-        rc = jp_choice(p, v, datasets, 2, &idx);
-        if (rc == FLPS_OK)
-            s->dataset = idx == 0 ? JOBSPEC_DATASET_FASHION_MNIST
-                                  : JOBSPEC_DATASET_SYNTHETIC;
-        return rc;
-    case JP_KEY_DATA_DIR:
-        return jp_set_data_dir(p, v, s);
-    case JP_KEY_PARTITION:
-        return jp_set_partition(p, v, s);
-    case JP_KEY_WORKERS:
-        return jp_u32(p, v, 1, 1024, &s->workers);
-    case JP_KEY_SERVERS:
-        return jp_u32(p, v, 1, 256, &s->servers);
-    case JP_KEY_MODE:
-        return jp_set_mode(p, v, s);
-    case JP_KEY_ITERATIONS:
-        return jp_uint(p, v, 1, UINT64_MAX, &s->iterations);
-    case JP_KEY_ROUNDS:
-        return jp_u32(p, v, 0, UINT32_MAX, &s->rounds);
-    case JP_KEY_LOCAL_STEPS:
-        return jp_u32(p, v, 1, UINT32_MAX, &s->local_steps);
-    case JP_KEY_CLIENT_FRACTION:
-        return jp_real(p, v, jp_fraction, &s->client_fraction);
-    case JP_KEY_BATCH_SIZE:
-        return jp_u32(p, v, 1, 65536, &s->batch_size);
-    case JP_KEY_LR:
-        return jp_real(p, v, jp_positive, &s->lr);
-    case JP_KEY_MOMENTUM:
-        return jp_real(p, v, jp_momentum, &s->momentum);
-    case JP_KEY_LR_SCHEDULE:
-        rc = jp_choice(p, v, schedules, 2, &idx);
-        if (rc == FLPS_OK)
-            s->lr_schedule = idx == 0 ? JOBSPEC_LR_CONSTANT : JOBSPEC_LR_COSINE;
-        return rc;
-    case JP_KEY_COMPRESSION:
-        return jp_set_compression(p, v, s);
-    case JP_KEY_TRANSPORT:
-        rc = jp_choice(p, v, transports, 2, &idx);
-        if (rc == FLPS_OK)
-            s->transport =
-                idx == 0 ? JOBSPEC_TRANSPORT_ZMQ : JOBSPEC_TRANSPORT_RDMA;
-        return rc;
-    case JP_KEY_SEED:
-        return jp_uint(p, v, 0, UINT64_MAX, &s->seed);
-    case JP_KEY_EVAL_EVERY:
-        return jp_uint(p, v, 0, UINT64_MAX, &s->eval_every);
-    case JP_KEY_PART_SIZE:
-        return jp_u32(p, v, 1, UINT32_MAX, &s->part_size);
-    case JP_KEY_CHECKPOINT_INTERVAL:
-        return jp_real(p, v, jp_non_negative, &s->checkpoint_interval);
-    case JP_KEY_MAX_RESTARTS:
-        return jp_u32(p, v, 0, UINT32_MAX, &s->max_restarts);
-    case JP_KEY_PRIORITY:
-        return jp_u32(p, v, 0, UINT32_MAX, &s->priority);
-    case JP_KEY_CPUS_PER_WORKER:
-        return jp_real(p, v, jp_positive, &s->cpus_per_worker);
-    case JP_KEY_MEMORY_PER_WORKER:
-        return jp_size(p, v, &s->memory_per_worker);
-    case JP_KEY_GPUS_PER_WORKER:
-        return jp_u32(p, v, 0, 1024, &s->gpus_per_worker);
-    case JP_KEY_CPUS_PER_SERVER:
-        return jp_real(p, v, jp_positive, &s->cpus_per_server);
-    case JP_KEY_MEMORY_PER_SERVER:
-        return jp_size(p, v, &s->memory_per_server);
-    case JP_KEY_TIME_LIMIT:
-        return jp_real(p, v, jp_non_negative, &s->time_limit);
-    case JP_KEY_COUNT:
-        break;
+    switch (k->type) {
+    case JP_TEXT:
+    case JP_PATH:
+        return jp_set_text(p, v, s);
+    case JP_WORD:
+        return jp_set_word(p, v, s);
+    case JP_WORD_PARAM:
+        return jp_set_word_param(p, v, s);
+    case JP_UINT:
+        st = jp_parse_u64(v->s, &u);
+        if (st == JP_NUM_OK && (u < k->umin || u > k->umax))
+            st = JP_NUM_RANGE;
+        if (st != JP_NUM_OK)
+            return jp_bad(p, v, jp_num_problem(st, true));
+        jp_store_uint(s, k->offset, k->size, u);
+        return FLPS_OK;
+    case JP_REAL:
+        st = jp_parse_real(v->s, &d);
+        if (st == JP_NUM_OK && !jp_in_range(d, &k->range))
+            st = JP_NUM_RANGE;
+        if (st != JP_NUM_OK)
+            return jp_bad(p, v, jp_num_problem(st, false));
+        jp_store_real(s, k->offset, d);
+        return FLPS_OK;
+    case JP_SIZE:
+        st = jp_parse_size(v->s, &u);
+        if (st == JP_NUM_SYNTAX)
+            return jp_bad(p, v, "is not a size");
+        if (st != JP_NUM_OK)
+            return jp_bad(p, v, jp_num_problem(st, true));
+        jp_store_uint(s, k->offset, k->size, u);
+        return FLPS_OK;
     }
-    return jp_fail(p, "line %lu: internal error: no setter for key %d", v->line,
-                   (int)v->key);
+    return JP_FAIL(p, "line %lu: internal error: no setter for key %s", v->line,
+                   k->name);
 }
 
-static void jp_defaults(jobspec *s)
+/* The defaults are the rows' default texts, read by the same setters as
+ * the file, so what the docs say is what a job gets. A default the setter
+ * refuses is a bug in the table; its message says which. */
+static flps_err jp_defaults(jp *p, jobspec *s)
 {
-    memset(s, 0, sizeof(*s));
-    s->model = JOBSPEC_MODEL_MLP; /* required; overwritten by the file */
-    s->dataset = JOBSPEC_DATASET_FASHION_MNIST;
-    memcpy(s->data_dir, JOBSPEC_DEFAULT_DATA_DIR,
-           sizeof(JOBSPEC_DEFAULT_DATA_DIR));
-    s->partition = JOBSPEC_PARTITION_IID;
-    s->dirichlet_alpha = 0;
-    s->workers = 1;
-    s->servers = 1;
-    s->mode = JOBSPEC_MODE_SSGD;
-    s->staleness = 0;
-    s->iterations = 1000;
-    s->rounds = 10;
-    s->local_steps = 10;
-    s->client_fraction = 1.0;
-    s->batch_size = 32;
-    s->lr = 0.05;
-    s->momentum = 0.9;
-    s->lr_schedule = JOBSPEC_LR_CONSTANT;
-    s->compression = JOBSPEC_COMP_DENSE;
-    s->density = 1.0;
-    s->qsgd_bits = 0;
-    s->transport = JOBSPEC_TRANSPORT_ZMQ;
-    s->seed = 1;
-    s->eval_every = 100;
-    s->part_size = 65536;
-    s->checkpoint_interval = 0;
-    s->max_restarts = 0;
-    s->priority = 0;
-    s->cpus_per_worker = 1;
-    s->memory_per_worker = (uint64_t)1 << 30;
-    s->gpus_per_worker = 0;
-    s->cpus_per_server = 1;
-    s->memory_per_server = (uint64_t)512 << 20;
-    s->time_limit = 0;
+    memset(s, 0, sizeof(*s)); /* model is required; 0 until the file says */
+    for (int i = 0; i < JP_KEY_COUNT; i++) {
+        const jp_keydef *k = &jp_keys[i];
+        jp_val v = {k->def, 0, 0, (jp_key)i};
+        flps_err rc;
+
+        if (k->def == NULL)
+            continue;
+        v.n = strlen(k->def);
+        rc = jp_set(p, &v, s);
+        if (rc != FLPS_OK)
+            return rc;
+    }
+    return FLPS_OK;
 }
 
 /* ---- Events ---------------------------------------------------------- */
@@ -924,29 +881,29 @@ static flps_err jp_next(jp *p, yaml_parser_t *yp, yaml_event_t *ev)
           "", 0);
     switch (yp->error) {
     case YAML_MEMORY_ERROR:
-        jp_format(p->errbuf, p->errlen, "out of memory while parsing");
-        return FLPS_ENOMEM;
+        return flps_errbuf_set(p->errbuf, p->errlen, FLPS_ENOMEM,
+                               "out of memory while parsing");
     case YAML_READER_ERROR:
         if (yp->problem_value != -1)
-            return jp_fail(p, "byte %zu: %s (#%X); a job file is UTF-8 text",
+            return JP_FAIL(p, "byte %zu: %s (#%X); a job file is UTF-8 text",
                            yp->problem_offset,
                            yp->problem ? yp->problem : "unreadable input",
                            (unsigned)yp->problem_value);
-        return jp_fail(p, "byte %zu: %s; a job file is UTF-8 text",
+        return JP_FAIL(p, "byte %zu: %s; a job file is UTF-8 text",
                        yp->problem_offset,
                        yp->problem ? yp->problem : "unreadable input");
     default:
         break;
     }
     if (yp->context != NULL)
-        return jp_fail(p,
+        return JP_FAIL(p,
                        "line %lu, column %lu: YAML syntax error: %s (%s "
                        "on line %lu)",
                        jp_line(&yp->problem_mark),
                        (unsigned long)yp->problem_mark.column + 1,
                        yp->problem ? yp->problem : "invalid YAML", yp->context,
                        jp_line(&yp->context_mark));
-    return jp_fail(p, "line %lu, column %lu: YAML syntax error: %s",
+    return JP_FAIL(p, "line %lu, column %lu: YAML syntax error: %s",
                    jp_line(&yp->problem_mark),
                    (unsigned long)yp->problem_mark.column + 1,
                    yp->problem ? yp->problem : "invalid YAML");
@@ -983,63 +940,67 @@ static flps_err jp_key_event(jp *p, const yaml_event_t *ev, jp_key *out)
     size_t n;
     unsigned long line = jp_line(&ev->start_mark);
     char shown[JP_SHOW_MAX + 4];
+    char keys[1024];
+    const char *names[JP_KEY_COUNT];
     const char *near;
 
     jp_at(p, line, "", 0);
+    jp_key_list(keys, sizeof(keys));
     if (ev->type != YAML_SCALAR_EVENT)
-        return jp_fail(p,
+        return JP_FAIL(p,
                        "line %lu: a key must be a plain word; found %s; "
-                       "accepted keys: " JP_ACCEPTED_KEYS,
-                       line, jp_node_kind(ev));
+                       "accepted keys: %s",
+                       line, jp_node_kind(ev), keys);
     k = (const char *)ev->data.scalar.value;
     n = ev->data.scalar.length;
     jp_at(p, line, k, strnlen(k, n));
     for (int i = 0; i < JP_KEY_COUNT; i++) {
-        if (strlen(jp_key_names[i]) != n || memcmp(k, jp_key_names[i], n))
+        names[i] = jp_keys[i].name;
+        if (strlen(names[i]) != n || memcmp(k, names[i], n) != 0)
             continue;
         if (p->line[i] != 0)
-            return jp_fail(p,
+            return JP_FAIL(p,
                            "line %lu: duplicate key '%s' (first given "
                            "on line %lu); give each key once",
-                           line, jp_key_names[i], p->line[i]);
+                           line, names[i], p->line[i]);
         p->line[i] = line;
         *out = (jp_key)i;
         return FLPS_OK;
     }
     jp_show(k, n, shown);
-    near = strlen(k) == n ? jp_closest(k, jp_key_names, JP_KEY_COUNT) : NULL;
+    near = strlen(k) == n ? jp_closest(k, names, JP_KEY_COUNT) : NULL;
     if (near != NULL)
-        return jp_fail(p,
+        return JP_FAIL(p,
                        "line %lu: unknown key '%s'; did you mean '%s'? "
-                       "accepted keys: " JP_ACCEPTED_KEYS,
-                       line, shown, near);
-    return jp_fail(
-        p, "line %lu: unknown key '%s'; accepted keys: " JP_ACCEPTED_KEYS, line,
-        shown);
+                       "accepted keys: %s",
+                       line, shown, near, keys);
+    return JP_FAIL(p, "line %lu: unknown key '%s'; accepted keys: %s", line,
+                   shown, keys);
 }
 
 static flps_err jp_value_event(jp *p, const yaml_event_t *ev, jp_key key,
                                jobspec *s)
 {
     unsigned long line = jp_line(&ev->start_mark);
+    const char *name = jp_keys[key].name;
+    char ex[JP_EXPECT_MAX];
     jp_val v;
 
-    jp_at(p, line, jp_key_names[key], strlen(jp_key_names[key]));
+    jp_at_key(p, line, key);
     if (ev->type == YAML_ALIAS_EVENT)
-        return jp_fail(p,
+        return JP_FAIL(p,
                        "line %lu: %s: aliases (*%s) are not supported; "
                        "write the value out; expected %s",
-                       line, jp_key_names[key],
-                       (const char *)ev->data.alias.anchor, jp_key_expect[key]);
+                       line, name, (const char *)ev->data.alias.anchor,
+                       jp_expect(key, ex));
     if (ev->type != YAML_SCALAR_EVENT)
-        return jp_fail(p,
+        return JP_FAIL(p,
                        "line %lu: %s: found %s where a single value "
                        "belongs; expected %s",
-                       line, jp_key_names[key], jp_node_kind(ev),
-                       jp_key_expect[key]);
+                       line, name, jp_node_kind(ev), jp_expect(key, ex));
     if (jp_is_null(ev))
-        return jp_fail(p, "line %lu: %s: no value given; expected %s", line,
-                       jp_key_names[key], jp_key_expect[key]);
+        return JP_FAIL(p, "line %lu: %s: no value given; expected %s", line,
+                       name, jp_expect(key, ex));
     v.s = (const char *)ev->data.scalar.value;
     v.n = ev->data.scalar.length;
     v.line = line;
@@ -1068,7 +1029,7 @@ static flps_err jp_walk(jp *p, yaml_parser_t *yp, jobspec *s)
     if (ev.type == YAML_STREAM_END_EVENT) {
         yaml_event_delete(&ev);
         jp_at(p, 0, "", 0);
-        return jp_fail(p, "the job file is empty; expected a mapping of "
+        return JP_FAIL(p, "the job file is empty; expected a mapping of "
                           "keys to values such as 'name: my-job'");
     }
     yaml_event_delete(&ev); /* document start */
@@ -1080,12 +1041,12 @@ static flps_err jp_walk(jp *p, yaml_parser_t *yp, jobspec *s)
     if (ev.type == YAML_SCALAR_EVENT && jp_is_null(&ev)) {
         yaml_event_delete(&ev);
         jp_at(p, 0, "", 0);
-        return jp_fail(p, "the job file is empty; expected a mapping of "
+        return JP_FAIL(p, "the job file is empty; expected a mapping of "
                           "keys to values such as 'name: my-job'");
     }
     jp_at(p, line, "", 0);
     if (ev.type != YAML_MAPPING_START_EVENT) {
-        rc = jp_fail(p,
+        rc = JP_FAIL(p,
                      "line %lu: the job file must be a mapping of keys "
                      "to values such as 'name: my-job'; found %s",
                      line, jp_node_kind(&ev));
@@ -1125,7 +1086,7 @@ static flps_err jp_walk(jp *p, yaml_parser_t *yp, jobspec *s)
     line = jp_line(&ev.start_mark);
     jp_at(p, line, "", 0);
     if (ev.type != YAML_STREAM_END_EVENT)
-        rc = jp_fail(p,
+        rc = JP_FAIL(p,
                      "line %lu: a second YAML document; a job file holds "
                      "exactly one mapping",
                      line);
@@ -1136,18 +1097,20 @@ static flps_err jp_walk(jp *p, yaml_parser_t *yp, jobspec *s)
 /* Checks that involve more than one key, once all are known. */
 static flps_err jp_cross_check(jp *p, const jobspec *s)
 {
-    jp_at(p, 0, "name", 4);
-    if (p->line[JP_KEY_NAME] == 0)
-        return jp_fail(p, "missing required key 'name'; expected %s",
-                       jp_key_expect[JP_KEY_NAME]);
-    jp_at(p, 0, "model", 5);
-    if (p->line[JP_KEY_MODEL] == 0)
-        return jp_fail(p, "missing required key 'model'; expected %s",
-                       jp_key_expect[JP_KEY_MODEL]);
+    static const jp_key required[] = {JP_KEY_NAME, JP_KEY_MODEL};
+    char ex[JP_EXPECT_MAX];
+
+    for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
+        jp_at_key(p, 0, required[i]);
+        if (p->line[required[i]] == 0)
+            return JP_FAIL(p, "missing required key '%s'; expected %s",
+                           jp_keys[required[i]].name,
+                           jp_expect(required[i], ex));
+    }
     /* rounds defaults to 10, so 0 can only come from the file. */
-    jp_at(p, p->line[JP_KEY_ROUNDS], "rounds", 6);
+    jp_at_key(p, p->line[JP_KEY_ROUNDS], JP_KEY_ROUNDS);
     if (s->mode == JOBSPEC_MODE_FEDAVG && s->rounds == 0)
-        return jp_fail(p,
+        return JP_FAIL(p,
                        "line %lu: rounds: '0' is out of range for mode "
                        "fedavg (line %lu); expected an integer from 1 "
                        "to " JP_U32_MAX_TEXT,
@@ -1167,8 +1130,8 @@ static flps_err jp_check_syntax(jp *p, const char *text, size_t len)
     bool done = false;
 
     if (!yaml_parser_initialize(&yp)) {
-        jp_format(p->errbuf, p->errlen, "out of memory while parsing");
-        return FLPS_ENOMEM;
+        return flps_errbuf_set(p->errbuf, p->errlen, FLPS_ENOMEM,
+                               "out of memory while parsing");
     }
     yaml_parser_set_input_string(&yp, (const unsigned char *)text, len);
     while (!done) {
@@ -1205,11 +1168,12 @@ static flps_err jp_parse(const char *text, size_t len, jobspec *out,
     rc = jp_check_syntax(&p, text, len);
     if (rc != FLPS_OK)
         goto fail;
-    jp_defaults(&spec);
-    if (!yaml_parser_initialize(&yp)) {
-        jp_format(errbuf, errlen, "out of memory while parsing");
-        return FLPS_ENOMEM;
-    }
+    rc = jp_defaults(&p, &spec);
+    if (rc != FLPS_OK)
+        goto fail;
+    if (!yaml_parser_initialize(&yp))
+        return flps_errbuf_set(errbuf, errlen, FLPS_ENOMEM,
+                               "out of memory while parsing");
     yaml_parser_set_input_string(&yp, (const unsigned char *)text, len);
     rc = jp_walk(&p, &yp, &spec);
     if (rc == FLPS_OK)
@@ -1266,74 +1230,64 @@ static flps_err jp_read_file(const char *path, char **text, size_t *len,
                              char *errbuf, size_t errlen)
 {
     char ebuf[128];
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    flps_err rc = FLPS_EIO;
+    char chunk[4096];
+    flps_strbuf buf;
+    flps_err rc;
     struct stat st;
+    size_t n;
+    char *t;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
 
-    if (fd < 0) {
-        jp_format(errbuf, errlen, "%s: cannot open the job file: %s", path,
-                  jp_strerror(errno, ebuf, sizeof(ebuf)));
-        return FLPS_EIO;
-    }
+    if (fd < 0)
+        return flps_errbuf_set(errbuf, errlen, FLPS_EIO,
+                               "%s: cannot open the job file: %s", path,
+                               jp_strerror(errno, ebuf, sizeof(ebuf)));
+    flps_strbuf_init(&buf);
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
         (uintmax_t)st.st_size > JOBSPEC_MAX_FILE) {
-        jp_format(errbuf, errlen,
-                  "%s: the job file is %jd bytes; job files over 1 MiB are "
-                  "refused",
-                  path, (intmax_t)st.st_size);
-        rc = FLPS_ECONFIG;
+        rc = flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                             "%s: the job file is %jd bytes; job files over "
+                             "1 MiB are refused",
+                             path, (intmax_t)st.st_size);
         goto fail;
     }
     for (;;) {
-        ssize_t got;
+        ssize_t got = read(fd, chunk, sizeof(chunk));
 
-        if (n == cap) {
-            size_t ncap = cap == 0 ? 4096 : cap * 2;
-            char *nbuf;
-
-            if (ncap > JOBSPEC_MAX_FILE + 1)
-                ncap = JOBSPEC_MAX_FILE + 1;
-            nbuf = flps_realloc(buf, ncap);
-            if (nbuf == NULL) {
-                jp_format(errbuf, errlen,
-                          "%s: out of memory reading the "
-                          "job file",
-                          path);
-                rc = FLPS_ENOMEM;
-                goto fail;
-            }
-            buf = nbuf;
-            cap = ncap;
-        }
-        got = read(fd, buf + n, cap - n);
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0) {
-            jp_format(errbuf, errlen, "%s: cannot read the job file: %s", path,
-                      jp_strerror(errno, ebuf, sizeof(ebuf)));
+            rc = flps_errbuf_set(errbuf, errlen, FLPS_EIO,
+                                 "%s: cannot read the job file: %s", path,
+                                 jp_strerror(errno, ebuf, sizeof(ebuf)));
             goto fail;
         }
         if (got == 0)
             break;
-        n += (size_t)got;
-        if (n > JOBSPEC_MAX_FILE) {
-            jp_format(errbuf, errlen,
-                      "%s: the job file is over 1 MiB; job files over 1 MiB "
-                      "are refused",
-                      path);
-            rc = FLPS_ECONFIG;
+        if (buf.len + (size_t)got > JOBSPEC_MAX_FILE) {
+            rc = flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                                 "%s: the job file is over 1 MiB; job files "
+                                 "over 1 MiB are refused",
+                                 path);
             goto fail;
         }
+        if (flps_strbuf_append(&buf, chunk, (size_t)got) != FLPS_OK)
+            goto fail_nomem;
     }
+    n = buf.len;
+    t = flps_strbuf_take(&buf);
+    if (t == NULL)
+        goto fail_nomem;
     close(fd);
-    *text = buf;
+    *text = t;
     *len = n;
     return FLPS_OK;
 
+fail_nomem:
+    rc = flps_errbuf_set(errbuf, errlen, FLPS_ENOMEM,
+                         "%s: out of memory reading the job file", path);
 fail:
-    flps_free(buf);
+    flps_strbuf_fini(&buf);
     close(fd);
     return rc;
 }
@@ -1355,9 +1309,9 @@ static flps_err jp_check_dataset(const char *path, const jobspec *s,
     const char *sep = (dl > 0 && s->data_dir[dl - 1] == '/') ? "" : "/";
 
     if (dd_line != 0)
-        jp_format(where, sizeof(where), "line %lu: data_dir", dd_line);
+        snprintf(where, sizeof(where), "line %lu: data_dir", dd_line);
     else
-        jp_format(where, sizeof(where), "data_dir (default)");
+        snprintf(where, sizeof(where), "data_dir (default)");
     for (size_t i = 0; i < 4; i++) {
         char file[sizeof(s->data_dir) + 64];
         char ebuf[128];
@@ -1374,15 +1328,15 @@ static flps_err jp_check_dataset(const char *path, const jobspec *s,
             why = jp_strerror(errno, ebuf, sizeof(ebuf));
         if (why == NULL)
             continue;
-        jp_format(errbuf, errlen,
-                  "%s: %s: fashion-mnist file '%s' is missing (%s); "
-                  "data_dir must hold train-images-idx3-ubyte.gz, "
-                  "train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz "
-                  "and t10k-labels-idx1-ubyte.gz; install them with "
-                  "`apt-get install dataset-fashion-mnist` or point "
-                  "data_dir at a copy",
-                  path, where, file, why);
-        return FLPS_ECONFIG;
+        return flps_errbuf_set(
+            errbuf, errlen, FLPS_ECONFIG,
+            "%s: %s: fashion-mnist file '%s' is missing (%s); "
+            "data_dir must hold train-images-idx3-ubyte.gz, "
+            "train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz "
+            "and t10k-labels-idx1-ubyte.gz; install them with "
+            "`apt-get install dataset-fashion-mnist` or point "
+            "data_dir at a copy",
+            path, where, file, why);
     }
     return FLPS_OK;
 }
@@ -1404,7 +1358,7 @@ flps_err jobspec_load(const char *path, jobspec *out, char *errbuf,
         return rc;
     rc = jp_parse(text, len, &spec, msg, sizeof(msg), &dd_line, NULL);
     if (rc != FLPS_OK) {
-        jp_format(errbuf, errlen, "%s: %s", path, msg);
+        flps_errbuf_set(errbuf, errlen, rc, "%s: %s", path, msg);
         goto out;
     }
     if (spec.dataset == JOBSPEC_DATASET_FASHION_MNIST) {
@@ -1431,8 +1385,19 @@ static void jp_format_real(double x, char *buf, size_t len)
     }
 }
 
+/* The word of an enum value of a word key; "unknown" outside the enum. */
+static const char *jp_word_name(jp_key key, unsigned value)
+{
+    const jp_keydef *k = &jp_keys[key];
+
+    return value < k->nwords ? k->words[value] : "unknown";
+}
+
 void jobspec_comp_format(const jobspec *spec, char *buf, size_t len)
 {
+    const jp_keydef *k = &jp_keys[JP_KEY_COMPRESSION];
+    const jp_param *pp;
+    const char *name;
     char num[32];
 
     if (buf == NULL || len == 0)
@@ -1441,97 +1406,128 @@ void jobspec_comp_format(const jobspec *spec, char *buf, size_t len)
         buf[0] = '\0';
         return;
     }
-    switch (spec->compression) {
-    case JOBSPEC_COMP_TOPK:
-    case JOBSPEC_COMP_GTOPK:
-    case JOBSPEC_COMP_RANDK:
-    case JOBSPEC_COMP_DGC:
-        jp_format_real(spec->density, num, sizeof(num));
-        snprintf(buf, len, "%s:%s", jobspec_comp_name(spec->compression), num);
-        return;
-    case JOBSPEC_COMP_QSGD:
-        snprintf(buf, len, "qsgd:%u", (unsigned)spec->qsgd_bits);
-        return;
-    default:
-        snprintf(buf, len, "%s", jobspec_comp_name(spec->compression));
-        return;
+    name = jobspec_comp_name(spec->compression);
+    pp = (unsigned)spec->compression < k->nwords
+             ? k->params[(unsigned)spec->compression]
+             : NULL;
+    if (pp == NULL) {
+        snprintf(buf, len, "%s", name);
+    } else if (pp->type == JP_REAL) {
+        double d;
+
+        memcpy(&d, (const char *)spec + pp->offset, sizeof(d));
+        jp_format_real(d, num, sizeof(num));
+        snprintf(buf, len, "%s:%s", name, num);
+    } else {
+        uint32_t u;
+
+        memcpy(&u, (const char *)spec + pp->offset, sizeof(u));
+        snprintf(buf, len, "%s:%u", name, (unsigned)u);
     }
 }
 
 const char *jobspec_model_name(jobspec_model m)
 {
-    switch (m) {
-    case JOBSPEC_MODEL_MLP:
-        return "mlp";
-    case JOBSPEC_MODEL_CNN:
-        return "cnn";
-    }
-    return "unknown";
+    return jp_word_name(JP_KEY_MODEL, (unsigned)m);
 }
 
 const char *jobspec_mode_name(jobspec_mode m)
 {
-    switch (m) {
-    case JOBSPEC_MODE_SSGD:
-        return "ssgd";
-    case JOBSPEC_MODE_ASYNC:
-        return "async";
-    case JOBSPEC_MODE_SSP:
-        return "ssp";
-    case JOBSPEC_MODE_FEDAVG:
-        return "fedavg";
-    }
-    return "unknown";
+    return jp_word_name(JP_KEY_MODE, (unsigned)m);
 }
 
 const char *jobspec_comp_name(jobspec_comp c)
 {
-    for (size_t i = 0; i < JP_NCODECS; i++)
-        if (jp_codecs[i].comp == c)
-            return jp_codecs[i].name;
-    return "unknown";
+    return jp_word_name(JP_KEY_COMPRESSION, (unsigned)c);
 }
 
 const char *jobspec_dataset_name(jobspec_dataset d)
 {
-    switch (d) {
-    case JOBSPEC_DATASET_FASHION_MNIST:
-        return "fashion-mnist";
-    case JOBSPEC_DATASET_SYNTHETIC:
-        return "synthetic";
-    }
-    return "unknown";
+    return jp_word_name(JP_KEY_DATASET, (unsigned)d);
 }
 
 const char *jobspec_partition_name(jobspec_partition p)
 {
-    switch (p) {
-    case JOBSPEC_PARTITION_IID:
-        return "iid";
-    case JOBSPEC_PARTITION_DIRICHLET:
-        return "dirichlet";
-    }
-    return "unknown";
+    return jp_word_name(JP_KEY_PARTITION, (unsigned)p);
 }
 
 const char *jobspec_transport_name(jobspec_transport t)
 {
-    switch (t) {
-    case JOBSPEC_TRANSPORT_ZMQ:
-        return "zmq";
-    case JOBSPEC_TRANSPORT_RDMA:
-        return "rdma";
-    }
-    return "unknown";
+    return jp_word_name(JP_KEY_TRANSPORT, (unsigned)t);
 }
 
 const char *jobspec_lr_schedule_name(jobspec_lr_schedule l)
 {
-    switch (l) {
-    case JOBSPEC_LR_CONSTANT:
-        return "constant";
-    case JOBSPEC_LR_COSINE:
-        return "cosine";
+    return jp_word_name(JP_KEY_LR_SCHEDULE, (unsigned)l);
+}
+
+/* ---- Documentation --------------------------------------------------- */
+
+static const char *jp_type_text(const jp_keydef *k)
+{
+    const char *param = NULL;
+
+    switch (k->type) {
+    case JP_TEXT:
+        return "text";
+    case JP_PATH:
+        return "path";
+    case JP_WORD:
+        return "word";
+    case JP_UINT:
+        return "integer";
+    case JP_REAL:
+        return "number";
+    case JP_SIZE:
+        return "size";
+    case JP_WORD_PARAM:
+        break;
     }
-    return "unknown";
+    /* word[:integer], word[:number], or word[:param] when words differ. */
+    for (size_t i = 0; i < k->nwords; i++) {
+        const jp_param *pp = k->params[i];
+        const char *t;
+
+        if (pp == NULL)
+            continue;
+        t = pp->type == JP_UINT ? "word[:integer]" : "word[:number]";
+        if (param != NULL && strcmp(param, t) != 0)
+            return "word[:param]";
+        param = t;
+    }
+    return param != NULL ? param : "word";
+}
+
+/* Markdown text of a cell: '|' would end the cell early. */
+static void jp_doc_cell(flps_strbuf *out, const char *s)
+{
+    for (; *s != '\0'; s++) {
+        if (*s == '|')
+            flps_strbuf_puts(out, "\\|");
+        else
+            flps_strbuf_append(out, s, 1);
+    }
+}
+
+flps_err jobspec_doc_table(flps_strbuf *out)
+{
+    if (out == NULL)
+        return FLPS_EINVAL;
+    flps_strbuf_puts(out, "| key | type | default | accepted |\n"
+                          "|---|---|---|---|\n");
+    for (int i = 0; i < JP_KEY_COUNT; i++) {
+        const jp_keydef *k = &jp_keys[i];
+        char ex[JP_EXPECT_MAX];
+        bool number = k->type == JP_UINT || k->type == JP_REAL;
+
+        flps_strbuf_printf(out, "| `%s` | %s | ", k->name, jp_type_text(k));
+        if (k->def == NULL)
+            flps_strbuf_puts(out, "required");
+        else
+            flps_strbuf_printf(out, number ? "%s" : "`%s`", k->def);
+        flps_strbuf_puts(out, " | ");
+        jp_doc_cell(out, jp_expect((jp_key)i, ex));
+        flps_strbuf_puts(out, " |\n");
+    }
+    return flps_strbuf_error(out);
 }
