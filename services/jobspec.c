@@ -1,4 +1,5 @@
-/* Job file parsing: YAML (or JSON) text to a validated struct jobspec. */
+/* Job file parsing: the YAML walk, checks across keys, and reading the
+ * file; each key and value is handed to jobspec_keys.c. */
 #include "services/jobspec.h"
 
 #include <errno.h>

@@ -403,7 +403,9 @@ static bool jp_is_nonfinite_word(const char *s)
 }
 
 /* strtod follows LC_NUMERIC; the daemons never call setlocale, so the
- * decimal point is '.' as in every job file. */
+ * decimal point is '.' as in every job file. Not flps_parse_double: it
+ * reads "0x1p3" and an underflow ("1e-400") as numbers, which a job file
+ * has always refused, and the bounds here may be open. */
 static jp_num jp_parse_real(const char *s, double *out)
 {
     char *end = NULL;
