@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/strbuf.h"
 
 typedef enum {
     JOBSPEC_MODEL_MLP = 0,
@@ -158,5 +159,14 @@ const char *jobspec_dataset_name(jobspec_dataset d);
 const char *jobspec_partition_name(jobspec_partition p);
 const char *jobspec_transport_name(jobspec_transport t);
 const char *jobspec_lr_schedule_name(jobspec_lr_schedule l);
+
+/* Append to out the Markdown table of every key the parser accepts, one
+ * row per key in the parser's order: "| key | type | default | accepted |"
+ * where accepted is the text the parser's messages quote after
+ * "expected". docs/job-file.md holds this table verbatim (a test compares
+ * them). Returns FLPS_OK, FLPS_ENOMEM (sticky in out, as for every
+ * flps_strbuf append) or FLPS_EINVAL for a NULL out. Ownership: out is the
+ * caller's; the rows are appended to what it holds. */
+flps_err jobspec_doc_table(flps_strbuf *out);
 
 #endif

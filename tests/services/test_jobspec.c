@@ -1015,3 +1015,106 @@ Test(jobspec, where_is_untouched_on_success_and_other_errors)
         jobspec_parse_where("name: a\nmodel: x\n", 17, &s, NULL, 0, NULL),
         FLPS_ECONFIG, "a NULL where is allowed");
 }
+
+/* ---- The key table --------------------------------------------------- */
+
+Test(jobspec, parses_the_lr_schedule_and_suggests_the_closest_one)
+{
+    jobspec s;
+
+    parse_ok("name: a\nmodel: mlp\n", &s);
+    cr_assert_eq(s.lr_schedule, JOBSPEC_LR_CONSTANT, "the default");
+    parse_ok("name: a\nmodel: mlp\nlr_schedule: cosine\n", &s);
+    cr_assert_eq(s.lr_schedule, JOBSPEC_LR_COSINE);
+    expect_error("name: a\nmodel: mlp\nlr_schedule: cosin\n",
+                 "line 3: lr_schedule: 'cosin' is not accepted; expected one "
+                 "of constant, cosine; did you mean 'cosine'?",
+                 NULL);
+    cr_assert_str_eq(jobspec_lr_schedule_name(JOBSPEC_LR_CONSTANT), "constant");
+    cr_assert_str_eq(jobspec_lr_schedule_name(JOBSPEC_LR_COSINE), "cosine");
+    cr_assert_str_eq(jobspec_lr_schedule_name((jobspec_lr_schedule)7),
+                     "unknown");
+}
+
+Test(jobspec, parses_the_sign_codec_and_formats_it_back)
+{
+    jobspec s;
+    char buf[32];
+
+    parse_ok("name: a\nmodel: mlp\ncompression: sign\n", &s);
+    cr_assert_eq(s.compression, JOBSPEC_COMP_SIGN);
+    cr_assert_float_eq(s.density, 1.0, 0.0);
+    cr_assert_eq(s.qsgd_bits, 0);
+    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_SIGN), "sign");
+    jobspec_comp_format(&s, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "sign");
+    expect_error("name: a\nmodel: mlp\ncompression: sign:1\n",
+                 "line 3: compression", "sign takes no parameter", NULL);
+    s.compression = (jobspec_comp)42;
+    jobspec_comp_format(&s, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "unknown");
+}
+
+Test(jobspec, reads_every_enum_name_back_to_its_value)
+{
+    static const struct {
+        const char *line;
+        size_t offset;
+        unsigned value;
+    } cases[] = {
+        {"model: cnn", offsetof(jobspec, model), JOBSPEC_MODEL_CNN},
+        {"dataset: synthetic", offsetof(jobspec, dataset),
+         JOBSPEC_DATASET_SYNTHETIC},
+        {"transport: rdma", offsetof(jobspec, transport),
+         JOBSPEC_TRANSPORT_RDMA},
+        {"mode: async", offsetof(jobspec, mode), JOBSPEC_MODE_ASYNC},
+        {"mode: fedavg", offsetof(jobspec, mode), JOBSPEC_MODE_FEDAVG},
+        {"compression: fp16", offsetof(jobspec, compression),
+         JOBSPEC_COMP_FP16},
+        {"compression: auto", offsetof(jobspec, compression),
+         JOBSPEC_COMP_AUTO},
+        {"compression: dgc:0.5", offsetof(jobspec, compression),
+         JOBSPEC_COMP_DGC},
+        {"partition: dirichlet:1", offsetof(jobspec, partition),
+         JOBSPEC_PARTITION_DIRICHLET},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char text[128];
+        jobspec s;
+        unsigned got;
+
+        snprintf(text, sizeof(text), "name: a\n%s%s\n",
+                 strncmp(cases[i].line, "model", 5) == 0 ? "" : "model: mlp\n",
+                 cases[i].line);
+        parse_ok(text, &s);
+        memcpy(&got, (const char *)&s + cases[i].offset, sizeof(got));
+        cr_assert_eq(got, cases[i].value, "%s", cases[i].line);
+    }
+}
+
+Test(jobspec, lists_every_key_in_table_order_for_an_unknown_key)
+{
+    expect_error("name: a\nmodel: mlp\ncolour: blue\n",
+                 "line 3: unknown key 'colour'; accepted keys: name, model, "
+                 "dataset, data_dir, partition, workers, servers, mode, "
+                 "iterations, rounds, local_steps, client_fraction, "
+                 "batch_size, lr, momentum, lr_schedule, compression, "
+                 "transport, seed, eval_every, part_size, "
+                 "checkpoint_interval, max_restarts, priority, "
+                 "cpus_per_worker, memory_per_worker, gpus_per_worker, "
+                 "cpus_per_server, memory_per_server, time_limit",
+                 NULL);
+}
+
+Test(jobspec, rejects_a_nul_character_inside_a_quoted_value)
+{
+    expect_error("name: \"a\\0b\"\nmodel: mlp\n",
+                 "line 1: name: 'a?b' contains a NUL character", NULL);
+}
+
+Test(jobspec, rejects_a_real_that_underflows)
+{
+    expect_error("name: a\nmodel: mlp\nlr: 1e-400\n",
+                 "line 3: lr: '1e-400' is out of range", NULL);
+}

@@ -1,0 +1,1005 @@
+/* The job file's keys: one table row per key and all that is read from
+ * it (value parsing, defaults, the accepted-values texts, enum names and
+ * the docs table). jobspec.c walks the YAML and hands each value here. */
+#include "services/jobspec_keys.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/numparse.h"
+
+#define JP_U32_MAX_TEXT "4294967295"
+#define JP_SIZE_TEXT                                                           \
+    "a size in bytes, or a number with a suffix K, M, G, T (powers of "        \
+    "1000) or Ki, Mi, Gi, Ti (powers of 1024), e.g. 512Mi"
+#define JP_CODECS_TEXT                                                         \
+    "dense, topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, fp16, sign, auto"
+
+/* Where a value's message goes. */
+typedef struct jp {
+    char *errbuf;
+    size_t errlen;
+} jp;
+
+/* Every refusal of a value is FLPS_ECONFIG with one message, written by
+ * the one error-buffer formatter. */
+#define JP_FAIL(p, ...)                                                        \
+    flps_errbuf_set((p)->errbuf, (p)->errlen, FLPS_ECONFIG, __VA_ARGS__)
+
+/* ---- The key table ----------------------------------------------------
+ * One row per key drives the parsing, the defaults, the "expected ..."
+ * part of every message, the list of accepted keys, the enum names and
+ * the table in docs/job-file.md, so none of them can drift apart. */
+
+typedef enum {
+    JP_TEXT,       /* a name from the row's bytes (chars) */
+    JP_PATH,       /* any text */
+    JP_WORD,       /* one of words[], stored as its index (the enum value) */
+    JP_WORD_PARAM, /* "word" or "word:param"; words[i] takes params[i] */
+    JP_UINT,       /* decimal digits in [umin, umax] */
+    JP_REAL,       /* a plain decimal within range */
+    JP_SIZE,       /* a SIZE (jobspec_size_parse) in bytes */
+} jp_type;
+
+/* Bounds of a real: {lo, hi, lo_open, hi_open}; an open end excludes its
+ * value. */
+typedef struct jp_range {
+    double lo, hi;
+    bool lo_open, hi_open;
+} jp_range;
+
+/* The parameter after "word:", and the field it goes to. Every word of a
+ * key that takes none leaves the field at neutral. */
+typedef struct jp_param {
+    jp_type type; /* JP_UINT or JP_REAL */
+    size_t offset, size;
+    double neutral;
+    const char *what;   /* "density": "'topk:2' has density 2 out of range" */
+    const char *needs;  /* "a density": "'topk' needs a density" */
+    const char *expect; /* after the word: ":D with 0 < D <= 1" */
+    uint64_t umin, umax;
+    jp_range range;
+} jp_param;
+
+typedef struct jp_keydef {
+    const char *name; /* the key as written, also the field's name */
+    jp_type type;
+    size_t offset, size;      /* the field in struct jobspec */
+    const char *def;          /* default, as the file would say it; NULL =
+                                 required */
+    const char *expect;       /* what is accepted; NULL: built from words or
+                                 the integer range (and note) */
+    const char *note;         /* JP_UINT: said after the built range */
+    uint64_t umin, umax;      /* JP_UINT */
+    jp_range range;           /* JP_REAL */
+    const char *chars;        /* JP_TEXT */
+    const char *const *words; /* JP_WORD, JP_WORD_PARAM: by enum value */
+    size_t nwords;
+    const char *kind;              /* JP_WORD_PARAM: "is not a codec" */
+    const jp_param *const *params; /* JP_WORD_PARAM: by enum value */
+} jp_keydef;
+
+#define JP_OFFSET_SIZE(f)                                                      \
+    .offset = offsetof(jobspec, f), .size = sizeof(((jobspec *)0)->f)
+/* A row's key is spelled once: as the field's name. */
+#define JP_ROW(f, t, dflt)                                                     \
+    .name = #f, .type = (t), JP_OFFSET_SIZE(f), .def = (dflt)
+#define JP_WORDS(a) .words = (a), .nwords = sizeof(a) / sizeof((a)[0])
+
+/* Enum fields are stored as 32-bit values, like the integer fields. */
+_Static_assert(sizeof(jobspec_model) == sizeof(uint32_t) &&
+                   sizeof(jobspec_dataset) == sizeof(uint32_t) &&
+                   sizeof(jobspec_partition) == sizeof(uint32_t) &&
+                   sizeof(jobspec_mode) == sizeof(uint32_t) &&
+                   sizeof(jobspec_comp) == sizeof(uint32_t) &&
+                   sizeof(jobspec_lr_schedule) == sizeof(uint32_t) &&
+                   sizeof(jobspec_transport) == sizeof(uint32_t),
+               "enum fields are 32 bits");
+
+static const char *const jp_models[] = {"mlp", "cnn"};
+static const char *const jp_datasets[] = {"fashion-mnist", "synthetic"};
+static const char *const jp_partitions[] = {"iid", "dirichlet"};
+static const char *const jp_modes[] = {"ssgd", "async", "ssp", "fedavg"};
+static const char *const jp_schedules[] = {"constant", "cosine"};
+static const char *const jp_transports[] = {"zmq", "rdma"};
+/* By jobspec_comp value, which is also the order of proto's codec ids. */
+static const char *const jp_codecs[] = {
+    "dense", "topk", "gtopk", "randk", "dgc", "qsgd", "fp16", "auto", "sign"};
+
+static const jp_param jp_alpha = {
+    .type = JP_REAL,
+    JP_OFFSET_SIZE(dirichlet_alpha),
+    .neutral = 0,
+    .what = "alpha",
+    .needs = "a concentration alpha",
+    .expect = ":A with A > 0",
+    .range = {0, INFINITY, true, false},
+};
+static const jp_param jp_staleness = {
+    .type = JP_UINT,
+    JP_OFFSET_SIZE(staleness),
+    .neutral = 0,
+    .what = "staleness",
+    .needs = "a staleness bound",
+    .expect = ":S with S an integer from 0 to " JP_U32_MAX_TEXT,
+    .umin = 0,
+    .umax = UINT32_MAX,
+};
+static const jp_param jp_density = {
+    .type = JP_REAL,
+    JP_OFFSET_SIZE(density),
+    .neutral = 1,
+    .what = "density",
+    .needs = "a density",
+    .expect = ":D with 0 < D <= 1",
+    .range = {0, 1, true, false},
+};
+static const jp_param jp_bits = {
+    .type = JP_UINT,
+    JP_OFFSET_SIZE(qsgd_bits),
+    .neutral = 0,
+    .what = "bits",
+    .needs = "a bit width",
+    .expect = ":BITS with BITS from 1 to 8",
+    .umin = 1,
+    .umax = 8,
+};
+
+static const jp_param *const jp_partition_params[] = {NULL, &jp_alpha};
+static const jp_param *const jp_mode_params[] = {NULL, NULL, &jp_staleness,
+                                                 NULL};
+static const jp_param *const jp_codec_params[] = {
+    NULL,     &jp_density, &jp_density, &jp_density, &jp_density,
+    &jp_bits, NULL,        NULL,        NULL};
+
+#define JP_SECONDS(note) "a number of seconds >= 0 (" note ")"
+
+static const jp_keydef jp_keys[JOBSPEC_KEY_COUNT] = {
+    [JOBSPEC_KEY_NAME] = {JP_ROW(name, JP_TEXT, NULL),
+                          .expect = "a name of 1 to 63 characters from A-Z a-z "
+                                    "0-9 _ . -",
+                          .chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                   "abcdefghijklmnopqrstuvwxyz0123456789_.-"},
+    [JOBSPEC_KEY_MODEL] = {JP_ROW(model, JP_WORD, NULL), JP_WORDS(jp_models)},
+    [JOBSPEC_KEY_DATASET] = {JP_ROW(dataset, JP_WORD, "fashion-mnist"),
+                             JP_WORDS(jp_datasets)},
+    [JOBSPEC_KEY_DATA_DIR] = {JP_ROW(data_dir, JP_PATH,
+                                     "/usr/share/datasets/fashion-mnist"),
+                              .expect = "a directory path of 1 to 255 bytes"},
+    [JOBSPEC_KEY_PARTITION] = {JP_ROW(partition, JP_WORD_PARAM, "iid"),
+                               .expect = "one of iid, dirichlet:A with A > 0",
+                               JP_WORDS(jp_partitions), .kind = "a partition",
+                               .params = jp_partition_params},
+    [JOBSPEC_KEY_WORKERS] = {JP_ROW(workers, JP_UINT, "1"), .umin = 1,
+                             .umax = 1024},
+    [JOBSPEC_KEY_SERVERS] = {JP_ROW(servers, JP_UINT, "1"), .umin = 1,
+                             .umax = 256},
+    [JOBSPEC_KEY_MODE] = {JP_ROW(mode, JP_WORD_PARAM, "ssgd"),
+                          .expect = "one of ssgd, async, ssp:S, fedavg (S an "
+                                    "integer >= 0)",
+                          JP_WORDS(jp_modes), .kind = "a mode",
+                          .params = jp_mode_params},
+    [JOBSPEC_KEY_ITERATIONS] = {JP_ROW(iterations, JP_UINT, "1000"), .umin = 1,
+                                .umax = UINT64_MAX},
+    /* fedavg's need for a round is checked once the mode is known. */
+    [JOBSPEC_KEY_ROUNDS] = {JP_ROW(rounds, JP_UINT, "10"),
+                            .note = "fedavg needs at least 1", .umin = 0,
+                            .umax = UINT32_MAX},
+    [JOBSPEC_KEY_LOCAL_STEPS] = {JP_ROW(local_steps, JP_UINT, "10"), .umin = 1,
+                                 .umax = UINT32_MAX},
+    [JOBSPEC_KEY_CLIENT_FRACTION] = {JP_ROW(client_fraction, JP_REAL, "1"),
+                                     .expect = "a number with 0 < F <= 1",
+                                     .range = {0, 1, true, false}},
+    [JOBSPEC_KEY_BATCH_SIZE] = {JP_ROW(batch_size, JP_UINT, "32"), .umin = 1,
+                                .umax = 65536},
+    [JOBSPEC_KEY_LR] = {JP_ROW(lr, JP_REAL, "0.05"), .expect = "a number > 0",
+                        .range = {0, INFINITY, true, false}},
+    [JOBSPEC_KEY_MOMENTUM] = {JP_ROW(momentum, JP_REAL, "0.9"),
+                              .expect = "a number with 0 <= M < 1",
+                              .range = {0, 1, false, true}},
+    [JOBSPEC_KEY_LR_SCHEDULE] = {JP_ROW(lr_schedule, JP_WORD, "constant"),
+                                 JP_WORDS(jp_schedules)},
+    [JOBSPEC_KEY_COMPRESSION] = {JP_ROW(compression, JP_WORD_PARAM, "dense"),
+                                 .expect = "one of " JP_CODECS_TEXT
+                                           " (0 < D <= 1, BITS from 1 to 8)",
+                                 JP_WORDS(jp_codecs), .kind = "a codec",
+                                 .params = jp_codec_params},
+    [JOBSPEC_KEY_TRANSPORT] = {JP_ROW(transport, JP_WORD, "zmq"),
+                               JP_WORDS(jp_transports)},
+    [JOBSPEC_KEY_SEED] = {JP_ROW(seed, JP_UINT, "1"), .umin = 0,
+                          .umax = UINT64_MAX},
+    [JOBSPEC_KEY_EVAL_EVERY] = {JP_ROW(eval_every, JP_UINT, "100"),
+                                .note = "0 = only at the end", .umin = 0,
+                                .umax = UINT64_MAX},
+    [JOBSPEC_KEY_PART_SIZE] = {JP_ROW(part_size, JP_UINT, "65536"), .umin = 1,
+                               .umax = UINT32_MAX},
+    [JOBSPEC_KEY_CHECKPOINT_INTERVAL] = {JP_ROW(checkpoint_interval, JP_REAL,
+                                                "0"),
+                                         .expect = JP_SECONDS("0 = off"),
+                                         .range = {0, INFINITY, false, false}},
+    [JOBSPEC_KEY_MAX_RESTARTS] = {JP_ROW(max_restarts, JP_UINT, "0"), .umin = 0,
+                                  .umax = UINT32_MAX},
+    [JOBSPEC_KEY_PRIORITY] = {JP_ROW(priority, JP_UINT, "0"), .umin = 0,
+                              .umax = UINT32_MAX},
+    [JOBSPEC_KEY_CPUS_PER_WORKER] = {JP_ROW(cpus_per_worker, JP_REAL, "1"),
+                                     .expect = "a number of CPUs > 0",
+                                     .range = {0, INFINITY, true, false}},
+    [JOBSPEC_KEY_MEMORY_PER_WORKER] = {JP_ROW(memory_per_worker, JP_SIZE,
+                                              "1Gi"),
+                                       .expect = JP_SIZE_TEXT},
+    [JOBSPEC_KEY_GPUS_PER_WORKER] = {JP_ROW(gpus_per_worker, JP_UINT, "0"),
+                                     .umin = 0, .umax = 1024},
+    [JOBSPEC_KEY_CPUS_PER_SERVER] = {JP_ROW(cpus_per_server, JP_REAL, "1"),
+                                     .expect = "a number of CPUs > 0",
+                                     .range = {0, INFINITY, true, false}},
+    [JOBSPEC_KEY_MEMORY_PER_SERVER] = {JP_ROW(memory_per_server, JP_SIZE,
+                                              "512Mi"),
+                                       .expect = JP_SIZE_TEXT},
+    [JOBSPEC_KEY_TIME_LIMIT] = {JP_ROW(time_limit, JP_REAL, "0"),
+                                .expect = JP_SECONDS("0 = no limit"),
+                                .range = {0, INFINITY, false, false}},
+};
+
+/* What a key accepts, as quoted after "expected": the row's text, or one
+ * built from its words or its integer range. Returns buf or the row's
+ * static text. */
+const char *jobspec_key_expect(jobspec_key key, char buf[JOBSPEC_EXPECT_MAX])
+{
+    const jp_keydef *k = &jp_keys[key];
+    size_t n = 0;
+
+    if (k->expect != NULL)
+        return k->expect;
+    if (k->type == JP_UINT) {
+        snprintf(buf, JOBSPEC_EXPECT_MAX, "an integer from %llu to %llu%s%s%s",
+                 (unsigned long long)k->umin, (unsigned long long)k->umax,
+                 k->note ? " (" : "", k->note ? k->note : "",
+                 k->note ? ")" : "");
+        return buf;
+    }
+    buf[0] = '\0';
+    for (size_t i = 0; i < k->nwords && n < JOBSPEC_EXPECT_MAX; i++)
+        n += (size_t)snprintf(buf + n, JOBSPEC_EXPECT_MAX - n, "%s%s",
+                              i == 0 ? "one of " : ", ", k->words[i]);
+    return buf;
+}
+
+/* Every key, comma-separated, for "accepted keys: ...". */
+const char *jobspec_key_list(char *buf, size_t len)
+{
+    size_t n = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < JOBSPEC_KEY_COUNT && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%s", i == 0 ? "" : ", ",
+                              jp_keys[i].name);
+    return buf;
+}
+
+/* Copy a value for quoting in a message: control bytes become '?' so a
+ * stray newline or escape sequence cannot break the one-line message, and
+ * long values are cut. */
+void jobspec_key_show(const char *v, size_t n, char out[JOBSPEC_SHOW_MAX + 4])
+{
+    size_t i;
+    size_t m = n > JOBSPEC_SHOW_MAX ? JOBSPEC_SHOW_MAX : n;
+
+    for (i = 0; i < m; i++) {
+        unsigned char c = (unsigned char)v[i];
+        out[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    if (n > JOBSPEC_SHOW_MAX) {
+        memcpy(out + i, "...", 3);
+        i += 3;
+    }
+    out[i] = '\0';
+}
+
+static char jp_lower(char c)
+{
+    return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+}
+
+/* Edit distance with adjacent transpositions counted as one edit (optimal
+ * string alignment), case-insensitive: "wrokers" and "Workers" are both
+ * one edit from "workers". Inputs longer than 32 bytes are never close to
+ * a key, so they get a large distance. */
+static size_t jp_distance(const char *a, const char *b)
+{
+    enum { MAXL = 32 };
+    size_t la = strlen(a), lb = strlen(b);
+    size_t d[MAXL + 1][MAXL + 1];
+
+    if (la > MAXL || lb > MAXL)
+        return (size_t)-1;
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        for (size_t j = 1; j <= lb; j++) {
+            size_t cost = jp_lower(a[i - 1]) != jp_lower(b[j - 1]);
+            size_t best = d[i - 1][j] + 1;
+
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (d[i - 1][j - 1] + cost < best)
+                best = d[i - 1][j - 1] + cost;
+            if (i > 1 && j > 1 && jp_lower(a[i - 1]) == jp_lower(b[j - 2]) &&
+                jp_lower(a[i - 2]) == jp_lower(b[j - 1]) &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    }
+    return d[la][lb];
+}
+
+/* The candidate closest to word, if close enough to be a likely typo:
+ * one edit for short names, two for longer ones. NULL otherwise. */
+static const char *jp_closest(const char *word, const char *const *cands,
+                              size_t n)
+{
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+
+    for (size_t i = 0; i < n; i++) {
+        size_t d = jp_distance(word, cands[i]);
+        size_t limit = strlen(cands[i]) <= 4 ? 1 : 2;
+
+        if (d <= limit && d < best_d) {
+            best = cands[i];
+            best_d = d;
+        }
+    }
+    return best;
+}
+
+/* ---- Numbers ----------------------------------------------------------
+ * Strict: decimal digits only for integers, plain decimal notation for
+ * reals. YAML 1.1 would read 0x10, 0o17, 1_000 or .inf as numbers; a job
+ * file that relies on those is more likely a typo than intent. */
+
+typedef enum {
+    JP_NUM_OK = 0,
+    JP_NUM_SYNTAX,    /* not a number at all, or trailing garbage */
+    JP_NUM_NEGATIVE,  /* a negative integer */
+    JP_NUM_NONFINITE, /* nan, inf */
+    JP_NUM_RANGE,     /* does not fit the type */
+} jp_num;
+
+/* Decimal digits only, through the one bounded number parser; a refusal
+ * is then sorted into the kinds the messages tell apart. */
+static jp_num jp_parse_u64(const char *s, uint64_t *out)
+{
+    if (flps_parse_u64(NULL, s, 0, UINT64_MAX, out, NULL, 0) == FLPS_OK)
+        return JP_NUM_OK;
+    if (s[0] == '-' && s[1] >= '0' && s[1] <= '9')
+        return JP_NUM_NEGATIVE;
+    /* Only digits, yet refused: more than 64 bits. */
+    if (s[0] != '\0' && strspn(s, "0123456789") == strlen(s))
+        return JP_NUM_RANGE;
+    return JP_NUM_SYNTAX;
+}
+
+static bool jp_is_nonfinite_word(const char *s)
+{
+    char w[16];
+    size_t n = 0;
+
+    if (*s == '+' || *s == '-')
+        s++;
+    if (*s == '.')
+        s++;
+    for (; *s != '\0' && n + 1 < sizeof(w); s++)
+        w[n++] = jp_lower(*s);
+    w[n] = '\0';
+    return *s == '\0' && (strcmp(w, "nan") == 0 || strcmp(w, "inf") == 0 ||
+                          strcmp(w, "infinity") == 0);
+}
+
+/* strtod follows LC_NUMERIC; the daemons never call setlocale, so the
+ * decimal point is '.' as in every job file. Not flps_parse_double: it
+ * reads "0x1p3" and an underflow ("1e-400") as numbers, which a job file
+ * has always refused, and the bounds here may be open. */
+static jp_num jp_parse_real(const char *s, double *out)
+{
+    char *end = NULL;
+    double v;
+
+    if (jp_is_nonfinite_word(s))
+        return JP_NUM_NONFINITE;
+    /* Refuse what strtod would take but a person would not write: leading
+     * spaces, hex floats, "nan(...)". */
+    if (s[0] == '\0' || strspn(s, "0123456789+-.eE") != strlen(s))
+        return JP_NUM_SYNTAX;
+    errno = 0;
+    v = strtod(s, &end);
+    if (end == s || *end != '\0')
+        return JP_NUM_SYNTAX;
+    if (errno == ERANGE || !isfinite(v))
+        return JP_NUM_RANGE;
+    *out = v;
+    return JP_NUM_OK;
+}
+
+static const char *jp_num_problem(jp_num st, bool integer)
+{
+    switch (st) {
+    case JP_NUM_SYNTAX:
+        return integer ? "is not an integer" : "is not a number";
+    case JP_NUM_NEGATIVE:
+        return "is negative";
+    case JP_NUM_NONFINITE:
+        return "is not a finite number";
+    case JP_NUM_RANGE:
+    case JP_NUM_OK:
+        break;
+    }
+    return "is out of range";
+}
+
+/* SIZE: decimal digits, optionally a fraction, and a suffix; without a
+ * suffix the value is a whole number of bytes. Fractions of a byte are cut
+ * off ("1.5K" is 1500). */
+static jp_num jp_parse_size(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *suffix;
+        uint64_t mult;
+    } units[] = {
+        {"", 1},
+        {"K", 1000ULL},
+        {"M", 1000000ULL},
+        {"G", 1000000000ULL},
+        {"T", 1000000000000ULL},
+        {"Ki", 1ULL << 10},
+        {"Mi", 1ULL << 20},
+        {"Gi", 1ULL << 30},
+        {"Ti", 1ULL << 40},
+    };
+    size_t nint = strspn(s, "0123456789");
+    size_t nfrac = 0;
+    const char *suffix;
+    uint64_t whole = 0;
+    char *end = NULL;
+
+    if (s[0] == '-' && s[1] >= '0' && s[1] <= '9')
+        return JP_NUM_NEGATIVE;
+    if (nint == 0)
+        return JP_NUM_SYNTAX;
+    suffix = s + nint;
+    if (*suffix == '.') {
+        nfrac = strspn(suffix + 1, "0123456789");
+        if (nfrac == 0)
+            return JP_NUM_SYNTAX;
+        suffix += 1 + nfrac;
+    }
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        long double frac = 0, scale = 1;
+
+        if (strcmp(suffix, units[i].suffix) != 0)
+            continue;
+        if (i == 0 && nfrac > 0)
+            return JP_NUM_SYNTAX; /* bytes are whole */
+        errno = 0;
+        whole = strtoull(s, &end, 10);
+        if (errno == ERANGE || whole > UINT64_MAX / units[i].mult)
+            return JP_NUM_RANGE;
+        for (size_t k = 0; k < nfrac && k < 18; k++) {
+            scale *= 10;
+            frac = frac * 10 + (long double)(s[nint + 1 + k] - '0');
+        }
+        frac = frac / scale * (long double)units[i].mult;
+        if ((long double)(UINT64_MAX - whole * units[i].mult) < frac)
+            return JP_NUM_RANGE;
+        *out = whole * units[i].mult + (uint64_t)frac;
+        return JP_NUM_OK;
+    }
+    return JP_NUM_SYNTAX;
+}
+
+flps_err jobspec_size_parse(const char *text, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (text == NULL || out == NULL)
+        return FLPS_EINVAL;
+    if (jp_parse_size(text, &v) != JP_NUM_OK)
+        return FLPS_EINVAL;
+    *out = v;
+    return FLPS_OK;
+}
+
+/* ---- Values ---------------------------------------------------------- */
+
+/* A value as handed to the setters: text, its line, and the key. */
+typedef struct jp_val {
+    const char *s;
+    size_t n;
+    unsigned long line;
+    jobspec_key key;
+} jp_val;
+
+static flps_err jp_bad(jp *p, const jp_val *v, const char *problem)
+{
+    char shown[JOBSPEC_SHOW_MAX + 4];
+    char ex[JOBSPEC_EXPECT_MAX];
+
+    jobspec_key_show(v->s, v->n, shown);
+    return JP_FAIL(p, "line %lu: %s: '%s' %s; expected %s", v->line,
+                   jp_keys[v->key].name, shown, problem,
+                   jobspec_key_expect(v->key, ex));
+}
+
+static bool jp_in_range(double x, const jp_range *r)
+{
+    bool lo_ok = r->lo_open ? x > r->lo : x >= r->lo;
+    bool hi_ok = r->hi_open ? x < r->hi : x <= r->hi;
+
+    return lo_ok && hi_ok;
+}
+
+/* Integer fields are 32 or 64 bits (enums are 32, see above). */
+static void jp_store_uint(jobspec *s, size_t offset, size_t size, uint64_t x)
+{
+    char *field = (char *)s + offset;
+
+    if (size == sizeof(uint32_t)) {
+        uint32_t v = (uint32_t)x;
+        memcpy(field, &v, sizeof(v));
+    } else {
+        memcpy(field, &x, sizeof(x));
+    }
+}
+
+static void jp_store_real(jobspec *s, size_t offset, double x)
+{
+    memcpy((char *)s + offset, &x, sizeof(x));
+}
+
+static flps_err jp_set_text(jp *p, const jp_val *v, jobspec *s)
+{
+    const jp_keydef *k = &jp_keys[v->key];
+    size_t ok = k->chars != NULL ? strspn(v->s, k->chars) : v->n;
+
+    if (v->n == 0)
+        return jp_bad(p, v, "is empty");
+    if (v->n >= k->size)
+        return jp_bad(p, v, "is too long");
+    if (ok != v->n) {
+        char c = v->s[ok];
+        char shown[JOBSPEC_SHOW_MAX + 4];
+        char ex[JOBSPEC_EXPECT_MAX];
+
+        jobspec_key_show(v->s, v->n, shown);
+        if ((unsigned char)c < 0x20 || c == 0x7f)
+            return jp_bad(p, v, "contains a control character");
+        return JP_FAIL(p, "line %lu: %s: '%s' contains '%c'; expected %s",
+                       v->line, k->name, shown, c,
+                       jobspec_key_expect(v->key, ex));
+    }
+    memcpy((char *)s + k->offset, v->s, v->n + 1);
+    return FLPS_OK;
+}
+
+/* One of the row's words (exact match); otherwise a message that suggests
+ * the closest word when there is one. */
+static flps_err jp_set_word(jp *p, const jp_val *v, jobspec *s)
+{
+    const jp_keydef *k = &jp_keys[v->key];
+    char shown[JOBSPEC_SHOW_MAX + 4];
+    char ex[JOBSPEC_EXPECT_MAX];
+    const char *near;
+
+    for (size_t i = 0; i < k->nwords; i++) {
+        if (strcmp(v->s, k->words[i]) == 0) {
+            jp_store_uint(s, k->offset, k->size, i);
+            return FLPS_OK;
+        }
+    }
+    jobspec_key_show(v->s, v->n, shown);
+    near = jp_closest(v->s, k->words, k->nwords);
+    if (near != NULL)
+        return JP_FAIL(p,
+                       "line %lu: %s: '%s' is not accepted; expected "
+                       "%s; did you mean '%s'?",
+                       v->line, k->name, shown, jobspec_key_expect(v->key, ex),
+                       near);
+    return jp_bad(p, v, "is not accepted");
+}
+
+/* Split "word:param" at the first ':' into word (cut to wlen-1 bytes) and
+ * param (NULL when there is no ':'). */
+static const char *jp_split(const char *s, char *word, size_t wlen)
+{
+    const char *colon = strchr(s, ':');
+    size_t n = colon != NULL ? (size_t)(colon - s) : strlen(s);
+
+    if (n >= wlen)
+        n = wlen - 1;
+    memcpy(word, s, n);
+    word[n] = '\0';
+    return colon != NULL ? colon + 1 : NULL;
+}
+
+/* Message for a bad parameter of a "word:param" value, e.g.
+ * "'topk:2' has density 2 out of range; expected topk:D with 0 < D <= 1". */
+static flps_err jp_bad_param(jp *p, const jp_val *v, const jp_param *pp,
+                             const char *param, jp_num st, const char *expect)
+{
+    char shown[JOBSPEC_SHOW_MAX + 4];
+    char pshown[JOBSPEC_SHOW_MAX + 4];
+    const char *key = jp_keys[v->key].name;
+
+    jobspec_key_show(v->s, v->n, shown);
+    jobspec_key_show(param, strlen(param), pshown);
+    if (st == JP_NUM_RANGE || st == JP_NUM_OK)
+        return JP_FAIL(p,
+                       "line %lu: %s: '%s' has %s %s out of range; "
+                       "expected %s",
+                       v->line, key, shown, pp->what, pshown, expect);
+    return JP_FAIL(p, "line %lu: %s: '%s' has %s '%s' which %s; expected %s",
+                   v->line, key, shown, pp->what, pshown,
+                   jp_num_problem(st, pp->type == JP_UINT), expect);
+}
+
+/* Message for a value whose word (before ':') is unknown; the suggestion,
+ * when there is one, keeps the parameter: "gtop:0.01" -> "gtopk:0.01". */
+static flps_err jp_bad_word(jp *p, const jp_val *v, const char *word)
+{
+    const jp_keydef *k = &jp_keys[v->key];
+    char shown[JOBSPEC_SHOW_MAX + 4];
+    char pshown[JOBSPEC_SHOW_MAX + 4] = "";
+    const char *near = jp_closest(word, k->words, k->nwords);
+    const char *colon = strchr(v->s, ':');
+
+    jobspec_key_show(v->s, v->n, shown);
+    if (near == NULL)
+        return JP_FAIL(p, "line %lu: %s: '%s' is not %s; expected %s", v->line,
+                       k->name, shown, k->kind, k->expect);
+    if (colon != NULL)
+        jobspec_key_show(colon, strlen(colon), pshown);
+    return JP_FAIL(p,
+                   "line %lu: %s: '%s' is not %s; expected %s; did you "
+                   "mean '%s%s'?",
+                   v->line, k->name, shown, k->kind, k->expect, near, pshown);
+}
+
+/* "word" or "word:param": the word sets the enum field, its parameter (if
+ * it takes one) its own field; the key's other parameter fields go back
+ * to neutral, so "dense" after "topk:0.1" leaves no density behind. */
+static flps_err jp_set_word_param(jp *p, const jp_val *v, jobspec *s)
+{
+    const jp_keydef *k = &jp_keys[v->key];
+    char word[16];
+    char expect[64];
+    char shown[JOBSPEC_SHOW_MAX + 4];
+    const char *param = jp_split(v->s, word, sizeof(word));
+    const jp_param *pp;
+    uint64_t u = 0;
+    double d = 0;
+    jp_num st;
+    size_t i;
+
+    for (i = 0; i < k->nwords; i++)
+        if (strcmp(word, k->words[i]) == 0)
+            break;
+    if (i == k->nwords)
+        return jp_bad_word(p, v, word);
+    pp = k->params[i];
+    jobspec_key_show(v->s, v->n, shown);
+    if (pp == NULL && param != NULL)
+        return JP_FAIL(p,
+                       "line %lu: %s: '%s': %s takes no parameter; "
+                       "expected %s",
+                       v->line, k->name, shown, word, k->expect);
+    if (pp != NULL) {
+        snprintf(expect, sizeof(expect), "%s%s", word, pp->expect);
+        if (param == NULL)
+            return JP_FAIL(p, "line %lu: %s: '%s' needs %s; expected %s",
+                           v->line, k->name, shown, pp->needs, expect);
+        if (pp->type == JP_UINT) {
+            st = jp_parse_u64(param, &u);
+            if (st == JP_NUM_OK && (u < pp->umin || u > pp->umax))
+                st = JP_NUM_RANGE;
+        } else {
+            st = jp_parse_real(param, &d);
+            if (st == JP_NUM_OK && !jp_in_range(d, &pp->range))
+                st = JP_NUM_RANGE;
+        }
+        if (st != JP_NUM_OK)
+            return jp_bad_param(p, v, pp, param, st, expect);
+    }
+    for (size_t j = 0; j < k->nwords; j++) {
+        const jp_param *q = k->params[j];
+
+        if (q == NULL)
+            continue;
+        if (q->type == JP_UINT)
+            jp_store_uint(s, q->offset, q->size, (uint64_t)q->neutral);
+        else
+            jp_store_real(s, q->offset, q->neutral);
+    }
+    jp_store_uint(s, k->offset, k->size, i);
+    if (pp != NULL && pp->type == JP_UINT)
+        jp_store_uint(s, pp->offset, pp->size, u);
+    else if (pp != NULL)
+        jp_store_real(s, pp->offset, d);
+    return FLPS_OK;
+}
+
+static flps_err jp_set(jp *p, const jp_val *v, jobspec *s)
+{
+    const jp_keydef *k = &jp_keys[v->key];
+    uint64_t u = 0;
+    double d = 0;
+    jp_num st;
+
+    switch (k->type) {
+    case JP_TEXT:
+    case JP_PATH:
+        return jp_set_text(p, v, s);
+    case JP_WORD:
+        return jp_set_word(p, v, s);
+    case JP_WORD_PARAM:
+        return jp_set_word_param(p, v, s);
+    case JP_UINT:
+        st = jp_parse_u64(v->s, &u);
+        if (st == JP_NUM_OK && (u < k->umin || u > k->umax))
+            st = JP_NUM_RANGE;
+        if (st != JP_NUM_OK)
+            return jp_bad(p, v, jp_num_problem(st, true));
+        jp_store_uint(s, k->offset, k->size, u);
+        return FLPS_OK;
+    case JP_REAL:
+        st = jp_parse_real(v->s, &d);
+        if (st == JP_NUM_OK && !jp_in_range(d, &k->range))
+            st = JP_NUM_RANGE;
+        if (st != JP_NUM_OK)
+            return jp_bad(p, v, jp_num_problem(st, false));
+        jp_store_real(s, k->offset, d);
+        return FLPS_OK;
+    case JP_SIZE:
+        st = jp_parse_size(v->s, &u);
+        if (st == JP_NUM_SYNTAX)
+            return jp_bad(p, v, "is not a size");
+        if (st != JP_NUM_OK)
+            return jp_bad(p, v, jp_num_problem(st, true));
+        jp_store_uint(s, k->offset, k->size, u);
+        return FLPS_OK;
+    }
+    return JP_FAIL(p, "line %lu: internal error: no setter for key %s", v->line,
+                   k->name);
+}
+
+/* The defaults are the rows' default texts, read by the same setters as
+ * the file, so what the docs say is what a job gets. A default the setter
+ * refuses is a bug in the table; its message says which. */
+static flps_err jp_defaults(jp *p, jobspec *s)
+{
+    memset(s, 0, sizeof(*s)); /* model is required; 0 until the file says */
+    for (int i = 0; i < JOBSPEC_KEY_COUNT; i++) {
+        const jp_keydef *k = &jp_keys[i];
+        jp_val v = {k->def, 0, 0, (jobspec_key)i};
+        flps_err rc;
+
+        if (k->def == NULL)
+            continue;
+        v.n = strlen(k->def);
+        rc = jp_set(p, &v, s);
+        if (rc != FLPS_OK)
+            return rc;
+    }
+    return FLPS_OK;
+}
+
+const char *jobspec_key_name(jobspec_key key)
+{
+    return jp_keys[key].name;
+}
+
+flps_err jobspec_key_find(const char *s, size_t n, jobspec_key *out)
+{
+    for (int i = 0; i < JOBSPEC_KEY_COUNT; i++) {
+        if (strlen(jp_keys[i].name) == n &&
+            memcmp(s, jp_keys[i].name, n) == 0) {
+            *out = (jobspec_key)i;
+            return FLPS_OK;
+        }
+    }
+    return FLPS_EINVAL;
+}
+
+const char *jobspec_key_suggest(const char *word)
+{
+    const char *names[JOBSPEC_KEY_COUNT];
+
+    for (int i = 0; i < JOBSPEC_KEY_COUNT; i++)
+        names[i] = jp_keys[i].name;
+    return jp_closest(word, names, JOBSPEC_KEY_COUNT);
+}
+
+flps_err jobspec_key_set(jobspec_key key, const char *s, size_t n,
+                         unsigned long line, jobspec *spec, char *errbuf,
+                         size_t errlen)
+{
+    jp p = {errbuf, errlen};
+    jp_val v = {s, n, line, key};
+
+    /* A "\0" escape in a quoted string would silently cut the value. */
+    if (strlen(s) != n)
+        return jp_bad(&p, &v, "contains a NUL character");
+    return jp_set(&p, &v, spec);
+}
+
+flps_err jobspec_key_defaults(jobspec *spec, char *errbuf, size_t errlen)
+{
+    jp p = {errbuf, errlen};
+
+    return jp_defaults(&p, spec);
+}
+
+/* ---- Names ----------------------------------------------------------- */
+
+/* Shortest decimal text that reads back as the same double, so 0.01
+ * prints as "0.01" rather than "0.01000000000000000021". */
+static void jp_format_real(double x, char *buf, size_t len)
+{
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x)
+            return;
+    }
+}
+
+/* The word of an enum value of a word key; "unknown" outside the enum. */
+static const char *jp_word_name(jobspec_key key, unsigned value)
+{
+    const jp_keydef *k = &jp_keys[key];
+
+    return value < k->nwords ? k->words[value] : "unknown";
+}
+
+void jobspec_comp_format(const jobspec *spec, char *buf, size_t len)
+{
+    const jp_keydef *k = &jp_keys[JOBSPEC_KEY_COMPRESSION];
+    const jp_param *pp;
+    const char *name;
+    char num[32];
+
+    if (buf == NULL || len == 0)
+        return;
+    if (spec == NULL) {
+        buf[0] = '\0';
+        return;
+    }
+    name = jobspec_comp_name(spec->compression);
+    pp = (unsigned)spec->compression < k->nwords
+             ? k->params[(unsigned)spec->compression]
+             : NULL;
+    if (pp == NULL) {
+        snprintf(buf, len, "%s", name);
+    } else if (pp->type == JP_REAL) {
+        double d;
+
+        memcpy(&d, (const char *)spec + pp->offset, sizeof(d));
+        jp_format_real(d, num, sizeof(num));
+        snprintf(buf, len, "%s:%s", name, num);
+    } else {
+        uint32_t u;
+
+        memcpy(&u, (const char *)spec + pp->offset, sizeof(u));
+        snprintf(buf, len, "%s:%u", name, (unsigned)u);
+    }
+}
+
+const char *jobspec_model_name(jobspec_model m)
+{
+    return jp_word_name(JOBSPEC_KEY_MODEL, (unsigned)m);
+}
+
+const char *jobspec_mode_name(jobspec_mode m)
+{
+    return jp_word_name(JOBSPEC_KEY_MODE, (unsigned)m);
+}
+
+const char *jobspec_comp_name(jobspec_comp c)
+{
+    return jp_word_name(JOBSPEC_KEY_COMPRESSION, (unsigned)c);
+}
+
+const char *jobspec_dataset_name(jobspec_dataset d)
+{
+    return jp_word_name(JOBSPEC_KEY_DATASET, (unsigned)d);
+}
+
+const char *jobspec_partition_name(jobspec_partition p)
+{
+    return jp_word_name(JOBSPEC_KEY_PARTITION, (unsigned)p);
+}
+
+const char *jobspec_transport_name(jobspec_transport t)
+{
+    return jp_word_name(JOBSPEC_KEY_TRANSPORT, (unsigned)t);
+}
+
+const char *jobspec_lr_schedule_name(jobspec_lr_schedule l)
+{
+    return jp_word_name(JOBSPEC_KEY_LR_SCHEDULE, (unsigned)l);
+}
+
+/* ---- Documentation --------------------------------------------------- */
+
+static const char *jp_type_text(const jp_keydef *k)
+{
+    const char *param = NULL;
+
+    switch (k->type) {
+    case JP_TEXT:
+        return "text";
+    case JP_PATH:
+        return "path";
+    case JP_WORD:
+        return "word";
+    case JP_UINT:
+        return "integer";
+    case JP_REAL:
+        return "number";
+    case JP_SIZE:
+        return "size";
+    case JP_WORD_PARAM:
+        break;
+    }
+    /* word[:integer], word[:number], or word[:param] when words differ. */
+    for (size_t i = 0; i < k->nwords; i++) {
+        const jp_param *pp = k->params[i];
+        const char *t;
+
+        if (pp == NULL)
+            continue;
+        t = pp->type == JP_UINT ? "word[:integer]" : "word[:number]";
+        if (param != NULL && strcmp(param, t) != 0)
+            return "word[:param]";
+        param = t;
+    }
+    return param != NULL ? param : "word";
+}
+
+/* Markdown text of a cell: '|' would end the cell early. */
+static void jp_doc_cell(flps_strbuf *out, const char *s)
+{
+    for (; *s != '\0'; s++) {
+        if (*s == '|')
+            flps_strbuf_puts(out, "\\|");
+        else
+            flps_strbuf_append(out, s, 1);
+    }
+}
+
+flps_err jobspec_doc_table(flps_strbuf *out)
+{
+    if (out == NULL)
+        return FLPS_EINVAL;
+    flps_strbuf_puts(out, "| key | type | default | accepted |\n"
+                          "|---|---|---|---|\n");
+    for (int i = 0; i < JOBSPEC_KEY_COUNT; i++) {
+        const jp_keydef *k = &jp_keys[i];
+        char ex[JOBSPEC_EXPECT_MAX];
+        bool number = k->type == JP_UINT || k->type == JP_REAL;
+
+        flps_strbuf_printf(out, "| `%s` | %s | ", k->name, jp_type_text(k));
+        if (k->def == NULL)
+            flps_strbuf_puts(out, "required");
+        else
+            flps_strbuf_printf(out, number ? "%s" : "`%s`", k->def);
+        flps_strbuf_puts(out, " | ");
+        jp_doc_cell(out, jobspec_key_expect((jobspec_key)i, ex));
+        flps_strbuf_puts(out, " |\n");
+    }
+    return flps_strbuf_error(out);
+}
