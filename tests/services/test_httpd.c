@@ -1,4 +1,4 @@
-/* common/httpd: real HTTP over loopback with libcurl as the client. */
+/* services/httpd: real HTTP over loopback with libcurl as the client. */
 #include <criterion/criterion.h>
 #include <curl/curl.h>
 #include <pthread.h>

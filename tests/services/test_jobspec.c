@@ -1,4 +1,4 @@
-/* Tests for common/jobspec.c: parsing, defaults, messages, files. */
+/* Tests for services/jobspec.c: parsing, defaults, messages, files. */
 #include "services/jobspec.h"
 
 #include <criterion/criterion.h>

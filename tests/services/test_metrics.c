@@ -1,4 +1,4 @@
-/* common/metrics: exact text format, escaping, histograms, concurrency,
+/* services/metrics: exact text format, escaping, histograms, concurrency,
  * validation, promtool's verdict, and /metrics + /healthz over HTTP. */
 #include <criterion/criterion.h>
 #include <curl/curl.h>

@@ -1,4 +1,4 @@
-/* Tests for compress/plan.c: profile JSON in, LAGS plan JSON out, and the
+/* Tests for services/plan.c: profile JSON in, LAGS plan JSON out, and the
  * plan parser. */
 #include <criterion/criterion.h>
 
