@@ -56,6 +56,20 @@ static int name_is_valid(const char *s)
     return 1;
 }
 
+/* A directory flag into dst (size bytes): not empty, and leaving 128
+ * bytes for what flagent puts under it ({job}/attempt-N/{task}.log). */
+static flps_err copy_dir(const char *flag, const char *arg, char *dst,
+                         size_t size, char *errbuf, size_t errlen)
+{
+    if (arg[0] == '\0' || strlen(arg) >= size - 128)
+        return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                               "%s: give a directory path shorter than %zu "
+                               "characters",
+                               flag, size - 128);
+    snprintf(dst, size, "%s", arg);
+    return FLPS_OK;
+}
+
 flps_err agent_config_parse(int argc, char **argv, agent_config *out,
                             char *errbuf, size_t errlen)
 {
@@ -151,24 +165,14 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
             snprintf(cfg.address, sizeof(cfg.address), "%s", optarg);
             break;
         case 'w':
-            if (optarg[0] == '\0' ||
-                strlen(optarg) >= sizeof(cfg.work_dir) - 128)
-                return flps_errbuf_set(
-                    errbuf, errlen, FLPS_ECONFIG,
-                    "--work-dir: give a directory path shorter than "
-                    "%zu characters",
-                    sizeof(cfg.work_dir) - 128);
-            snprintf(cfg.work_dir, sizeof(cfg.work_dir), "%s", optarg);
+            if (copy_dir("--work-dir", optarg, cfg.work_dir,
+                         sizeof(cfg.work_dir), errbuf, errlen) != FLPS_OK)
+                return FLPS_ECONFIG;
             break;
         case 'k':
-            if (optarg[0] == '\0' ||
-                strlen(optarg) >= sizeof(cfg.ckpt_root) - 128)
-                return flps_errbuf_set(
-                    errbuf, errlen, FLPS_ECONFIG,
-                    "--checkpoint-root: give a directory path "
-                    "shorter than %zu characters",
-                    sizeof(cfg.ckpt_root) - 128);
-            snprintf(cfg.ckpt_root, sizeof(cfg.ckpt_root), "%s", optarg);
+            if (copy_dir("--checkpoint-root", optarg, cfg.ckpt_root,
+                         sizeof(cfg.ckpt_root), errbuf, errlen) != FLPS_OK)
+                return FLPS_ECONFIG;
             break;
         case 'b':
             if (flps_parse_double("--heartbeat", optarg, 0.1, 3600,

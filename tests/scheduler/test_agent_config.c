@@ -221,6 +221,10 @@ Test(agent_config, says_the_range_a_number_must_lie_in)
         {"--heartbeat", " 2", "--heartbeat: ' 2' is not a number"},
         {"--cpus", "+1", "--cpus: '+1' is not a number of CPUs > 0"},
         {"--cpus", "2000000", "--cpus: '2000000' is not a number of CPUs"},
+        {"--work-dir", "",
+         "--work-dir: give a directory path shorter than 896 characters"},
+        {"--checkpoint-root", "",
+         "--checkpoint-root: give a directory path shorter than 896"},
     };
     char *argv[] = {"flagent", "--redis", "redis://h", "--name", "n",
                     "--cpus",  "1",       "--memory",  "1Gi",    "--gpus",
