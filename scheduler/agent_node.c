@@ -20,6 +20,7 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/numparse.h"
 #include "scheduler/agent_task.h"
 #include "scheduler/rconn.h"
 #include "services/fsutil.h"
@@ -612,11 +613,9 @@ static int job_info(agent_node *n, agent_task *t, uint32_t *servers,
         }
     }
     if (sv != NULL) {
-        char *end;
-        unsigned long v;
-        errno = 0;
-        v = strtoul(sv, &end, 10);
-        if (errno == 0 && *end == '\0' && v >= 1 && v <= 256) {
+        uint64_t v;
+        /* The bounds of a job file's servers (services/jobspec.c). */
+        if (flps_parse_u64("servers", sv, 1, 256, &v, NULL, 0) == FLPS_OK) {
             *servers = (uint32_t)v;
             ok = 1;
         }
@@ -807,14 +806,12 @@ static agent_plan *plan_find(agent_node *n, const char *job)
 /* A version number as flsched writes it; 0 for anything else. */
 static long long plan_version(const redisReply *r)
 {
-    char *end;
-    long long v;
+    int64_t v;
 
-    if (r == NULL || r->type != REDIS_REPLY_STRING || r->len == 0)
+    if (r == NULL || r->type != REDIS_REPLY_STRING ||
+        flps_parse_i64(NULL, r->str, 1, INT64_MAX, &v, NULL, 0) != FLPS_OK)
         return 0;
-    errno = 0;
-    v = strtoll(r->str, &end, 10);
-    return errno == 0 && *end == '\0' && v > 0 ? v : 0;
+    return (long long)v;
 }
 
 /* Look at the job's plan version (one HGET) and, when it is newer than
@@ -1209,11 +1206,10 @@ flps_err agent_node_find_bins(char *dir, size_t len, char *errbuf,
         if (dir_has_bins(env, a, b, sizeof(a)) &&
             snprintf(dir, len, "%s", env) < (int)len)
             return FLPS_OK;
-        snprintf(errbuf, errlen,
-                 "FLPS_BIN_DIR=%s does not hold executable flps and "
-                 "flworker",
-                 env);
-        return FLPS_ECONFIG;
+        return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                               "FLPS_BIN_DIR=%s does not hold executable "
+                               "flps and flworker",
+                               env);
     }
     k = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (k > 0) {
@@ -1226,11 +1222,11 @@ flps_err agent_node_find_bins(char *dir, size_t len, char *errbuf,
                 return FLPS_OK;
         }
     }
-    snprintf(errbuf, errlen,
-             "cannot find executable flps and flworker next to flagent "
-             "(%s); set FLPS_BIN_DIR to their directory",
-             k > 0 ? self : "unknown directory");
-    return FLPS_ECONFIG;
+    return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                           "cannot find executable flps and flworker next "
+                           "to flagent (%s); set FLPS_BIN_DIR to their "
+                           "directory",
+                           k > 0 ? self : "unknown directory");
 }
 
 flps_err agent_node_create(const agent_config *cfg, const char *bin_dir,
