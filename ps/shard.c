@@ -68,6 +68,20 @@ struct ps_shard {
 
 /* ---- replies ---- */
 
+/* Start a reply: every header field the callers set alike, no payload. */
+static void reply_init(const ps_shard *s, ps_reply *r, proto_op op,
+                       uint32_t rank, uint32_t part, uint64_t iter,
+                       uint64_t version)
+{
+    memset(r, 0, sizeof(*r));
+    r->msg.op = op;
+    snprintf(r->msg.job, sizeof(r->msg.job), "%s", s->job);
+    r->msg.rank = rank;
+    r->msg.part = part;
+    r->msg.iter = iter;
+    r->msg.version = version;
+}
+
 static void reply_error(ps_shard *s, uint32_t peer, const proto_msg *req,
                         flps_err err, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -78,15 +92,8 @@ static void reply_error(ps_shard *s, uint32_t peer, const proto_msg *req,
     ps_reply r;
     va_list ap;
 
-    memset(&r, 0, sizeof(r));
-    r.msg.op = PROTO_OP_ERROR;
-    snprintf(r.msg.job, sizeof(r.msg.job), "%s", s->job);
-    if (req != NULL) {
-        r.msg.rank = req->rank;
-        r.msg.part = req->part;
-        r.msg.iter = req->iter;
-        r.msg.status = err;
-    }
+    reply_init(s, &r, PROTO_OP_ERROR, req ? req->rank : 0, req ? req->part : 0,
+               req ? req->iter : 0, 0);
     r.msg.status = err;
     va_start(ap, fmt);
     vsnprintf(r.msg.text, sizeof(r.msg.text), fmt, ap);
@@ -106,13 +113,7 @@ static void reply_ack(ps_shard *s, uint32_t peer, const proto_msg *req,
 {
     ps_reply r;
 
-    memset(&r, 0, sizeof(r));
-    r.msg.op = PROTO_OP_ACK;
-    snprintf(r.msg.job, sizeof(r.msg.job), "%s", s->job);
-    r.msg.rank = req->rank;
-    r.msg.part = req->part;
-    r.msg.iter = req->iter;
-    r.msg.version = version;
+    reply_init(s, &r, PROTO_OP_ACK, req->rank, req->part, req->iter, version);
     r.msg.status = status;
     snprintf(r.msg.text, sizeof(r.msg.text), "%s", text);
     s->cfg.send(s->cfg.send_arg, peer, &r);
@@ -128,13 +129,7 @@ static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
         return FLPS_ENOMEM;
     /* A copy: the part keeps changing while the transport sends. */
     memcpy(proto_buf_data(b), p->w, (size_t)p->numel * sizeof(float));
-    memset(&r, 0, sizeof(r));
-    r.msg.op = PROTO_OP_PULL_REPLY;
-    snprintf(r.msg.job, sizeof(r.msg.job), "%s", s->job);
-    r.msg.rank = rank;
-    r.msg.part = p->id;
-    r.msg.iter = p->iter;
-    r.msg.version = p->version;
+    reply_init(s, &r, PROTO_OP_PULL_REPLY, rank, p->id, p->iter, p->version);
     r.msg.codec = PROTO_CODEC_DENSE;
     r.msg.n = p->numel;
     r.msg.val = proto_buf_data(b);
@@ -403,11 +398,8 @@ static flps_err on_register(ps_shard *s, uint32_t peer, const proto_msg *m)
     for (uint32_t i = 0; i < s->pm.nparts; i++)
         if (s->parts[i] != NULL && s->parts[i]->iter < min_iter)
             min_iter = s->parts[i]->iter;
-    memset(&r, 0, sizeof(r));
-    r.msg.op = PROTO_OP_REGISTER_OK;
-    snprintf(r.msg.job, sizeof(r.msg.job), "%s", s->job);
-    r.msg.rank = m->rank;
-    r.msg.iter = min_iter == UINT64_MAX ? 0 : min_iter;
+    reply_init(s, &r, PROTO_OP_REGISTER_OK, m->rank, 0,
+               min_iter == UINT64_MAX ? 0 : min_iter, 0);
     s->cfg.send(s->cfg.send_arg, peer, &r);
     return FLPS_OK;
 }
@@ -676,7 +668,7 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
         uint32_t nrej = 0;
         const proto_msg *m = &p->push[r];
 
-        memset(&rep, 0, sizeof(rep));
+        reply_init(s, &rep, PROTO_OP_UPDATE, r, p->id, p->iter, p->version);
         if (!dense && nu < nt) {
             rej = proto_buf_create((size_t)m->n * sizeof(uint32_t));
             if (rej != NULL) {
@@ -692,12 +684,6 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
                           r, p->id);
             }
         }
-        rep.msg.op = PROTO_OP_UPDATE;
-        snprintf(rep.msg.job, sizeof(rep.msg.job), "%s", s->job);
-        rep.msg.rank = r;
-        rep.msg.part = p->id;
-        rep.msg.iter = p->iter;
-        rep.msg.version = p->version;
         rep.msg.codec = dense ? PROTO_CODEC_DENSE : PROTO_CODEC_SPARSE;
         rep.msg.n = nu;
         rep.msg.idx = uidx;
