@@ -33,6 +33,23 @@ void agent_report_line(agent_node *n, agent_task *t, const char *line)
         n->dropped_lines++;
 }
 
+/* Keep a copy of line in *slot (replacing what was there) until it is
+ * reported, as the done and profile events are stored whole. 0 when out
+ * of memory (logged, naming what); the slot is then unchanged. */
+static int keep_line(agent_task *t, char **slot, const char *line,
+                     const char *what)
+{
+    char *copy = flps_strdup(line);
+
+    if (copy == NULL) {
+        log_error("task %s: out of memory for %s", t->key, what);
+        return 0;
+    }
+    flps_free(*slot);
+    *slot = copy;
+    return 1;
+}
+
 static void on_stdout(void *arg, proc *p, const char *line)
 {
     agent_task *t = arg;
@@ -54,23 +71,11 @@ static void on_stdout(void *arg, proc *p, const char *line)
     }
     agent_event_parse(line, &ev);
     if (ev.kind == AGENT_EVENT_DONE) {
-        char *copy = flps_strdup(line);
-        if (copy == NULL) {
-            log_error("task %s: out of memory for its done event", t->key);
-            return;
-        }
-        flps_free(t->done);
-        t->done = copy;
-        t->report_done = 1;
+        if (keep_line(t, &t->done, line, "its done event"))
+            t->report_done = 1;
     } else if (t->id.index == 0 && ev.kind == AGENT_EVENT_PROFILE) {
-        char *copy = flps_strdup(line);
-        if (copy == NULL) {
-            log_error("task %s: out of memory for its profile", t->key);
-            return;
-        }
-        flps_free(t->profile);
-        t->profile = copy;
-        t->report_profile = 1;
+        if (keep_line(t, &t->profile, line, "its profile"))
+            t->report_profile = 1;
     } else if (t->id.index == 0 && ev.kind == AGENT_EVENT_PROGRESS) {
         t->progress = ev;
         t->report_progress = 1;
