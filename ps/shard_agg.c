@@ -323,6 +323,7 @@ flps_err ps_agg_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
     const uint32_t peer = rx->peer;
     flps_err rc;
     ps_part *p = ps_shard_request_part(s, peer, m, 1, &rc);
+    const int async = s->jc.mode == PROTO_MODE_ASYNC;
     int want_sparse, encoded = m->codec == PROTO_CODEC_ENCODED;
     codec_spec spec;
 
@@ -356,43 +357,23 @@ flps_err ps_agg_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
                              m->idx[m->n - 1], p->id, p->numel);
         return FLPS_ERANGE;
     }
-    if (s->jc.mode == PROTO_MODE_ASYNC) {
-        if (m->iter < p->last_async[m->rank]) {
-            ps_shard_reply_error(
-                s, peer, m, FLPS_EDUP,
-                "rank %u already pushed iteration %llu of part %u", m->rank,
-                (unsigned long long)m->iter, p->id);
-            return FLPS_EDUP;
-        }
-        if (encoded) {
-            rc = decode_encoded(s, peer, p, m, &spec);
-            if (rc != FLPS_OK)
-                return rc;
-        }
-        rc = apply_async(s, peer, p, m);
-        if (rc != FLPS_OK) {
-            ps_shard_reply_error(s, peer, m, rc, "cannot apply the push");
-            return rc;
-        }
-        s->stats.pushes++;
-        s->stats.elements_in += m->n;
-        return FLPS_OK;
-    }
-    if (m->iter < p->iter) {
+    if (!async && m->iter < p->iter) {
         ps_shard_reply_error(s, peer, m, FLPS_ELATE,
                              "iteration %llu of part %u is closed (open: %llu)",
                              (unsigned long long)m->iter, p->id,
                              (unsigned long long)p->iter);
         return FLPS_ELATE;
     }
-    if (m->iter > p->iter) {
+    if (!async && m->iter > p->iter) {
         ps_shard_reply_error(
             s, peer, m, FLPS_EFUTURE,
             "iteration %llu of part %u is not open yet (open: %llu)",
             (unsigned long long)m->iter, p->id, (unsigned long long)p->iter);
         return FLPS_EFUTURE;
     }
-    if (p->rx[m->rank] != NULL) {
+    /* Async parts have no open iteration: a repeat is a push below the
+     * rank's next iteration. Sync: the rank's push is already held. */
+    if (async ? m->iter < p->last_async[m->rank] : p->rx[m->rank] != NULL) {
         ps_shard_reply_error(s, peer, m, FLPS_EDUP,
                              "rank %u already pushed iteration %llu of part %u",
                              m->rank, (unsigned long long)m->iter, p->id);
@@ -402,6 +383,16 @@ flps_err ps_agg_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
         rc = decode_encoded(s, peer, p, m, &spec);
         if (rc != FLPS_OK)
             return rc;
+    }
+    if (async) {
+        rc = apply_async(s, peer, p, m);
+        if (rc != FLPS_OK) {
+            ps_shard_reply_error(s, peer, m, rc, "cannot apply the push");
+            return rc;
+        }
+        s->stats.pushes++;
+        s->stats.elements_in += m->n;
+        return FLPS_OK;
     }
     p->rx[m->rank] = rx;
     p->push[m->rank] = *m;
