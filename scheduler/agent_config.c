@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/numparse.h"
+#include "scheduler/agent_task.h"
 #include "scheduler/rconn.h"
 #include "services/jobspec.h"
 
@@ -41,20 +42,8 @@ const char *agent_config_usage(void)
     return usage_text;
 }
 
-static int name_is_valid(const char *s)
-{
-    size_t n = strlen(s);
-
-    if (n == 0 || n >= AGENT_NAME_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
-            return 0;
-    }
-    return 1;
-}
+_Static_assert(AGENT_NAME_MAX == AGENT_TASK_NAME_MAX + 1,
+               "a node name is checked by agent_task_name_is_valid");
 
 /* A directory flag into dst (size bytes): not empty, and leaving 128
  * bytes for what flagent puts under it ({job}/attempt-N/{task}.log). */
@@ -113,7 +102,7 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
             break;
         }
         case 'n':
-            if (!name_is_valid(optarg))
+            if (!agent_task_name_is_valid(optarg, strlen(optarg)))
                 return flps_errbuf_set(
                     errbuf, errlen, FLPS_ECONFIG,
                     "--name: '%s' is not a node name; use 1..63 of "
