@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/numparse.h"
+#include "common/strbuf.h"
 #include "services/fsutil.h"
 #include "services/jobspec.h"
 #include "services/procs.h"
@@ -214,15 +215,12 @@ static int write_job_file(agent_node *n, agent_task *t, const char *spec,
 
 static void try_start_worker(agent_node *n, agent_task *t)
 {
-    char key[160], list[256 * 130], job_path[PATH_MAX], rank[16];
-    char plan_file[PATH_MAX];
+    char key[160], job_path[PATH_MAX], rank[16], plan_file[PATH_MAX];
+    flps_strbuf list = FLPS_STRBUF_INIT; /* the servers' endpoints */
     char *spec = NULL;
-    size_t used = 0;
-    int rc;
 
     if (t->servers == 0 && job_info(n, t, &t->servers, NULL) != 1)
         return;
-    list[0] = '\0';
     for (uint32_t i = 0; i < t->servers; i++) {
         const char *argv[] = {"HGET", key, "endpoint"};
         redisReply *r = NULL;
@@ -230,9 +228,8 @@ static void try_start_worker(agent_node *n, agent_task *t)
                  t->id.attempt, i);
         if (!agent_node_redis_cmd(n, &r, "reading a server's endpoint", 3,
                                   argv))
-            return;
-        if (r->type != REDIS_REPLY_STRING || r->len == 0 ||
-            used + r->len + 2 > sizeof(list)) {
+            goto out;
+        if (r->type != REDIS_REPLY_STRING || r->len == 0) {
             freeReplyObject(r);
             t->phase = AGENT_TASK_WAITING;
             if (!t->waiting_logged)
@@ -240,20 +237,22 @@ static void try_start_worker(agent_node *n, agent_task *t)
                          "%u server(s)",
                          t->key, t->servers);
             t->waiting_logged = 1;
-            return;
+            goto out;
         }
-        used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s",
-                                 i ? "," : "", r->str);
+        flps_strbuf_printf(&list, "%s%s", i ? "," : "", r->str);
         freeReplyObject(r);
     }
-    rc = job_info(n, t, &t->servers, &spec);
-    if (rc != 1)
-        return;
+    if (flps_strbuf_error(&list) != FLPS_OK) {
+        task_fail(n, t, "out of memory");
+        goto out;
+    }
+    if (job_info(n, t, &t->servers, &spec) != 1)
+        goto out;
     if (write_job_file(n, t, spec, job_path, sizeof(job_path))) {
-        char *argv[] = {
-            n->flworker_bin, "--job", job_path,   "--rank",  rank,
-            "--servers",     list,    "--job-id", t->id.job, "--plan",
-            plan_file,       NULL};
+        char *argv[] = {n->flworker_bin, "--job",    job_path,
+                        "--rank",        rank,       "--servers",
+                        list.data,       "--job-id", t->id.job,
+                        "--plan",        plan_file,  NULL};
         agent_plan *pl = agent_plan_find(n, t->id.job);
 
         /* The plan file, when there is a plan, is there before the
@@ -268,7 +267,9 @@ static void try_start_worker(agent_node *n, agent_task *t)
             t->report_running = 1;
         }
     }
+out:
     flps_free(spec);
+    flps_strbuf_fini(&list);
 }
 
 /* ---- Reconciliation ---- */

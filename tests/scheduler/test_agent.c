@@ -1098,3 +1098,41 @@ Test(agent, writes_an_existing_plan_before_the_worker_starts, .timeout = 30)
           "one log line for the plan");
     fx_fini(&fx);
 }
+
+/* quick_job with two servers: each worker is given both endpoints. */
+static const char two_server_job[] = "name: agent-test\n"
+                                     "model: mlp\n"
+                                     "dataset: synthetic\n"
+                                     "workers: 2\n"
+                                     "servers: 2\n"
+                                     "iterations: 30\n"
+                                     "batch_size: 16\n"
+                                     "eval_every: 0\n";
+
+Test(agent, gives_the_workers_the_endpoints_of_every_server, .timeout = 120)
+{
+    char s0[64], s1[64], w0[64], w1[64];
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    place_job(&fx, "j10", two_server_job, 2, 2);
+    task_key(s0, sizeof(s0), "j10", "server-0");
+    task_key(s1, sizeof(s1), "j10", "server-1");
+    task_key(w0, sizeof(w0), "j10", "worker-0");
+    task_key(w1, sizeof(w1), "j10", "worker-1");
+    WAIT_UNTIL(hget_is(&fx, w0, "state", "EXITED") &&
+                   hget_is(&fx, w1, "state", "EXITED"),
+               60);
+    CHECK(&fx,
+          hget_is(&fx, w0, "state", "EXITED") &&
+              hget_is(&fx, w1, "state", "EXITED"),
+          "the workers did not finish within 60 s");
+    cr_assert(hget_is(&fx, s0, "state", "RUNNING"));
+    cr_assert(hget_is(&fx, s1, "state", "RUNNING"));
+    CHECK(&fx,
+          hget_is(&fx, w0, "exit_code", "0") &&
+              hget_is(&fx, w1, "exit_code", "0"),
+          "a worker failed: it did not reach both servers");
+    fx_fini(&fx);
+}
