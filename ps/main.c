@@ -10,11 +10,16 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/numparse.h"
 #include "proto/transport.h"
 #include "ps/metrics_shard.h"
 #include "ps/net.h"
 #include "ps/shard.h"
 #include "services/fsutil.h"
+
+/* More shards than a job could ever want (a job file allows 256 servers)
+ * but few enough that a typo does not size the partition map. */
+#define PS_SHARDS_MAX 65536
 
 /* Set by the signal handler, read by the main loop: the one piece of
  * process-wide mutable state a daemon needs. */
@@ -47,17 +52,15 @@ static void usage(FILE *f)
             "then, with --metrics, 'metrics on HOST:PORT'.\n");
 }
 
-static int parse_u32(const char *s, const char *opt, uint32_t *out)
+/* A whole number flag in [min, max], or a message naming it and 0. */
+static int parse_u32(const char *opt, const char *s, uint32_t min, uint32_t max,
+                     uint32_t *out)
 {
-    char *end;
-    unsigned long v;
+    char why[256];
+    uint64_t v;
 
-    errno = 0;
-    v = strtoul(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v > UINT32_MAX ||
-        s[0] == '-') {
-        fprintf(stderr, "flps: %s wants a non-negative integer, got '%s'\n",
-                opt, s);
+    if (flps_parse_u64(opt, s, min, max, &v, why, sizeof(why)) != FLPS_OK) {
+        fprintf(stderr, "flps: %s\n", why);
         return 0;
     }
     *out = (uint32_t)v;
@@ -99,11 +102,11 @@ int main(int argc, char **argv)
             job = optarg;
             break;
         case 's':
-            if (!parse_u32(optarg, "--shard", &shard))
+            if (!parse_u32("--shard", optarg, 0, PS_SHARDS_MAX - 1, &shard))
                 return 2;
             break;
         case 'n':
-            if (!parse_u32(optarg, "--shards", &nshards))
+            if (!parse_u32("--shards", optarg, 1, PS_SHARDS_MAX, &nshards))
                 return 2;
             break;
         case 'l':
@@ -113,7 +116,10 @@ int main(int argc, char **argv)
             dir = optarg;
             break;
         case 'i':
-            if (!parse_u32(optarg, "--checkpoint-interval", &interval))
+            /* No tighter bound: flrun passes a job file's
+             * checkpoint_interval, which has none. */
+            if (!parse_u32("--checkpoint-interval", optarg, 0, UINT32_MAX,
+                           &interval))
                 return 2;
             break;
         case 'r':

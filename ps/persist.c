@@ -15,6 +15,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 
 #define WAL_MAGIC 0x32525746u /* "FWR2": the record carries a rank */
 #define CKPT_MAGIC "FLPSCKP2"
@@ -130,8 +131,8 @@ static flps_err read_file(const char *path, unsigned char **data, size_t *len,
                           int *missing)
 {
     FILE *f = fopen(path, "rb");
-    unsigned char *buf = NULL;
-    size_t cap = 0, n = 0;
+    flps_strbuf b = FLPS_STRBUF_INIT;
+    size_t n;
 
     *missing = 0;
     if (f == NULL) {
@@ -142,32 +143,30 @@ static flps_err read_file(const char *path, unsigned char **data, size_t *len,
         log_error("cannot open %s: %s", path, strerror(errno));
         return FLPS_EIO;
     }
+    /* fread straight into the buffer's spare room: a checkpoint can be
+     * large, and reading through a bounce buffer would copy it twice. */
     for (;;) {
         size_t r;
-        if (n == cap) {
-            unsigned char *nb;
-            cap = cap ? cap * 2 : 1 << 20;
-            nb = flps_realloc(buf, cap);
-            if (nb == NULL) {
-                flps_free(buf);
-                fclose(f);
-                return FLPS_ENOMEM;
-            }
-            buf = nb;
+        if (flps_strbuf_reserve(&b, 1 << 20) != FLPS_OK) {
+            flps_strbuf_fini(&b);
+            fclose(f);
+            return FLPS_ENOMEM;
         }
-        r = fread(buf + n, 1, cap - n, f);
-        n += r;
+        r = fread(b.data + b.len, 1, b.cap - b.len - 1, f);
+        b.len += r;
+        b.data[b.len] = '\0';
         if (r == 0)
             break;
     }
     if (ferror(f)) {
         log_error("cannot read %s: %s", path, strerror(errno));
-        flps_free(buf);
+        flps_strbuf_fini(&b);
         fclose(f);
         return FLPS_EIO;
     }
     fclose(f);
-    *data = buf;
+    n = b.len;
+    *data = (unsigned char *)flps_strbuf_take(&b);
     *len = n;
     return FLPS_OK;
 }

@@ -1,4 +1,5 @@
-/* One parameter-server shard: owned parts, aggregation, durability. */
+/* One parameter-server shard: owned parts, registration, init and pull,
+ * and durability; pushes and their aggregation are in shard_agg.c. */
 #include "ps/shard.h"
 
 #include <math.h>
@@ -6,87 +7,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
-#include "common/clock.h"
 #include "common/log.h"
-#include "compress/codec.h"
-#include "compress/topk.h"
 #include "proto/partmap.h"
 #include "ps/persist.h"
-
-typedef struct ps_pull_wait {
-    uint32_t peer;
-    uint32_t rank;
-    struct ps_pull_wait *next;
-} ps_pull_wait;
-
-typedef struct ps_part {
-    uint32_t id;
-    uint32_t numel;
-    float *w;
-    uint64_t version; /* bumped by every applied update */
-    uint64_t iter;    /* sync: the open iteration; async: unused */
-    int initialized;
-    /* Synchronous aggregation of the open iteration. */
-    uint32_t arrived;
-    /* CLOCK_MONOTONIC seconds when the open iteration's first push
-     * arrived, for cfg.on_close (the close-latency histogram). */
-    double first_push_s;
-    transport_rx **rx; /* per rank: the waiting push, or NULL */
-    proto_msg *push;   /* per rank: its decoded header (points into rx) */
-    uint32_t *peer;    /* per rank: where to send the update */
-    float **decoded;   /* per rank: a codec-encoded push (fp16, qsgd, sign),
-                          decoded for dense aggregation; made on first use */
-    float *acc;        /* dense accumulator, zero outside touched */
-    uint8_t *mark;     /* per element: 1 touched, 2 selected */
-    uint32_t *touched;
-    uint64_t *last_async; /* async: per rank, last iteration applied + 1 */
-    ps_pull_wait *pulls;  /* pulls waiting for initial values */
-} ps_part;
-
-struct ps_shard {
-    ps_shard_config cfg;
-    char job[PROTO_JOB_MAX + 1];
-    char ckpt_path[4096];
-    char wal_path[4096];
-    int wal_fd;
-    int configured;
-    proto_jobcfg jc;
-    uint32_t ntensors;
-    proto_tensor *tensors;
-    partmap pm;
-    ps_part **parts; /* by part id; NULL where another shard owns it */
-    uint32_t nowned;
-    uint32_t *sel; /* scratch for gtopk positions */
-    float *gath;   /* scratch for gtopk values */
-    size_t scratch_cap;
-    ps_shard_stats stats;
-};
+#include "ps/shard_impl.h"
 
 /* ---- replies ---- */
 
-static void reply_error(ps_shard *s, uint32_t peer, const proto_msg *req,
-                        flps_err err, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+void ps_shard_reply_init(const ps_shard *s, ps_reply *r, proto_op op,
+                         uint32_t rank, uint32_t part, uint64_t iter,
+                         uint64_t version)
+{
+    memset(r, 0, sizeof(*r));
+    r->msg.op = op;
+    snprintf(r->msg.job, sizeof(r->msg.job), "%s", s->job);
+    r->msg.rank = rank;
+    r->msg.part = part;
+    r->msg.iter = iter;
+    r->msg.version = version;
+}
 
-static void reply_error(ps_shard *s, uint32_t peer, const proto_msg *req,
-                        flps_err err, const char *fmt, ...)
+void ps_shard_reply_error(ps_shard *s, uint32_t peer, const proto_msg *req,
+                          flps_err err, const char *fmt, ...)
 {
     ps_reply r;
     va_list ap;
 
-    memset(&r, 0, sizeof(r));
-    r.msg.op = PROTO_OP_ERROR;
-    snprintf(r.msg.job, sizeof(r.msg.job), "%s", s->job);
-    if (req != NULL) {
-        r.msg.rank = req->rank;
-        r.msg.part = req->part;
-        r.msg.iter = req->iter;
-        r.msg.status = err;
-    }
+    ps_shard_reply_init(s, &r, PROTO_OP_ERROR, req ? req->rank : 0,
+                        req ? req->part : 0, req ? req->iter : 0, 0);
     r.msg.status = err;
     va_start(ap, fmt);
     vsnprintf(r.msg.text, sizeof(r.msg.text), fmt, ap);
@@ -101,18 +52,13 @@ static void reply_error(ps_shard *s, uint32_t peer, const proto_msg *req,
     s->cfg.send(s->cfg.send_arg, peer, &r);
 }
 
-static void reply_ack(ps_shard *s, uint32_t peer, const proto_msg *req,
-                      uint32_t status, const char *text, uint64_t version)
+void ps_shard_reply_ack(ps_shard *s, uint32_t peer, const proto_msg *req,
+                        uint32_t status, const char *text, uint64_t version)
 {
     ps_reply r;
 
-    memset(&r, 0, sizeof(r));
-    r.msg.op = PROTO_OP_ACK;
-    snprintf(r.msg.job, sizeof(r.msg.job), "%s", s->job);
-    r.msg.rank = req->rank;
-    r.msg.part = req->part;
-    r.msg.iter = req->iter;
-    r.msg.version = version;
+    ps_shard_reply_init(s, &r, PROTO_OP_ACK, req->rank, req->part, req->iter,
+                        version);
     r.msg.status = status;
     snprintf(r.msg.text, sizeof(r.msg.text), "%s", text);
     s->cfg.send(s->cfg.send_arg, peer, &r);
@@ -128,13 +74,8 @@ static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
         return FLPS_ENOMEM;
     /* A copy: the part keeps changing while the transport sends. */
     memcpy(proto_buf_data(b), p->w, (size_t)p->numel * sizeof(float));
-    memset(&r, 0, sizeof(r));
-    r.msg.op = PROTO_OP_PULL_REPLY;
-    snprintf(r.msg.job, sizeof(r.msg.job), "%s", s->job);
-    r.msg.rank = rank;
-    r.msg.part = p->id;
-    r.msg.iter = p->iter;
-    r.msg.version = p->version;
+    ps_shard_reply_init(s, &r, PROTO_OP_PULL_REPLY, rank, p->id, p->iter,
+                        p->version);
     r.msg.codec = PROTO_CODEC_DENSE;
     r.msg.n = p->numel;
     r.msg.val = proto_buf_data(b);
@@ -348,7 +289,7 @@ static flps_err shard_encode_meta(const ps_shard *s, void **meta, size_t *len)
     return proto_msg_encode(&m, meta, len, f, &nf);
 }
 
-static flps_err shard_wal(ps_shard *s, const wal_record *r)
+flps_err ps_shard_wal(ps_shard *s, const wal_record *r)
 {
     if (s->wal_fd < 0)
         return FLPS_OK;
@@ -365,14 +306,15 @@ static flps_err on_register(ps_shard *s, uint32_t peer, const proto_msg *m)
     flps_err rc = jobcfg_check(s, &m->cfg, why, sizeof(why));
 
     if (rc != FLPS_OK) {
-        reply_error(s, peer, m, rc, "%s", why);
+        ps_shard_reply_error(s, peer, m, rc, "%s", why);
         return rc;
     }
     if (!s->configured) {
         rc = shard_configure(s, &m->cfg, m->tensors, m->ntensors);
         if (rc != FLPS_OK) {
-            reply_error(s, peer, m, rc, "cannot build the partition map: %s",
-                        flps_strerror(rc));
+            ps_shard_reply_error(s, peer, m, rc,
+                                 "cannot build the partition map: %s",
+                                 flps_strerror(rc));
             return rc;
         }
         log_info(
@@ -388,60 +330,60 @@ static flps_err on_register(ps_shard *s, uint32_t peer, const proto_msg *m)
                 /* Unconfigure, or a retried REGISTER would be accepted with
                  * no checkpoint holding the layout. */
                 shard_drop_layout(s);
-                reply_error(s, peer, m, rc, "cannot write a checkpoint: %s",
-                            flps_strerror(rc));
+                ps_shard_reply_error(s, peer, m, rc,
+                                     "cannot write a checkpoint: %s",
+                                     flps_strerror(rc));
                 return rc;
             }
         }
     } else {
         rc = layout_compare(s, m, why, sizeof(why));
         if (rc != FLPS_OK) {
-            reply_error(s, peer, m, rc, "%s", why);
+            ps_shard_reply_error(s, peer, m, rc, "%s", why);
             return rc;
         }
     }
     for (uint32_t i = 0; i < s->pm.nparts; i++)
         if (s->parts[i] != NULL && s->parts[i]->iter < min_iter)
             min_iter = s->parts[i]->iter;
-    memset(&r, 0, sizeof(r));
-    r.msg.op = PROTO_OP_REGISTER_OK;
-    snprintf(r.msg.job, sizeof(r.msg.job), "%s", s->job);
-    r.msg.rank = m->rank;
-    r.msg.iter = min_iter == UINT64_MAX ? 0 : min_iter;
+    ps_shard_reply_init(s, &r, PROTO_OP_REGISTER_OK, m->rank, 0,
+                        min_iter == UINT64_MAX ? 0 : min_iter, 0);
     s->cfg.send(s->cfg.send_arg, peer, &r);
     return FLPS_OK;
 }
 
-/* Find the owned, initialised part a request names, or answer an error. */
-static ps_part *request_part(ps_shard *s, uint32_t peer, const proto_msg *m,
-                             int need_init, flps_err *err)
+ps_part *ps_shard_request_part(ps_shard *s, uint32_t peer, const proto_msg *m,
+                               int need_init, flps_err *err)
 {
     ps_part *p;
 
     if (!s->configured) {
         *err = FLPS_ESTATE;
-        reply_error(s, peer, m, *err,
-                    "the shard has no model layout yet; register first");
+        ps_shard_reply_error(
+            s, peer, m, *err,
+            "the shard has no model layout yet; register first");
         return NULL;
     }
     if (m->part >= s->pm.nparts || s->parts[m->part] == NULL) {
         *err = FLPS_EINVAL;
-        reply_error(s, peer, m, *err, "part %u is not held by shard %u",
-                    m->part, s->cfg.shard);
+        ps_shard_reply_error(s, peer, m, *err,
+                             "part %u is not held by shard %u", m->part,
+                             s->cfg.shard);
         return NULL;
     }
     if (m->rank >= s->jc.workers) {
         *err = FLPS_EINVAL;
-        reply_error(s, peer, m, *err, "rank %u is not below workers=%u",
-                    m->rank, s->jc.workers);
+        ps_shard_reply_error(s, peer, m, *err,
+                             "rank %u is not below workers=%u", m->rank,
+                             s->jc.workers);
         return NULL;
     }
     p = s->parts[m->part];
     if (need_init && !p->initialized) {
         *err = FLPS_ESTATE;
-        reply_error(s, peer, m, *err,
-                    "part %u has no initial values yet; rank 0 sends them",
-                    m->part);
+        ps_shard_reply_error(
+            s, peer, m, *err,
+            "part %u has no initial values yet; rank 0 sends them", m->part);
         return NULL;
     }
     return p;
@@ -450,22 +392,22 @@ static ps_part *request_part(ps_shard *s, uint32_t peer, const proto_msg *m,
 static flps_err on_init(ps_shard *s, uint32_t peer, const proto_msg *m)
 {
     flps_err rc;
-    ps_part *p = request_part(s, peer, m, 0, &rc);
+    ps_part *p = ps_shard_request_part(s, peer, m, 0, &rc);
     wal_record wr;
 
     if (p == NULL)
         return rc;
     if (m->codec != PROTO_CODEC_DENSE || m->n != p->numel) {
-        reply_error(s, peer, m, FLPS_EPROTO,
-                    "initial values of part %u must be dense with %u "
-                    "elements, got %u",
-                    p->id, p->numel, m->n);
+        ps_shard_reply_error(s, peer, m, FLPS_EPROTO,
+                             "initial values of part %u must be dense with %u "
+                             "elements, got %u",
+                             p->id, p->numel, m->n);
         return FLPS_EPROTO;
     }
     if (p->initialized) {
         /* Restored from a checkpoint, or another worker was first. */
-        reply_ack(s, peer, m, 1, "already initialised; pull the values",
-                  p->version);
+        ps_shard_reply_ack(s, peer, m, 1,
+                           "already initialised; pull the values", p->version);
         return FLPS_OK;
     }
     memset(&wr, 0, sizeof(wr));
@@ -475,15 +417,15 @@ static flps_err on_init(ps_shard *s, uint32_t peer, const proto_msg *m)
     wr.version = p->version + 1;
     wr.n = m->n;
     wr.val = m->val;
-    rc = shard_wal(s, &wr);
+    rc = ps_shard_wal(s, &wr);
     if (rc != FLPS_OK) {
-        reply_error(s, peer, m, rc, "cannot log the initial values");
+        ps_shard_reply_error(s, peer, m, rc, "cannot log the initial values");
         return rc;
     }
     memcpy(p->w, m->val, (size_t)p->numel * sizeof(float));
     p->version++;
     p->initialized = 1;
-    reply_ack(s, peer, m, 0, "initialised", p->version);
+    ps_shard_reply_ack(s, peer, m, 0, "initialised", p->version);
     while (p->pulls != NULL) {
         ps_pull_wait *w = p->pulls;
         p->pulls = w->next;
@@ -496,14 +438,14 @@ static flps_err on_init(ps_shard *s, uint32_t peer, const proto_msg *m)
 static flps_err on_pull(ps_shard *s, uint32_t peer, const proto_msg *m)
 {
     flps_err rc;
-    ps_part *p = request_part(s, peer, m, 0, &rc);
+    ps_part *p = ps_shard_request_part(s, peer, m, 0, &rc);
 
     if (p == NULL)
         return rc;
     if (!p->initialized) {
         ps_pull_wait *w = flps_malloc(sizeof(*w));
         if (w == NULL) {
-            reply_error(s, peer, m, FLPS_ENOMEM, "out of memory");
+            ps_shard_reply_error(s, peer, m, FLPS_ENOMEM, "out of memory");
             return FLPS_ENOMEM;
         }
         w->peer = peer;
@@ -514,420 +456,8 @@ static flps_err on_pull(ps_shard *s, uint32_t peer, const proto_msg *m)
     }
     rc = reply_values(s, peer, m->rank, p);
     if (rc != FLPS_OK)
-        reply_error(s, peer, m, rc, "cannot build the reply");
+        ps_shard_reply_error(s, peer, m, rc, "cannot build the reply");
     return rc;
-}
-
-/* ---- pushes ---- */
-
-static int cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : (x > y);
-}
-
-/* Sort n distinct indices below limit ascending in O(n): LSD radix passes
- * of 11 bits through tmp (room for n), as many as limit needs (two for
- * parts of up to 4M elements). A close then costs time in proportion to
- * what was pushed, never to the part's size. */
-static void sort_indices(uint32_t *a, uint32_t *tmp, uint32_t n, uint32_t limit)
-{
-    enum { BITS = 11, BUCKETS = 1 << BITS };
-    uint32_t count[BUCKETS], *src = a, *dst = tmp;
-    unsigned passes = 1;
-
-    if (n < 64) {
-        qsort(a, n, sizeof(*a), cmp_u32);
-        return;
-    }
-    while (passes < 3 && (uint64_t)(limit - 1) >> (BITS * passes) != 0)
-        passes++;
-    for (unsigned pass = 0; pass < passes; pass++) {
-        const unsigned shift = pass * BITS;
-        uint32_t sum = 0;
-
-        memset(count, 0, sizeof(count));
-        for (uint32_t i = 0; i < n; i++)
-            count[(src[i] >> shift) & (BUCKETS - 1)]++;
-        for (uint32_t b = 0; b < BUCKETS; b++) {
-            uint32_t c = count[b];
-            count[b] = sum;
-            sum += c;
-        }
-        for (uint32_t i = 0; i < n; i++)
-            dst[count[(src[i] >> shift) & (BUCKETS - 1)]++] = src[i];
-        uint32_t *t = src;
-        src = dst;
-        dst = t;
-    }
-    if (src != a)
-        memcpy(a, src, (size_t)n * sizeof(*a));
-}
-
-/* Close the open iteration of p: sum the pushes in rank order (so the
- * result does not depend on arrival order), choose the update, apply it,
- * log it, answer every worker, reset. */
-static flps_err close_iteration(ps_shard *s, ps_part *p)
-{
-    const uint32_t W = s->jc.workers;
-    const int dense = s->jc.agg == PROTO_AGG_DENSE;
-    const float scale =
-        (float)(proto_jobcfg_lr_at(&s->jc, p->iter) / (double)W);
-    uint32_t nt = 0, nu;
-    proto_buf *payload;
-    uint32_t *uidx;
-    float *uval;
-    wal_record wr;
-    flps_err rc;
-
-    if (dense) {
-        for (uint32_t r = 0; r < W; r++) {
-            const float *v = p->push[r].codec == PROTO_CODEC_ENCODED
-                                 ? p->decoded[r]
-                                 : p->push[r].val;
-            for (uint32_t i = 0; i < p->numel; i++)
-                p->acc[i] += v[i];
-        }
-        nu = p->numel;
-    } else {
-        for (uint32_t r = 0; r < W; r++) {
-            const proto_msg *m = &p->push[r];
-            for (uint32_t j = 0; j < m->n; j++) {
-                uint32_t i = m->idx[j];
-                if (!p->mark[i]) {
-                    p->mark[i] = 1;
-                    p->touched[nt++] = i;
-                }
-                p->acc[i] += m->val[j];
-            }
-        }
-        sort_indices(p->touched, s->sel, nt, p->numel);
-        nu = nt;
-        if (s->jc.agg == PROTO_AGG_GTOPK) {
-            uint64_t k = (uint64_t)floor(s->jc.density * (double)p->numel);
-            if (k < 1)
-                k = 1;
-            if (k < nt)
-                nu = (uint32_t)k;
-        }
-    }
-    payload = proto_buf_create((size_t)nu * (dense ? 4 : 8));
-    if (payload == NULL)
-        return FLPS_ENOMEM;
-    uidx = dense ? NULL : proto_buf_data(payload);
-    uval = dense ? proto_buf_data(payload)
-                 : (float *)((uint32_t *)proto_buf_data(payload) + nu);
-    if (dense) {
-        for (uint32_t i = 0; i < nu; i++)
-            uval[i] = -(scale * p->acc[i]);
-    } else if (nu == nt) {
-        for (uint32_t j = 0; j < nu; j++) {
-            uidx[j] = p->touched[j];
-            uval[j] = -(scale * p->acc[p->touched[j]]);
-        }
-    } else {
-        /* Global top-k over the touched entries only: no dense scan. The
-         * candidates are in ascending index order, so topk's tie rule
-         * (lower position) is the lower index. */
-        for (uint32_t j = 0; j < nt; j++)
-            s->gath[j] = p->acc[p->touched[j]];
-        rc = topk_select(s->gath, nt, nu, s->sel);
-        if (rc != FLPS_OK) {
-            proto_buf_release(payload);
-            return rc;
-        }
-        for (uint32_t j = 0; j < nu; j++) {
-            uint32_t i = p->touched[s->sel[j]];
-            uidx[j] = i;
-            uval[j] = -(scale * p->acc[i]);
-            p->mark[i] = 2;
-        }
-    }
-
-    memset(&wr, 0, sizeof(wr));
-    wr.kind = dense ? WAL_ADD_DENSE : WAL_ADD_SPARSE;
-    wr.part = p->id;
-    wr.iter = p->iter + 1;
-    wr.version = p->version + 1;
-    wr.n = nu;
-    wr.idx = uidx;
-    wr.val = uval;
-    /* Durable before anyone hears of it: an update a worker has seen is
-     * never lost by a shard crash. */
-    rc = shard_wal(s, &wr);
-    if (rc != FLPS_OK) {
-        proto_buf_release(payload);
-        return rc;
-    }
-    if (dense) {
-        for (uint32_t i = 0; i < nu; i++)
-            p->w[i] += uval[i];
-    } else {
-        for (uint32_t j = 0; j < nu; j++)
-            p->w[uidx[j]] += uval[j];
-    }
-    p->version++;
-    s->stats.updates++;
-    s->stats.elements_out += (uint64_t)nu * W;
-
-    for (uint32_t r = 0; r < W; r++) {
-        ps_reply rep;
-        proto_buf *rej = NULL;
-        uint32_t nrej = 0;
-        const proto_msg *m = &p->push[r];
-
-        memset(&rep, 0, sizeof(rep));
-        if (!dense && nu < nt) {
-            rej = proto_buf_create((size_t)m->n * sizeof(uint32_t));
-            if (rej != NULL) {
-                uint32_t *ri = proto_buf_data(rej);
-                for (uint32_t j = 0; j < m->n; j++)
-                    if (p->mark[m->idx[j]] != 2)
-                        ri[nrej++] = m->idx[j];
-            } else {
-                /* Without the list the worker keeps its values as sent;
-                 * only their error feedback is lost. Log it loudly. */
-                log_error("out of memory building rejected indices for rank "
-                          "%u, part %u",
-                          r, p->id);
-            }
-        }
-        rep.msg.op = PROTO_OP_UPDATE;
-        snprintf(rep.msg.job, sizeof(rep.msg.job), "%s", s->job);
-        rep.msg.rank = r;
-        rep.msg.part = p->id;
-        rep.msg.iter = p->iter;
-        rep.msg.version = p->version;
-        rep.msg.codec = dense ? PROTO_CODEC_DENSE : PROTO_CODEC_SPARSE;
-        rep.msg.n = nu;
-        rep.msg.idx = uidx;
-        rep.msg.val = uval;
-        rep.msg.nrej = nrej;
-        rep.msg.rej = rej ? proto_buf_data(rej) : NULL;
-        rep.payload = payload;
-        rep.rej = rej;
-        s->cfg.send(s->cfg.send_arg, p->peer[r], &rep);
-        proto_buf_release(rej);
-    }
-    proto_buf_release(payload);
-
-    /* Reset only what this iteration touched. */
-    if (dense) {
-        memset(p->acc, 0, (size_t)p->numel * sizeof(float));
-    } else {
-        for (uint32_t j = 0; j < nt; j++) {
-            p->acc[p->touched[j]] = 0;
-            p->mark[p->touched[j]] = 0;
-        }
-    }
-    for (uint32_t r = 0; r < W; r++) {
-        transport_rx_release(p->rx[r]);
-        p->rx[r] = NULL;
-    }
-    p->arrived = 0;
-    p->iter++;
-    if (s->cfg.on_close != NULL)
-        s->cfg.on_close(s->cfg.on_close_arg, flps_mono_s() - p->first_push_s);
-    return FLPS_OK;
-}
-
-static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
-                            const proto_msg *m)
-{
-    const float scale =
-        (float)(proto_jobcfg_lr_at(&s->jc, m->iter) / (double)s->jc.workers);
-    const int dense = m->codec != PROTO_CODEC_SPARSE;
-    const float *vals =
-        m->codec == PROTO_CODEC_ENCODED ? p->decoded[m->rank] : m->val;
-    float *delta = flps_malloc(((size_t)m->n + 1) * sizeof(float));
-    wal_record wr;
-    flps_err rc;
-
-    if (delta == NULL)
-        return FLPS_ENOMEM;
-    for (uint32_t j = 0; j < m->n; j++)
-        delta[j] = -(scale * vals[j]);
-    memset(&wr, 0, sizeof(wr));
-    wr.kind = dense ? WAL_ADD_DENSE : WAL_ADD_SPARSE;
-    wr.part = p->id;
-    wr.rank = m->rank;
-    /* Async parts have no open iteration: the record keeps the pushing
-     * rank's next iteration, so a restored shard still refuses a repeated
-     * push (replay_record). */
-    wr.iter = m->iter + 1;
-    wr.version = p->version + 1;
-    wr.n = m->n;
-    wr.idx = m->idx;
-    wr.val = delta;
-    rc = shard_wal(s, &wr);
-    if (rc == FLPS_OK) {
-        for (uint32_t j = 0; j < m->n; j++)
-            p->w[dense ? j : m->idx[j]] += delta[j];
-        p->version++;
-        p->last_async[m->rank] = m->iter + 1;
-        s->stats.updates++;
-        reply_ack(s, peer, m, 0, "applied", p->version);
-    }
-    flps_free(delta);
-    return rc;
-}
-
-/* A codec-encoded push (fp16, qsgd, sign) must name the job's codec and
- * cover the whole part. */
-static flps_err check_encoded(ps_shard *s, uint32_t peer, const ps_part *p,
-                              const proto_msg *m, codec_spec *spec)
-{
-    if (s->jc.agg != PROTO_AGG_DENSE || strcmp(m->spec, s->jc.compression) ||
-        codec_spec_parse(m->spec, spec) != FLPS_OK ||
-        codec_kind_is_sparse(spec->kind)) {
-        reply_error(s, peer, m, FLPS_EPROTO,
-                    "push encoded as '%s' but the job's codec is '%s'", m->spec,
-                    s->jc.compression);
-        return FLPS_EPROTO;
-    }
-    if (m->n != p->numel) {
-        reply_error(s, peer, m, FLPS_EPROTO,
-                    "encoded push for part %u says %u elements; the part "
-                    "has %u",
-                    p->id, m->n, p->numel);
-        return FLPS_EPROTO;
-    }
-    return FLPS_OK;
-}
-
-/* Decode an encoded push into its rank's dense buffer. Called only once
- * the push passed every other check: the buffer of a push already accepted
- * for this iteration is never overwritten. codec_decode validates
- * completely (frame sizes, values) before it writes. */
-static flps_err decode_encoded(ps_shard *s, uint32_t peer, ps_part *p,
-                               const proto_msg *m, const codec_spec *spec)
-{
-    codec_frame f[PROTO_ENC_MAX_FRAMES];
-    float **slot = &p->decoded[m->rank];
-    flps_err rc;
-
-    if (*slot == NULL) {
-        *slot = flps_malloc((size_t)p->numel * sizeof(float));
-        if (*slot == NULL) {
-            reply_error(s, peer, m, FLPS_ENOMEM, "out of memory");
-            return FLPS_ENOMEM;
-        }
-    }
-    for (uint32_t i = 0; i < m->nenc; i++) {
-        f[i].data = m->enc[i].data;
-        f[i].len = m->enc[i].len;
-    }
-    memset(*slot, 0, (size_t)p->numel * sizeof(float));
-    rc = codec_decode(spec, f, m->nenc, *slot, p->numel);
-    if (rc != FLPS_OK)
-        reply_error(s, peer, m, rc, "cannot decode the %s push for part %u",
-                    m->spec, p->id);
-    return rc;
-}
-
-static flps_err on_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
-                        int *kept)
-{
-    const uint32_t peer = rx->peer;
-    flps_err rc;
-    ps_part *p = request_part(s, peer, m, 1, &rc);
-    int want_sparse, encoded = m->codec == PROTO_CODEC_ENCODED;
-    codec_spec spec;
-
-    if (p == NULL)
-        return rc;
-    want_sparse = s->jc.agg != PROTO_AGG_DENSE;
-    if (m->codec == PROTO_CODEC_ENCODED) {
-        rc = check_encoded(s, peer, p, m, &spec);
-        if (rc != FLPS_OK)
-            return rc;
-    } else if ((m->codec == PROTO_CODEC_SPARSE) != want_sparse) {
-        reply_error(s, peer, m, FLPS_EPROTO,
-                    "this job aggregates %s pushes, got a %s one",
-                    want_sparse ? "sparse" : "dense",
-                    m->codec == PROTO_CODEC_SPARSE ? "sparse" : "dense");
-        return FLPS_EPROTO;
-    }
-    if (m->codec == PROTO_CODEC_DENSE && m->n != p->numel) {
-        reply_error(s, peer, m, FLPS_EPROTO,
-                    "dense push for part %u has %u values; the part has %u",
-                    p->id, m->n, p->numel);
-        return FLPS_EPROTO;
-    }
-    if (m->codec == PROTO_CODEC_SPARSE && m->n > 0 &&
-        m->idx[m->n - 1] >= p->numel) {
-        /* Indices are ascending (checked on decode): the last is the max. */
-        reply_error(s, peer, m, FLPS_ERANGE,
-                    "index %u is outside part %u of %u elements",
-                    m->idx[m->n - 1], p->id, p->numel);
-        return FLPS_ERANGE;
-    }
-    if (s->jc.mode == PROTO_MODE_ASYNC) {
-        if (m->iter < p->last_async[m->rank]) {
-            reply_error(s, peer, m, FLPS_EDUP,
-                        "rank %u already pushed iteration %llu of part %u",
-                        m->rank, (unsigned long long)m->iter, p->id);
-            return FLPS_EDUP;
-        }
-        if (encoded) {
-            rc = decode_encoded(s, peer, p, m, &spec);
-            if (rc != FLPS_OK)
-                return rc;
-        }
-        rc = apply_async(s, peer, p, m);
-        if (rc != FLPS_OK) {
-            reply_error(s, peer, m, rc, "cannot apply the push");
-            return rc;
-        }
-        s->stats.pushes++;
-        s->stats.elements_in += m->n;
-        return FLPS_OK;
-    }
-    if (m->iter < p->iter) {
-        reply_error(s, peer, m, FLPS_ELATE,
-                    "iteration %llu of part %u is closed (open: %llu)",
-                    (unsigned long long)m->iter, p->id,
-                    (unsigned long long)p->iter);
-        return FLPS_ELATE;
-    }
-    if (m->iter > p->iter) {
-        reply_error(s, peer, m, FLPS_EFUTURE,
-                    "iteration %llu of part %u is not open yet (open: %llu)",
-                    (unsigned long long)m->iter, p->id,
-                    (unsigned long long)p->iter);
-        return FLPS_EFUTURE;
-    }
-    if (p->rx[m->rank] != NULL) {
-        reply_error(s, peer, m, FLPS_EDUP,
-                    "rank %u already pushed iteration %llu of part %u", m->rank,
-                    (unsigned long long)m->iter, p->id);
-        return FLPS_EDUP;
-    }
-    if (encoded) {
-        rc = decode_encoded(s, peer, p, m, &spec);
-        if (rc != FLPS_OK)
-            return rc;
-    }
-    p->rx[m->rank] = rx;
-    p->push[m->rank] = *m;
-    p->peer[m->rank] = peer;
-    if (p->arrived == 0)
-        p->first_push_s = flps_mono_s();
-    p->arrived++;
-    *kept = 1;
-    s->stats.pushes++;
-    s->stats.elements_in += m->n;
-    if (p->arrived == s->jc.workers) {
-        rc = close_iteration(s, p);
-        if (rc != FLPS_OK) {
-            /* A broken invariant or a full disk: the daemon cannot keep
-             * its promise of durability, so it must not go on. */
-            log_error("cannot close iteration %llu of part %u: %s",
-                      (unsigned long long)p->iter, p->id, flps_strerror(rc));
-            return rc;
-        }
-    }
-    return FLPS_OK;
 }
 
 flps_err ps_shard_handle(ps_shard *s, transport_rx *rx)
@@ -939,13 +469,14 @@ flps_err ps_shard_handle(ps_shard *s, transport_rx *rx)
 
     rc = proto_msg_decode(rx->frames, rx->nframes, &m, why, sizeof(why));
     if (rc != FLPS_OK) {
-        reply_error(s, rx->peer, NULL, rc, "%s", why);
+        ps_shard_reply_error(s, rx->peer, NULL, rc, "%s", why);
         transport_rx_release(rx);
         return rc;
     }
     if (strcmp(m.job, s->job) != 0) {
-        reply_error(s, rx->peer, &m, FLPS_EJOB,
-                    "this shard serves job '%s', not '%s'", s->job, m.job);
+        ps_shard_reply_error(s, rx->peer, &m, FLPS_EJOB,
+                             "this shard serves job '%s', not '%s'", s->job,
+                             m.job);
         rc = FLPS_EJOB;
         goto out;
     }
@@ -960,19 +491,19 @@ flps_err ps_shard_handle(ps_shard *s, transport_rx *rx)
         rc = on_pull(s, rx->peer, &m);
         break;
     case PROTO_OP_PUSH:
-        rc = on_push(s, rx, &m, &kept);
+        rc = ps_agg_push(s, rx, &m, &kept);
         break;
     case PROTO_OP_CHECKPOINT:
         rc = ps_shard_checkpoint(s);
         if (rc == FLPS_OK)
-            reply_ack(s, rx->peer, &m, 0, "checkpoint written", 0);
+            ps_shard_reply_ack(s, rx->peer, &m, 0, "checkpoint written", 0);
         else
-            reply_error(s, rx->peer, &m, rc, "checkpoint failed: %s",
-                        flps_strerror(rc));
+            ps_shard_reply_error(s, rx->peer, &m, rc, "checkpoint failed: %s",
+                                 flps_strerror(rc));
         break;
     default:
-        reply_error(s, rx->peer, &m, FLPS_EPROTO, "a shard does not accept %s",
-                    proto_op_name(m.op));
+        ps_shard_reply_error(s, rx->peer, &m, FLPS_EPROTO,
+                             "a shard does not accept %s", proto_op_name(m.op));
         rc = FLPS_EPROTO;
         break;
     }

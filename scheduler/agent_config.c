@@ -2,14 +2,14 @@
 #include "scheduler/agent_config.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
 #include <getopt.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/numparse.h"
+#include "scheduler/agent_task.h"
 #include "scheduler/rconn.h"
 #include "services/jobspec.h"
 
@@ -42,50 +42,21 @@ const char *agent_config_usage(void)
     return usage_text;
 }
 
-static flps_err fail(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+_Static_assert(AGENT_NAME_MAX == AGENT_TASK_NAME_MAX + 1,
+               "a node name is checked by agent_task_name_is_valid");
 
-static flps_err fail(char *errbuf, size_t errlen, const char *fmt, ...)
+/* A directory flag into dst (size bytes): not empty, and leaving 128
+ * bytes for what flagent puts under it ({job}/attempt-N/{task}.log). */
+static flps_err copy_dir(const char *flag, const char *arg, char *dst,
+                         size_t size, char *errbuf, size_t errlen)
 {
-    va_list ap;
-
-    if (errbuf != NULL && errlen > 0) {
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return FLPS_ECONFIG;
-}
-
-/* A whole decimal number in [min, max]. */
-static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
-{
-    unsigned long v;
-    char *end;
-
-    if (s[0] < '0' || s[0] > '9')
-        return 0;
-    errno = 0;
-    v = strtoul(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v < min || v > max)
-        return 0;
-    *out = (uint32_t)v;
-    return 1;
-}
-
-static int name_is_valid(const char *s)
-{
-    size_t n = strlen(s);
-
-    if (n == 0 || n >= AGENT_NAME_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
-            return 0;
-    }
-    return 1;
+    if (arg[0] == '\0' || strlen(arg) >= size - 128)
+        return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                               "%s: give a directory path shorter than %zu "
+                               "characters",
+                               flag, size - 128);
+    snprintf(dst, size, "%s", arg);
+    return FLPS_OK;
 }
 
 flps_err agent_config_parse(int argc, char **argv, agent_config *out,
@@ -108,7 +79,7 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
     int c, have_cpus = 0, have_gpus = 0;
     struct in_addr ip;
     const char *tmp;
-    char *end;
+    uint64_t u64;
 
     memset(&cfg, 0, sizeof(cfg));
     snprintf(cfg.address, sizeof(cfg.address), "127.0.0.1");
@@ -121,113 +92,113 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
             char host[256], pw[256], why[300];
             int port, db;
             if (strlen(optarg) >= sizeof(cfg.redis_url))
-                return fail(errbuf, errlen, "--redis: the URL is too long");
+                return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                                       "--redis: the URL is too long");
             if (rconn_parse_url(optarg, host, sizeof(host), &port, pw,
                                 sizeof(pw), &db, why, sizeof(why)) != FLPS_OK)
-                return fail(errbuf, errlen, "--redis: %s", why);
+                return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                                       "--redis: %s", why);
             snprintf(cfg.redis_url, sizeof(cfg.redis_url), "%s", optarg);
             break;
         }
         case 'n':
-            if (!name_is_valid(optarg))
-                return fail(errbuf, errlen,
-                            "--name: '%s' is not a node name; use 1..63 of "
-                            "A-Z a-z 0-9 _ . -",
-                            optarg);
+            if (!agent_task_name_is_valid(optarg, strlen(optarg)))
+                return flps_errbuf_set(
+                    errbuf, errlen, FLPS_ECONFIG,
+                    "--name: '%s' is not a node name; use 1..63 of "
+                    "A-Z a-z 0-9 _ . -",
+                    optarg);
             snprintf(cfg.name, sizeof(cfg.name), "%s", optarg);
             break;
         case 'c':
-            errno = 0;
-            cfg.cpus = strtod(optarg, &end);
-            if (errno != 0 || end == optarg || *end != '\0' ||
-                optarg[0] < '0' || optarg[0] > '9' || !(cfg.cpus > 0) ||
-                cfg.cpus > 1e6)
-                return fail(errbuf, errlen,
-                            "--cpus: '%s' is not a number of CPUs > 0 (e.g. "
-                            "8 or 0.5)",
-                            optarg);
+            /* A leading digit as always ("+1" and ".5" are refused), and
+             * > 0, which the parser's inclusive bounds cannot say; so the
+             * message is flagent's own, as its tests quote it. */
+            if (optarg[0] < '0' || optarg[0] > '9' ||
+                flps_parse_double("--cpus", optarg, 0, 1e6, &cfg.cpus, NULL,
+                                  0) != FLPS_OK ||
+                !(cfg.cpus > 0))
+                return flps_errbuf_set(
+                    errbuf, errlen, FLPS_ECONFIG,
+                    "--cpus: '%s' is not a number of CPUs > 0 (e.g. "
+                    "8 or 0.5)",
+                    optarg);
             have_cpus = 1;
             break;
         case 'm':
             if (jobspec_size_parse(optarg, &cfg.memory) != FLPS_OK ||
                 cfg.memory == 0)
-                return fail(errbuf, errlen,
-                            "--memory: '%s' is not a size; use bytes or a "
-                            "number with K, M, G, T (powers of 1000) "
-                            "or Ki, Mi, Gi, Ti (powers of 1024), e.g. 16Gi; "
-                            "not 0",
-                            optarg);
+                return flps_errbuf_set(
+                    errbuf, errlen, FLPS_ECONFIG,
+                    "--memory: '%s' is not a size; use bytes or a "
+                    "number with K, M, G, T (powers of 1000) "
+                    "or Ki, Mi, Gi, Ti (powers of 1024), e.g. 16Gi; "
+                    "not 0",
+                    optarg);
             break;
         case 'g':
-            if (!parse_u32(optarg, 0, 1u << 16, &cfg.gpus))
-                return fail(errbuf, errlen,
-                            "--gpus: '%s' is not a whole number of GPUs >= 0",
-                            optarg);
+            if (flps_parse_u64("--gpus", optarg, 0, 1u << 16, &u64, errbuf,
+                               errlen) != FLPS_OK)
+                return FLPS_ECONFIG;
+            cfg.gpus = (uint32_t)u64;
             have_gpus = 1;
             break;
         case 'a':
             if (inet_pton(AF_INET, optarg, &ip) != 1 ||
                 ip.s_addr == htonl(INADDR_ANY))
-                return fail(errbuf, errlen,
-                            "--address: '%s' is not an IPv4 address other "
-                            "nodes can reach (e.g. 10.0.0.5; not 0.0.0.0)",
-                            optarg);
+                return flps_errbuf_set(
+                    errbuf, errlen, FLPS_ECONFIG,
+                    "--address: '%s' is not an IPv4 address other "
+                    "nodes can reach (e.g. 10.0.0.5; not 0.0.0.0)",
+                    optarg);
             snprintf(cfg.address, sizeof(cfg.address), "%s", optarg);
             break;
         case 'w':
-            if (optarg[0] == '\0' ||
-                strlen(optarg) >= sizeof(cfg.work_dir) - 128)
-                return fail(errbuf, errlen,
-                            "--work-dir: give a directory path shorter than "
-                            "%zu characters",
-                            sizeof(cfg.work_dir) - 128);
-            snprintf(cfg.work_dir, sizeof(cfg.work_dir), "%s", optarg);
+            if (copy_dir("--work-dir", optarg, cfg.work_dir,
+                         sizeof(cfg.work_dir), errbuf, errlen) != FLPS_OK)
+                return FLPS_ECONFIG;
             break;
         case 'k':
-            if (optarg[0] == '\0' ||
-                strlen(optarg) >= sizeof(cfg.ckpt_root) - 128)
-                return fail(errbuf, errlen,
-                            "--checkpoint-root: give a directory path "
-                            "shorter than %zu characters",
-                            sizeof(cfg.ckpt_root) - 128);
-            snprintf(cfg.ckpt_root, sizeof(cfg.ckpt_root), "%s", optarg);
+            if (copy_dir("--checkpoint-root", optarg, cfg.ckpt_root,
+                         sizeof(cfg.ckpt_root), errbuf, errlen) != FLPS_OK)
+                return FLPS_ECONFIG;
             break;
         case 'b':
-            errno = 0;
-            cfg.heartbeat = strtod(optarg, &end);
-            if (errno != 0 || end == optarg || *end != '\0' ||
-                !isfinite(cfg.heartbeat) || cfg.heartbeat < 0.1 ||
-                cfg.heartbeat > 3600)
-                return fail(errbuf, errlen,
-                            "--heartbeat: '%s' is not a number of seconds "
-                            "from 0.1 to 3600",
-                            optarg);
+            if (flps_parse_double("--heartbeat", optarg, 0.1, 3600,
+                                  &cfg.heartbeat, errbuf, errlen) != FLPS_OK)
+                return FLPS_ECONFIG;
             break;
         case 'h':
             memset(out, 0, sizeof(*out));
             out->help = 1;
             return FLPS_OK;
         case ':':
-            return fail(errbuf, errlen, "%s needs a value", argv[optind - 1]);
+            return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                                   "%s needs a value", argv[optind - 1]);
         default:
-            return fail(errbuf, errlen, "unknown option '%s'",
-                        argv[optind - 1]);
+            return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                                   "unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc)
-        return fail(errbuf, errlen, "unexpected argument '%s'", argv[optind]);
+        return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                               "unexpected argument '%s'", argv[optind]);
     if (cfg.redis_url[0] == '\0')
-        return fail(errbuf, errlen,
-                    "--redis is required (e.g. --redis "
-                    "redis://127.0.0.1:6379)");
+        return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                               "--redis is required (e.g. --redis "
+                               "redis://127.0.0.1:6379)");
     if (cfg.name[0] == '\0')
-        return fail(errbuf, errlen, "--name is required");
+        return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                               "--name is required");
     if (!have_cpus)
-        return fail(errbuf, errlen, "--cpus is required");
+        return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                               "--cpus is required");
     if (cfg.memory == 0)
-        return fail(errbuf, errlen, "--memory is required (e.g. 16Gi)");
+        return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                               "--memory is required (e.g. 16Gi)");
     if (!have_gpus)
-        return fail(errbuf, errlen, "--gpus is required (0 for none)");
+        return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                               "--gpus is required (0 for none)");
     if (cfg.work_dir[0] == '\0') {
         tmp = getenv("TMPDIR");
         if (tmp == NULL || tmp[0] == '\0' ||

@@ -8,22 +8,36 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "common/numparse.h"
+
 #define KEY_PREFIX "flps:task:"
 
+/* A decimal field of a key: the n bytes at s (not NUL-terminated). */
 static int parse_u32(const char *s, size_t n, uint32_t *out)
 {
-    uint64_t v = 0;
+    char text[11];
+    uint64_t v;
 
-    if (n == 0 || n > 10)
+    if (n == 0 || n >= sizeof(text))
         return 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return 0;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (v > UINT32_MAX)
+    memcpy(text, s, n);
+    text[n] = '\0';
+    if (flps_parse_u64(NULL, text, 0, UINT32_MAX, &v, NULL, 0) != FLPS_OK)
         return 0;
     *out = (uint32_t)v;
+    return 1;
+}
+
+int agent_task_name_is_valid(const char *s, size_t n)
+{
+    if (n == 0 || n > AGENT_TASK_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
+            return 0;
+    }
     return 1;
 }
 
@@ -39,14 +53,8 @@ flps_err agent_task_key_parse(const char *key, agent_task_id *out)
     job = key + plen;
     end = job + strlen(job);
     c1 = strchr(job, ':');
-    if (c1 == NULL || c1 == job || (size_t)(c1 - job) >= sizeof(id.job))
+    if (c1 == NULL || !agent_task_name_is_valid(job, (size_t)(c1 - job)))
         return FLPS_EINVAL;
-    for (const char *p = job; p < c1; p++) {
-        char c = *p;
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
-            return FLPS_EINVAL;
-    }
     c2 = strchr(c1 + 1, ':');
     if (c2 == NULL || !parse_u32(c1 + 1, (size_t)(c2 - c1 - 1), &id.attempt))
         return FLPS_EINVAL;

@@ -13,9 +13,17 @@ typedef enum {
     AGENT_ROLE_WORKER,
 } agent_role;
 
+/* The longest job or node name: they are parts of Redis keys. */
+#define AGENT_TASK_NAME_MAX 63
+
+/* Whether the n bytes at s (not necessarily NUL-terminated) are a job or
+ * node name: 1..AGENT_TASK_NAME_MAX of [A-Za-z0-9_.-], so never a ':'
+ * that would split a key. */
+int agent_task_name_is_valid(const char *s, size_t n);
+
 /* The parts of a task key "flps:task:{job}:{attempt}:{role}-{index}". */
 typedef struct agent_task_id {
-    char job[64];
+    char job[AGENT_TASK_NAME_MAX + 1];
     uint32_t attempt;
     agent_role role;
     uint32_t index;

@@ -597,3 +597,51 @@ Test(persist, checkpoint_write_fails_with_eio_in_a_missing_directory)
         ckpt_write("/nonexistent-flps-dir/shard-0.ckpt", "m", 1, &one, 1),
         FLPS_EIO);
 }
+
+/* More than 3 MiB of values: read_file grows its buffer several times. */
+#define BIG_NUMEL (800u * 1024u)
+
+static flps_err check_big_part(void *arg, const ckpt_part *p)
+{
+    uint32_t *count = arg;
+
+    cr_assert_eq(p->numel, BIG_NUMEL);
+    for (uint32_t i = 0; i < p->numel; i++)
+        if (p->values[i] != (float)i)
+            cr_assert_fail("part %u, value %u is %g", p->id, i,
+                           (double)p->values[i]);
+    (*count)++;
+    return FLPS_OK;
+}
+
+Test(persist, checkpoint_larger_than_one_read_round_trips)
+{
+    float *vals = flps_malloc(BIG_NUMEL * sizeof(float));
+    ckpt_part parts[2];
+    void *meta = NULL;
+    size_t metalen = 0;
+    uint32_t count = 0;
+    int missing = 7;
+
+    cr_assert_not_null(vals);
+    for (uint32_t i = 0; i < BIG_NUMEL; i++)
+        vals[i] = (float)i;
+    memset(parts, 0, sizeof(parts));
+    for (uint32_t i = 0; i < 2; i++) {
+        parts[i].id = i;
+        parts[i].numel = BIG_NUMEL;
+        parts[i].version = 1;
+        parts[i].values = vals;
+    }
+    make_dir();
+    cr_assert_eq(ckpt_write(path, "m", 1, parts, 2), FLPS_OK);
+    cr_assert_eq(
+        ckpt_read(path, &meta, &metalen, check_big_part, &count, &missing),
+        FLPS_OK);
+    cr_assert_eq(count, 2);
+    cr_assert_eq(metalen, 1);
+    cr_assert_eq(memcmp(meta, "m", 1), 0);
+    free(meta);
+    flps_free(vals);
+    remove_dir();
+}

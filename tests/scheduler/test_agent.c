@@ -1098,3 +1098,44 @@ Test(agent, writes_an_existing_plan_before_the_worker_starts, .timeout = 30)
           "one log line for the plan");
     fx_fini(&fx);
 }
+
+/* quick_job with two servers: each worker is given both endpoints. */
+static const char two_server_job[] = "name: agent-test\n"
+                                     "model: mlp\n"
+                                     "dataset: synthetic\n"
+                                     "workers: 2\n"
+                                     "servers: 2\n"
+                                     "iterations: 30\n"
+                                     "batch_size: 16\n"
+                                     "eval_every: 0\n";
+
+/* Whether every one of the n task keys has field set to want. */
+static int all_have(fixture *f, char keys[][64], int n, const char *field,
+                    const char *want)
+{
+    for (int i = 0; i < n; i++)
+        if (!hget_is(f, keys[i], field, want))
+            return 0;
+    return 1;
+}
+
+Test(agent, gives_the_workers_the_endpoints_of_every_server, .timeout = 120)
+{
+    char s[2][64], w[2][64];
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    place_job(&fx, "j10", two_server_job, 2, 2);
+    task_key(s[0], sizeof(s[0]), "j10", "server-0");
+    task_key(s[1], sizeof(s[1]), "j10", "server-1");
+    task_key(w[0], sizeof(w[0]), "j10", "worker-0");
+    task_key(w[1], sizeof(w[1]), "j10", "worker-1");
+    WAIT_UNTIL(all_have(&fx, w, 2, "state", "EXITED"), 60);
+    CHECK(&fx, all_have(&fx, w, 2, "state", "EXITED"),
+          "the workers did not finish within 60 s");
+    cr_assert(all_have(&fx, s, 2, "state", "RUNNING"));
+    CHECK(&fx, all_have(&fx, w, 2, "exit_code", "0"),
+          "a worker failed: it did not reach both servers");
+    fx_fini(&fx);
+}

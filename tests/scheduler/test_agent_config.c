@@ -207,3 +207,35 @@ Test(agent_config, can_parse_twice_in_one_process)
     cr_assert_str_eq(cfg.name, "b");
     cr_assert_float_eq(cfg.cpus, 2, 1e-12);
 }
+
+/* flag with value first, on a command line otherwise good: refused with
+ * says as soon as the parser reaches it. */
+static void refuses_flag(const char *flag, const char *value, const char *says)
+{
+    char *argv[] = {"flagent",   (char *)flag, (char *)value, "--redis",
+                    "redis://h", "--name",     "n",           "--cpus",
+                    "1",         "--memory",   "1Gi",         "--gpus",
+                    "0"};
+
+    refused(ARGC(argv), argv, says);
+}
+
+Test(agent_config, says_what_a_flag_accepts)
+{
+    refuses_flag("--gpus", "70000",
+                 "--gpus: '70000' is out of range: expected an integer from 0 "
+                 "to 65536");
+    refuses_flag("--gpus", "+1", "--gpus: '+1' is not a whole number");
+    refuses_flag("--heartbeat", "7200",
+                 "--heartbeat: '7200' is out of range: expected a number from "
+                 "0.1 to 3600");
+    refuses_flag("--heartbeat", " 2", "--heartbeat: ' 2' is not a number");
+    refuses_flag("--cpus", "+1", "--cpus: '+1' is not a number of CPUs > 0");
+    refuses_flag("--cpus", "2000000",
+                 "--cpus: '2000000' is not a number of CPUs");
+    refuses_flag("--work-dir", "",
+                 "--work-dir: give a directory path shorter than 896 "
+                 "characters");
+    refuses_flag("--checkpoint-root", "",
+                 "--checkpoint-root: give a directory path shorter than 896");
+}

@@ -162,3 +162,18 @@ Test(agent_task, gives_exit_code_or_signal)
     cr_assert_eq(code, -1);
     cr_assert_eq(sig, SIGTERM);
 }
+
+Test(agent_task, names_are_1_to_63_of_the_key_safe_characters)
+{
+    char longest[AGENT_TASK_NAME_MAX + 2];
+
+    cr_assert(agent_task_name_is_valid("gpu-node.7_a", 12));
+    cr_assert(agent_task_name_is_valid("j:x", 1), "only n bytes are read");
+    cr_assert_not(agent_task_name_is_valid("", 0));
+    cr_assert_not(agent_task_name_is_valid("a:b", 3));
+    cr_assert_not(agent_task_name_is_valid("a b", 3));
+    cr_assert_not(agent_task_name_is_valid("a/b", 3));
+    memset(longest, 'n', sizeof(longest));
+    cr_assert(agent_task_name_is_valid(longest, AGENT_TASK_NAME_MAX));
+    cr_assert_not(agent_task_name_is_valid(longest, AGENT_TASK_NAME_MAX + 1));
+}

@@ -1,0 +1,105 @@
+/* Internal to ps/shard*.c: the shard's state and the calls its two
+ * files make of each other. shard.c holds the layout, registration,
+ * init/pull, the message switch and durability; shard_agg.c the pushes
+ * and their aggregation (synchronous iterations and asynchronous
+ * updates). Not for use outside ps/shard*.c. */
+#ifndef FLPS_PS_SHARD_IMPL_H
+#define FLPS_PS_SHARD_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/msg.h"
+#include "proto/partmap.h"
+#include "proto/transport.h"
+#include "ps/persist.h"
+#include "ps/shard.h"
+
+typedef struct ps_pull_wait {
+    uint32_t peer;
+    uint32_t rank;
+    struct ps_pull_wait *next;
+} ps_pull_wait;
+
+typedef struct ps_part {
+    uint32_t id;
+    uint32_t numel;
+    float *w;
+    uint64_t version; /* bumped by every applied update */
+    uint64_t iter;    /* sync: the open iteration; async: unused */
+    int initialized;
+    /* Synchronous aggregation of the open iteration. */
+    uint32_t arrived;
+    /* CLOCK_MONOTONIC seconds when the open iteration's first push
+     * arrived, for cfg.on_close (the close-latency histogram). */
+    double first_push_s;
+    transport_rx **rx; /* per rank: the waiting push, or NULL */
+    proto_msg *push;   /* per rank: its decoded header (points into rx) */
+    uint32_t *peer;    /* per rank: where to send the update */
+    float **decoded;   /* per rank: a codec-encoded push (fp16, qsgd, sign),
+                          decoded for dense aggregation; made on first use */
+    float *acc;        /* dense accumulator, zero outside touched */
+    uint8_t *mark;     /* per element: 1 touched, 2 selected */
+    uint32_t *touched;
+    uint64_t *last_async; /* async: per rank, last iteration applied + 1 */
+    ps_pull_wait *pulls;  /* pulls waiting for initial values */
+} ps_part;
+
+struct ps_shard {
+    ps_shard_config cfg;
+    char job[PROTO_JOB_MAX + 1];
+    char ckpt_path[4096];
+    char wal_path[4096];
+    int wal_fd;
+    int configured;
+    proto_jobcfg jc;
+    uint32_t ntensors;
+    proto_tensor *tensors;
+    partmap pm;
+    ps_part **parts; /* by part id; NULL where another shard owns it */
+    uint32_t nowned;
+    uint32_t *sel; /* scratch for gtopk positions */
+    float *gath;   /* scratch for gtopk values */
+    size_t scratch_cap;
+    ps_shard_stats stats;
+};
+
+/* ---- shard.c ---- */
+
+/* Start a reply: every header field the callers set alike, no payload. */
+void ps_shard_reply_init(const ps_shard *s, ps_reply *r, proto_op op,
+                         uint32_t rank, uint32_t part, uint64_t iter,
+                         uint64_t version);
+
+/* Refuse req (NULL: a message that did not decode) from peer: count it
+ * under err, log it, and answer an ERROR with the formatted text. */
+void ps_shard_reply_error(ps_shard *s, uint32_t peer, const proto_msg *req,
+                          flps_err err, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* Answer req with an ACK carrying status, text and version. */
+void ps_shard_reply_ack(ps_shard *s, uint32_t peer, const proto_msg *req,
+                        uint32_t status, const char *text, uint64_t version);
+
+/* The owned part m names (initialised, if need_init), or NULL after
+ * answering the refusal, whose code is then in *err. */
+ps_part *ps_shard_request_part(ps_shard *s, uint32_t peer, const proto_msg *m,
+                               int need_init, flps_err *err);
+
+/* Append r to the write-ahead log, when there is one. Errors: those of
+ * wal_append; the caller must not acknowledge what failed. */
+flps_err ps_shard_wal(ps_shard *s, const wal_record *r);
+
+/* ---- shard_agg.c ---- */
+
+/* Handle a PUSH m decoded from rx: check it, then apply it (async) or
+ * hold it until every worker pushed the part's iteration (sync), which
+ * closes the iteration and sends the update to every worker. *kept is
+ * set when the shard keeps rx (released when the iteration closes).
+ * Returns the refusal's code (answered and counted) or FLPS_OK; FLPS_EIO
+ * and FLPS_ENOMEM from a close mean the state can no longer be made
+ * durable. */
+flps_err ps_agg_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
+                     int *kept);
+
+#endif
