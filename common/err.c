@@ -48,15 +48,21 @@ FLPS_API const char *flps_version(void)
 #undef FLPS_STR2_
 }
 
+flps_err flps_errbuf_vset(char *errbuf, size_t errlen, flps_err err,
+                          const char *fmt, va_list ap)
+{
+    if (errbuf != NULL && errlen > 0)
+        vsnprintf(errbuf, errlen, fmt, ap);
+    return err;
+}
+
 flps_err flps_errbuf_set(char *errbuf, size_t errlen, flps_err err,
                          const char *fmt, ...)
 {
     va_list ap;
 
-    if (errbuf == NULL || errlen == 0)
-        return err;
     va_start(ap, fmt);
-    vsnprintf(errbuf, errlen, fmt, ap);
+    flps_errbuf_vset(errbuf, errlen, err, fmt, ap);
     va_end(ap);
     return err;
 }

@@ -3,6 +3,7 @@
 #ifndef FLPS_COMMON_ERR_H
 #define FLPS_COMMON_ERR_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #include "flps.h"
@@ -24,5 +25,11 @@ enum {
 flps_err flps_errbuf_set(char *errbuf, size_t errlen, flps_err err,
                          const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* The same with a va_list, for formatters that forward their own
+ * arguments (a sticky error on a struct, a reply's text). */
+flps_err flps_errbuf_vset(char *errbuf, size_t errlen, flps_err err,
+                          const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 
 #endif

@@ -40,7 +40,7 @@ void ps_shard_reply_error(ps_shard *s, uint32_t peer, const proto_msg *req,
                         req ? req->part : 0, req ? req->iter : 0, 0);
     r.msg.status = err;
     va_start(ap, fmt);
-    vsnprintf(r.msg.text, sizeof(r.msg.text), fmt, ap);
+    flps_errbuf_vset(r.msg.text, sizeof(r.msg.text), err, fmt, ap);
     va_end(ap);
     s->stats.rejected[err]++;
     log_warn("refused %s from peer %u (rank %u, part %u, iteration %llu): "

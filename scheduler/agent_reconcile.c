@@ -14,6 +14,7 @@
 
 #include "common/alloc.h"
 #include "common/clock.h"
+#include "common/err.h"
 #include "common/log.h"
 #include "common/numparse.h"
 #include "common/strbuf.h"
@@ -34,7 +35,7 @@ static void task_fail(agent_node *n, agent_task *t, const char *fmt, ...)
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    flps_errbuf_vset(msg, sizeof(msg), FLPS_ESTATE, fmt, ap);
     va_end(ap);
     log_error("task %s: cannot start: %s", t->key, msg);
     snprintf(line, sizeof(line), "flagent: cannot start %s on node %s: %s",

@@ -55,7 +55,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n;
 
     (void)cls;
-    vsnprintf(line, sizeof(line), fmt, ap);
+    flps_errbuf_vset(line, sizeof(line), FLPS_EREMOTE, fmt, ap);
     n = strlen(line);
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
         line[--n] = '\0';

@@ -110,7 +110,7 @@ static flps_err set_error(flps_client *c, flps_err err, const char *fmt, ...)
         return c->err; /* keep the first cause */
     c->err = err;
     va_start(ap, fmt);
-    vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
+    flps_errbuf_vset(c->errmsg, sizeof(c->errmsg), err, fmt, ap);
     va_end(ap);
     return err;
 }
