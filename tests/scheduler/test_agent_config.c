@@ -225,7 +225,7 @@ Test(agent_config, says_what_a_flag_accepts)
     refuses_flag("--gpus", "70000",
                  "--gpus: '70000' is out of range: expected an integer from 0 "
                  "to 65536");
-    refuses_flag("--gpus", "+1", "--gpus: '+1' is not a whole number");
+    refuses_flag("--gpus", "+1", "--gpus: '+1' is not an integer");
     refuses_flag("--heartbeat", "7200",
                  "--heartbeat: '7200' is out of range: expected a number from "
                  "0.1 to 3600");
