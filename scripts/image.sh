@@ -117,7 +117,7 @@ make_base() {
     $SUDO tee "$TMP/rootfs/etc/apt/sources.list" >/dev/null
   $SUDO rm -rf "$TMP/rootfs/var/cache/apt/"*.bin "$TMP/rootfs/var/cache/apt/archives/"*.deb \
     "$TMP/rootfs/var/lib/apt/lists/"* "$TMP/rootfs/var/log/"*.log
-  $SUDO tar -C "$TMP/rootfs" -c . | podman import - "$BASE_IMAGE" >/dev/null ||
+  $SUDO tar -C "$TMP/rootfs" -c . | podman import - "$BASE_IMAGE" >"$TMP/import.log" 2>&1 ||
     die "podman import of the base failed"
   $SUDO rm -rf "$TMP/rootfs"
   say "base $BASE_IMAGE made in $((SECONDS - t0)) s"
