@@ -8,6 +8,8 @@
 #   scripts/image.sh smoke     run the built image: --version/--help, non-root
 #                              user, a short flrun job to its summary line
 #   scripts/image.sh all       build, then smoke
+#   scripts/image.sh conf FILE write the containers.conf podman needs here to
+#                              FILE (for other scripts: CONTAINERS_CONF=FILE)
 #
 # Environment:
 #   FLPS_IMAGE        the tag to build/run (default localhost/flps:VERSION,
@@ -210,8 +212,13 @@ case "${1:-build}" in
     build
     smoke
     ;;
+  conf)
+    [ -n "${2:-}" ] || die "usage: $0 conf FILE"
+    write_containers_conf
+    cp "$CONTAINERS_CONF" "$2"
+    ;;
   *)
-    echo "usage: $0 [build|smoke|all]" >&2
+    echo "usage: $0 [build|smoke|all|conf FILE]" >&2
     exit 2
     ;;
 esac
