@@ -198,9 +198,16 @@ EOF
   say "  summary: $summary"
 
   if [ "$WITH_DATASET" = 1 ]; then
-    crun "$IMAGE" test -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ||
-      die "Fashion-MNIST is not in the image"
-    say "  Fashion-MNIST is in the image"
+    say "smoke: flrun on Fashion-MNIST from the image (30 iterations)"
+    sed -e 's/^name: .*/name: image-smoke-fmnist/' -e 's/^dataset: .*/dataset: fashion-mnist/' \
+      "$TMP/job.yaml" >"$TMP/fmnist.yaml"
+    chmod 0644 "$TMP/fmnist.yaml"
+    out=$(crun --read-only --tmpfs /tmp:rw,size=256m --cap-drop=ALL \
+      -v "$TMP/fmnist.yaml:/job/job.yaml:ro" "$IMAGE" flrun --quiet /job/job.yaml 2>&1) ||
+      die "flrun on Fashion-MNIST failed in the image: $(echo "$out" | tail -20)"
+    summary=$(echo "$out" | tail -1)
+    echo "$summary" | grep -q '"iterations":30' || die "no summary line from flrun: $(echo "$out" | tail -5)"
+    say "  summary: $summary"
   fi
   say "smoke: passed"
 }
