@@ -34,7 +34,7 @@ version() {
   maj=$(sed -n 's/^#define FLPS_VERSION_MAJOR \([0-9]*\)$/\1/p' include/flps.h)
   min=$(sed -n 's/^#define FLPS_VERSION_MINOR \([0-9]*\)$/\1/p' include/flps.h)
   pat=$(sed -n 's/^#define FLPS_VERSION_PATCH \([0-9]*\)$/\1/p' include/flps.h)
-  [ -n "$maj" ] && [ -n "$min" ] && [ -n "$pat" ] || die "no FLPS_VERSION_* in include/flps.h"
+  if [ -z "$maj" ] || [ -z "$min" ] || [ -z "$pat" ]; then die "no FLPS_VERSION_* in include/flps.h"; fi
   echo "$maj.$min.$pat"
 }
 
@@ -99,6 +99,7 @@ EOF
 # apt's own targets, so that no host name is ever written into a file of
 # this repository: "URI SUITE COMPONENT" lines.
 apt_targets() {
+  # shellcheck disable=SC2016 # apt's own $(FIELD) syntax, not the shell's
   apt-get indextargets --format '$(REPO_URI) $(RELEASE) $(COMPONENT)' 'Created-By: Packages' | sort -u
 }
 

@@ -34,8 +34,10 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/flps-chart.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
 # ---- tools -------------------------------------------------------------------
-command -v node >/dev/null && command -v npm >/dev/null ||
-  { echo "test_chart: node and npm are needed (apt-get install nodejs npm)" >&2; exit 1; }
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "test_chart: node and npm are needed (apt-get install nodejs npm)" >&2
+  exit 1
+fi
 # Install when package.json changed since the last install.
 stamp="$NM/.flps-package.json"
 if ! cmp -s "$HERE/package.json" "$stamp" 2>/dev/null; then
@@ -145,6 +147,7 @@ cp -r "$CHART" "$TMP/chart"
 } >"$TMP/chart/templates/_notes_check.tpl"
 printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: |\n{{ include "flps.notesCheck" . | indent 4 }}\n' \
   >"$TMP/chart/templates/notes-check.yaml"
+# shellcheck disable=SC2016 # the literal text NOTES.txt prints
 if "$HELM" template rel "$TMP/chart" --namespace flps --show-only templates/notes-check.yaml >"$TMP/notes.yaml" 2>&1 &&
   grep -q 'export FLPS_SCHEDULER=http://127.0.0.1:8080' "$TMP/notes.yaml" &&
   grep -q 'export FLPS_TOKEN="$(kubectl -n flps get secret rel-flps-auth' "$TMP/notes.yaml" &&

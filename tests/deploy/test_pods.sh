@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC1091 # the env files it sources are written at run time
 # Runs the chart's pods with the built image, as far as this machine allows
 # without Kubernetes: the rendered flsched Deployment, two flagent DaemonSet
 # pods (nodes n1, n2) and the `helm test` pod are started with podman,
@@ -43,6 +44,7 @@ check() { # name, command...
 
 [ -x "$HELM" ] || { echo "test_pods: run tests/deploy/test_chart.sh first (it installs helm)" >&2; exit 1; }
 command -v podman >/dev/null || { echo "test_pods: podman is missing; run scripts/image.sh build first" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "test_pods: run as root (rootful podman; volumes are given to uid 10001)" >&2; exit 1; }
 command -v redis-server >/dev/null || { echo "test_pods: redis-server is missing (scripts/deps.sh)" >&2; exit 1; }
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/flps-pods.XXXXXX")
