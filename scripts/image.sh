@@ -17,6 +17,7 @@
 #   FLPS_BASE_IMAGE   the base image (default localhost/flps-base:bookworm);
 #                     made with debootstrap only when podman does not have it
 #   WITH_DATASET      1 (default) puts Fashion-MNIST into the image, 0 not
+#   NO_CACHE          1 builds every layer again (podman build --no-cache)
 #
 # podman is driven through a containers.conf of this script's own
 # (CONTAINERS_CONF); nothing under /etc is changed. See docs/deploy.md.
@@ -42,6 +43,7 @@ VERSION=$(version)
 IMAGE="${FLPS_IMAGE:-localhost/flps:$VERSION}"
 BASE_IMAGE="${FLPS_BASE_IMAGE:-localhost/flps-base:bookworm}"
 WITH_DATASET="${WITH_DATASET:-1}"
+NO_CACHE="${NO_CACHE:-0}"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
@@ -132,7 +134,9 @@ build() {
   make_base
   local t0=$SECONDS
   say "building $IMAGE (BASE=$BASE_IMAGE, WITH_DATASET=$WITH_DATASET)"
-  podman build --network=host --pull=never \
+  local cache=()
+  if [ "$NO_CACHE" = 1 ]; then cache=(--no-cache); fi
+  podman build --network=host --pull=never "${cache[@]+"${cache[@]}"}" \
     --build-arg BASE="$BASE_IMAGE" --build-arg WITH_DATASET="$WITH_DATASET" \
     --build-arg VERSION="$VERSION" \
     -t "$IMAGE" . >"$TMP/build.log" 2>&1 ||
