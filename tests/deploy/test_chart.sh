@@ -2,7 +2,8 @@
 # Offline checks of the Helm chart helm/flps (no Kubernetes API server is
 # needed, and none is used):
 #   - helm lint --strict with the default values and each values file here;
-#   - helm template for four scenarios: default, rdma, external-redis, gpu;
+#   - helm template for five scenarios: default, rdma, external-redis, gpu,
+#     minimal;
 #   - values.schema.json refuses wrong values;
 #   - NOTES.txt renders and tells how to set FLPS_SCHEDULER and FLPS_TOKEN;
 #   - helm package works;
@@ -72,7 +73,7 @@ fi
 echo "test_chart: $("$HELM" version --short), node $(node --version)"
 
 # ---- lint ---------------------------------------------------------------------
-SCENARIOS=(default rdma external-redis gpu)
+SCENARIOS=(default rdma external-redis gpu minimal)
 values_args() { [ "$1" = default ] || echo "-f $HERE/values-$1.yaml"; }
 for s in "${SCENARIOS[@]}"; do
   # shellcheck disable=SC2046

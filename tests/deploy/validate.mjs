@@ -2,7 +2,7 @@
 //
 //   node validate.mjs SCENARIO RENDERED.yaml [SCENARIO RENDERED.yaml ...]
 //
-// SCENARIO is one of default, rdma, external-redis, gpu (the values files
+// SCENARIO is one of default, rdma, external-redis, gpu, minimal (the values files
 // of tests/deploy/). For every object:
 //   1. kubernetes-models: types, enum values, required fields, quantities;
 //   2. a walk over @kubernetes/client-node's generated models: unknown
@@ -172,7 +172,22 @@ const EXPECT = {
     image: "localhost:5000/flps:0.2.0-test",
     replicas: 2,
   },
+  minimal: {
+    kinds: { Secret: 2, ConfigMap: 1, Service: 2, Deployment: 1, StatefulSet: 1, DaemonSet: 1 },
+    image: "localhost/flps:0.2.0",
+    replicas: 1,
+    noServiceAccount: true,
+    noPdb: true,
+    noTestPod: true,
+    noScrape: true,
+    gpus: 1,
+    rdma: true,
+  },
 };
+for (const [k, e] of Object.entries(EXPECT)) {
+  if (e.gpus === undefined) e.gpus = k === "gpu" ? 2 : 0;
+  if (e.rdma === undefined) e.rdma = k === "rdma";
+}
 
 async function validateScenario(scenario, file) {
   const exp = EXPECT[scenario];
@@ -227,11 +242,13 @@ async function validateScenario(scenario, file) {
     const psc = spec.securityContext || {};
     check(P(`${id}: pod runs as non-root uid 10001`), psc.runAsNonRoot === true && psc.runAsUser === 10001 && psc.runAsGroup === 10001 && psc.seccompProfile?.type === "RuntimeDefault");
     check(P(`${id}: no service account token`), spec.automountServiceAccountToken === false);
+    const sa = spec.serviceAccountName;
+    check(P(`${id}: service account ${exp.noServiceAccount ? "default" : "of the release"}`), exp.noServiceAccount ? sa === "default" : find(objs, "ServiceAccount").some((x) => x.metadata.name === sa));
     for (const c of spec.containers) {
       const cid = `${id} ${c.name}`;
       const sc = c.securityContext || {};
       const isAgent = c.name === "flagent";
-      const wantAdd = isAgent && scenario === "rdma" ? ["IPC_LOCK"] : [];
+      const wantAdd = isAgent && exp.rdma ? ["IPC_LOCK"] : [];
       check(P(`${cid}: non-root, no privilege escalation, read-only root`), sc.runAsNonRoot === true && sc.runAsUser === 10001 && sc.allowPrivilegeEscalation === false && sc.privileged === false && sc.readOnlyRootFilesystem === true);
       check(P(`${cid}: capabilities drop ALL, add ${JSON.stringify(wantAdd)}`), JSON.stringify(sc.capabilities?.drop) === '["ALL"]' && JSON.stringify(sc.capabilities?.add || []) === JSON.stringify(wantAdd));
       check(P(`${cid}: memory request and limit`), !!c.resources?.requests?.memory && !!c.resources?.limits?.memory);
@@ -289,16 +306,19 @@ async function validateScenario(scenario, file) {
     const vol = mount && dep.spec.template.spec.volumes.find((v) => v.name === mount.name);
     check(P("flsched --token-file is in a mounted Secret"), !!vol?.secret?.secretName && vol.secret.items?.some((i) => tf.endsWith("/" + i.path)) && (vol.secret.defaultMode & 0o040) !== 0);
     const ann = dep.spec.template.metadata.annotations || {};
-    check(P("flsched pods have the Prometheus scrape annotations"), ann["prometheus.io/scrape"] === "true" && ann["prometheus.io/port"] === "8080" && ann["prometheus.io/path"] === "/metrics");
+    if (exp.noScrape) check(P("flsched pods have no scrape annotations"), !("prometheus.io/scrape" in ann));
+    else check(P("flsched pods have the Prometheus scrape annotations"), ann["prometheus.io/scrape"] === "true" && ann["prometheus.io/port"] === "8080" && ann["prometheus.io/path"] === "/metrics");
     const redis = flagValue(c.args, "--redis");
     if (scenario === "external-redis") check(P("flsched --redis is the external URL with the password from env"), redis === "redis://:$(FLPS_REDIS_PASSWORD)@redis.infra.svc:6380/2", redis);
     else check(P("flsched --redis is the release's Redis with the password from env"), /^redis:\/\/:\$\(FLPS_REDIS_PASSWORD\)@[a-z0-9-]+-redis\.[a-z0-9-]+\.svc:6379\/0$/.test(redis), redis);
     const [svc] = find(objs, "Service", "-scheduler");
     check(P("flsched Service selects the flsched pods"), !!svc && matches(svc.spec.selector, dep.spec.template.metadata.labels));
     check(P("flsched Service port http to the pod's http"), svc?.spec.ports?.[0]?.port === 8080 && svc.spec.ports[0].targetPort === "http");
-    check(P("flsched Service has the Prometheus scrape annotations"), svc?.metadata.annotations?.["prometheus.io/scrape"] === "true");
+    if (exp.noScrape) check(P("flsched Service has no scrape annotations"), !svc?.metadata.annotations?.["prometheus.io/scrape"]);
+    else check(P("flsched Service has the Prometheus scrape annotations"), svc?.metadata.annotations?.["prometheus.io/scrape"] === "true");
     const [pdb] = find(objs, "PodDisruptionBudget");
-    check(P("the PDB selects the flsched pods"), !!pdb && matches(pdb.spec.selector.matchLabels, dep.spec.template.metadata.labels));
+    if (exp.noPdb) check(P("no PDB for one replica"), !pdb);
+    else check(P("the PDB selects the flsched pods"), !!pdb && matches(pdb.spec.selector.matchLabels, dep.spec.template.metadata.labels));
   }
 
   // -- flagent
@@ -314,28 +334,33 @@ async function validateScenario(scenario, file) {
     const workVol = spec.volumes.find((v) => v.name === "work");
     check(P("flagent work dir is an emptyDir"), !!workVol?.emptyDir);
     check(P("flagent FLPS_BIN_DIR is the image's"), env.FLPS_BIN_DIR?.valueFrom?.configMapKeyRef?.key === "FLPS_BIN_DIR");
+    if (exp.gpus > 0) {
+      const g = String(exp.gpus);
+      check(P(`flagent asks for ${g} nvidia.com/gpu`), c.resources.limits["nvidia.com/gpu"] === g && c.resources.requests["nvidia.com/gpu"] === g);
+      check(P(`flagent --gpus ${g}`), flagValue(c.args, "--gpus") === g);
+    } else {
+      check(P("flagent asks for no GPU and offers --gpus 0"), !JSON.stringify(c.resources).includes("nvidia.com/gpu") && flagValue(c.args, "--gpus") === "0");
+    }
     if (scenario === "gpu") {
-      check(P("flagent asks for 2 nvidia.com/gpu"), c.resources.limits["nvidia.com/gpu"] === "2" && c.resources.requests["nvidia.com/gpu"] === "2");
-      check(P("flagent --gpus 2"), flagValue(c.args, "--gpus") === "2");
       check(P("flagent offers the given --cpus 16 and --memory 60Gi"), flagValue(c.args, "--cpus") === "16" && flagValue(c.args, "--memory") === "60Gi");
       check(P("flagent runs on GPU nodes and tolerates their taint"), spec.nodeSelector?.["nvidia.com/gpu.present"] === "true" && spec.tolerations?.some((t) => t.key === "nvidia.com/gpu"));
       const [sm] = find(objs, "ServiceMonitor");
       const [svc] = find(objs, "Service", "-scheduler");
       check(P("ServiceMonitor scrapes /metrics on port http of the flsched Service"), !!sm && sm.spec.endpoints[0].port === "http" && sm.spec.endpoints[0].path === "/metrics" && matches(sm.spec.selector.matchLabels, svc.metadata.labels) && sm.metadata.labels.release === "prometheus");
     } else {
-      check(P("flagent asks for no GPU and offers --gpus 0"), !JSON.stringify(c.resources).includes("nvidia.com/gpu") && flagValue(c.args, "--gpus") === "0");
       check(P("flagent offers its CPU and memory limits"), flagValue(c.args, "--cpus") === "$(AGENT_CPUS)" && env.AGENT_CPUS?.valueFrom?.resourceFieldRef?.resource === "limits.cpu" && flagValue(c.args, "--memory") === "$(AGENT_MEMORY)" && env.AGENT_MEMORY?.valueFrom?.resourceFieldRef?.resource === "limits.memory" && !!c.resources.limits.cpu);
     }
+    if (exp.rdma) check(P("flagent asks for the RDMA device"), c.resources.limits["rdma/hca_shared_devices_a"] === "1");
+    else check(P("flagent asks for no RDMA device"), !JSON.stringify(c.resources).includes("rdma/"));
     if (scenario === "rdma") {
       check(P("flagent uses the host network"), spec.hostNetwork === true && spec.dnsPolicy === "ClusterFirstWithHostNet");
-      check(P("flagent asks for the RDMA device"), c.resources.limits["rdma/hca_shared_devices_a"] === "1");
       check(P("flagent checkpoints in a hostPath"), ckVol?.hostPath?.path === "/var/lib/flps/checkpoints" && ckVol.hostPath.type === "Directory");
       check(P("flagent runs only on RDMA nodes"), spec.nodeSelector?.["flps.io/rdma"] === "true");
     } else {
       check(P("flagent keeps the pod network"), !spec.hostNetwork);
-      check(P("flagent asks for no RDMA device"), !JSON.stringify(c.resources).includes("rdma/"));
     }
     if (scenario === "external-redis") check(P("flagent checkpoints on the existing claim"), ckVol?.persistentVolumeClaim?.claimName === "shared-checkpoints");
+    else if (scenario === "minimal") check(P("flagent checkpoints on an emptyDir"), !!ckVol?.emptyDir);
     else if (scenario !== "rdma") {
       const [pvc] = find(objs, "PersistentVolumeClaim", "-checkpoints");
       check(P("flagent checkpoints on the chart's ReadWriteMany claim"), !!pvc && ckVol?.persistentVolumeClaim?.claimName === pvc.metadata.name && pvc.spec.accessModes.includes("ReadWriteMany"));
@@ -351,7 +376,8 @@ async function validateScenario(scenario, file) {
     const script = c.command.join(" ");
     check(P("Redis runs with AOF, appendfsync everysec"), /--appendonly yes/.test(script) && /--appendfsync everysec/.test(script));
     check(P("Redis takes its password from the Secret, not from args"), /requirepass "\$REDIS_PASSWORD"/.test(script) && !/--requirepass/.test(script) && c.env.some((e) => e.name === "REDIS_PASSWORD" && e.valueFrom?.secretKeyRef));
-    check(P("Redis keeps /data on a volume claim"), sts.spec.volumeClaimTemplates?.[0]?.metadata.name === "data" && c.volumeMounts.some((m) => m.name === "data" && m.mountPath === "/data"));
+    if (scenario === "minimal") check(P("Redis keeps /data on an emptyDir"), !sts.spec.volumeClaimTemplates && sts.spec.template.spec.volumes.some((v) => v.name === "data" && v.emptyDir) && c.volumeMounts.some((m) => m.name === "data" && m.mountPath === "/data"));
+    else check(P("Redis keeps /data on a volume claim"), sts.spec.volumeClaimTemplates?.[0]?.metadata.name === "data" && c.volumeMounts.some((m) => m.name === "data" && m.mountPath === "/data"));
     check(P("Redis has readiness and liveness probes"), !!c.readinessProbe?.exec && !!c.livenessProbe?.tcpSocket);
     const [svc] = find(objs, "Service", "-redis");
     check(P("Redis Service selects the Redis pod on 6379"), !!svc && matches(svc.spec.selector, sts.spec.template.metadata.labels) && svc.spec.ports[0].port === 6379 && sts.spec.serviceName === svc.metadata.name);
@@ -359,7 +385,8 @@ async function validateScenario(scenario, file) {
 
   // -- helm test
   const [tp] = find(objs, "Pod");
-  if (check(P("helm test Pod"), !!tp)) {
+  if (exp.noTestPod) check(P("no helm test Pod"), !tp);
+  else if (check(P("helm test Pod"), !!tp)) {
     const c = tp.spec.containers[0];
     check(P("helm test Pod is a test hook"), tp.metadata.annotations?.["helm.sh/hook"] === "test" && tp.spec.restartPolicy === "Never");
     check(P("helm test runs flsubmit nodes with FLPS_SCHEDULER and FLPS_TOKEN"), JSON.stringify([...c.command, ...c.args]) === '["flsubmit","nodes"]' && c.env.some((e) => e.name === "FLPS_SCHEDULER") && c.env.some((e) => e.name === "FLPS_TOKEN" && e.valueFrom?.secretKeyRef));
