@@ -72,6 +72,15 @@ if [ ! -x "$HELM" ]; then
 fi
 echo "test_chart: $("$HELM" version --short), node $(node --version)"
 
+# ---- versions -----------------------------------------------------------------
+ver=$(sed -n 's/^#define FLPS_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2/p' "$ROOT/include/flps.h" | paste -sd.)
+app=$(sed -n 's/^appVersion: "\(.*\)"$/\1/p' "$CHART/Chart.yaml")
+if [ "$app" = "$ver" ]; then
+  ok "Chart.yaml appVersion $app is include/flps.h's version (the image tag scripts/image.sh builds)"
+else
+  not_ok "Chart.yaml appVersion '$app' is not include/flps.h's version '$ver'"
+fi
+
 # ---- lint ---------------------------------------------------------------------
 SCENARIOS=(default rdma external-redis gpu minimal)
 values_args() { [ "$1" = default ] || echo "-f $HERE/values-$1.yaml"; }
