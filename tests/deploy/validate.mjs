@@ -1,0 +1,408 @@
+// Offline checks of the objects `helm template` renders from helm/flps.
+//
+//   node validate.mjs SCENARIO RENDERED.yaml [SCENARIO RENDERED.yaml ...]
+//
+// SCENARIO is one of default, rdma, external-redis, gpu, minimal (the values files
+// of tests/deploy/). For every object:
+//   1. kubernetes-models: types, enum values, required fields, quantities;
+//   2. a walk over @kubernetes/client-node's generated models: unknown
+//      fields (kubernetes-models lets them through);
+// and then the chart's own rules: kinds, images, ports, probes, resources,
+// security contexts, that every $(VAR) in args is defined, that no secret
+// value appears outside a Secret, and what each scenario turns on.
+// Prints one line per check, "ok - ..." or "not ok - ...", then
+// "validate: P passed, F failed"; exits 1 when anything failed.
+import fs from "node:fs";
+import yaml from "js-yaml";
+// Only the generated models: the package's index needs Node 22.
+import * as gen from "@kubernetes/client-node/dist/gen/models/all.js";
+
+let passed = 0;
+let failed = 0;
+function check(name, cond, why = "") {
+  if (cond) {
+    passed++;
+    console.log(`ok - ${name}`);
+  } else {
+    failed++;
+    console.log(`not ok - ${name}${why ? `: ${why}` : ""}`);
+  }
+  return cond;
+}
+
+// ---- 1. kubernetes-models ---------------------------------------------------
+async function modelsClass(apiVersion, kind) {
+  const [group, version] = apiVersion.includes("/") ? apiVersion.split("/") : [null, apiVersion];
+  const path = group ? `kubernetes-models/${group}/${version}/${kind}` : `kubernetes-models/${version}/${kind}`;
+  try {
+    const m = await import(path);
+    return m[kind];
+  } catch {
+    return null;
+  }
+}
+
+// ---- 2. unknown fields, through client-node's attribute maps ----------------
+const PRIMITIVES = new Set(["string", "number", "boolean", "Date", "any", "object", "IntOrString"]);
+function genClassName(apiVersion, kind) {
+  if (!apiVersion.includes("/")) return `V1${kind}`;
+  const [group, version] = apiVersion.split("/");
+  const v = version.charAt(0).toUpperCase() + version.slice(1);
+  // apps/v1 Deployment -> V1Deployment; policy/v1 PodDisruptionBudget -> V1PodDisruptionBudget.
+  if (["apps", "policy", "batch", "networking.k8s.io", "rbac.authorization.k8s.io"].includes(group)) return `${v}${kind}`;
+  return null;
+}
+
+function walk(value, type, path, errors) {
+  if (value === null || value === undefined) return;
+  if (type === "string") {
+    // Quantities are strings in the models; YAML numbers are fine there.
+    if (typeof value !== "string" && !(typeof value === "number" && /(limits|requests|capacity|storage)/.test(path)))
+      errors.push(`${path}: expected a string, got ${typeof value}`);
+    return;
+  }
+  if (type === "number") {
+    if (typeof value !== "number") errors.push(`${path}: expected a number, got ${typeof value}`);
+    return;
+  }
+  if (type === "boolean") {
+    if (typeof value !== "boolean") errors.push(`${path}: expected a boolean, got ${typeof value}`);
+    return;
+  }
+  if (type === "IntOrString") {
+    if (typeof value !== "number" && typeof value !== "string") errors.push(`${path}: expected an int or a string`);
+    return;
+  }
+  if (PRIMITIVES.has(type)) return;
+  let m = /^Array<(.+)>$/.exec(type);
+  if (m) {
+    if (!Array.isArray(value)) return errors.push(`${path}: expected a list`);
+    value.forEach((v, i) => walk(v, m[1], `${path}[${i}]`, errors));
+    return;
+  }
+  m = /^\{ \[key: string\]: (.+); \}$/.exec(type);
+  if (m) {
+    if (typeof value !== "object" || Array.isArray(value)) return errors.push(`${path}: expected a mapping`);
+    for (const [k, v] of Object.entries(value)) walk(v, m[1], `${path}.${k}`, errors);
+    return;
+  }
+  const cls = gen[type];
+  if (!cls || typeof cls.getAttributeTypeMap !== "function") return errors.push(`${path}: no model ${type}`);
+  if (typeof value !== "object" || Array.isArray(value)) return errors.push(`${path}: expected a ${type} mapping`);
+  const attrs = new Map(cls.getAttributeTypeMap().map((a) => [a.baseName, a.type]));
+  for (const [k, v] of Object.entries(value)) {
+    if (!attrs.has(k)) errors.push(`${path}.${k}: unknown field of ${type}`);
+    else walk(v, attrs.get(k), `${path}.${k}`, errors);
+  }
+}
+
+// The ServiceMonitor CRD is not in either package: its fields the chart uses.
+const SERVICE_MONITOR = {
+  top: ["apiVersion", "kind", "metadata", "spec"],
+  spec: ["selector", "namespaceSelector", "endpoints", "jobLabel", "targetLabels", "podTargetLabels", "sampleLimit"],
+  endpoint: ["port", "targetPort", "path", "scheme", "interval", "scrapeTimeout", "honorLabels", "bearerTokenSecret", "authorization", "tlsConfig", "relabelings", "metricRelabelings", "params"],
+};
+function checkServiceMonitor(o) {
+  const errors = [];
+  for (const k of Object.keys(o)) if (!SERVICE_MONITOR.top.includes(k)) errors.push(`.${k}: unknown`);
+  walk(o.metadata, "V1ObjectMeta", ".metadata", errors);
+  const spec = o.spec || {};
+  for (const k of Object.keys(spec)) if (!SERVICE_MONITOR.spec.includes(k)) errors.push(`.spec.${k}: unknown`);
+  walk(spec.selector, "V1LabelSelector", ".spec.selector", errors);
+  if (!Array.isArray(spec.endpoints) || spec.endpoints.length === 0) errors.push(".spec.endpoints: required, a non-empty list");
+  for (const [i, e] of (spec.endpoints || []).entries()) {
+    for (const k of Object.keys(e)) if (!SERVICE_MONITOR.endpoint.includes(k)) errors.push(`.spec.endpoints[${i}].${k}: unknown`);
+    for (const k of ["interval", "scrapeTimeout"])
+      if (e[k] !== undefined && !/^[0-9]+(ms|s|m|h)$/.test(e[k])) errors.push(`.spec.endpoints[${i}].${k}: not a duration`);
+  }
+  return errors;
+}
+
+// ---- helpers over rendered objects ------------------------------------------
+const FLPS_CONTAINERS = new Set(["flsched", "flagent", "flsubmit"]);
+// The flags of the binaries (flsched --help, flagent --help, docs/scheduler.md, docs/flagent.md).
+const FLAGS = {
+  flsched: new Set(["--redis", "--listen", "--id", "--token-file", "--node-ttl", "--lease-ms"]),
+  flagent: new Set(["--redis", "--name", "--cpus", "--memory", "--gpus", "--address", "--work-dir", "--checkpoint-root", "--heartbeat"]),
+  flsubmit: new Set(["--scheduler", "--json"]),
+};
+const REQUIRED_FLAGS = {
+  flsched: ["--redis", "--listen", "--token-file"],
+  flagent: ["--redis", "--name", "--cpus", "--memory", "--gpus", "--address"],
+  flsubmit: [],
+};
+
+function podSpecOf(o) {
+  if (o.kind === "Pod") return o.spec;
+  if (["Deployment", "StatefulSet", "DaemonSet"].includes(o.kind)) return o.spec?.template?.spec;
+  return null;
+}
+function podLabelsOf(o) {
+  return o.kind === "Pod" ? o.metadata?.labels : o.spec?.template?.metadata?.labels;
+}
+function flagValue(args, flag) {
+  const i = args.indexOf(flag);
+  return i >= 0 ? args[i + 1] : undefined;
+}
+function find(objs, kind, suffix) {
+  return objs.filter((o) => o.kind === kind && (!suffix || o.metadata.name.endsWith(suffix)));
+}
+function matches(selector, labels) {
+  return Object.entries(selector || {}).every(([k, v]) => labels?.[k] === v);
+}
+
+const EXPECT = {
+  default: {
+    kinds: { ServiceAccount: 1, Secret: 2, ConfigMap: 1, PersistentVolumeClaim: 1, Service: 2, Deployment: 1, StatefulSet: 1, DaemonSet: 1, PodDisruptionBudget: 1, Pod: 1 },
+    image: "localhost/flps:0.2.0",
+    replicas: 2,
+  },
+  rdma: {
+    kinds: { ServiceAccount: 1, Secret: 2, ConfigMap: 1, Service: 2, Deployment: 1, StatefulSet: 1, DaemonSet: 1, PodDisruptionBudget: 1, Pod: 1 },
+    image: "localhost/flps:0.2.0",
+    replicas: 2,
+  },
+  "external-redis": {
+    kinds: { ServiceAccount: 1, ConfigMap: 1, Service: 1, Deployment: 1, DaemonSet: 1, PodDisruptionBudget: 1, Pod: 1 },
+    image: "localhost/flps:0.2.0",
+    replicas: 3,
+  },
+  gpu: {
+    kinds: { ServiceAccount: 1, Secret: 2, ConfigMap: 1, PersistentVolumeClaim: 1, Service: 2, Deployment: 1, StatefulSet: 1, DaemonSet: 1, PodDisruptionBudget: 1, Pod: 1, ServiceMonitor: 1 },
+    image: "localhost:5000/flps:0.2.0-test",
+    replicas: 2,
+  },
+  minimal: {
+    kinds: { Secret: 2, ConfigMap: 1, Service: 2, Deployment: 1, StatefulSet: 1, DaemonSet: 1 },
+    image: "localhost/flps:0.2.0",
+    replicas: 1,
+    noServiceAccount: true,
+    noPdb: true,
+    noTestPod: true,
+    noScrape: true,
+    gpus: 1,
+    rdma: true,
+  },
+};
+for (const [k, e] of Object.entries(EXPECT)) {
+  if (e.gpus === undefined) e.gpus = k === "gpu" ? 2 : 0;
+  if (e.rdma === undefined) e.rdma = k === "rdma";
+}
+
+async function validateScenario(scenario, file) {
+  const exp = EXPECT[scenario];
+  if (!check(`${scenario}: known scenario`, !!exp, `expected one of ${Object.keys(EXPECT).join(", ")}`)) return;
+  const objs = yaml.loadAll(fs.readFileSync(file, "utf8")).filter((o) => o && typeof o === "object");
+  const P = (name) => `${scenario}: ${name}`;
+
+  // -- every object against both schemas
+  for (const o of objs) {
+    const id = `${o.kind}/${o.metadata?.name}`;
+    if (o.apiVersion === "monitoring.coreos.com/v1" && o.kind === "ServiceMonitor") {
+      const errs = checkServiceMonitor(o);
+      check(P(`${id} has only known ServiceMonitor fields`), errs.length === 0, errs.join("; "));
+      continue;
+    }
+    const Cls = await modelsClass(o.apiVersion, o.kind);
+    if (check(P(`${id} is a known kind (${o.apiVersion})`), !!Cls)) {
+      let err = "";
+      try {
+        new Cls(o).validate();
+      } catch (e) {
+        err = e.message;
+      }
+      check(P(`${id} is valid for kubernetes-models`), err === "", err);
+    }
+    const gname = genClassName(o.apiVersion, o.kind);
+    const errs = [];
+    if (!gname || !gen[gname]) errs.push(`no client-node model for ${o.apiVersion} ${o.kind}`);
+    else walk(o, gname, "", errs);
+    check(P(`${id} has no unknown fields (client-node ${gname})`), errs.length === 0, errs.join("; "));
+  }
+
+  // -- kinds
+  const kinds = {};
+  for (const o of objs) kinds[o.kind] = (kinds[o.kind] || 0) + 1;
+  check(P("the kinds rendered"), JSON.stringify(Object.entries(kinds).sort()) === JSON.stringify(Object.entries(exp.kinds).sort()), `got ${JSON.stringify(kinds)}, want ${JSON.stringify(exp.kinds)}`);
+  const names = objs.map((o) => `${o.kind}/${o.metadata.name}`);
+  check(P("object names are unique"), new Set(names).size === names.length);
+  check(P("every name is a DNS label of at most 63 characters"), objs.every((o) => /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(o.metadata.name) && o.metadata.name.length <= 63));
+
+  // -- secrets never appear outside a Secret
+  const secretValues = [];
+  for (const s of find(objs, "Secret")) for (const v of Object.values(s.data || {})) secretValues.push(Buffer.from(v, "base64").toString());
+  const outside = JSON.stringify(objs.filter((o) => o.kind !== "Secret"));
+  check(P("no secret value appears outside a Secret"), secretValues.every((v) => v.length >= 16 && !outside.includes(v)));
+
+  // -- every pod: security, resources, env
+  const pods = objs.filter((o) => podSpecOf(o));
+  for (const o of pods) {
+    const id = `${o.kind}/${o.metadata.name}`;
+    const spec = podSpecOf(o);
+    const psc = spec.securityContext || {};
+    check(P(`${id}: pod runs as non-root uid 10001`), psc.runAsNonRoot === true && psc.runAsUser === 10001 && psc.runAsGroup === 10001 && psc.seccompProfile?.type === "RuntimeDefault");
+    check(P(`${id}: no service account token`), spec.automountServiceAccountToken === false);
+    const sa = spec.serviceAccountName;
+    check(P(`${id}: service account ${exp.noServiceAccount ? "default" : "of the release"}`), exp.noServiceAccount ? sa === "default" : find(objs, "ServiceAccount").some((x) => x.metadata.name === sa));
+    for (const c of spec.containers) {
+      const cid = `${id} ${c.name}`;
+      const sc = c.securityContext || {};
+      const isAgent = c.name === "flagent";
+      const wantAdd = isAgent && exp.rdma ? ["IPC_LOCK"] : [];
+      check(P(`${cid}: non-root, no privilege escalation, read-only root`), sc.runAsNonRoot === true && sc.runAsUser === 10001 && sc.allowPrivilegeEscalation === false && sc.privileged === false && sc.readOnlyRootFilesystem === true);
+      check(P(`${cid}: capabilities drop ALL, add ${JSON.stringify(wantAdd)}`), JSON.stringify(sc.capabilities?.drop) === '["ALL"]' && JSON.stringify(sc.capabilities?.add || []) === JSON.stringify(wantAdd));
+      check(P(`${cid}: memory request and limit`), !!c.resources?.requests?.memory && !!c.resources?.limits?.memory);
+      if (FLPS_CONTAINERS.has(c.name)) check(P(`${cid}: image ${exp.image}`), c.image === exp.image, `got ${c.image}`);
+      else check(P(`${cid}: redis image`), c.name === "redis" && /^redis:/.test(c.image), `got ${c.image}`);
+      // Kubernetes leaves $(VAR) as it is when VAR is not in env.
+      const envNames = new Set((c.env || []).map((e) => e.name));
+      const refs = [...(c.args || []), ...(c.command || [])].join(" ").match(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g) || [];
+      const undefinedRefs = refs.map((r) => r.slice(2, -1)).filter((n) => !envNames.has(n));
+      check(P(`${cid}: every $(VAR) in command/args is in env`), undefinedRefs.length === 0, undefinedRefs.join(", "));
+      // Every ConfigMap / Secret a container refers to is rendered or given.
+      for (const e of c.env || []) {
+        const cm = e.valueFrom?.configMapKeyRef;
+        if (cm) {
+          const m = find(objs, "ConfigMap").find((x) => x.metadata.name === cm.name);
+          check(P(`${cid}: env ${e.name} from ConfigMap ${cm.name} key ${cm.key}`), !!m && cm.key in (m.data || {}));
+        }
+        const sk = e.valueFrom?.secretKeyRef;
+        if (sk) {
+          const s = find(objs, "Secret").find((x) => x.metadata.name === sk.name);
+          const external = scenario === "external-redis" && ["infra-redis", "flps-api-token"].includes(sk.name);
+          check(P(`${cid}: env ${e.name} from Secret ${sk.name} key ${sk.key}`), external || (!!s && sk.key in (s.data || {})));
+        }
+      }
+      // Only real flags, and the required ones.
+      if (FLAGS[c.name]) {
+        const args = c.args || [];
+        const flags = args.filter((a) => a.startsWith("--"));
+        const bad = flags.filter((f) => !FLAGS[c.name].has(f));
+        check(P(`${cid}: only flags ${c.name} has`), bad.length === 0, bad.join(", "));
+        const missing = REQUIRED_FLAGS[c.name].filter((f) => !flags.includes(f));
+        check(P(`${cid}: the flags ${c.name} requires`), missing.length === 0, missing.join(", "));
+        check(P(`${cid}: command is ${c.name}`), JSON.stringify(c.command) === JSON.stringify([c.name]));
+      }
+    }
+    const mounts = spec.containers.flatMap((c) => (c.volumeMounts || []).map((m) => m.name));
+    const vols = new Set((spec.volumes || []).map((v) => v.name).concat((o.spec.volumeClaimTemplates || []).map((v) => v.metadata.name)));
+    check(P(`${id}: every volume mount has a volume`), mounts.every((m) => vols.has(m)), mounts.filter((m) => !vols.has(m)).join(", "));
+    const ro = spec.containers.every((c) => (c.volumeMounts || []).some((m) => m.mountPath === "/tmp"));
+    check(P(`${id}: a writable /tmp under the read-only root`), o.kind === "Pod" || ro);
+  }
+
+  // -- flsched
+  const [dep] = find(objs, "Deployment", "-scheduler");
+  if (check(P("flsched Deployment"), !!dep)) {
+    const c = dep.spec.template.spec.containers.find((x) => x.name === "flsched");
+    check(P(`flsched replicas ${exp.replicas}`), dep.spec.replicas === exp.replicas);
+    const port = c.ports?.find((p) => p.name === "http");
+    check(P("flsched port http 8080"), port?.containerPort === 8080 && flagValue(c.args, "--listen") === "0.0.0.0:8080");
+    for (const pr of ["readinessProbe", "livenessProbe"])
+      check(P(`flsched ${pr} GET /healthz on http`), c[pr]?.httpGet?.path === "/healthz" && c[pr]?.httpGet?.port === "http");
+    check(P("flsched --id is the pod name"), flagValue(c.args, "--id") === "$(POD_NAME)" && c.env.some((e) => e.name === "POD_NAME" && e.valueFrom?.fieldRef?.fieldPath === "metadata.name"));
+    const tf = flagValue(c.args, "--token-file");
+    const mount = c.volumeMounts.find((m) => tf?.startsWith(m.mountPath + "/"));
+    const vol = mount && dep.spec.template.spec.volumes.find((v) => v.name === mount.name);
+    check(P("flsched --token-file is in a mounted Secret"), !!vol?.secret?.secretName && vol.secret.items?.some((i) => tf.endsWith("/" + i.path)) && (vol.secret.defaultMode & 0o040) !== 0);
+    const ann = dep.spec.template.metadata.annotations || {};
+    if (exp.noScrape) check(P("flsched pods have no scrape annotations"), !("prometheus.io/scrape" in ann));
+    else check(P("flsched pods have the Prometheus scrape annotations"), ann["prometheus.io/scrape"] === "true" && ann["prometheus.io/port"] === "8080" && ann["prometheus.io/path"] === "/metrics");
+    const redis = flagValue(c.args, "--redis");
+    if (scenario === "external-redis") check(P("flsched --redis is the external URL with the password from env"), redis === "redis://:$(FLPS_REDIS_PASSWORD)@redis.infra.svc:6380/2", redis);
+    else check(P("flsched --redis is the release's Redis with the password from env"), /^redis:\/\/:\$\(FLPS_REDIS_PASSWORD\)@[a-z0-9-]+-redis\.[a-z0-9-]+\.svc:6379\/0$/.test(redis), redis);
+    const [svc] = find(objs, "Service", "-scheduler");
+    check(P("flsched Service selects the flsched pods"), !!svc && matches(svc.spec.selector, dep.spec.template.metadata.labels));
+    check(P("flsched Service port http to the pod's http"), svc?.spec.ports?.[0]?.port === 8080 && svc.spec.ports[0].targetPort === "http");
+    if (exp.noScrape) check(P("flsched Service has no scrape annotations"), !svc?.metadata.annotations?.["prometheus.io/scrape"]);
+    else check(P("flsched Service has the Prometheus scrape annotations"), svc?.metadata.annotations?.["prometheus.io/scrape"] === "true");
+    const [pdb] = find(objs, "PodDisruptionBudget");
+    if (exp.noPdb) check(P("no PDB for one replica"), !pdb);
+    else check(P("the PDB selects the flsched pods"), !!pdb && matches(pdb.spec.selector.matchLabels, dep.spec.template.metadata.labels));
+  }
+
+  // -- flagent
+  const [ds] = find(objs, "DaemonSet", "-agent");
+  if (check(P("flagent DaemonSet"), !!ds)) {
+    const spec = ds.spec.template.spec;
+    const c = spec.containers.find((x) => x.name === "flagent");
+    const env = Object.fromEntries(c.env.map((e) => [e.name, e]));
+    check(P("flagent --name is the node name"), flagValue(c.args, "--name") === "$(NODE_NAME)" && env.NODE_NAME?.valueFrom?.fieldRef?.fieldPath === "spec.nodeName");
+    check(P("flagent --address is the pod IP"), flagValue(c.args, "--address") === "$(POD_IP)" && env.POD_IP?.valueFrom?.fieldRef?.fieldPath === "status.podIP");
+    check(P("flagent work dir and checkpoint root are mounted"), ["--work-dir", "--checkpoint-root"].every((f) => c.volumeMounts.some((m) => m.mountPath === flagValue(c.args, f))));
+    const ckVol = spec.volumes.find((v) => v.name === "checkpoints");
+    const workVol = spec.volumes.find((v) => v.name === "work");
+    check(P("flagent work dir is an emptyDir"), !!workVol?.emptyDir);
+    check(P("flagent FLPS_BIN_DIR is the image's"), env.FLPS_BIN_DIR?.valueFrom?.configMapKeyRef?.key === "FLPS_BIN_DIR");
+    if (exp.gpus > 0) {
+      const g = String(exp.gpus);
+      check(P(`flagent asks for ${g} nvidia.com/gpu`), c.resources.limits["nvidia.com/gpu"] === g && c.resources.requests["nvidia.com/gpu"] === g);
+      check(P(`flagent --gpus ${g}`), flagValue(c.args, "--gpus") === g);
+    } else {
+      check(P("flagent asks for no GPU and offers --gpus 0"), !JSON.stringify(c.resources).includes("nvidia.com/gpu") && flagValue(c.args, "--gpus") === "0");
+    }
+    if (scenario === "gpu") {
+      check(P("flagent offers the given --cpus 16 and --memory 60Gi"), flagValue(c.args, "--cpus") === "16" && flagValue(c.args, "--memory") === "60Gi");
+      check(P("flagent runs on GPU nodes and tolerates their taint"), spec.nodeSelector?.["nvidia.com/gpu.present"] === "true" && spec.tolerations?.some((t) => t.key === "nvidia.com/gpu"));
+      const [sm] = find(objs, "ServiceMonitor");
+      const [svc] = find(objs, "Service", "-scheduler");
+      check(P("ServiceMonitor scrapes /metrics on port http of the flsched Service"), !!sm && sm.spec.endpoints[0].port === "http" && sm.spec.endpoints[0].path === "/metrics" && matches(sm.spec.selector.matchLabels, svc.metadata.labels) && sm.metadata.labels.release === "prometheus");
+    } else {
+      check(P("flagent offers its CPU and memory limits"), flagValue(c.args, "--cpus") === "$(AGENT_CPUS)" && env.AGENT_CPUS?.valueFrom?.resourceFieldRef?.resource === "limits.cpu" && flagValue(c.args, "--memory") === "$(AGENT_MEMORY)" && env.AGENT_MEMORY?.valueFrom?.resourceFieldRef?.resource === "limits.memory" && !!c.resources.limits.cpu);
+    }
+    if (exp.rdma) check(P("flagent asks for the RDMA device"), c.resources.limits["rdma/hca_shared_devices_a"] === "1");
+    else check(P("flagent asks for no RDMA device"), !JSON.stringify(c.resources).includes("rdma/"));
+    if (scenario === "rdma") {
+      check(P("flagent uses the host network"), spec.hostNetwork === true && spec.dnsPolicy === "ClusterFirstWithHostNet");
+      check(P("flagent checkpoints in a hostPath"), ckVol?.hostPath?.path === "/var/lib/flps/checkpoints" && ckVol.hostPath.type === "Directory");
+      check(P("flagent runs only on RDMA nodes"), spec.nodeSelector?.["flps.io/rdma"] === "true");
+    } else {
+      check(P("flagent keeps the pod network"), !spec.hostNetwork);
+    }
+    if (scenario === "external-redis") check(P("flagent checkpoints on the existing claim"), ckVol?.persistentVolumeClaim?.claimName === "shared-checkpoints");
+    else if (scenario === "minimal") check(P("flagent checkpoints on an emptyDir"), !!ckVol?.emptyDir);
+    else if (scenario !== "rdma") {
+      const [pvc] = find(objs, "PersistentVolumeClaim", "-checkpoints");
+      check(P("flagent checkpoints on the chart's ReadWriteMany claim"), !!pvc && ckVol?.persistentVolumeClaim?.claimName === pvc.metadata.name && pvc.spec.accessModes.includes("ReadWriteMany"));
+    }
+  }
+
+  // -- Redis
+  const [sts] = find(objs, "StatefulSet", "-redis");
+  if (scenario === "external-redis") {
+    check(P("no Redis is deployed"), !sts && find(objs, "Service", "-redis").length === 0);
+  } else if (check(P("Redis StatefulSet"), !!sts)) {
+    const c = sts.spec.template.spec.containers[0];
+    const script = c.command.join(" ");
+    check(P("Redis runs with AOF, appendfsync everysec"), /--appendonly yes/.test(script) && /--appendfsync everysec/.test(script));
+    check(P("Redis takes its password from the Secret, not from args"), /requirepass "\$REDIS_PASSWORD"/.test(script) && !/--requirepass/.test(script) && c.env.some((e) => e.name === "REDIS_PASSWORD" && e.valueFrom?.secretKeyRef));
+    if (scenario === "minimal") check(P("Redis keeps /data on an emptyDir"), !sts.spec.volumeClaimTemplates && sts.spec.template.spec.volumes.some((v) => v.name === "data" && v.emptyDir) && c.volumeMounts.some((m) => m.name === "data" && m.mountPath === "/data"));
+    else check(P("Redis keeps /data on a volume claim"), sts.spec.volumeClaimTemplates?.[0]?.metadata.name === "data" && c.volumeMounts.some((m) => m.name === "data" && m.mountPath === "/data"));
+    check(P("Redis has readiness and liveness probes"), !!c.readinessProbe?.exec && !!c.livenessProbe?.tcpSocket);
+    const [svc] = find(objs, "Service", "-redis");
+    check(P("Redis Service selects the Redis pod on 6379"), !!svc && matches(svc.spec.selector, sts.spec.template.metadata.labels) && svc.spec.ports[0].port === 6379 && sts.spec.serviceName === svc.metadata.name);
+  }
+
+  // -- helm test
+  const [tp] = find(objs, "Pod");
+  if (exp.noTestPod) check(P("no helm test Pod"), !tp);
+  else if (check(P("helm test Pod"), !!tp)) {
+    const c = tp.spec.containers[0];
+    check(P("helm test Pod is a test hook"), tp.metadata.annotations?.["helm.sh/hook"] === "test" && tp.spec.restartPolicy === "Never");
+    check(P("helm test runs flsubmit nodes with FLPS_SCHEDULER and FLPS_TOKEN"), JSON.stringify([...c.command, ...c.args]) === '["flsubmit","nodes"]' && c.env.some((e) => e.name === "FLPS_SCHEDULER") && c.env.some((e) => e.name === "FLPS_TOKEN" && e.valueFrom?.secretKeyRef));
+    const [cm] = find(objs, "ConfigMap");
+    const [svc] = find(objs, "Service", "-scheduler");
+    check(P("FLPS_SCHEDULER names the flsched Service"), cm.data.FLPS_SCHEDULER.startsWith(`http://${svc.metadata.name}.`) && cm.data.FLPS_SCHEDULER.endsWith(":8080"));
+  }
+  // -- the chart's own Secrets
+  if (scenario === "external-redis") check(P("no Secret is made when both are given"), find(objs, "Secret").length === 0);
+}
+
+const argv = process.argv.slice(2);
+if (argv.length === 0 || argv.length % 2 !== 0) {
+  console.error("usage: node validate.mjs SCENARIO RENDERED.yaml [SCENARIO RENDERED.yaml ...]");
+  process.exit(2);
+}
+for (let i = 0; i < argv.length; i += 2) await validateScenario(argv[i], argv[i + 1]);
+console.log(`validate: ${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
