@@ -15,6 +15,9 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# node + npm for tests/deploy/test_chart.sh; a node already installed (with
+# its own npm) is kept.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 if [ ${#missing[@]} -eq 0 ]; then
   echo "deps: all ${#PKGS[@]} packages present"
   exit 0

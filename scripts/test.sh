@@ -21,4 +21,11 @@ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DFLPS_SANITIZE=ON \
 cmake --build build-san -j"$(nproc)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-san --output-on-failure -LE training --timeout 1200
+echo "== Helm chart (offline: lint, render, schema validation)"
+tests/deploy/test_chart.sh
+if [ "${FLPS_SKIP_IMAGE:-0}" != 1 ]; then
+  echo "== container image (podman) and the chart's pods"
+  scripts/image.sh all
+  tests/deploy/test_pods.sh
+fi
 echo "== all tests passed"
