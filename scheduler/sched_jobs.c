@@ -366,356 +366,151 @@ flps_err sched_store_submit(sched_store *st, const jobspec *spec,
                             const char *text, size_t len, double now,
                             sched_job *out)
 {
-    char id[32], jk[64], num[64], score[64];
-    flps_err rc = FLPS_OK;
-
-    for (int tries = 0; tries < STORE_TXN_TRIES; tries++) {
-        redisReply *r = NULL;
-        uint64_t seq;
-        sched_cmd c = {0};
-        int ok = 0;
-
-        rc = sched_store_drop(st, rconn_cmd(st->rc, &r, "WATCH flps:seq:job"),
-                              &r);
-        if (rc != FLPS_OK)
-            return rc;
-        rc = rconn_cmd(st->rc, &r, "GET flps:seq:job");
-        if (rc != FLPS_OK)
-            return sched_store_rerr(st, rc);
-        seq = (r->type == REDIS_REPLY_STRING ? sched_store_to_u64(r->str) : 0) +
-              1;
-        freeReplyObject(r);
-        snprintf(id, sizeof(id), "j%llu", (unsigned long long)seq);
-        sched_store_job_key(jk, sizeof(jk), id);
-        rc = sched_store_multi(st);
-        if (rc != FLPS_OK)
-            return rc;
-        rc = sched_store_queued(st, rconn_cmd(st->rc, &r, "INCR flps:seq:job"),
-                                &r);
-        if (rc != FLPS_OK)
-            goto discard;
-        sched_cmd_add(&c, "HSET");
-        sched_cmd_add(&c, jk);
-        sched_cmd_add(&c, "id");
-        sched_cmd_add(&c, id);
-        sched_cmd_add(&c, "name");
-        sched_cmd_add(&c, spec->name);
-        sched_cmd_add(&c, "state");
-        sched_cmd_add(&c, "QUEUED");
-        sched_cmd_add(&c, "priority");
-        sched_cmd_addf(&c, "%u", spec->priority);
-        sched_cmd_add(&c, "seq");
-        sched_cmd_addf(&c, "%llu", (unsigned long long)seq);
-        sched_cmd_add(&c, "submitted_at");
-        sched_store_fmt_double(num, sizeof(num), now);
-        sched_cmd_add(&c, num);
-        sched_cmd_add(&c, "attempt");
-        sched_cmd_add(&c, "0");
-        sched_cmd_add(&c, "restarts");
-        sched_cmd_add(&c, "0");
-        sched_cmd_add(&c, "max_restarts");
-        sched_cmd_addf(&c, "%u", spec->max_restarts);
-        sched_cmd_add(&c, "reason");
-        sched_cmd_add(&c, "");
-        sched_cmd_add(&c, "spec");
-        sched_cmd_addb(&c, text, len);
-        sched_cmd_add(&c, "workers");
-        sched_cmd_addf(&c, "%u", spec->workers);
-        sched_cmd_add(&c, "servers");
-        sched_cmd_addf(&c, "%u", spec->servers);
-        sched_cmd_add(&c, "iterations");
-        sched_cmd_addf(&c, "%llu", (unsigned long long)spec->iterations);
-        sched_cmd_add(&c, "time_limit");
-        sched_store_fmt_double(num, sizeof(num), spec->time_limit);
-        sched_cmd_add(&c, num);
-        sched_cmd_add(&c, "cpus_per_worker");
-        sched_store_fmt_mcpus(num, sizeof(num),
-                              sched_res_mcpus(spec->cpus_per_worker));
-        sched_cmd_add(&c, num);
-        sched_cmd_add(&c, "memory_per_worker");
-        sched_cmd_addf(&c, "%llu", (unsigned long long)spec->memory_per_worker);
-        sched_cmd_add(&c, "gpus_per_worker");
-        sched_cmd_addf(&c, "%u", spec->gpus_per_worker);
-        sched_cmd_add(&c, "cpus_per_server");
-        sched_store_fmt_mcpus(num, sizeof(num),
-                              sched_res_mcpus(spec->cpus_per_server));
-        sched_cmd_add(&c, num);
-        sched_cmd_add(&c, "memory_per_server");
-        sched_cmd_addf(&c, "%llu", (unsigned long long)spec->memory_per_server);
-        rc = sched_cmd_queue(st, &c);
-        if (rc != FLPS_OK)
-            goto discard;
-        rc = sched_store_queued(st,
-                                rconn_cmd(st->rc, &r, "ZADD flps:jobs %llu %s",
-                                          (unsigned long long)seq, id),
-                                &r);
-        if (rc != FLPS_OK)
-            goto discard;
-        snprintf(score, sizeof(score), "%.17g",
-                 sched_store_queue_score(spec->priority, seq));
-        rc = sched_store_queued(
-            st, rconn_cmd(st->rc, &r, "ZADD flps:queue %s %s", score, id), &r);
-        if (rc != FLPS_OK)
-            goto discard;
-        {
-            char msg[160];
-
-            snprintf(msg, sizeof(msg),
-                     "submitted: %u servers, %u workers, priority %u",
-                     spec->servers, spec->workers, spec->priority);
-            rc = sched_store_queue_event(st, id, now, "submitted", msg);
-        }
-        if (rc != FLPS_OK)
-            goto discard;
-        rc = sched_store_exec(st, &ok);
-        if (rc != FLPS_OK)
-            return rc;
-        if (!ok)
-            continue;
-        if (out != NULL) {
-            int found = 0;
-
-            rc = sched_store_job(st, id, 1, out, &found);
-            if (rc == FLPS_OK && !found)
-                rc = sched_store_seterr(st, FLPS_EPROTO, "job %s vanished", id);
-        }
-        return rc;
-    discard:
-        sched_store_discard(st);
-        return rc;
-    }
-    return sched_store_seterr(st, FLPS_ETIMEDOUT,
-                              "gave up after %d submits raced on flps:seq:job",
-                              STORE_TXN_TRIES);
-}
-
-/* ---- Transitions ---- */
-
-/* The task keys of a job's current attempt and the node of each (""
- * when the task hash is gone). */
-typedef struct task_list {
-    char **keys;
-    char **nodes;
-    size_t n;
-} task_list;
-
-static void task_list_free(task_list *tl)
-{
-    sched_strv_free(tl->keys, tl->n);
-    sched_strv_free(tl->nodes, tl->n);
-    memset(tl, 0, sizeof(*tl));
-}
-
-static flps_err task_list_read(sched_store *st, const char *id, task_list *tl)
-{
-    redisReply *r = NULL, *h = NULL;
+    char id[32], num[64], msg[160];
+    sched_cmd c = {0};
+    long long seq = 0;
     flps_err rc;
 
-    memset(tl, 0, sizeof(*tl));
-    rc = rconn_cmd(st->rc, &r, "SMEMBERS flps:job:%s:tasks", id);
-    if (rc != FLPS_OK)
-        return sched_store_rerr(st, rc);
-    tl->keys = flps_calloc(r->elements + 1, sizeof(char *));
-    tl->nodes = flps_calloc(r->elements + 1, sizeof(char *));
-    if (tl->keys == NULL || tl->nodes == NULL) {
-        freeReplyObject(r);
-        flps_free(tl->keys);
-        flps_free(tl->nodes);
-        memset(tl, 0, sizeof(*tl));
-        return sched_store_seterr(st, FLPS_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < r->elements; i++) {
-        const char *key = r->element[i]->str;
-
-        rc = rconn_cmd(st->rc, &h, "HGET %s node", key);
-        if (rc != FLPS_OK) {
-            rc = sched_store_rerr(st, rc);
-            break;
-        }
-        tl->keys[tl->n] = flps_strdup(key);
-        tl->nodes[tl->n] =
-            flps_strdup(h->type == REDIS_REPLY_STRING ? h->str : "");
-        freeReplyObject(h);
-        tl->n++;
-        if (tl->keys[tl->n - 1] == NULL || tl->nodes[tl->n - 1] == NULL) {
-            rc = sched_store_seterr(st, FLPS_ENOMEM, "out of memory");
-            break;
-        }
-    }
-    freeReplyObject(r);
-    if (rc != FLPS_OK)
-        task_list_free(tl);
-    return rc;
-}
-
-/* Queue SREM of every task from its node's desired set. */
-static flps_err queue_unassign(sched_store *st, const task_list *tl)
-{
-    for (size_t i = 0; i < tl->n; i++) {
-        redisReply *r = NULL;
-        flps_err rc;
-
-        if (tl->nodes[i][0] == '\0')
-            continue;
-        rc = sched_store_queued(st,
-                                rconn_cmd(st->rc, &r,
-                                          "SREM flps:node:%s:tasks %s",
-                                          tl->nodes[i], tl->keys[i]),
-                                &r);
-        if (rc != FLPS_OK)
-            return rc;
-    }
-    return FLPS_OK;
-}
-
-/* WATCH the job hash and read the fields a transition checks. *r is the
- * HGETALL reply (NULL when the job does not exist). */
-static flps_err watch_job(sched_store *st, const char *id, redisReply **r)
-{
-    flps_err rc;
-    redisReply *w = NULL;
-
-    rc = sched_store_drop(st, rconn_cmd(st->rc, &w, "WATCH flps:job:%s", id),
-                          &w);
-    if (rc != FLPS_OK)
-        return rc;
-    rc = rconn_cmd(st->rc, r, "HGETALL flps:job:%s", id);
-    if (rc != FLPS_OK)
-        return sched_store_rerr(st, rc);
-    if ((*r)->type != REDIS_REPLY_ARRAY || (*r)->elements == 0) {
-        freeReplyObject(*r);
-        *r = NULL;
-    }
-    return FLPS_OK;
-}
-
-static int job_is(const redisReply *h, const char *state, uint32_t attempt)
-{
-    const char *s = sched_store_hget(h, "state");
-
-    return s != NULL && strcmp(s, state) == 0 &&
-           sched_store_to_u64(sched_store_hget(h, "attempt")) == attempt;
-}
-
-/* The end of an attempt, inside a WATCH on the job hash: MULTI, the job's
- * own fields (queued by fields()), its tasks taken off their nodes'
- * desired sets (the agents stop them), an event, EXEC. *ok is 0 when the
- * job changed under the WATCH: the caller retries. */
-typedef flps_err (*end_fields_fn)(sched_store *st, const char *id,
-                                  const char *now, void *arg);
-
-static flps_err end_attempt(sched_store *st, const char *id, double now,
-                            end_fields_fn fields, void *arg,
-                            const char *ev_type, const char *ev_msg, int *ok)
-{
-    char num[64];
-    task_list tl;
-    flps_err rc;
-
-    *ok = 0;
-    rc = task_list_read(st, id, &tl);
-    if (rc != FLPS_OK) {
-        sched_store_unwatch(st);
-        return rc;
-    }
-    rc = sched_store_multi(st);
-    if (rc != FLPS_OK) {
-        task_list_free(&tl);
-        return rc;
-    }
+    sched_cmd_add(&c, "flps:seq:job");
+    sched_cmd_add(&c, "flps:jobs");
+    sched_cmd_add(&c, "flps:queue");
+    snprintf(msg, sizeof(msg), "submitted: %u servers, %u workers, priority %u",
+             spec->servers, spec->workers, spec->priority);
+    if (sched_cmd_add_event(&c, now, "submitted", msg) != FLPS_OK)
+        c.oom = 1;
+    sched_cmd_addf(&c, "%u", spec->priority);
+    /* id and seq are the script's: only Redis knows the number. */
+    sched_cmd_add(&c, "id");
+    sched_cmd_add(&c, "");
+    sched_cmd_add(&c, "name");
+    sched_cmd_add(&c, spec->name);
+    sched_cmd_add(&c, "state");
+    sched_cmd_add(&c, "QUEUED");
+    sched_cmd_add(&c, "priority");
+    sched_cmd_addf(&c, "%u", spec->priority);
+    sched_cmd_add(&c, "seq");
+    sched_cmd_add(&c, "");
+    sched_cmd_add(&c, "submitted_at");
     sched_store_fmt_double(num, sizeof(num), now);
-    rc = fields(st, id, num, arg);
-    if (rc == FLPS_OK)
-        rc = queue_unassign(st, &tl);
-    if (rc == FLPS_OK)
-        rc = sched_store_queue_event(st, id, now, ev_type, ev_msg);
-    task_list_free(&tl);
-    if (rc != FLPS_OK) {
-        sched_store_discard(st);
+    sched_cmd_add(&c, num);
+    sched_cmd_add(&c, "attempt");
+    sched_cmd_add(&c, "0");
+    sched_cmd_add(&c, "restarts");
+    sched_cmd_add(&c, "0");
+    sched_cmd_add(&c, "max_restarts");
+    sched_cmd_addf(&c, "%u", spec->max_restarts);
+    sched_cmd_add(&c, "reason");
+    sched_cmd_add(&c, "");
+    sched_cmd_add(&c, "spec");
+    sched_cmd_addb(&c, text, len);
+    sched_cmd_add(&c, "workers");
+    sched_cmd_addf(&c, "%u", spec->workers);
+    sched_cmd_add(&c, "servers");
+    sched_cmd_addf(&c, "%u", spec->servers);
+    sched_cmd_add(&c, "iterations");
+    sched_cmd_addf(&c, "%llu", (unsigned long long)spec->iterations);
+    sched_cmd_add(&c, "time_limit");
+    sched_store_fmt_double(num, sizeof(num), spec->time_limit);
+    sched_cmd_add(&c, num);
+    sched_cmd_add(&c, "cpus_per_worker");
+    sched_store_fmt_mcpus(num, sizeof(num),
+                          sched_res_mcpus(spec->cpus_per_worker));
+    sched_cmd_add(&c, num);
+    sched_cmd_add(&c, "memory_per_worker");
+    sched_cmd_addf(&c, "%llu", (unsigned long long)spec->memory_per_worker);
+    sched_cmd_add(&c, "gpus_per_worker");
+    sched_cmd_addf(&c, "%u", spec->gpus_per_worker);
+    sched_cmd_add(&c, "cpus_per_server");
+    sched_store_fmt_mcpus(num, sizeof(num),
+                          sched_res_mcpus(spec->cpus_per_server));
+    sched_cmd_add(&c, num);
+    sched_cmd_add(&c, "memory_per_server");
+    sched_cmd_addf(&c, "%llu", (unsigned long long)spec->memory_per_server);
+    rc = sched_store_eval_int(st, SCHED_SCRIPT_SUBMIT, 3, &c, &seq);
+    if (rc != FLPS_OK || out == NULL)
         return rc;
+    snprintf(id, sizeof(id), "j%lld", seq);
+    {
+        int found = 0;
+
+        rc = sched_store_job(st, id, 1, out, &found);
+        if (rc == FLPS_OK && !found)
+            rc = sched_store_seterr(st, FLPS_EPROTO, "job %s vanished", id);
     }
-    return sched_store_exec(st, ok);
+    return rc;
 }
 
-static flps_err cancel_fields(sched_store *st, const char *id, const char *now,
-                              void *arg)
-{
-    redisReply *r = NULL;
-    flps_err rc;
+/* ---- Transitions ----
+ * Each is one script (sched_scripts.c) that checks the job's state and
+ * attempt and makes the whole change, or nothing: the job's fields, its
+ * tasks out of their nodes' desired sets (the agents stop them), an
+ * event. */
 
-    (void)arg;
-    rc = sched_store_queued(st,
-                            rconn_cmd(st->rc, &r,
-                                      "HSET flps:job:%s state CANCELLED "
-                                      "finished_at %s reason %s",
-                                      id, now, "cancelled"),
-                            &r);
-    if (rc == FLPS_OK)
-        rc = sched_store_queued(
-            st, rconn_cmd(st->rc, &r, "ZREM flps:queue %s", id), &r);
-    return rc;
+/* The job's keys every transition script takes: hash, tasks set, events
+ * list (and the queue, for those that take it). */
+static void add_job_keys(sched_cmd *c, const char *id, int with_queue)
+{
+    char jk[64];
+
+    sched_store_job_key(jk, sizeof(jk), id);
+    sched_cmd_add(c, jk);
+    sched_cmd_addf(c, "%s:tasks", jk);
+    sched_cmd_addf(c, "%s:events", jk);
+    if (with_queue)
+        sched_cmd_add(c, "flps:queue");
 }
 
 flps_err sched_store_cancel(sched_store *st, const char *id, double now,
                             sched_cancel_result *result, sched_job *out)
 {
-    flps_err rc = FLPS_OK;
+    char num[64];
+    sched_cmd c = {0};
+    sched_job tmp;
+    long long res = 0;
     int found = 0;
+    flps_err rc;
 
-    for (int tries = 0; tries < STORE_TXN_TRIES; tries++) {
-        redisReply *h = NULL;
-        sched_state state;
-        int ok = 0;
-
-        sched_job tmp;
-
-        rc = sched_store_job(st, id, 0, &tmp, &found); /* validates id */
-        if (rc != FLPS_OK)
-            return rc;
-        if (!found) {
-            *result = SCHED_CANCEL_NO_JOB;
-            return FLPS_OK;
-        }
-        sched_job_fini(&tmp);
-        rc = watch_job(st, id, &h);
-        if (rc != FLPS_OK)
-            return rc;
-        if (h == NULL) {
-            sched_store_unwatch(st);
-            *result = SCHED_CANCEL_NO_JOB;
-            return FLPS_OK;
-        }
-        if (!sched_state_parse(sched_store_hget(h, "state")
-                                   ? sched_store_hget(h, "state")
-                                   : "",
-                               &state) ||
-            sched_state_is_final(state)) {
-            freeReplyObject(h);
-            sched_store_unwatch(st);
-            *result = SCHED_CANCEL_FINISHED;
-            return out ? sched_store_job(st, id, 1, out, &found) : FLPS_OK;
-        }
-        freeReplyObject(h);
-        rc = end_attempt(st, id, now, cancel_fields, NULL, "cancelled",
-                         state == SCHED_RUNNING
-                             ? "cancelled; its tasks are being stopped"
-                             : "cancelled while queued",
-                         &ok);
-        if (rc != FLPS_OK)
-            return rc;
-        if (!ok)
-            continue;
-        *result = SCHED_CANCEL_DONE;
-        if (out == NULL)
-            return FLPS_OK;
-        rc = sched_store_job(st, id, 1, out, &found);
-        if (rc == FLPS_OK && !found)
-            rc = sched_store_seterr(st, FLPS_EPROTO, "job %s vanished", id);
+    rc = sched_store_job(st, id, 0, &tmp, &found); /* validates id */
+    if (rc != FLPS_OK)
         return rc;
+    if (!found) {
+        *result = SCHED_CANCEL_NO_JOB;
+        return FLPS_OK;
     }
-    return sched_store_seterr(
-        st, FLPS_ETIMEDOUT, "gave up cancelling %s: the job kept changing", id);
+    sched_job_fini(&tmp);
+    add_job_keys(&c, id, 1);
+    sched_store_fmt_double(num, sizeof(num), now);
+    sched_cmd_add(&c, num);
+    /* Both texts: which one applies is known only inside the script. */
+    if (sched_cmd_add_event_text(&c, now, "cancelled",
+                                 "cancelled; its tasks are being stopped") !=
+            FLPS_OK ||
+        sched_cmd_add_event(&c, now, "cancelled", "cancelled while queued") !=
+            FLPS_OK)
+        c.oom = 1;
+    sched_cmd_add(&c, id);
+    rc = sched_store_eval_int(st, SCHED_SCRIPT_CANCEL, 4, &c, &res);
+    if (rc != FLPS_OK)
+        return rc;
+    if (res == 0) {
+        *result = SCHED_CANCEL_NO_JOB;
+        return FLPS_OK;
+    }
+    if (res == 1) {
+        *result = SCHED_CANCEL_FINISHED;
+        return out ? sched_store_job(st, id, 1, out, &found) : FLPS_OK;
+    }
+    *result = SCHED_CANCEL_DONE;
+    if (out == NULL)
+        return FLPS_OK;
+    rc = sched_store_job(st, id, 1, out, &found);
+    if (rc == FLPS_OK && !found)
+        rc = sched_store_seterr(st, FLPS_EPROTO, "job %s vanished", id);
+    return rc;
 }
+
+/* The fields of a task hash at placement, in the order written. */
+#define PLACE_TASK_FIELDS 9
 
 flps_err sched_store_place(sched_store *st, const char *leader_id,
                            const sched_job *job,
@@ -723,130 +518,75 @@ flps_err sched_store_place(sched_store *st, const char *leader_id,
                            const char *const *worker_nodes, double now,
                            int *committed)
 {
-    char key[160], num[64], msg[512];
-    flps_err rc = FLPS_OK;
+    char jk[64], key[160], num[64], msg[512];
+    sched_cmd c = {0}, tasks = {0};
+    long long placed = 0;
+    size_t off;
+    flps_err rc;
 
     *committed = 0;
-    for (int tries = 0; tries < STORE_TXN_TRIES; tries++) {
-        redisReply *h = NULL, *r = NULL;
-        int ok = 0;
-        size_t off = 0;
+    sched_store_job_key(jk, sizeof(jk), job->id);
+    sched_cmd_add(&c, "flps:leader");
+    sched_cmd_add(&c, jk);
+    sched_cmd_addf(&c, "%s:tasks", jk);
+    sched_cmd_add(&c, "flps:queue");
+    sched_cmd_addf(&c, "%s:events", jk);
+    sched_cmd_add(&c, leader_id != NULL ? "1" : "0");
+    sched_cmd_add(&c, leader_id != NULL ? leader_id : "");
+    sched_cmd_add(&c, job->id);
+    sched_cmd_addf(&c, "%u", job->attempt);
+    sched_store_fmt_double(num, sizeof(num), now);
+    sched_cmd_add(&c, num);
+    off = (size_t)snprintf(msg, sizeof(msg),
+                           "placed (attempt %u):", job->attempt);
+    for (int role = 0; role < 2; role++) {
+        uint32_t count = role == 0 ? job->servers : job->workers;
+        const char *const *where = role == 0 ? server_nodes : worker_nodes;
+        const sched_res *need = role == 0 ? &job->per_server : &job->per_worker;
+        const char *rname = role == 0 ? "server" : "worker";
 
-        if (leader_id != NULL) {
-            rc = sched_store_drop(
-                st, rconn_cmd(st->rc, &r, "WATCH flps:leader"), &r);
-            if (rc != FLPS_OK)
-                return rc;
-            rc = rconn_cmd(st->rc, &r, "GET flps:leader");
-            if (rc != FLPS_OK)
-                return sched_store_rerr(st, rc);
-            ok =
-                r->type == REDIS_REPLY_STRING && strcmp(r->str, leader_id) == 0;
-            freeReplyObject(r);
-            if (!ok) {
-                sched_store_unwatch(st);
-                return FLPS_OK;
-            }
-        }
-        rc = watch_job(st, job->id, &h);
-        if (rc != FLPS_OK)
-            return rc;
-        if (h == NULL || !job_is(h, "QUEUED", job->attempt)) {
-            if (h)
-                freeReplyObject(h);
-            sched_store_unwatch(st);
-            return FLPS_OK;
-        }
-        freeReplyObject(h);
-        rc = sched_store_multi(st);
-        if (rc != FLPS_OK)
-            return rc;
-        off = (size_t)snprintf(msg, sizeof(msg),
-                               "placed (attempt %u):", job->attempt);
-        for (int role = 0; role < 2 && rc == FLPS_OK; role++) {
-            uint32_t count = role == 0 ? job->servers : job->workers;
-            const char *const *where = role == 0 ? server_nodes : worker_nodes;
-            const sched_res *need =
-                role == 0 ? &job->per_server : &job->per_worker;
-            const char *rname = role == 0 ? "server" : "worker";
-
-            for (uint32_t i = 0; i < count && rc == FLPS_OK; i++) {
-                sched_cmd c = {0};
-
-                sched_store_task_key(key, sizeof(key), job->id, job->attempt,
-                                     rname, i);
-                rc = sched_store_queued(
-                    st, rconn_cmd(st->rc, &r, "DEL %s", key), &r);
-                if (rc != FLPS_OK)
-                    break;
-                sched_cmd_add(&c, "HSET");
-                sched_cmd_add(&c, key);
-                sched_cmd_add(&c, "job");
-                sched_cmd_add(&c, job->id);
-                sched_cmd_add(&c, "attempt");
-                sched_cmd_addf(&c, "%u", job->attempt);
-                sched_cmd_add(&c, "role");
-                sched_cmd_add(&c, rname);
-                sched_cmd_add(&c, "index");
-                sched_cmd_addf(&c, "%u", i);
-                sched_cmd_add(&c, "node");
-                sched_cmd_add(&c, where[i]);
-                sched_cmd_add(&c, "state");
-                sched_cmd_add(&c, "ASSIGNED");
-                sched_cmd_add(&c, "cpus");
-                sched_store_fmt_mcpus(num, sizeof(num), need->mcpus);
-                sched_cmd_add(&c, num);
-                sched_cmd_add(&c, "memory");
-                sched_cmd_addf(&c, "%llu", (unsigned long long)need->memory);
-                sched_cmd_add(&c, "gpus");
-                sched_cmd_addf(&c, "%llu", (unsigned long long)need->gpus);
-                rc = sched_cmd_queue(st, &c);
-                if (rc == FLPS_OK)
-                    rc = sched_store_queued(
-                        st,
-                        rconn_cmd(st->rc, &r, "SADD flps:node:%s:tasks %s",
-                                  where[i], key),
-                        &r);
-                if (rc == FLPS_OK)
-                    rc = sched_store_queued(
-                        st,
-                        rconn_cmd(st->rc, &r, "SADD flps:job:%s:tasks %s",
-                                  job->id, key),
-                        &r);
-                if (off < sizeof(msg))
-                    off += (size_t)snprintf(
-                        msg + off, sizeof(msg) - off, "%s %s-%u on %s",
-                        i == 0 && role == 0 ? "" : ",", rname, i, where[i]);
-            }
-        }
-        sched_store_fmt_double(num, sizeof(num), now);
-        if (rc == FLPS_OK)
-            rc = sched_store_queued(st,
-                                    rconn_cmd(st->rc, &r,
-                                              "HSET flps:job:%s state RUNNING "
-                                              "started_at %s",
-                                              job->id, num),
-                                    &r);
-        if (rc == FLPS_OK)
-            rc = sched_store_queued(
-                st, rconn_cmd(st->rc, &r, "ZREM flps:queue %s", job->id), &r);
-        if (rc == FLPS_OK)
-            rc = sched_store_queue_event(st, job->id, now, "placed", msg);
-        if (rc != FLPS_OK) {
-            sched_store_discard(st);
-            return rc;
-        }
-        rc = sched_store_exec(st, &ok);
-        if (rc != FLPS_OK)
-            return rc;
-        if (ok) {
-            *committed = 1;
-            return FLPS_OK;
+        for (uint32_t i = 0; i < count; i++) {
+            sched_store_task_key(key, sizeof(key), job->id, job->attempt, rname,
+                                 i);
+            sched_cmd_add(&tasks, key);
+            sched_cmd_add(&tasks, where[i]);
+            sched_cmd_add(&tasks, "job");
+            sched_cmd_add(&tasks, job->id);
+            sched_cmd_add(&tasks, "attempt");
+            sched_cmd_addf(&tasks, "%u", job->attempt);
+            sched_cmd_add(&tasks, "role");
+            sched_cmd_add(&tasks, rname);
+            sched_cmd_add(&tasks, "index");
+            sched_cmd_addf(&tasks, "%u", i);
+            sched_cmd_add(&tasks, "node");
+            sched_cmd_add(&tasks, where[i]);
+            sched_cmd_add(&tasks, "state");
+            sched_cmd_add(&tasks, "ASSIGNED");
+            sched_cmd_add(&tasks, "cpus");
+            sched_store_fmt_mcpus(num, sizeof(num), need->mcpus);
+            sched_cmd_add(&tasks, num);
+            sched_cmd_add(&tasks, "memory");
+            sched_cmd_addf(&tasks, "%llu", (unsigned long long)need->memory);
+            sched_cmd_add(&tasks, "gpus");
+            sched_cmd_addf(&tasks, "%llu", (unsigned long long)need->gpus);
+            if (off < sizeof(msg))
+                off += (size_t)snprintf(
+                    msg + off, sizeof(msg) - off, "%s %s-%u on %s",
+                    i == 0 && role == 0 ? "" : ",", rname, i, where[i]);
         }
     }
-    return sched_store_seterr(st, FLPS_ETIMEDOUT,
-                              "gave up placing %s: the job kept changing",
-                              job->id);
+    if (sched_cmd_add_event(&c, now, "placed", msg) != FLPS_OK)
+        c.oom = 1;
+    sched_cmd_addf(&c, "%d", PLACE_TASK_FIELDS);
+    for (int i = 0; i < tasks.argc; i++)
+        sched_cmd_addb(&c, tasks.argv[i], tasks.len[i]);
+    c.oom |= tasks.oom;
+    sched_cmd_free(&tasks);
+    rc = sched_store_eval_int(st, SCHED_SCRIPT_PLACE, 5, &c, &placed);
+    if (rc != FLPS_OK)
+        return rc;
+    *committed = placed == 1;
+    return FLPS_OK;
 }
 
 flps_err sched_store_pop_exit(sched_store *st, char *key, size_t keylen,
@@ -864,142 +604,90 @@ flps_err sched_store_pop_exit(sched_store *st, char *key, size_t keylen,
     return FLPS_OK;
 }
 
-static flps_err succeed_fields(sched_store *st, const char *id, const char *now,
-                               void *arg)
-{
-    redisReply *r = NULL;
-
-    return sched_store_queued(st,
-                              rconn_cmd(st->rc, &r,
-                                        "HSET flps:job:%s state SUCCEEDED "
-                                        "finished_at %s summary %s",
-                                        id, now, (const char *)arg),
-                              &r);
-}
-
 flps_err sched_store_succeed(sched_store *st, const char *id, uint32_t attempt,
                              const char *summary, double now, int *done)
 {
-    flps_err rc = FLPS_OK;
-
-    *done = 0;
-    for (int tries = 0; tries < STORE_TXN_TRIES; tries++) {
-        redisReply *h = NULL;
-        int ok = 0;
-
-        rc = watch_job(st, id, &h);
-        if (rc != FLPS_OK)
-            return rc;
-        if (h == NULL || !job_is(h, "RUNNING", attempt)) {
-            if (h)
-                freeReplyObject(h);
-            sched_store_unwatch(st);
-            return FLPS_OK;
-        }
-        freeReplyObject(h);
-        rc = end_attempt(st, id, now, succeed_fields, (void *)summary,
-                         "succeeded", summary, &ok);
-        if (rc != FLPS_OK)
-            return rc;
-        if (ok) {
-            *done = 1;
-            return FLPS_OK;
-        }
-    }
-    return sched_store_seterr(
-        st, FLPS_ETIMEDOUT, "gave up finishing %s: the job kept changing", id);
-}
-
-typedef struct fail_args {
-    int restart;
-    const char *reason;
-    uint32_t restarts, attempt;
-    char score[64]; /* the job's queue score, for a restart */
-} fail_args;
-
-/* A failed attempt: back to the queue at its old place for a restart,
- * else FAILED. */
-static flps_err fail_fields(sched_store *st, const char *id, const char *now,
-                            void *arg)
-{
-    const fail_args *fa = arg;
-    redisReply *r = NULL;
+    char num[64];
+    sched_cmd c = {0};
+    long long res = 0;
     flps_err rc;
 
-    if (!fa->restart)
-        return sched_store_queued(st,
-                                  rconn_cmd(st->rc, &r,
-                                            "HSET flps:job:%s state FAILED "
-                                            "finished_at %s reason %s",
-                                            id, now, fa->reason),
-                                  &r);
-    rc = sched_store_queued(st,
-                            rconn_cmd(st->rc, &r,
-                                      "HSET flps:job:%s state QUEUED "
-                                      "reason %s restarts %u attempt %u",
-                                      id, fa->reason, fa->restarts + 1,
-                                      fa->attempt + 1),
-                            &r);
-    if (rc == FLPS_OK)
-        rc = sched_store_queued(
-            st, rconn_cmd(st->rc, &r, "ZADD flps:queue %s %s", fa->score, id),
-            &r);
-    if (rc == FLPS_OK)
-        rc = sched_store_queued(
-            st, rconn_cmd(st->rc, &r, "DEL flps:job:%s:tasks", id), &r);
-    return rc;
+    *done = 0;
+    add_job_keys(&c, id, 0);
+    sched_cmd_addf(&c, "%u", attempt);
+    sched_store_fmt_double(num, sizeof(num), now);
+    sched_cmd_add(&c, num);
+    sched_cmd_add(&c, summary);
+    if (sched_cmd_add_event(&c, now, "succeeded", summary) != FLPS_OK)
+        c.oom = 1;
+    rc = sched_store_eval_int(st, SCHED_SCRIPT_SUCCEED, 3, &c, &res);
+    if (rc != FLPS_OK)
+        return rc;
+    *done = res == 1;
+    return FLPS_OK;
 }
 
 flps_err sched_store_fail(sched_store *st, const char *id, uint32_t attempt,
                           const char *reason, int allow_restart, double now,
                           sched_fail_result *result)
 {
-    char msg[700];
+    char msg[700], num[64];
     flps_err rc = FLPS_OK;
 
     *result = SCHED_FAIL_IGNORED;
+    sched_store_fmt_double(num, sizeof(num), now);
     for (int tries = 0; tries < STORE_TXN_TRIES; tries++) {
         redisReply *h = NULL;
-        uint32_t restarts, max_restarts, priority;
-        uint64_t seq;
-        fail_args fa;
-        int ok = 0;
+        uint32_t restarts, max_restarts;
+        const char *state;
+        sched_cmd c = {0};
+        long long res = 0;
+        int restart;
 
-        rc = watch_job(st, id, &h);
+        rc = rconn_cmd(st->rc, &h,
+                       "HMGET flps:job:%s state attempt restarts "
+                       "max_restarts",
+                       id);
         if (rc != FLPS_OK)
-            return rc;
-        if (h == NULL || !job_is(h, "RUNNING", attempt)) {
-            if (h)
-                freeReplyObject(h);
-            sched_store_unwatch(st);
+            return sched_store_rerr(st, rc);
+        state = h->elements == 4 && h->element[0]->type == REDIS_REPLY_STRING
+                    ? h->element[0]->str
+                    : NULL;
+        if (state == NULL || strcmp(state, "RUNNING") != 0 ||
+            sched_store_to_u64(h->element[1]->str) != attempt) {
+            freeReplyObject(h);
             return FLPS_OK;
         }
-        restarts =
-            (uint32_t)sched_store_to_u64(sched_store_hget(h, "restarts"));
-        max_restarts =
-            (uint32_t)sched_store_to_u64(sched_store_hget(h, "max_restarts"));
-        priority =
-            (uint32_t)sched_store_to_u64(sched_store_hget(h, "priority"));
-        seq = sched_store_to_u64(sched_store_hget(h, "seq"));
+        restarts = (uint32_t)sched_store_to_u64(h->element[2]->str);
+        max_restarts = (uint32_t)sched_store_to_u64(h->element[3]->str);
         freeReplyObject(h);
-        fa.restart = allow_restart && restarts < max_restarts;
-        fa.reason = reason;
-        fa.restarts = restarts;
-        fa.attempt = attempt;
-        snprintf(fa.score, sizeof(fa.score), "%.17g",
-                 sched_store_queue_score(priority, seq));
-        if (fa.restart)
+        restart = allow_restart && restarts < max_restarts;
+        if (restart)
             snprintf(msg, sizeof(msg),
                      "restart %u of %u from the latest checkpoint after: %s",
                      restarts + 1, max_restarts, reason);
         else
             snprintf(msg, sizeof(msg), "failed: %s", reason);
-        rc = end_attempt(st, id, now, fail_fields, &fa,
-                         fa.restart ? "restarted" : "failed", msg, &ok);
+        add_job_keys(&c, id, 1);
+        sched_cmd_addf(&c, "%u", attempt);
+        sched_cmd_addf(&c, "%u", restarts);
+        sched_cmd_addf(&c, "%u", max_restarts);
+        sched_cmd_add(&c, restart ? "1" : "0");
+        sched_cmd_add(&c, reason);
+        sched_cmd_add(&c, num);
+        if (sched_cmd_add_event(&c, now, restart ? "restarted" : "failed",
+                                msg) != FLPS_OK)
+            c.oom = 1;
+        sched_cmd_add(&c, id);
+        sched_cmd_addf(&c, "%u", restarts + 1);
+        sched_cmd_addf(&c, "%u", attempt + 1);
+        rc = sched_store_eval_int(st, SCHED_SCRIPT_FAIL, 4, &c, &res);
         if (rc != FLPS_OK)
             return rc;
-        if (ok) {
-            *result = fa.restart ? SCHED_FAIL_REQUEUED : SCHED_FAIL_FAILED;
+        if (res == 0)
+            return FLPS_OK;
+        if (res == 1) {
+            *result = restart ? SCHED_FAIL_REQUEUED : SCHED_FAIL_FAILED;
             return FLPS_OK;
         }
     }

@@ -137,58 +137,25 @@ flps_err sched_store_nodes(sched_store *st, sched_node **out, size_t *n)
 }
 
 /* Move node name from state `from` to `to` when its alive key exists
- * (want_alive = 1) or not (0), WATCHing both keys. */
+ * (want_alive = 1) or not (0), both looked at in the script's one step. */
 static flps_err node_move(sched_store *st, const char *name, const char *from,
                           const char *to, int want_alive, int *marked)
 {
-    flps_err rc = FLPS_OK;
+    sched_cmd c = {0};
+    long long moved = 0;
+    flps_err rc;
 
     *marked = 0;
-    for (int tries = 0; tries < STORE_TXN_TRIES; tries++) {
-        redisReply *r = NULL;
-        int ok = 0, alive;
-
-        rc = sched_store_drop(st,
-                              rconn_cmd(st->rc, &r,
-                                        "WATCH flps:node:%s flps:node:%s:alive",
-                                        name, name),
-                              &r);
-        if (rc != FLPS_OK)
-            return rc;
-        rc = rconn_cmd(st->rc, &r, "EXISTS flps:node:%s:alive", name);
-        if (rc != FLPS_OK)
-            return sched_store_rerr(st, rc);
-        alive = r->integer == 1;
-        freeReplyObject(r);
-        rc = rconn_cmd(st->rc, &r, "HGET flps:node:%s state", name);
-        if (rc != FLPS_OK)
-            return sched_store_rerr(st, rc);
-        ok = r->type == REDIS_REPLY_STRING && strcmp(r->str, from) == 0;
-        freeReplyObject(r);
-        if (!ok || alive != want_alive) {
-            sched_store_unwatch(st);
-            return FLPS_OK;
-        }
-        rc = sched_store_multi(st);
-        if (rc != FLPS_OK)
-            return rc;
-        rc = sched_store_queued(
-            st, rconn_cmd(st->rc, &r, "HSET flps:node:%s state %s", name, to),
-            &r);
-        if (rc != FLPS_OK) {
-            sched_store_discard(st);
-            return rc;
-        }
-        rc = sched_store_exec(st, &ok);
-        if (rc != FLPS_OK)
-            return rc;
-        if (ok) {
-            *marked = 1;
-            return FLPS_OK;
-        }
-    }
-    return sched_store_seterr(st, FLPS_ETIMEDOUT, "gave up marking node %s %s",
-                              name, to);
+    sched_cmd_addf(&c, "flps:node:%s", name);
+    sched_cmd_addf(&c, "flps:node:%s:alive", name);
+    sched_cmd_add(&c, from);
+    sched_cmd_add(&c, to);
+    sched_cmd_add(&c, want_alive ? "1" : "0");
+    rc = sched_store_eval_int(st, SCHED_SCRIPT_NODE_MOVE, 2, &c, &moved);
+    if (rc != FLPS_OK)
+        return rc;
+    *marked = moved == 1;
+    return FLPS_OK;
 }
 
 flps_err sched_store_node_lost(sched_store *st, const char *name, int *marked)

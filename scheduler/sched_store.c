@@ -18,16 +18,6 @@
 
 /* ---- Small helpers ---- */
 
-flps_err sched_store_seterr(sched_store *st, flps_err rc, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(st->err, sizeof(st->err), fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 /* The rconn's message for a failed command. */
 flps_err sched_store_rerr(sched_store *st, flps_err rc)
 {
@@ -190,79 +180,45 @@ flps_err sched_store_drop(sched_store *st, flps_err rc, redisReply **rp)
     return FLPS_OK;
 }
 
-/* Queue one command inside MULTI: the reply must be +QUEUED. */
-flps_err sched_store_queued(sched_store *st, flps_err rc, redisReply **rp)
+flps_err sched_store_eval(sched_store *st, sched_script s, int nkeys,
+                          sched_cmd *c, redisReply **reply)
 {
-    redisReply *r;
+    redisReply *r = NULL;
+    flps_err rc;
 
+    if (c->oom) {
+        sched_cmd_free(c);
+        return sched_store_seterr(st, FLPS_ENOMEM, "out of memory");
+    }
+    rc = rconn_script_run(st->rc, &r, st->script[s], nkeys, c->argc,
+                          (const char **)c->argv, c->len);
+    sched_cmd_free(c);
     if (rc != FLPS_OK)
         return sched_store_rerr(st, rc);
-    r = *rp;
-    if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "QUEUED") != 0) {
+    if (reply != NULL)
+        *reply = r;
+    else
         freeReplyObject(r);
-        return sched_store_seterr(st, FLPS_EPROTO,
-                                  "Redis did not queue a command");
-    }
-    freeReplyObject(r);
     return FLPS_OK;
 }
 
-flps_err sched_cmd_queue(sched_store *st, sched_cmd *c)
+flps_err sched_store_eval_int(sched_store *st, sched_script s, int nkeys,
+                              sched_cmd *c, long long *out)
 {
     redisReply *r = NULL;
-    flps_err rc = sched_cmd_run(st, c, &r);
+    flps_err rc = sched_store_eval(st, s, nkeys, c, &r);
 
     if (rc != FLPS_OK)
         return rc;
-    return sched_store_queued(st, FLPS_OK, &r);
-}
-
-void sched_store_unwatch(sched_store *st)
-{
-    redisReply *r = NULL;
-
-    if (rconn_cmd(st->rc, &r, "UNWATCH") == FLPS_OK)
+    if (r->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);
-}
-
-void sched_store_discard(sched_store *st)
-{
-    redisReply *r = NULL;
-
-    if (rconn_cmd(st->rc, &r, "DISCARD") == FLPS_OK)
-        freeReplyObject(r);
-}
-
-/* EXEC: *ok = 0 when a WATCHed key changed (nothing was done). A command
- * that failed inside the transaction is an error. */
-flps_err sched_store_exec(sched_store *st, int *ok)
-{
-    redisReply *r = NULL;
-    flps_err rc = rconn_cmd(st->rc, &r, "EXEC");
-
-    if (rc != FLPS_OK)
-        return sched_store_rerr(st, rc);
-    *ok = r->type == REDIS_REPLY_ARRAY;
-    if (*ok) {
-        for (size_t i = 0; i < r->elements; i++) {
-            if (r->element[i]->type == REDIS_REPLY_ERROR) {
-                sched_store_seterr(st, FLPS_EREMOTE,
-                                   "Redis at %s: in a transaction: %s",
-                                   rconn_address(st->rc), r->element[i]->str);
-                freeReplyObject(r);
-                return FLPS_EREMOTE;
-            }
-        }
+        return sched_store_seterr(st, FLPS_EPROTO,
+                                  "Redis at %s: a script gave no integer",
+                                  rconn_address(st->rc));
     }
+    *out = r->integer;
     freeReplyObject(r);
     return FLPS_OK;
-}
-
-flps_err sched_store_multi(sched_store *st)
-{
-    redisReply *r = NULL;
-
-    return sched_store_drop(st, rconn_cmd(st->rc, &r, "MULTI"), &r);
 }
 
 /* Value of field in an HGETALL reply, or NULL. */
@@ -301,26 +257,12 @@ void sched_store_task_key(char *buf, size_t len, const char *id,
 
 /* ---- Events ---- */
 
-/* The event's seq comes from the job hash, so it is unique and ordered
- * even though the list is trimmed. The JSON is built here without seq and
- * the script puts seq first. */
-static const char event_lua[] =
-    "local s = redis.call('HINCRBY', KEYS[1], 'event_seq', 1)\n"
-    "redis.call('RPUSH', KEYS[2], '{\"seq\":' .. s .. ',' .. "
-    "string.sub(ARGV[1], 2))\n"
-    "redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)\n"
-    "return s\n";
-
-static flps_err sched_store_event_cmd(sched_cmd *c, const char *id, double now,
-                                      const char *type, const char *message)
+flps_err sched_cmd_add_event_text(sched_cmd *c, double now, const char *type,
+                                  const char *message)
 {
-    char jk[64], ek[80], max[16];
     json_t *o;
     char *text;
 
-    sched_store_job_key(jk, sizeof(jk), id);
-    snprintf(ek, sizeof(ek), "flps:job:%s:events", id);
-    snprintf(max, sizeof(max), "%d", STORE_EVENTS_MAX);
     o = json_pack("{s:f,s:s,s:s}", "time", now, "type", type, "message",
                   message);
     if (o == NULL)
@@ -329,41 +271,33 @@ static flps_err sched_store_event_cmd(sched_cmd *c, const char *id, double now,
     json_decref(o);
     if (text == NULL)
         return FLPS_ENOMEM;
-    sched_cmd_add(c, "EVAL");
-    sched_cmd_add(c, event_lua);
-    sched_cmd_add(c, "2");
-    sched_cmd_add(c, jk);
-    sched_cmd_add(c, ek);
     sched_cmd_add(c, text);
-    sched_cmd_add(c, max);
-    free(text);
+    free(text); /* jansson's allocator */
     return FLPS_OK;
+}
+
+flps_err sched_cmd_add_event(sched_cmd *c, double now, const char *type,
+                             const char *message)
+{
+    flps_err rc = sched_cmd_add_event_text(c, now, type, message);
+
+    if (rc == FLPS_OK)
+        sched_cmd_addf(c, "%d", STORE_EVENTS_MAX);
+    return rc;
 }
 
 flps_err sched_store_event(sched_store *st, const char *id, double now,
                            const char *type, const char *message)
 {
     sched_cmd c = {0};
-    flps_err rc = sched_store_event_cmd(&c, id, now, type, message);
+    char jk[64];
 
-    if (rc != FLPS_OK) {
-        sched_cmd_free(&c);
-        return sched_store_seterr(st, rc, "out of memory");
-    }
-    return sched_cmd_run(st, &c, NULL);
-}
-
-flps_err sched_store_queue_event(sched_store *st, const char *id, double now,
-                                 const char *type, const char *message)
-{
-    sched_cmd c = {0};
-    flps_err rc = sched_store_event_cmd(&c, id, now, type, message);
-
-    if (rc != FLPS_OK) {
-        sched_cmd_free(&c);
-        return sched_store_seterr(st, rc, "out of memory");
-    }
-    return sched_cmd_queue(st, &c);
+    sched_store_job_key(jk, sizeof(jk), id);
+    sched_cmd_add(&c, jk);
+    sched_cmd_addf(&c, "%s:events", jk);
+    if (sched_cmd_add_event(&c, now, type, message) != FLPS_OK)
+        c.oom = 1;
+    return sched_store_eval(st, SCHED_SCRIPT_EVENT, 2, &c, NULL);
 }
 
 /* ---- Create ---- */
@@ -382,6 +316,15 @@ flps_err sched_store_create(const char *url, int timeout_ms, sched_store **out)
     if (rc != FLPS_OK) {
         flps_free(st);
         return rc;
+    }
+    for (int s = 0; s < SCHED_SCRIPT_COUNT; s++) {
+        rc = rconn_script_add(st->rc, sched_script_lua((sched_script)s),
+                              &st->script[s]);
+        if (rc != FLPS_OK) {
+            log_error("%s", rconn_error(st->rc));
+            sched_store_destroy(st);
+            return rc;
+        }
     }
     *out = st;
     return FLPS_OK;
@@ -561,84 +504,37 @@ flps_err sched_store_plan_put(sched_store *st, const char *leader_id,
                               double now, const char *type, const char *message,
                               int *committed)
 {
-    char key[96], num[64];
-    redisReply *r = NULL;
+    char jk[64], num[64];
+    sched_cmd c = {0};
+    long long done = 0;
     flps_err rc;
-    int ok = 0;
 
     *committed = 0;
-    snprintf(key, sizeof(key), "flps:job:%s:plan", id);
-    rc = sched_store_drop(
-        st, rconn_cmd(st->rc, &r, "WATCH flps:leader %s", key), &r);
-    if (rc != FLPS_OK)
-        return rc;
-    rc = rconn_cmd(st->rc, &r, "GET flps:leader");
-    if (rc != FLPS_OK)
-        return sched_store_rerr(st, rc);
-    ok = r->type == REDIS_REPLY_STRING && strcmp(r->str, leader_id) == 0;
-    freeReplyObject(r);
-    if (ok) {
-        rc = rconn_cmd(st->rc, &r, "HGET %s version", key);
-        if (rc != FLPS_OK)
-            return sched_store_rerr(st, rc);
-        ok = (r->type == REDIS_REPLY_STRING ? sched_store_to_u64(r->str) : 0) ==
-             prev_version;
-        freeReplyObject(r);
-    }
-    if (!ok) {
-        sched_store_unwatch(st);
-        return FLPS_OK;
-    }
-    rc = sched_store_multi(st);
-    if (rc != FLPS_OK)
-        return rc;
-    if (plan_json != NULL) {
-        sched_cmd c = {0};
-
-        sched_store_fmt_double(num, sizeof(num), now);
-        sched_cmd_add(&c, "HSET");
-        sched_cmd_add(&c, key);
-        sched_cmd_add(&c, "version");
+    sched_store_job_key(jk, sizeof(jk), id);
+    sched_store_fmt_double(num, sizeof(num), now);
+    sched_cmd_add(&c, "flps:leader");
+    sched_cmd_addf(&c, "%s:plan", jk);
+    sched_cmd_add(&c, jk);
+    sched_cmd_addf(&c, "%s:events", jk);
+    sched_cmd_add(&c, leader_id);
+    sched_cmd_addf(&c, "%llu", (unsigned long long)prev_version);
+    if (plan_json != NULL)
         sched_cmd_addf(&c, "%llu", (unsigned long long)prev_version + 1);
-        sched_cmd_add(&c, "plan");
-        sched_cmd_add(&c, plan_json);
-        sched_cmd_add(&c, "created_at");
-        sched_cmd_add(&c, num);
-        sched_cmd_add(&c, "profile_seen");
-        sched_cmd_add(&c, seen);
-        rc = sched_cmd_queue(st, &c);
-    } else {
-        rc = sched_store_queued(
-            st, rconn_cmd(st->rc, &r, "HSET %s profile_seen %s", key, seen),
-            &r);
-    }
-    if (rc == FLPS_OK)
-        rc = sched_store_queue_event(st, id, now, type, message);
-    if (rc != FLPS_OK) {
-        sched_store_discard(st);
-        return rc;
-    }
-    rc = sched_store_exec(st, &ok);
+    else
+        sched_cmd_add(&c, "");
+    sched_cmd_add(&c, plan_json != NULL ? plan_json : "");
+    sched_cmd_add(&c, num);
+    sched_cmd_add(&c, seen);
+    if (sched_cmd_add_event(&c, now, type, message) != FLPS_OK)
+        c.oom = 1;
+    rc = sched_store_eval_int(st, SCHED_SCRIPT_PLAN_PUT, 4, &c, &done);
     if (rc != FLPS_OK)
         return rc;
-    *committed = ok;
+    *committed = done == 1;
     return FLPS_OK;
 }
 
 /* ---- Lease ---- */
-
-static const char renew_lua[] =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "  return 1\n"
-    "end\n"
-    "return 0\n";
-
-static const char release_lua[] =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-    "  return redis.call('DEL', KEYS[1])\n"
-    "end\n"
-    "return 0\n";
 
 flps_err sched_store_lease(sched_store *st, const char *id, long lease_ms,
                            int *held)
@@ -653,20 +549,27 @@ flps_err sched_store_lease(sched_store *st, const char *id, long lease_ms,
     freeReplyObject(r);
     if (*held)
         return FLPS_OK;
-    rc = rconn_cmd(st->rc, &r, "EVAL %s 1 flps:leader %s %ld", renew_lua, id,
-                   lease_ms);
-    if (rc != FLPS_OK)
-        return sched_store_rerr(st, rc);
-    *held = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-    freeReplyObject(r);
+    {
+        sched_cmd c = {0};
+        long long renewed = 0;
+
+        sched_cmd_add(&c, "flps:leader");
+        sched_cmd_add(&c, id);
+        sched_cmd_addf(&c, "%ld", lease_ms);
+        rc =
+            sched_store_eval_int(st, SCHED_SCRIPT_LEASE_RENEW, 1, &c, &renewed);
+        if (rc != FLPS_OK)
+            return rc;
+        *held = renewed == 1;
+    }
     return FLPS_OK;
 }
 
 flps_err sched_store_lease_release(sched_store *st, const char *id)
 {
-    redisReply *r = NULL;
+    sched_cmd c = {0};
 
-    return sched_store_drop(
-        st, rconn_cmd(st->rc, &r, "EVAL %s 1 flps:leader %s", release_lua, id),
-        &r);
+    sched_cmd_add(&c, "flps:leader");
+    sched_cmd_add(&c, id);
+    return sched_store_eval(st, SCHED_SCRIPT_LEASE_RELEASE, 1, &c, NULL);
 }

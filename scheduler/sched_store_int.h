@@ -8,21 +8,23 @@
 #include <stdint.h>
 
 #include "scheduler/rconn.h"
+#include "scheduler/sched_scripts.h"
 #include "scheduler/sched_store.h"
 
-/* Transactions that lose a WATCH race (an agent updating progress on the
- * job hash, another submit) are retried this often before giving up. */
+/* A failure whose restart decision was made from fields that changed
+ * before its script ran is decided again this often before giving up. */
 #define STORE_TXN_TRIES 32
 #define STORE_EVENTS_MAX 1000
 
 struct sched_store {
     rconn *rc;
-    char err[512]; /* sticky message of the last failure */
+    int script[SCHED_SCRIPT_COUNT]; /* rconn's id of each script */
+    char err[512];                  /* sticky message of the last failure */
 };
 
-/* Set the store's message and return rc. */
-flps_err sched_store_seterr(sched_store *st, flps_err rc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* Set the store's sticky message; evaluates to rc. */
+#define sched_store_seterr(st, rc, ...)                                        \
+    flps_errbuf_set((st)->err, sizeof((st)->err), (rc), __VA_ARGS__)
 
 /* The rconn's message for a failed command (or "out of memory"). */
 flps_err sched_store_rerr(sched_store *st, flps_err rc);
@@ -60,22 +62,28 @@ void sched_cmd_free(sched_cmd *c);
 
 /* Run and free c; *reply (caller frees) may be NULL when not wanted. */
 flps_err sched_cmd_run(sched_store *st, sched_cmd *c, redisReply **reply);
-/* Run c inside MULTI: the reply must be +QUEUED. Frees c. */
-flps_err sched_cmd_queue(sched_store *st, sched_cmd *c);
 
 /* Check a rconn_cmd result and drop the reply. rp, not the reply itself:
  * arguments are evaluated in no set order, so the reply pointer must be
  * read after rconn_cmd (in the first argument) has written it. */
 flps_err sched_store_drop(sched_store *st, flps_err rc, redisReply **rp);
-/* The same for a command queued inside MULTI (+QUEUED expected). */
-flps_err sched_store_queued(sched_store *st, flps_err rc, redisReply **rp);
 
-void sched_store_unwatch(sched_store *st);
-void sched_store_discard(sched_store *st);
-flps_err sched_store_multi(sched_store *st);
-/* EXEC: *ok = 0 when a WATCHed key changed (nothing was done). A command
- * that failed inside the transaction is an error. */
-flps_err sched_store_exec(sched_store *st, int *ok);
+/* Run script s (EVALSHA, reloaded on NOSCRIPT) with c's arguments, the
+ * first nkeys of them as KEYS, and free c. *reply (caller frees) may be
+ * NULL when not wanted. */
+flps_err sched_store_eval(sched_store *st, sched_script s, int nkeys,
+                          sched_cmd *c, redisReply **reply);
+/* The same for a script that answers an integer (*out). */
+flps_err sched_store_eval_int(sched_store *st, sched_script s, int nkeys,
+                              sched_cmd *c, long long *out);
+
+/* Append an event's JSON without seq ({"time","type","message"}) and the
+ * list's cap: the two ARGV of the scripts that write an event. Errors:
+ * FLPS_ENOMEM. _text appends the JSON alone. */
+flps_err sched_cmd_add_event(sched_cmd *c, double now, const char *type,
+                             const char *message);
+flps_err sched_cmd_add_event_text(sched_cmd *c, double now, const char *type,
+                                  const char *message);
 
 /* Value of field in an HGETALL reply (borrowed from r), or NULL. */
 const char *sched_store_hget(const redisReply *r, const char *field);
@@ -87,9 +95,5 @@ void sched_store_hcopy(const redisReply *r, const char *field, char *dst,
 void sched_store_job_key(char *buf, size_t len, const char *id);
 void sched_store_task_key(char *buf, size_t len, const char *id,
                           uint32_t attempt, const char *role, uint32_t index);
-
-/* Queue the event script inside MULTI (see sched_store_event). */
-flps_err sched_store_queue_event(sched_store *st, const char *id, double now,
-                                 const char *type, const char *message);
 
 #endif
