@@ -13,6 +13,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "scheduler/sched_jobhash.h"
 #include "scheduler/sched_store_int.h"
 
 /* ---- States and freeing ---- */
@@ -195,73 +196,6 @@ static flps_err load_tasks(sched_store *st, sched_job *j)
     return rc;
 }
 
-static flps_err job_from_reply(const redisReply *r, sched_job *j)
-{
-    static const char *const pf[] = {"p_iteration",     "p_loss",
-                                     "p_test_accuracy", "p_bytes_sent",
-                                     "p_dense_bytes",   "p_elapsed"};
-    double *pv[] = {&j->p_iteration,  &j->p_loss,        &j->p_test_accuracy,
-                    &j->p_bytes_sent, &j->p_dense_bytes, &j->p_elapsed};
-    const char *v;
-
-    memset(j, 0, sizeof(*j));
-    sched_store_hcopy(r, "id", j->id, sizeof(j->id));
-    sched_store_hcopy(r, "name", j->name, sizeof(j->name));
-    v = sched_store_hget(r, "state");
-    if (v == NULL || !sched_state_parse(v, &j->state))
-        return FLPS_EPROTO;
-    j->priority = (uint32_t)sched_store_to_u64(sched_store_hget(r, "priority"));
-    j->seq = sched_store_to_u64(sched_store_hget(r, "seq"));
-    j->submitted_at =
-        sched_store_to_double(sched_store_hget(r, "submitted_at"));
-    j->started_at = sched_store_to_double(sched_store_hget(r, "started_at"));
-    j->finished_at = sched_store_to_double(sched_store_hget(r, "finished_at"));
-    j->attempt = (uint32_t)sched_store_to_u64(sched_store_hget(r, "attempt"));
-    j->restarts = (uint32_t)sched_store_to_u64(sched_store_hget(r, "restarts"));
-    j->max_restarts =
-        (uint32_t)sched_store_to_u64(sched_store_hget(r, "max_restarts"));
-    sched_store_hcopy(r, "reason", j->reason, sizeof(j->reason));
-    j->workers = (uint32_t)sched_store_to_u64(sched_store_hget(r, "workers"));
-    j->servers = (uint32_t)sched_store_to_u64(sched_store_hget(r, "servers"));
-    j->iterations = sched_store_to_u64(sched_store_hget(r, "iterations"));
-    j->time_limit = sched_store_to_double(sched_store_hget(r, "time_limit"));
-    j->per_worker.mcpus = sched_res_mcpus(
-        sched_store_to_double(sched_store_hget(r, "cpus_per_worker")));
-    j->per_worker.memory =
-        sched_store_to_u64(sched_store_hget(r, "memory_per_worker"));
-    j->per_worker.gpus =
-        sched_store_to_u64(sched_store_hget(r, "gpus_per_worker"));
-    j->per_server.mcpus = sched_res_mcpus(
-        sched_store_to_double(sched_store_hget(r, "cpus_per_server")));
-    j->per_server.memory =
-        sched_store_to_u64(sched_store_hget(r, "memory_per_server"));
-    for (size_t i = 0; i < 6; i++) {
-        v = sched_store_hget(r, pf[i]);
-        if (v != NULL && *v != '\0') {
-            *pv[i] = sched_store_to_double(v);
-            j->p_mask |= 1u << i;
-            j->have_progress = 1;
-        }
-    }
-    v = sched_store_hget(r, "spec");
-    j->spec = flps_strdup(v ? v : "");
-    if (j->spec == NULL)
-        return FLPS_ENOMEM;
-    v = sched_store_hget(r, "summary");
-    if (v != NULL && *v != '\0') {
-        j->summary = flps_strdup(v);
-        if (j->summary == NULL)
-            return FLPS_ENOMEM;
-    }
-    v = sched_store_hget(r, "profile");
-    if (v != NULL && *v != '\0') {
-        j->profile = flps_strdup(v);
-        if (j->profile == NULL)
-            return FLPS_ENOMEM;
-    }
-    return FLPS_OK;
-}
-
 flps_err sched_store_job(sched_store *st, const char *id, int with_tasks,
                          sched_job *out, int *found)
 {
@@ -282,7 +216,7 @@ flps_err sched_store_job(sched_store *st, const char *id, int with_tasks,
         freeReplyObject(r);
         return FLPS_OK;
     }
-    rc = job_from_reply(r, &j);
+    rc = sched_jobhash_read(r, &j);
     freeReplyObject(r);
     if (rc == FLPS_OK && with_tasks)
         rc = load_tasks(st, &j);
@@ -362,12 +296,49 @@ flps_err sched_store_queue(sched_store *st, sched_job **out, size_t *n)
 
 /* ---- Submit ---- */
 
+/* The job a submit writes. id and seq stay empty: only the script knows
+ * the number, and fills them in. */
+static flps_err job_of_spec(const jobspec *spec, const char *text, size_t len,
+                            double now, sched_job *j)
+{
+    memset(j, 0, sizeof(*j));
+    snprintf(j->name, sizeof(j->name), "%s", spec->name);
+    j->state = SCHED_QUEUED;
+    j->priority = spec->priority;
+    j->submitted_at = now;
+    j->max_restarts = spec->max_restarts;
+    j->workers = spec->workers;
+    j->servers = spec->servers;
+    j->iterations = spec->iterations;
+    j->time_limit = spec->time_limit;
+    j->per_worker.mcpus = sched_res_mcpus(spec->cpus_per_worker);
+    j->per_worker.memory = spec->memory_per_worker;
+    j->per_worker.gpus = spec->gpus_per_worker;
+    j->per_server.mcpus = sched_res_mcpus(spec->cpus_per_server);
+    j->per_server.memory = spec->memory_per_server;
+    /* The job file text as posted; YAML holds no NUL, so a C string keeps
+     * all of it. */
+    j->spec = sched_store_dup(text, len);
+    return j->spec != NULL ? FLPS_OK : FLPS_ENOMEM;
+}
+
+static flps_err put_field(void *arg, const char *field, const char *value,
+                          size_t len)
+{
+    sched_cmd *c = arg;
+
+    sched_cmd_add(c, field);
+    sched_cmd_addb(c, value, len);
+    return c->oom ? FLPS_ENOMEM : FLPS_OK;
+}
+
 flps_err sched_store_submit(sched_store *st, const jobspec *spec,
                             const char *text, size_t len, double now,
                             sched_job *out)
 {
-    char id[32], num[64], msg[160];
+    char id[32], msg[160];
     sched_cmd c = {0};
+    sched_job j;
     long long seq = 0;
     flps_err rc;
 
@@ -379,53 +350,14 @@ flps_err sched_store_submit(sched_store *st, const jobspec *spec,
     if (sched_cmd_add_event(&c, now, "submitted", msg) != FLPS_OK)
         c.oom = 1;
     sched_cmd_addf(&c, "%u", spec->priority);
-    /* id and seq are the script's: only Redis knows the number. */
-    sched_cmd_add(&c, "id");
-    sched_cmd_add(&c, "");
-    sched_cmd_add(&c, "name");
-    sched_cmd_add(&c, spec->name);
-    sched_cmd_add(&c, "state");
-    sched_cmd_add(&c, "QUEUED");
-    sched_cmd_add(&c, "priority");
-    sched_cmd_addf(&c, "%u", spec->priority);
-    sched_cmd_add(&c, "seq");
-    sched_cmd_add(&c, "");
-    sched_cmd_add(&c, "submitted_at");
-    sched_store_fmt_double(num, sizeof(num), now);
-    sched_cmd_add(&c, num);
-    sched_cmd_add(&c, "attempt");
-    sched_cmd_add(&c, "0");
-    sched_cmd_add(&c, "restarts");
-    sched_cmd_add(&c, "0");
-    sched_cmd_add(&c, "max_restarts");
-    sched_cmd_addf(&c, "%u", spec->max_restarts);
-    sched_cmd_add(&c, "reason");
-    sched_cmd_add(&c, "");
-    sched_cmd_add(&c, "spec");
-    sched_cmd_addb(&c, text, len);
-    sched_cmd_add(&c, "workers");
-    sched_cmd_addf(&c, "%u", spec->workers);
-    sched_cmd_add(&c, "servers");
-    sched_cmd_addf(&c, "%u", spec->servers);
-    sched_cmd_add(&c, "iterations");
-    sched_cmd_addf(&c, "%llu", (unsigned long long)spec->iterations);
-    sched_cmd_add(&c, "time_limit");
-    sched_store_fmt_double(num, sizeof(num), spec->time_limit);
-    sched_cmd_add(&c, num);
-    sched_cmd_add(&c, "cpus_per_worker");
-    sched_store_fmt_mcpus(num, sizeof(num),
-                          sched_res_mcpus(spec->cpus_per_worker));
-    sched_cmd_add(&c, num);
-    sched_cmd_add(&c, "memory_per_worker");
-    sched_cmd_addf(&c, "%llu", (unsigned long long)spec->memory_per_worker);
-    sched_cmd_add(&c, "gpus_per_worker");
-    sched_cmd_addf(&c, "%u", spec->gpus_per_worker);
-    sched_cmd_add(&c, "cpus_per_server");
-    sched_store_fmt_mcpus(num, sizeof(num),
-                          sched_res_mcpus(spec->cpus_per_server));
-    sched_cmd_add(&c, num);
-    sched_cmd_add(&c, "memory_per_server");
-    sched_cmd_addf(&c, "%llu", (unsigned long long)spec->memory_per_server);
+    rc = job_of_spec(spec, text, len, now, &j);
+    if (rc == FLPS_OK)
+        rc = sched_jobhash_write(&j, put_field, &c);
+    sched_job_fini(&j);
+    if (rc != FLPS_OK) {
+        sched_cmd_free(&c);
+        return sched_store_seterr(st, rc, "out of memory");
+    }
     rc = sched_store_eval_int(st, SCHED_SCRIPT_SUBMIT, 3, &c, &seq);
     if (rc != FLPS_OK || out == NULL)
         return rc;
