@@ -12,6 +12,7 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/numparse.h"
 #include "scheduler/sched_jobhash.h"
 #include "scheduler/sched_place.h"
 #include "scheduler/sched_store.h"
@@ -408,18 +409,15 @@ static void cancel_job(sched_api *a, const char *id, httpd_response *resp)
     sched_job_fini(&j);
 }
 
-/* A decimal integer >= 0 (the whole string). */
+/* A decimal integer from 0 to max (the whole string, no sign). */
 static int parse_count(const char *s, long long max, long long *out)
 {
-    char *end;
-    long long v;
+    uint64_t v = 0;
 
-    if (s == NULL || *s < '0' || *s > '9')
+    if (s == NULL ||
+        flps_parse_u64(NULL, s, 0, (uint64_t)max, &v, NULL, 0) != FLPS_OK)
         return 0;
-    v = strtoll(s, &end, 10);
-    if (*end != '\0' || v < 0 || v > max)
-        return 0;
-    *out = v;
+    *out = (long long)v;
     return 1;
 }
 

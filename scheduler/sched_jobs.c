@@ -3,6 +3,7 @@
 #include "scheduler/sched_store.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/numparse.h"
 #include "scheduler/sched_jobhash.h"
 #include "scheduler/sched_store_int.h"
 
@@ -95,6 +97,17 @@ static void parse_task_name(sched_task *t)
     snprintf(t->name, sizeof(t->name), "%s-%u", t->role, t->index);
 }
 
+/* An exit status or signal as flagent writes it; 0 when malformed (the
+ * task still counts as exited). */
+static long field_long(const char *s)
+{
+    int64_t v = 0;
+
+    if (flps_parse_i64(NULL, s, LONG_MIN, LONG_MAX, &v, NULL, 0) != FLPS_OK)
+        return 0;
+    return (long)v;
+}
+
 static flps_err task_from_reply(const char *key, const redisReply *r,
                                 sched_task *t)
 {
@@ -113,11 +126,11 @@ static flps_err task_from_reply(const char *key, const redisReply *r,
     v = sched_store_hget(r, "exit_code");
     if (v != NULL && *v != '\0') {
         t->exited = 1;
-        t->exit_code = strtol(v, NULL, 10);
+        t->exit_code = field_long(v);
     }
     v = sched_store_hget(r, "signal");
     if (v != NULL && *v != '\0') {
-        t->signal = strtol(v, NULL, 10);
+        t->signal = field_long(v);
         t->exited = t->exited || t->signal != 0;
     }
     t->started_at = sched_store_to_double(sched_store_hget(r, "started_at"));

@@ -4,6 +4,7 @@
 #include "scheduler/sched_store.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +15,8 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/numparse.h"
+#include "common/strbuf.h"
 #include "scheduler/sched_store_int.h"
 
 /* ---- Small helpers ---- */
@@ -34,22 +37,27 @@ void sched_store_copy(char *dst, size_t len, const char *src, size_t n)
     dst[n] = '\0';
 }
 
+/* A field another writer garbled reads as 0 rather than stopping the
+ * scheduler: the job or node stays visible and the log of the writer is
+ * where to look. */
 double sched_store_to_double(const char *s)
 {
-    char *end;
-    double v;
+    double v = 0;
 
-    if (s == NULL || *s == '\0')
+    if (s == NULL ||
+        flps_parse_double(NULL, s, -DBL_MAX, DBL_MAX, &v, NULL, 0) != FLPS_OK)
         return 0;
-    v = strtod(s, &end);
-    return isfinite(v) ? v : 0;
+    return v;
 }
 
 uint64_t sched_store_to_u64(const char *s)
 {
-    if (s == NULL || *s < '0' || *s > '9')
+    uint64_t v = 0;
+
+    if (s == NULL ||
+        flps_parse_u64(NULL, s, 0, UINT64_MAX, &v, NULL, 0) != FLPS_OK)
         return 0;
-    return strtoull(s, NULL, 10);
+    return v;
 }
 
 /* Shortest text that reads back as the same double. */
@@ -133,13 +141,18 @@ void sched_cmd_add(sched_cmd *c, const char *s)
 
 void sched_cmd_addf(sched_cmd *c, const char *fmt, ...)
 {
-    char buf[512];
+    flps_strbuf b = FLPS_STRBUF_INIT;
     va_list ap;
+    flps_err rc;
 
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
+    rc = flps_strbuf_vprintf(&b, fmt, ap);
     va_end(ap);
-    sched_cmd_add(c, buf);
+    if (rc != FLPS_OK)
+        c->oom = 1;
+    else
+        sched_cmd_addb(c, b.data, b.len);
+    flps_strbuf_fini(&b);
 }
 
 void sched_cmd_free(sched_cmd *c)
