@@ -581,7 +581,7 @@ flps_err sched_store_fail(sched_store *st, const char *id, uint32_t attempt,
 
     *result = SCHED_FAIL_IGNORED;
     sched_store_fmt_double(num, sizeof(num), now);
-    for (int tries = 0; tries < STORE_TXN_TRIES; tries++) {
+    for (int tries = 0; tries < STORE_DECIDE_TRIES; tries++) {
         redisReply *h = NULL;
         uint32_t restarts, max_restarts;
         const char *state;

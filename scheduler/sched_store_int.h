@@ -13,7 +13,7 @@
 
 /* A failure whose restart decision was made from fields that changed
  * before its script ran is decided again this often before giving up. */
-#define STORE_TXN_TRIES 32
+#define STORE_DECIDE_TRIES 32
 #define STORE_EVENTS_MAX 1000
 
 struct sched_store {
