@@ -13,6 +13,7 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/numparse.h"
 #include "scheduler/sched_api.h"
 #include "scheduler/sched_loop.h"
 #include "scheduler/sched_store.h"
@@ -63,14 +64,11 @@ static void usage(FILE *f)
 
 static int parse_long(const char *s, long lo, long hi, long *out)
 {
-    char *end;
-    long v;
+    int64_t v = 0;
 
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+    if (flps_parse_i64(NULL, s, lo, hi, &v, NULL, 0) != FLPS_OK)
         return 0;
-    *out = v;
+    *out = (long)v;
     return 1;
 }
 

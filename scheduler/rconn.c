@@ -9,6 +9,18 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/numparse.h"
+
+/* Enough for every script flsched and flagent run; a fixed table keeps a
+ * script's id stable for the connection's life. */
+#define RCONN_SCRIPTS_MAX 32
+
+/* A registered Lua script: its text (borrowed) and the SHA1 Redis gave
+ * for it ("" until loaded on this connection's current server). */
+typedef struct rconn_script {
+    const char *lua;
+    char sha[41];
+} rconn_script;
 
 struct rconn {
     redisContext *ctx; /* NULL while disconnected */
@@ -20,6 +32,8 @@ struct rconn {
     char addr[300];
     char err[512];
     int was_down; /* to log "reconnected" once */
+    rconn_script scripts[RCONN_SCRIPTS_MAX];
+    int nscripts;
 };
 
 flps_err rconn_parse_url(const char *url, char *host, size_t hostlen, int *port,
@@ -27,15 +41,12 @@ flps_err rconn_parse_url(const char *url, char *host, size_t hostlen, int *port,
                          size_t errlen)
 {
     const char *p, *at, *hostp, *colon, *slash, *end;
-    long v;
-    char *e;
 
     if (url == NULL || strncmp(url, "redis://", 8) != 0) {
-        snprintf(errbuf, errlen,
-                 "'%s' is not a Redis URL; expected "
-                 "redis://[:PASSWORD@]HOST[:PORT][/DB]",
-                 url ? url : "(null)");
-        return FLPS_EINVAL;
+        return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
+                               "'%s' is not a Redis URL; expected "
+                               "redis://[:PASSWORD@]HOST[:PORT][/DB]",
+                               url ? url : "(null)");
     }
     p = url + 8;
     end = p + strlen(p);
@@ -50,10 +61,9 @@ flps_err rconn_parse_url(const char *url, char *host, size_t hostlen, int *port,
         if (*pw == ':')
             pw++;
         if ((size_t)(at - pw) >= pwlen) {
-            snprintf(errbuf, errlen,
-                     "the password in the Redis URL is too "
-                     "long");
-            return FLPS_EINVAL;
+            return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
+                                   "the password in the Redis URL is too "
+                                   "long");
         }
         memcpy(password, pw, (size_t)(at - pw));
         password[at - pw] = '\0';
@@ -63,34 +73,31 @@ flps_err rconn_parse_url(const char *url, char *host, size_t hostlen, int *port,
     {
         const char *hend = colon ? colon : slash;
         if (hend == hostp || (size_t)(hend - hostp) >= hostlen) {
-            snprintf(errbuf, errlen, "the Redis URL '%s' has no host", url);
-            return FLPS_EINVAL;
+            return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
+                                   "the Redis URL '%s' has no host", url);
         }
         memcpy(host, hostp, (size_t)(hend - hostp));
         host[hend - hostp] = '\0';
     }
     *port = 6379;
     if (colon != NULL) {
-        errno = 0;
-        v = strtol(colon + 1, &e, 10);
-        if (errno != 0 || e != slash || v < 1 || v > 65535) {
-            snprintf(errbuf, errlen,
-                     "the port in the Redis URL '%s' is not 1..65535", url);
-            return FLPS_EINVAL;
-        }
-        *port = (int)v;
+        /* The port ends at the '/' (or the end): parse a copy. */
+        char num[16];
+        size_t n = (size_t)(slash - colon - 1);
+
+        if (n >= sizeof(num) ||
+            (memcpy(num, colon + 1, n), num[n] = '\0',
+             flps_parse_int(NULL, num, 1, 65535, port, NULL, 0)) != FLPS_OK)
+            return flps_errbuf_set(
+                errbuf, errlen, FLPS_EINVAL,
+                "the port in the Redis URL '%s' is not 1..65535", url);
     }
     *db = 0;
-    if (slash != end && slash[1] != '\0') {
-        errno = 0;
-        v = strtol(slash + 1, &e, 10);
-        if (errno != 0 || *e != '\0' || v < 0 || v > 1000000) {
-            snprintf(errbuf, errlen,
-                     "the database in the Redis URL '%s' is not a number", url);
-            return FLPS_EINVAL;
-        }
-        *db = (int)v;
-    }
+    if (slash != end && slash[1] != '\0' &&
+        flps_parse_int(NULL, slash + 1, 0, 1000000, db, NULL, 0) != FLPS_OK)
+        return flps_errbuf_set(
+            errbuf, errlen, FLPS_EINVAL,
+            "the database in the Redis URL '%s' is not a number", url);
     return FLPS_OK;
 }
 
@@ -102,16 +109,32 @@ static void rconn_drop(rconn *rc)
     }
 }
 
-static flps_err rconn_fail(rconn *rc, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/* The sticky message of a connection failure; evaluates to FLPS_EIO. */
+#define rconn_fail(rc, ...)                                                    \
+    flps_errbuf_set((rc)->err, sizeof((rc)->err), FLPS_EIO, __VA_ARGS__)
 
-static flps_err rconn_fail(rconn *rc, const char *fmt, ...)
+static flps_err rconn_check(rconn *rc, redisReply *r, redisReply **reply);
+
+/* SCRIPT LOAD script i on the connected server and keep its SHA1. */
+static flps_err rconn_load(rconn *rc, int i)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(rc->err, sizeof(rc->err), fmt, ap);
-    va_end(ap);
-    return FLPS_EIO;
+    rconn_script *s = &rc->scripts[i];
+    redisReply *r = NULL;
+    flps_err err;
+
+    s->sha[0] = '\0';
+    err = rconn_check(rc, redisCommand(rc->ctx, "SCRIPT LOAD %s", s->lua), &r);
+    if (err != FLPS_OK)
+        return err;
+    if (r->type != REDIS_REPLY_STRING || r->len != sizeof(s->sha) - 1) {
+        freeReplyObject(r);
+        return flps_errbuf_set(rc->err, sizeof(rc->err), FLPS_EPROTO,
+                               "Redis at %s answered SCRIPT LOAD oddly",
+                               rc->addr);
+    }
+    memcpy(s->sha, r->str, r->len + 1);
+    freeReplyObject(r);
+    return FLPS_OK;
 }
 
 static flps_err rconn_connect(rconn *rc)
@@ -158,6 +181,17 @@ static flps_err rconn_connect(rconn *rc)
             return FLPS_EIO;
         }
         freeReplyObject(r);
+    }
+    /* A new server (or a restarted one) has none of our scripts: load them
+     * all now, so the first EVALSHA of each finds it. One that Redis
+     * refuses keeps no SHA1 and reports why when it is run. */
+    for (int i = 0; i < rc->nscripts; i++) {
+        flps_err err = rconn_load(rc, i);
+
+        if (err == FLPS_EIO)
+            return err; /* rconn_check dropped the connection */
+        if (err != FLPS_OK)
+            log_error("%s", rc->err);
     }
     if (rc->was_down) {
         log_info("connected to Redis at %s", rc->addr);
@@ -211,8 +245,8 @@ static flps_err rconn_check(rconn *rc, redisReply *r, redisReply **reply)
         return FLPS_EIO;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(rc->err, sizeof(rc->err), "Redis at %s replied: %s", rc->addr,
-                 r->str);
+        flps_errbuf_set(rc->err, sizeof(rc->err), FLPS_EREMOTE,
+                        "Redis at %s replied: %s", rc->addr, r->str);
         freeReplyObject(r);
         return FLPS_EREMOTE;
     }
@@ -243,6 +277,88 @@ flps_err rconn_cmdv(rconn *rc, redisReply **reply, int argc, const char **argv,
     if (err != FLPS_OK)
         return err;
     r = redisCommandArgv(rc->ctx, argc, argv, argvlen);
+    return rconn_check(rc, r, reply);
+}
+
+flps_err rconn_script_add(rconn *rc, const char *lua, int *id)
+{
+    int i;
+
+    if (lua == NULL || id == NULL)
+        return FLPS_EINVAL;
+    if (rc->nscripts == RCONN_SCRIPTS_MAX)
+        return flps_errbuf_set(rc->err, sizeof(rc->err), FLPS_EINVAL,
+                               "more than %d Lua scripts on one connection",
+                               RCONN_SCRIPTS_MAX);
+    i = rc->nscripts++;
+    rc->scripts[i].lua = lua;
+    rc->scripts[i].sha[0] = '\0';
+    /* Loaded now when connected, else at the connect that comes first. A
+     * failure here is no error: the first run loads it again and says. */
+    if (rc->ctx != NULL)
+        (void)rconn_load(rc, i);
+    *id = i;
+    return FLPS_OK;
+}
+
+/* Whether r is Redis saying it does not know the SHA1 (a restart, SCRIPT
+ * FLUSH or a failover emptied its script cache). */
+static int rconn_is_noscript(const redisReply *r)
+{
+    return r != NULL && r->type == REDIS_REPLY_ERROR &&
+           strncmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+flps_err rconn_script_run(rconn *rc, redisReply **reply, int id, int nkeys,
+                          int argc, const char **argv, const size_t *argvlen)
+{
+    const char **av;
+    size_t *al;
+    char nk[16];
+    redisReply *r = NULL;
+    flps_err err;
+
+    if (id < 0 || id >= rc->nscripts || nkeys < 0 || nkeys > argc)
+        return FLPS_EINVAL;
+    err = rconn_connect(rc);
+    if (err != FLPS_OK)
+        return err;
+    if (rc->scripts[id].sha[0] == '\0') {
+        err = rconn_load(rc, id);
+        if (err != FLPS_OK)
+            return err;
+    }
+    av = flps_malloc((size_t)(argc + 3) * sizeof(*av));
+    al = flps_malloc((size_t)(argc + 3) * sizeof(*al));
+    if (av == NULL || al == NULL) {
+        flps_free(av);
+        flps_free(al);
+        return FLPS_ENOMEM;
+    }
+    snprintf(nk, sizeof(nk), "%d", nkeys);
+    av[0] = "EVALSHA";
+    av[1] = rc->scripts[id].sha;
+    av[2] = nk;
+    for (int i = 0; i < argc; i++) {
+        av[i + 3] = argv[i];
+        al[i + 3] = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        al[i] = strlen(av[i]);
+    r = redisCommandArgv(rc->ctx, argc + 3, av, al);
+    /* NOSCRIPT means the script did not run, so running it again after
+     * loading it cannot do its work twice. */
+    if (rconn_is_noscript(r)) {
+        freeReplyObject(r);
+        r = NULL;
+        err = rconn_load(rc, id);
+        if (err == FLPS_OK)
+            r = redisCommandArgv(rc->ctx, argc + 3, av, al);
+    }
+    flps_free(av);
+    flps_free(al);
+    if (err != FLPS_OK)
+        return err;
     return rconn_check(rc, r, reply);
 }
 

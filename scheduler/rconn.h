@@ -38,6 +38,22 @@ flps_err rconn_cmd(rconn *rc, redisReply **reply, const char *fmt, ...);
 flps_err rconn_cmdv(rconn *rc, redisReply **reply, int argc, const char **argv,
                     const size_t *argvlen);
 
+/* Server-side Lua scripts, run with EVALSHA so a script's text crosses the
+ * network once per connection, not once per call. Register lua (borrowed
+ * until rconn_destroy: a string literal) and get its id in *id. The
+ * connection loads every registered script with SCRIPT LOAD when it
+ * connects (again after each reconnect), and when Redis answers NOSCRIPT
+ * (its cache was emptied by a restart or SCRIPT FLUSH) it loads the script
+ * and runs the command once more: a NOSCRIPT reply means nothing ran.
+ * Errors: FLPS_EINVAL (NULL or too many scripts). */
+flps_err rconn_script_add(rconn *rc, const char *lua, int *id);
+
+/* EVALSHA script id with argv[0..nkeys-1] as KEYS and the rest as ARGV
+ * (argvlen NULL: NUL-terminated strings). Replies and errors as
+ * rconn_cmd; FLPS_EPROTO when Redis answers SCRIPT LOAD oddly. */
+flps_err rconn_script_run(rconn *rc, redisReply **reply, int id, int nkeys,
+                          int argc, const char **argv, const size_t *argvlen);
+
 /* Check the connection with PING (reconnecting if needed). */
 flps_err rconn_ping(rconn *rc);
 

@@ -12,6 +12,8 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/numparse.h"
+#include "scheduler/sched_jobhash.h"
 #include "scheduler/sched_place.h"
 #include "scheduler/sched_store.h"
 #include "services/jobspec.h"
@@ -130,78 +132,16 @@ void sched_api_destroy(sched_api *a)
 
 /* ---- JSON ---- */
 
-static json_t *time_or_null(double t)
-{
-    return t > 0 ? json_real(t) : json_null();
-}
-
-/* Integral values as JSON integers (iteration 700, not 700.0). */
-static json_t *number(double v)
-{
-    if (v == floor(v) && fabs(v) < 9e15)
-        return json_integer((json_int_t)v);
-    return json_real(v);
-}
-
-static json_t *cpus_json(uint64_t mcpus)
-{
-    return number((double)mcpus / 1000.0);
-}
-
+/* A job object: the job hash's fields (sched_jobhash.c's table says
+ * which, under what names) and the current attempt's tasks. */
 static json_t *job_json(const sched_job *j)
 {
-    static const char *const pnames[] = {"iteration",     "loss",
-                                         "test_accuracy", "bytes_sent",
-                                         "dense_bytes",   "elapsed"};
-    const double pv[] = {j->p_iteration,  j->p_loss,        j->p_test_accuracy,
-                         j->p_bytes_sent, j->p_dense_bytes, j->p_elapsed};
-    json_t *o = json_object(), *tasks = json_array(), *res = json_object();
+    json_t *o = sched_jobhash_json(j), *tasks = json_array();
 
-    if (o == NULL || tasks == NULL || res == NULL) {
+    if (o == NULL || tasks == NULL) {
         json_decref(o);
         json_decref(tasks);
-        json_decref(res);
         return NULL;
-    }
-    json_object_set_new(o, "id", json_string(j->id));
-    json_object_set_new(o, "name", json_string(j->name));
-    json_object_set_new(o, "state", json_string(sched_state_name(j->state)));
-    json_object_set_new(o, "priority", json_integer(j->priority));
-    json_object_set_new(o, "submitted_at", time_or_null(j->submitted_at));
-    json_object_set_new(o, "started_at", time_or_null(j->started_at));
-    json_object_set_new(o, "finished_at", time_or_null(j->finished_at));
-    json_object_set_new(o, "attempt", json_integer(j->attempt));
-    json_object_set_new(o, "restarts", json_integer(j->restarts));
-    json_object_set_new(o, "max_restarts", json_integer(j->max_restarts));
-    json_object_set_new(o, "reason", json_string(j->reason));
-    json_object_set_new(o, "workers", json_integer(j->workers));
-    json_object_set_new(o, "servers", json_integer(j->servers));
-    json_object_set_new(o, "iterations",
-                        json_integer((json_int_t)j->iterations));
-    json_object_set_new(o, "time_limit", number(j->time_limit));
-    json_object_set_new(res, "cpus_per_worker", cpus_json(j->per_worker.mcpus));
-    json_object_set_new(res, "memory_per_worker",
-                        json_integer((json_int_t)j->per_worker.memory));
-    json_object_set_new(res, "gpus_per_worker",
-                        json_integer((json_int_t)j->per_worker.gpus));
-    json_object_set_new(res, "cpus_per_server", cpus_json(j->per_server.mcpus));
-    json_object_set_new(res, "memory_per_server",
-                        json_integer((json_int_t)j->per_server.memory));
-    json_object_set_new(o, "resources", res);
-    if (j->have_progress) {
-        json_t *p = json_object();
-
-        for (size_t i = 0; p != NULL && i < 6; i++)
-            if (j->p_mask & (1u << i))
-                json_object_set_new(p, pnames[i], number(pv[i]));
-        if (p != NULL)
-            json_object_set_new(o, "progress", p);
-    }
-    if (j->state == SCHED_SUCCEEDED && j->summary != NULL) {
-        json_t *s = json_loads(j->summary, 0, NULL);
-
-        if (s != NULL)
-            json_object_set_new(o, "summary", s);
     }
     for (size_t i = 0; i < j->ntasks; i++) {
         const sched_task *t = &j->tasks[i];
@@ -227,18 +167,18 @@ static json_t *job_json(const sched_job *j)
 
 static json_t *node_json(const sched_node *n)
 {
-    json_t *used =
-        json_pack("{s:o,s:I,s:I}", "cpus", cpus_json(n->used.mcpus), "memory",
-                  (json_int_t)n->used.memory, "gpus", (json_int_t)n->used.gpus);
+    json_t *used = json_pack(
+        "{s:o,s:I,s:I}", "cpus", sched_json_cpus(n->used.mcpus), "memory",
+        (json_int_t)n->used.memory, "gpus", (json_int_t)n->used.gpus);
 
     if (used == NULL)
         return NULL;
     return json_pack("{s:s,s:s,s:o,s:I,s:I,s:s,s:o,s:o}", "name", n->name,
-                     "address", n->address, "cpus", cpus_json(n->cap.mcpus),
-                     "memory", (json_int_t)n->cap.memory, "gpus",
-                     (json_int_t)n->cap.gpus, "state",
-                     n->state[0] ? n->state : "LOST", "last_heartbeat",
-                     time_or_null(n->last_heartbeat), "used", used);
+                     "address", n->address, "cpus",
+                     sched_json_cpus(n->cap.mcpus), "memory",
+                     (json_int_t)n->cap.memory, "gpus", (json_int_t)n->cap.gpus,
+                     "state", n->state[0] ? n->state : "LOST", "last_heartbeat",
+                     sched_json_time(n->last_heartbeat), "used", used);
 }
 
 /* ---- Responses ---- */
@@ -469,18 +409,15 @@ static void cancel_job(sched_api *a, const char *id, httpd_response *resp)
     sched_job_fini(&j);
 }
 
-/* A decimal integer >= 0 (the whole string). */
+/* A decimal integer from 0 to max (the whole string, no sign). */
 static int parse_count(const char *s, long long max, long long *out)
 {
-    char *end;
-    long long v;
+    uint64_t v = 0;
 
-    if (s == NULL || *s < '0' || *s > '9')
+    if (s == NULL ||
+        flps_parse_u64(NULL, s, 0, (uint64_t)max, &v, NULL, 0) != FLPS_OK)
         return 0;
-    v = strtoll(s, &end, 10);
-    if (*end != '\0' || v < 0 || v > max)
-        return 0;
-    *out = v;
+    *out = (long long)v;
     return 1;
 }
 

@@ -10,6 +10,8 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/numparse.h"
+#include "common/strbuf.h"
 #include "services/jobspec.h"
 #include "services/plan.h"
 
@@ -297,9 +299,20 @@ static int parse_task_key(const char *key, char *id, size_t idlen,
         return 0;
     memcpy(id, p, (size_t)(c - p));
     id[c - p] = '\0';
-    if (c[1] < '0' || c[1] > '9')
-        return 0;
-    *attempt = (uint32_t)strtoul(c + 1, NULL, 10);
+    {
+        /* The attempt is the digits up to the next ':'. */
+        char num[16];
+        size_t n = strspn(c + 1, "0123456789");
+        uint64_t v = 0;
+
+        if (n == 0 || n >= sizeof(num))
+            return 0;
+        memcpy(num, c + 1, n);
+        num[n] = '\0';
+        if (flps_parse_u64(NULL, num, 0, UINT32_MAX, &v, NULL, 0) != FLPS_OK)
+            return 0;
+        *attempt = (uint32_t)v;
+    }
     return 1;
 }
 
@@ -626,25 +639,26 @@ static flps_err loop_place(sched_loop *l, double now)
         if (dec[j].how == SCHED_PLACE_BACKFILL)
             atomic_fetch_add(&l->stats.backfills, 1);
         {
-            char where[512];
-            size_t off = 0;
+            flps_strbuf where = FLPS_STRBUF_INIT;
 
-            where[0] = '\0';
             for (uint32_t k = 0; k < job->servers + job->workers; k++) {
                 int srv = k < job->servers;
                 uint32_t idx = srv ? k : k - job->servers;
                 uint32_t nd =
                     srv ? dec[j].server_node[idx] : dec[j].worker_node[idx];
 
-                if (off < sizeof(where))
-                    off += (size_t)snprintf(where + off, sizeof(where) - off,
-                                            "%s%s-%u on %s", k ? ", " : "",
-                                            srv ? "server" : "worker", idx,
-                                            nodes[nd].name);
+                flps_strbuf_printf(&where, "%s%s-%u on %s", k ? ", " : "",
+                                   srv ? "server" : "worker", idx,
+                                   nodes[nd].name);
             }
+            /* Without memory for the list the line still says it placed. */
             log_info("job %s placed%s (attempt %u): %s", job->id,
                      dec[j].how == SCHED_PLACE_BACKFILL ? " by backfill" : "",
-                     job->attempt, where);
+                     job->attempt,
+                     flps_strbuf_error(&where) == FLPS_OK && where.data
+                         ? where.data
+                         : "");
+            flps_strbuf_fini(&where);
         }
     }
     rc = FLPS_OK;

@@ -1,7 +1,8 @@
 /* flsched's state in Redis: every read and write of the keys of
- * docs/redis-schema.md goes through here. A job's state moves only in
- * MULTI/EXEC transactions guarded by WATCH on its hash, so two schedulers
- * (or the API and the leader's loop) can never both move it.
+ * docs/redis-schema.md goes through here. A job's state moves only in Lua
+ * scripts (sched_scripts.h) that check its state and attempt and make the
+ * whole change in one step, so two schedulers (or the API and the leader's
+ * loop) can never both move it.
  *
  * A store is one Redis connection: not thread-safe; give each thread its
  * own or guard it with a lock. Every call may block on Redis for up to the
@@ -114,7 +115,7 @@ flps_err sched_store_ping(sched_store *st);
 
 /* Write a new QUEUED job: id "j" + INCR of flps:seq:job, its hash, its
  * place in flps:jobs and flps:queue, and a "submitted" event, in one
- * MULTI/EXEC (WATCH on the counter, retried when another submit raced).
+ * script (so numbers have no gaps).
  * *out (may be NULL) receives the job as stored. */
 flps_err sched_store_submit(sched_store *st, const jobspec *spec,
                             const char *text, size_t len, double now,
@@ -173,8 +174,8 @@ flps_err sched_store_plan_seen(sched_store *st, const char *id,
                                uint64_t *version, char *seen, size_t seenlen);
 
 /* Record the planner's answer to the profile with digest seen, in one
- * MULTI/EXEC guarded by WATCH on the plan hash and on flps:leader (which
- * must hold leader_id): with plan_json, version prev_version + 1, plan,
+ * script that first checks the plan's version and flps:leader (which must
+ * hold leader_id): with plan_json, version prev_version + 1, plan,
  * created_at; always profile_seen; and an event of type with message.
  * *committed = 0 when the plan moved past prev_version meanwhile or this
  * scheduler no longer leads: nothing was written. */
@@ -188,8 +189,9 @@ flps_err sched_store_plan_put(sched_store *st, const char *leader_id,
 
 /* Commit a placement of job (QUEUED, job->attempt): task hashes, the
  * nodes' desired sets, the job's tasks set, RUNNING, started_at, out of
- * the queue, a "placed" event, in one MULTI/EXEC guarded by WATCH on the
- * job hash and on flps:leader (which must hold leader_id). server_nodes
+ * the queue, a "placed" event, in one script that first checks the job
+ * (QUEUED at job->attempt) and flps:leader (which must hold leader_id;
+ * NULL: no check). server_nodes
  * and worker_nodes name the node of each task. *committed = 0 when the job
  * changed meanwhile (cancelled) or this scheduler is no longer the leader:
  * nothing was written. */
@@ -230,8 +232,9 @@ flps_err sched_store_fail(sched_store *st, const char *id, uint32_t attempt,
 /* Every registered node (flps:nodes) in name order. */
 flps_err sched_store_nodes(sched_store *st, sched_node **out, size_t *n);
 
-/* READY node whose alive key is gone -> LOST (WATCH on both so a node
- * that heartbeats meanwhile stays READY). *marked = 1 when it changed. */
+/* READY node whose alive key is gone -> LOST (one script looks at both,
+ * so a node that heartbeats meanwhile stays READY). *marked = 1 when it
+ * changed. */
 flps_err sched_store_node_lost(sched_store *st, const char *name, int *marked);
 
 /* A LOST node whose alive key is back -> READY. */

@@ -96,3 +96,41 @@ Test(rconn, says_where_redis_is_missing_and_reconnects_when_it_is_back)
     rconn_destroy(rc);
     test_redis_stop(&srv);
 }
+
+Test(rconn, loads_scripts_at_connect_and_again_after_a_script_flush)
+{
+    static const char lua[] = "return redis.call('INCR', KEYS[1])\n";
+    test_redis srv;
+    rconn *rc = NULL;
+    redisReply *r = NULL;
+    const char *argv[] = {"counter"};
+    char url[64];
+    int id = -1, port = test_free_port();
+
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+    cr_assert_eq(rconn_create(url, 500, &rc), FLPS_OK);
+    cr_assert_eq(rconn_script_add(rc, lua, &id), FLPS_OK,
+                 "registering needs no server");
+    cr_assert_eq(rconn_script_run(rc, &r, id, 1, 1, argv, NULL), FLPS_EIO);
+    cr_assert_eq(test_redis_start_on(&srv, port), 0);
+    cr_assert_eq(rconn_ping(rc), FLPS_OK, "%s", rconn_error(rc));
+    cr_assert_eq(rconn_cmd(rc, &r, "INFO commandstats"), FLPS_OK);
+    cr_assert_not_null(strstr(r->str, "cmdstat_script"),
+                       "the connect loads the script: %s", r->str);
+    freeReplyObject(r);
+    cr_assert_eq(rconn_script_run(rc, &r, id, 1, 1, argv, NULL), FLPS_OK, "%s",
+                 rconn_error(rc));
+    cr_assert_eq(r->type, REDIS_REPLY_INTEGER);
+    cr_assert_eq(r->integer, 1);
+    freeReplyObject(r);
+    cr_assert_eq(rconn_cmd(rc, &r, "SCRIPT FLUSH"), FLPS_OK);
+    freeReplyObject(r);
+    cr_assert_eq(rconn_script_run(rc, &r, id, 1, 1, argv, NULL), FLPS_OK,
+                 "NOSCRIPT must load the script again: %s", rconn_error(rc));
+    cr_assert_eq(r->integer, 2, "the refused call ran nothing, the retry once");
+    freeReplyObject(r);
+    cr_assert_eq(rconn_script_run(rc, &r, id + 1, 0, 0, NULL, NULL),
+                 FLPS_EINVAL);
+    rconn_destroy(rc);
+    test_redis_stop(&srv);
+}

@@ -540,3 +540,42 @@ Test(sched_store, stores_a_plan_as_the_next_version_only_for_the_leader)
                      "\"message\":\"no plan\"}");
     sched_job_fini(&j);
 }
+
+Test(sched_store, runs_its_scripts_again_after_redis_forgets_them)
+{
+    sched_job j = submit(job2, 10);
+    sched_fail_result fr;
+    int committed = 0, done = 0;
+    const char *servers[] = {"n1"}, *workers[] = {"n1", "n1"};
+    char *stats;
+
+    sched_job_fini(&j);
+    cr_assert_str_eq(S("SCRIPT FLUSH", NULL, NULL), "OK");
+    j = submit(job2, 11);
+    cr_assert_str_eq(j.id, "j2", "the submit script was loaded again");
+    cr_assert_str_eq(S("GET flps:seq:job", NULL, NULL), "2",
+                     "a NOSCRIPT reply ran nothing: no number skipped");
+    cr_assert_str_eq(S("LLEN flps:job:j2:events", NULL, NULL), "1");
+    cr_assert_str_eq(S("SCRIPT FLUSH", NULL, NULL), "OK");
+    cr_assert_eq(
+        sched_store_place(st, NULL, &j, servers, workers, 12, &committed),
+        FLPS_OK, "%s", sched_store_error(st));
+    cr_assert_eq(committed, 1);
+    cr_assert_str_eq(S("SCRIPT FLUSH", NULL, NULL), "OK");
+    cr_assert_eq(sched_store_fail(st, "j2", 0, "boom", 1, 13, &fr), FLPS_OK,
+                 "%s", sched_store_error(st));
+    cr_assert_eq(fr, SCHED_FAIL_REQUEUED);
+    cr_assert_str_eq(S("HGET flps:job:j2 %s", "attempt", NULL), "1");
+    cr_assert_str_eq(S("SCRIPT FLUSH", NULL, NULL), "OK");
+    cr_assert_eq(sched_store_node_lost(st, "n1", &done), FLPS_OK);
+    cr_assert_eq(done, 0, "n1 never registered: nothing to mark");
+
+    /* Every multi-key change ran as a script by SHA1: no transaction, no
+     * script text sent with each call. */
+    stats = S("INFO commandstats", NULL, NULL);
+    cr_assert_not_null(strstr(stats, "cmdstat_evalsha:"), "%s", stats);
+    cr_assert_null(strstr(stats, "cmdstat_watch:"), "%s", stats);
+    cr_assert_null(strstr(stats, "cmdstat_exec:"), "%s", stats);
+    cr_assert_null(strstr(stats, "cmdstat_eval:"), "%s", stats);
+    sched_job_fini(&j);
+}
