@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,59 +21,95 @@ static int np_starts_like_number(const char *s, int allow_sign)
     return isdigit((unsigned char)*s) || *s == '.';
 }
 
-flps_err flps_parse_u64(const char *what, const char *s, uint64_t min,
-                        uint64_t max, uint64_t *out, char *errbuf,
-                        size_t errlen)
+typedef enum { NP_OK, NP_SYNTAX, NP_RANGE } np_status;
+
+/* Decimal digits with an optional sign (when allowed): the magnitude and
+ * the sign, or why not. Hex, blanks and trailing characters are syntax
+ * errors; more than 64 bits of magnitude is a range error. */
+static np_status np_integer(const char *s, int allow_sign, int *neg,
+                            uint64_t *mag)
 {
     char *end = NULL;
     unsigned long long v;
 
-    if (!np_starts_like_number(s, 0) || *s == '.' ||
+    if (!np_starts_like_number(s, allow_sign) || *s == '.' ||
         (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')))
-        goto not_int;
+        return NP_SYNTAX;
+    *neg = *s == '-';
+    if (*s == '-' || *s == '+')
+        s++;
+    if (!isdigit((unsigned char)*s))
+        return NP_SYNTAX;
     errno = 0;
     v = strtoull(s, &end, 10);
     if (*end != '\0')
-        goto not_int;
-    if (errno == ERANGE || v < min || v > max)
+        return NP_SYNTAX;
+    if (errno == ERANGE)
+        return NP_RANGE;
+    *mag = (uint64_t)v;
+    return NP_OK;
+}
+
+/* The refusal of an integer, bounds already formatted. */
+static flps_err np_refuse(const char *what, const char *s, np_status st,
+                          const char *lo, const char *hi, char *errbuf,
+                          size_t errlen)
+{
+    if (st == NP_RANGE)
         return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
                                "%s%s'%s' is out of range: expected an integer "
-                               "from %" PRIu64 " to %" PRIu64,
-                               NP_WHAT(what), s, min, max);
-    *out = (uint64_t)v;
-    return FLPS_OK;
-not_int:
+                               "from %s to %s",
+                               NP_WHAT(what), s, lo, hi);
     return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
                            "%s%s'%s' is not an integer (expected an integer "
-                           "from %" PRIu64 " to %" PRIu64 ")",
-                           NP_WHAT(what), s ? s : "", min, max);
+                           "from %s to %s)",
+                           NP_WHAT(what), s ? s : "", lo, hi);
+}
+
+flps_err flps_parse_u64(const char *what, const char *s, uint64_t min,
+                        uint64_t max, uint64_t *out, char *errbuf,
+                        size_t errlen)
+{
+    char lo[24], hi[24];
+    uint64_t v = 0;
+    int neg = 0;
+    np_status st = np_integer(s, 0, &neg, &v);
+
+    if (st == NP_OK && (v < min || v > max))
+        st = NP_RANGE;
+    if (st == NP_OK) {
+        *out = v;
+        return FLPS_OK;
+    }
+    snprintf(lo, sizeof(lo), "%" PRIu64, min);
+    snprintf(hi, sizeof(hi), "%" PRIu64, max);
+    return np_refuse(what, s, st, lo, hi, errbuf, errlen);
 }
 
 flps_err flps_parse_i64(const char *what, const char *s, int64_t min,
                         int64_t max, int64_t *out, char *errbuf, size_t errlen)
 {
-    char *end = NULL;
-    long long v;
+    char lo[24], hi[24];
+    uint64_t mag = 0;
+    int neg = 0;
+    int64_t v = 0;
+    np_status st = np_integer(s, 1, &neg, &mag);
 
-    if (!np_starts_like_number(s, 1) || *s == '.' ||
-        (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')))
-        goto not_int;
-    errno = 0;
-    v = strtoll(s, &end, 10);
-    if (*end != '\0')
-        goto not_int;
-    if (errno == ERANGE || v < min || v > max)
-        return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
-                               "%s%s'%s' is out of range: expected an integer "
-                               "from %" PRId64 " to %" PRId64,
-                               NP_WHAT(what), s, min, max);
-    *out = (int64_t)v;
-    return FLPS_OK;
-not_int:
-    return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
-                           "%s%s'%s' is not an integer (expected an integer "
-                           "from %" PRId64 " to %" PRId64 ")",
-                           NP_WHAT(what), s ? s : "", min, max);
+    /* -2^63 is the one magnitude that fits only when negative. */
+    if (st == NP_OK && mag > (uint64_t)INT64_MAX + (uint64_t)neg)
+        st = NP_RANGE;
+    if (st == NP_OK) {
+        v = neg ? (int64_t)(0 - mag) : (int64_t)mag;
+        if (v < min || v > max)
+            st = NP_RANGE;
+    }
+    if (st == NP_OK) {
+        *out = v;
+        return FLPS_OK;
+    }
+    snprintf(lo, sizeof(lo), "%" PRId64, min);
+    snprintf(hi, sizeof(hi), "%" PRId64, max);
+    return np_refuse(what, s, st, lo, hi, errbuf, errlen);
 }
 
 flps_err flps_parse_int(const char *what, const char *s, int min, int max,
