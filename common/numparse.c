@@ -156,3 +156,16 @@ not_num:
                            "%g to %g)",
                            NP_WHAT(what), s ? s : "", min, max);
 }
+
+void flps_format_double(char *buf, size_t len, double x)
+{
+    if (x == floor(x) && fabs(x) < 1e15) {
+        snprintf(buf, len, "%.0f", x);
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x)
+            return;
+    }
+}

@@ -32,4 +32,10 @@ flps_err flps_parse_double(const char *what, const char *s, double min,
                            double max, double *out, char *errbuf,
                            size_t errlen);
 
+/* The shortest decimal text that reads back as the same double (so 0.01
+ * prints as "0.01", not "0.01000000000000000021"); whole numbers below
+ * 10^15 without an exponent ("60", not "6e+01"). For every JSON, YAML,
+ * Prometheus or message text flps writes. len >= 32 always fits. */
+void flps_format_double(char *buf, size_t len, double x);
+
 #endif

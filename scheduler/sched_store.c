@@ -63,16 +63,7 @@ uint64_t sched_store_to_u64(const char *s)
 /* Shortest text that reads back as the same double. */
 void sched_store_fmt_double(char *buf, size_t len, double x)
 {
-    /* Whole numbers as integers ("60", not "6e+01"). */
-    if (x == floor(x) && fabs(x) < 1e15) {
-        snprintf(buf, len, "%.0f", x);
-        return;
-    }
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, len, "%.*g", prec, x);
-        if (strtod(buf, NULL) == x)
-            return;
-    }
+    flps_format_double(buf, len, x);
 }
 
 void sched_store_fmt_mcpus(char *buf, size_t len, uint64_t mcpus)

@@ -850,11 +850,7 @@ flps_err jobspec_key_defaults(jobspec *spec, char *errbuf, size_t errlen)
  * prints as "0.01" rather than "0.01000000000000000021". */
 static void jp_format_real(double x, char *buf, size_t len)
 {
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, len, "%.*g", prec, x);
-        if (strtod(buf, NULL) == x)
-            return;
-    }
+    flps_format_double(buf, len, x);
 }
 
 /* The word of an enum value of a word key; "unknown" outside the enum. */

@@ -11,6 +11,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/numparse.h"
 #include "common/strbuf.h"
 
 typedef enum {
@@ -450,16 +451,8 @@ static void format_value(double v, char *out, size_t n)
         snprintf(out, n, "%s", v > 0 ? "+Inf" : "-Inf");
         return;
     }
-    if (v == floor(v) && fabs(v) < 1e15) {
-        /* Whole numbers (most counters) read best without an exponent. */
-        snprintf(out, n, "%.0f", v);
-        return;
-    }
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(out, n, "%.*g", prec, v);
-        if (strtod(out, NULL) == v)
-            return;
-    }
+    /* Whole numbers (most counters) read best without an exponent. */
+    flps_format_double(out, n, v);
 }
 
 static void sb_value(flps_strbuf *b, double v)
