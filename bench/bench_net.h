@@ -194,7 +194,8 @@ static inline pid_t bench_spawn_ready(const char *path, char *const *argv,
         double left = end - flps_mono_s();
         if (left <= 0 || bench_read_full(pfd[0], &ch, 1, left, &why) != 0) {
             snprintf(err, errlen,
-                     "%s did not print '%s...' within %.0f s (%s); see %s",
+                     "%.200s did not print '%.40s...' within %.0f s (%s); "
+                     "see %.200s",
                      path, prefix, timeout_s, why ? why : "timed out",
                      log_path);
             break;
@@ -207,7 +208,10 @@ static inline pid_t bench_spawn_ready(const char *path, char *const *argv,
         line[used] = '\0';
         used = 0;
         if (strncmp(line, prefix, strlen(prefix)) == 0) {
-            snprintf(ready, readylen, "%s", line + strlen(prefix));
+            const char *rest = line + strlen(prefix);
+            size_t n = strlen(rest) < readylen ? strlen(rest) : readylen - 1;
+            memcpy(ready, rest, n);
+            ready[n] = '\0';
             /* flps prints nothing more to stdout without --metrics, and
              * ignores SIGPIPE if it did. */
             close(pfd[0]);
@@ -235,11 +239,11 @@ typedef struct bench_raw {
     int timeout_ms;
     double *t0, *t1; /* [iters * clients]: start and end of each trip */
     /* Set by the threads. */
-    char endpoint[128];       /* written by the server before `ready` */
-    pthread_barrier_t ready;  /* server + caller: endpoint known */
-    pthread_barrier_t iter;   /* the clients, at each iteration */
-    atomic_int failed;        /* set once by whoever fails first */
-    char err[256];            /* guarded by lock */
+    char endpoint[128];      /* written by the server before `ready` */
+    pthread_barrier_t ready; /* server + caller: endpoint known */
+    pthread_barrier_t iter;  /* the clients, at each iteration */
+    atomic_int failed;       /* set once by whoever fails first */
+    char err[256];           /* guarded by lock */
     pthread_mutex_t lock;
 } bench_raw;
 
@@ -258,9 +262,11 @@ static void bench_raw_fail(bench_raw *r, const char *what)
     pthread_mutex_unlock(&r->lock);
 }
 
-static int bench_raw_sockopts(void *s, int timeout_ms)
+/* linger: the server's must outlast its last replies (zmq_ctx_term would
+ * drop them otherwise); a client has nothing left to send at the end. */
+static int bench_raw_sockopts(void *s, int timeout_ms, int linger)
 {
-    int zero = 0, linger = 0;
+    int zero = 0;
 
     return zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof(zero)) != 0 ||
            zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof(zero)) != 0 ||
@@ -326,7 +332,7 @@ static void *bench_raw_server(void *arg)
     }
     memset(buf, 0x5a, r->chunk);
     s = zmq_socket(ctx, ZMQ_ROUTER);
-    if (s == NULL || bench_raw_sockopts(s, r->timeout_ms) ||
+    if (s == NULL || bench_raw_sockopts(s, r->timeout_ms, r->timeout_ms) ||
         zmq_bind(s, "tcp://127.0.0.1:*") != 0 ||
         zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, r->endpoint, &len) != 0)
         bench_raw_fail(r, "server socket");
@@ -339,7 +345,8 @@ out_ready:
         unsigned char id;
         size_t n;
         if (zmq_recv(s, &id, 1, 0) != 1 || bench_raw_recv(s, &n) != 0 ||
-            zmq_send(s, &id, 1, ZMQ_SNDMORE) != 1 || zmq_send(s, "h", 1, 0) != 1)
+            zmq_send(s, &id, 1, ZMQ_SNDMORE) != 1 ||
+            zmq_send(s, "h", 1, 0) != 1)
             bench_raw_fail(r, "server hello");
     }
     for (int it = 0; it < r->iters && !r->failed; it++) {
@@ -394,10 +401,10 @@ static void *bench_raw_client_main(void *arg)
     if (ok) {
         memset(buf, 0xa5, r->bytes);
         s = zmq_socket(ctx, ZMQ_DEALER);
-        ok = s != NULL && !bench_raw_sockopts(s, r->timeout_ms) &&
+        ok = s != NULL && !bench_raw_sockopts(s, r->timeout_ms, 0) &&
              zmq_setsockopt(s, ZMQ_ROUTING_ID, &id, 1) == 0 &&
-             zmq_connect(s, r->endpoint) == 0 &&
-             zmq_send(s, "h", 1, 0) == 1 && zmq_recv(s, &hello, 1, 0) == 1;
+             zmq_connect(s, r->endpoint) == 0 && zmq_send(s, "h", 1, 0) == 1 &&
+             zmq_recv(s, &hello, 1, 0) == 1;
     }
     if (!ok)
         bench_raw_fail(r, "client set-up");
@@ -410,8 +417,8 @@ static void *bench_raw_client_main(void *arg)
             continue;
         t0 = flps_mono_s();
         for (size_t i = 0; i < pieces; i++)
-            if (bench_raw_send(s, buf + i * r->chunk,
-                               bench_raw_piece_len(r, i), 0) != 0) {
+            if (bench_raw_send(s, buf + i * r->chunk, bench_raw_piece_len(r, i),
+                               0) != 0) {
                 bench_raw_fail(r, "client send");
                 break;
             }
@@ -471,8 +478,7 @@ static inline int bench_raw_run(size_t bytes, size_t chunk, int clients,
     for (int c = 0; c < clients; c++) {
         cl[c].r = &r;
         cl[c].id = c;
-        if (pthread_create(&th[c], NULL, bench_raw_client_main, &cl[c]) !=
-            0) {
+        if (pthread_create(&th[c], NULL, bench_raw_client_main, &cl[c]) != 0) {
             /* Cannot happen short of a broken system; the barrier would
              * then never fill, so give up loudly. */
             fprintf(stderr, "bench: cannot start raw baseline clients\n");
@@ -487,7 +493,8 @@ static inline int bench_raw_run(size_t bytes, size_t chunk, int clients,
         rc = -1;
     } else {
         for (int it = 0; it < iters; it++) {
-            double a = r.t0[(size_t)it * clients], b = r.t1[(size_t)it * clients];
+            double a = r.t0[(size_t)it * clients],
+                   b = r.t1[(size_t)it * clients];
             for (int c = 1; c < clients; c++) {
                 if (r.t0[(size_t)it * clients + c] < a)
                     a = r.t0[(size_t)it * clients + c];
