@@ -146,6 +146,35 @@ static inline int bench_write_full(int fd, const void *buf, size_t len)
     return 0;
 }
 
+/* The last non-empty line of the file at path (for error messages), or
+ * "(empty)". */
+static inline void bench_last_line(const char *path, char *out, size_t len)
+{
+    char buf[4096];
+    FILE *f = fopen(path, "r");
+    size_t n = 0;
+    char *end, *start;
+
+    snprintf(out, len, "(empty)");
+    if (f == NULL)
+        return;
+    if (fseek(f, -(long)(sizeof(buf) - 1), SEEK_END) != 0)
+        rewind(f);
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    end = buf + n;
+    while (end > buf && (end[-1] == '\n' || end[-1] == '\r'))
+        *--end = '\0';
+    if (end == buf)
+        return;
+    start = strrchr(buf, '\n');
+    start = start ? start + 1 : buf;
+    n = strlen(start) < len ? strlen(start) : len - 1;
+    memcpy(out, start, n);
+    out[n] = '\0';
+}
+
 /* Start path with argv (argv[0] included, NULL-terminated), stderr to
  * log_path, and wait up to timeout_s for a stdout line starting with
  * prefix; the rest of it goes to ready. The child dies with this process
@@ -193,11 +222,18 @@ static inline pid_t bench_spawn_ready(const char *path, char *const *argv,
         char ch;
         double left = end - flps_mono_s();
         if (left <= 0 || bench_read_full(pfd[0], &ch, 1, left, &why) != 0) {
-            snprintf(err, errlen,
-                     "%.200s did not print '%.40s...' within %.0f s (%s); "
-                     "see %.200s",
-                     path, prefix, timeout_s, why ? why : "timed out",
-                     log_path);
+            char last[160];
+            bench_last_line(log_path, last, sizeof(last));
+            if (why != NULL && strcmp(why, "closed") == 0)
+                snprintf(err, errlen,
+                         "%.120s exited (or closed stdout) before printing "
+                         "'%.20s...'; its log %.100s ends: %.120s",
+                         path, prefix, log_path, last);
+            else
+                snprintf(err, errlen,
+                         "%.120s did not print '%.20s...' within %.0f s; its "
+                         "log %.100s ends: %.120s",
+                         path, prefix, timeout_s, log_path, last);
             break;
         }
         if (ch != '\n') {
