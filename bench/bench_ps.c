@@ -88,6 +88,7 @@ typedef struct wres {
     int n;
     uint64_t elements, bytes_sent, bytes_recv, pushes, resends; /* per batch */
     uint64_t peak_rss; /* VmHWM over the batch (reset at its start) */
+    uint64_t minflt;   /* minor page faults during the batch */
     int peak_reset_ok;
     char err[384];
 } wres;
@@ -199,6 +200,7 @@ static void worker_main(const wargs *a)
         memset(&r, 0, sizeof(r));
         r.n = cmd.n;
         if (cmd.op == WCMD_RUN) {
+            unsigned long long f0 = bench_minor_faults(0);
             r.peak_reset_ok = bench_reset_peak_rss(0) == 0;
             flps_client_get_stats(c, &st0);
             for (int i = 0; i < cmd.n && r.status == 0; i++) {
@@ -222,6 +224,7 @@ static void worker_main(const wargs *a)
             r.pushes = st1.pushes - st0.pushes;
             r.resends = st1.resends - st0.resends;
             r.peak_rss = bench_peak_rss(0);
+            r.minflt = bench_minor_faults(0) - f0;
         } else if (cmd.op == WCMD_MEMCPY) {
             /* The yardstick for the push: one copy of the layer, into a
              * buffer faulted in beforehand, freed after (above the mmap
@@ -270,7 +273,8 @@ typedef struct case_result {
     double raw_one_s, raw_chunk_s, raw_s; /* one message, 256 KiB, best */
     double memcpy_s;                      /* W = 1 only */
     size_t raw_bytes;
-    double worker_peak, shard_peak; /* bytes */
+    double worker_peak, shard_peak;     /* bytes */
+    double worker_faults, shard_faults; /* minor faults per iteration */
     int peak_reset_ok;
     /* Per iteration of rank 0. */
     double elements, bytes_sent, bytes_recv, pushes;
@@ -415,6 +419,8 @@ static int run_case(const opts *o, const bcase *c, int W, case_result *out)
     worker_proc w[MAX_WORKERS];
     wres res[MAX_WORKERS];
     pid_t shard_pid;
+    unsigned long long shard_faults0 = 0;
+    double worker_faults = 0;
     wargs a;
 
     memset(out, 0, sizeof(*out));
@@ -467,6 +473,7 @@ static int run_case(const opts *o, const bcase *c, int W, case_result *out)
         goto out_stop;
     if (bench_reset_peak_rss(shard_pid) != 0)
         out->peak_reset_ok = 0;
+    shard_faults0 = bench_minor_faults(shard_pid);
 
     /* Rounds of flps, raw one message, raw 256 KiB pieces and memcpy,
      * interleaved so that noise from the rest of the machine hits them
@@ -492,6 +499,7 @@ static int run_case(const opts *o, const bcase *c, int W, case_result *out)
                 out->worker_peak = (double)res[r].peak_rss;
             out->resends += res[r].resends;
         }
+        worker_faults += (double)res[0].minflt;
         out->elements = (double)res[0].elements / (iters + 1);
         out->bytes_sent = (double)res[0].bytes_sent / (iters + 1);
         out->bytes_recv = (double)res[0].bytes_recv / (iters + 1);
@@ -511,6 +519,12 @@ static int run_case(const opts *o, const bcase *c, int W, case_result *out)
         }
     }
     out->shard_peak = (double)bench_peak_rss(shard_pid);
+    /* The shard is idle during the raw and memcpy batches: its faults
+     * are those of the flps iterations. */
+    out->shard_faults =
+        (double)(bench_minor_faults(shard_pid) - shard_faults0) /
+        (o->rounds * (iters + 1));
+    out->worker_faults = worker_faults / (o->rounds * (iters + 1));
     out->iter_s = bench_median(span, (size_t)nspan);
     out->push_s = bench_median(push, (size_t)nspan);
     out->raw_one_s = bench_median(raw1, (size_t)nraw1);
@@ -569,6 +583,9 @@ static void report(const opts *o, const bcase *c, int W, const case_result *r,
            c->kind == CASE_DENSE ? "values" : "pairs", r->pushes,
            r->bytes_sent / 1e6, r->bytes_recv / 1e6,
            r->resends ? " (RESENDS: timing disturbed)" : "");
+    printf("%-20s     minor page faults per iteration: worker (rank 0) %.0f, "
+           "shard %.0f\n",
+           "", r->worker_faults, r->shard_faults);
     if (W == 1)
         printf("%-20s     push %.2f ms = %.2fx a memcpy of the %.3g MB layer "
                "(%.2f ms); peak RSS worker %.0f MB = %.2f model copies, "
@@ -590,6 +607,10 @@ static void report(const opts *o, const bcase *c, int W, const case_result *r,
         case_key(key, sizeof(key), c, W, "push_over_memcpy");
         bench_json_num(j, key, r->push_s / r->memcpy_s);
     }
+    case_key(key, sizeof(key), c, W, "worker_faults_per_iter");
+    bench_json_num(j, key, r->worker_faults);
+    case_key(key, sizeof(key), c, W, "shard_faults_per_iter");
+    bench_json_num(j, key, r->shard_faults);
     case_key(key, sizeof(key), c, W, "worker_copies");
     bench_json_num(j, key, r->worker_peak / model);
     case_key(key, sizeof(key), c, W, "shard_copies");

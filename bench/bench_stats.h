@@ -48,6 +48,34 @@ static inline size_t bench_peak_rss(pid_t pid)
     return kb * 1024;
 }
 
+/* Minor page faults of process pid (0 = this one) so far, from
+ * /proc/PID/stat; 0 when it cannot be read. */
+static inline unsigned long long bench_minor_faults(pid_t pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long long v = 0;
+    size_t n;
+    FILE *f;
+
+    if (pid == 0)
+        snprintf(path, sizeof(path), "/proc/self/stat");
+    else
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* The command name may hold spaces: count fields from its ')'. After
+     * it come state, ppid, pgrp, session, tty_nr, tpgid, flags, minflt. */
+    p = strrchr(buf, ')');
+    if (p == NULL ||
+        sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %llu", &v) != 1)
+        return 0;
+    return v;
+}
+
 /* Reset the VmHWM of process pid (0 = this one) to its current RSS (Linux
  * >= 4.0); returns 0 on success, -1 when the kernel does not allow it. */
 static inline int bench_reset_peak_rss(pid_t pid)
