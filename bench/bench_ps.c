@@ -273,6 +273,7 @@ typedef struct case_result {
     double raw_one_s, raw_chunk_s, raw_s; /* one message, 256 KiB, best */
     double memcpy_s;                      /* W = 1 only */
     size_t raw_bytes;
+    double model_bytes;                 /* the dense model: 4 * numel */
     double worker_peak, shard_peak;     /* bytes */
     double worker_faults, shard_faults; /* minor faults per iteration */
     int peak_reset_ok;
@@ -425,6 +426,7 @@ static int run_case(const opts *o, const bcase *c, int W, case_result *out)
 
     memset(out, 0, sizeof(*out));
     out->raw_bytes = case_raw_bytes(c, numel);
+    out->model_bytes = (double)numel * 4;
     if (span == NULL || push == NULL || raw1 == NULL || rawc == NULL ||
         mc == NULL) {
         fprintf(stderr, "bench_ps: out of memory\n");
@@ -637,6 +639,49 @@ static void report(const opts *o, const bcase *c, int W, const case_result *r,
     }
 }
 
+/* Issue 13's targets, for the one-worker cases that ran. */
+static void print_target(const case_result *one, const char *name,
+                         const char *what, double limit)
+{
+    for (size_t i = 0; i < NCASES; i++) {
+        const case_result *r = &one[i];
+        double v;
+        if (!r->ok || strcmp(CASES[i].name, name) != 0)
+            continue;
+        if (strcmp(what, "over_raw") == 0)
+            v = r->iter_s / r->raw_s;
+        else if (strcmp(what, "push_over_memcpy") == 0)
+            v = r->push_s / r->memcpy_s;
+        else if (strcmp(what, "worker_copies") == 0)
+            v = r->worker_peak / r->model_bytes;
+        else
+            v = r->shard_peak / r->model_bytes;
+        printf("  %-22s %-17s %6.2f  %s %.1f: %s\n", name, what, v,
+               limit > 0 ? "<=" : "~", limit > 0 ? limit : -limit,
+               limit < 0    ? "(plus what is in flight)"
+               : v <= limit ? "ok"
+                            : "MISSED");
+    }
+}
+
+static void print_targets(const case_result *one, int quick)
+{
+    printf("issue 13 targets (one worker)%s:\n",
+           quick ? " -- QUICK sizes, indicative only" : "");
+    print_target(one, "dense_4MB", "over_raw", 1.2);
+    print_target(one, "dense_4MB_onepart", "over_raw", 1.2);
+    print_target(one, "dense_40MB", "over_raw", 1.3);
+    print_target(one, "dense_40MB_onepart", "over_raw", 1.3);
+    print_target(one, "dense_100MB", "over_raw", 1.3);
+    print_target(one, "dense_100MB_onepart", "over_raw", 1.3);
+    print_target(one, "sparse_10M", "over_raw", 2);
+    print_target(one, "sparse_100k", "push_over_memcpy", 4);
+    print_target(one, "dense_100MB", "push_over_memcpy", 2);
+    print_target(one, "dense_100MB", "worker_copies", 4);
+    print_target(one, "dense_100MB", "shard_copies", -2);
+    fflush(stdout);
+}
+
 /* Check what went on the wire against what the case means to send. */
 static int check_wire(const opts *o, const bcase *c, const case_result *r)
 {
@@ -823,6 +868,7 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o), failed = 0, wire_ok = 1;
     int reset_ok = 1;
     double load[3] = {0, 0, 0};
+    static case_result one[NCASES]; /* the one-worker results */
     char lit[32];
 
     if (rc != 0)
@@ -869,6 +915,8 @@ int main(int argc, char **argv)
             if (!r.peak_reset_ok)
                 reset_ok = 0;
             report(&o, c, W, &r, &j);
+            if (W == 1)
+                one[i] = r;
         }
     }
     if (failed) {
@@ -876,6 +924,7 @@ int main(int argc, char **argv)
                 o.logdir);
         return 1;
     }
+    print_targets(one, o.quick);
     if (!reset_ok)
         printf("note: the kernel did not let me reset peak RSS; the peaks "
                "include start-up (init and pull)\n");
