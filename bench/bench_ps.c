@@ -589,11 +589,14 @@ static void report(const opts *o, const bcase *c, int W, const case_result *r,
            "shard %.0f\n",
            "", r->worker_faults, r->shard_faults);
     if (W == 1)
+        /* The memcpy's GB/s shows when other processes took the memory
+         * bandwidth (the ratio then flatters the push). */
         printf("%-20s     push %.2f ms = %.2fx a memcpy of the %.3g MB layer "
-               "(%.2f ms); peak RSS worker %.0f MB = %.2f model copies, "
-               "shard %.0f MB = %.2f copies\n",
+               "(%.2f ms, %.1f GB/s); peak RSS worker %.0f MB = %.2f model "
+               "copies, shard %.0f MB = %.2f copies\n",
                "", r->push_s * 1e3, r->push_s / r->memcpy_s, model / 1e6,
-               r->memcpy_s * 1e3, r->worker_peak / 1e6, r->worker_peak / model,
+               r->memcpy_s * 1e3, model / r->memcpy_s / 1e9,
+               r->worker_peak / 1e6, r->worker_peak / model,
                r->shard_peak / 1e6, r->shard_peak / model);
     fflush(stdout);
 
