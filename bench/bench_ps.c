@@ -10,6 +10,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -351,29 +352,60 @@ static int workers_collect(const opts *o, worker_proc *w, int W, wres *res,
     return 0;
 }
 
+/* A worker is a fresh process image (fork, then exec of this executable
+ * with --worker-internal): a forked copy of this process would carry the
+ * parent's resident heap (the raw baseline's buffers) in its RSS. */
 static pid_t start_worker(const wargs *a, worker_proc *wp)
 {
     int cmd[2], res[2];
     pid_t pid;
 
-    if (pipe(cmd) != 0 || pipe(res) != 0)
+    if (pipe(cmd) != 0)
         return -1;
+    if (pipe(res) != 0) {
+        close(cmd[0]);
+        close(cmd[1]);
+        return -1;
+    }
+    /* Our ends stay out of every later child. */
+    fcntl(cmd[1], F_SETFD, FD_CLOEXEC);
+    fcntl(res[0], F_SETFD, FD_CLOEXEC);
     pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        wargs mine = *a;
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        /* The parent's children are not ours to kill on exit. */
-        for (int i = 0; i < BENCH_MAX_CHILDREN; i++)
-            bench_child_pids[i] = 0;
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
+    if (pid < 0) {
+        close(cmd[0]);
         close(cmd[1]);
         close(res[0]);
-        mine.cmd_fd = cmd[0];
-        mine.res_fd = res[1];
-        worker_main(&mine);
+        close(res[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        char ci[16], nb[32], rk[16], wk[16], mo[32], to[16], cf[16], rf[16];
+        char *argv[14] = {"bench_ps",
+                          "--worker-internal",
+                          ci,
+                          nb,
+                          rk,
+                          wk,
+                          (char *)a->endpoint,
+                          (char *)a->job,
+                          mo,
+                          to,
+                          cf,
+                          rf,
+                          NULL};
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        snprintf(ci, sizeof(ci), "%d", (int)(a->c - CASES));
+        snprintf(nb, sizeof(nb), "%zu", a->numel);
+        snprintf(rk, sizeof(rk), "%u", a->rank);
+        snprintf(wk, sizeof(wk), "%u", a->workers);
+        snprintf(mo, sizeof(mo), "%.17g", a->momentum);
+        snprintf(to, sizeof(to), "%d", a->timeout_ms);
+        snprintf(cf, sizeof(cf), "%d", cmd[0]);
+        snprintf(rf, sizeof(rf), "%d", res[1]);
+        execv("/proc/self/exe", argv);
+        worker_reply_error(res[1], "cannot run /proc/self/exe: %s%s",
+                           strerror(errno), "");
+        _exit(127);
     }
     close(cmd[0]);
     close(res[1]);
@@ -382,6 +414,36 @@ static pid_t start_worker(const wargs *a, worker_proc *wp)
     wp->cmd_fd = cmd[1];
     wp->res_fd = res[0];
     return pid;
+}
+
+/* The worker side of --worker-internal CASE NUMEL RANK WORKERS ENDPOINT
+ * JOB MOMENTUM TIMEOUT_MS CMD_FD RES_FD (only start_worker calls it). */
+static int worker_entry(int argc, char **argv)
+{
+    wargs a;
+    int ci;
+
+    if (argc != 12)
+        return 2;
+    memset(&a, 0, sizeof(a));
+    ci = atoi(argv[2]);
+    if (ci < 0 || (size_t)ci >= NCASES)
+        return 2;
+    a.c = &CASES[ci];
+    a.numel = (size_t)strtoull(argv[3], NULL, 10);
+    a.rank = (uint32_t)strtoul(argv[4], NULL, 10);
+    a.workers = (uint32_t)strtoul(argv[5], NULL, 10);
+    a.endpoint = argv[6];
+    a.job = argv[7];
+    a.momentum = strtod(argv[8], NULL);
+    a.timeout_ms = atoi(argv[9]);
+    a.cmd_fd = atoi(argv[10]);
+    a.res_fd = atoi(argv[11]);
+    if (a.numel == 0 || a.workers == 0 || a.rank >= a.workers)
+        return 2;
+    signal(SIGPIPE, SIG_IGN);
+    worker_main(&a);
+    return 0;
 }
 
 /* Run the raw baseline `iters + 1` times (the first is dropped) into
@@ -868,10 +930,14 @@ int main(int argc, char **argv)
 {
     opts o;
     bench_json j;
-    int rc = parse_args(argc, argv, &o), failed = 0, wire_ok = 1;
+    int rc, failed = 0, wire_ok = 1;
     int reset_ok = 1;
     double load[3] = {0, 0, 0};
     static case_result one[NCASES]; /* the one-worker results */
+
+    if (argc > 1 && strcmp(argv[1], "--worker-internal") == 0)
+        return worker_entry(argc, argv);
+    rc = parse_args(argc, argv, &o);
     char lit[32];
 
     if (rc != 0)
