@@ -601,20 +601,9 @@ static void refresh_metrics(sched_api *a)
 
 static void serve_metrics(sched_api *a, httpd_response *resp)
 {
-    char *text = NULL;
-    size_t len = 0;
-
     refresh_metrics(a);
-    if (metrics_render(a->reg, &text, &len) != FLPS_OK) {
+    if (metrics_respond(a->reg, resp) != FLPS_OK)
         reply_error(resp, 500, "out of memory");
-        return;
-    }
-    flps_free(resp->body);
-    resp->status = 200;
-    snprintf(resp->content_type, sizeof(resp->content_type), "%s",
-             METRICS_CONTENT_TYPE);
-    resp->body = text;
-    resp->body_len = len;
 }
 
 /* Constant-time comparison, so the token cannot be guessed byte by byte

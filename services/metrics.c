@@ -572,12 +572,25 @@ static int is_get(const httpd_request *req)
     return strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
 }
 
-int metrics_http_route(metrics *reg, const httpd_request *req,
-                       httpd_response *resp)
+flps_err metrics_respond(metrics *reg, httpd_response *resp)
 {
     char *text = NULL;
     size_t len = 0;
 
+    if (metrics_render(reg, &text, &len) != FLPS_OK)
+        return FLPS_ENOMEM;
+    flps_free(resp->body);
+    resp->status = 200;
+    snprintf(resp->content_type, sizeof(resp->content_type), "%s",
+             METRICS_CONTENT_TYPE);
+    resp->body = text;
+    resp->body_len = len;
+    return FLPS_OK;
+}
+
+int metrics_http_route(metrics *reg, const httpd_request *req,
+                       httpd_response *resp)
+{
     if (strcmp(req->path, "/metrics") != 0 &&
         strcmp(req->path, "/healthz") != 0)
         return 0;
@@ -591,17 +604,10 @@ int metrics_http_route(metrics *reg, const httpd_request *req,
         httpd_respond(resp, 200, "application/json", ok, sizeof(ok) - 1);
         return 1;
     }
-    if (metrics_render(reg, &text, &len) != FLPS_OK) {
+    if (metrics_respond(reg, resp) != FLPS_OK) {
         log_error("metrics: out of memory rendering /metrics");
         resp->status = 500;
-        return 1;
     }
-    flps_free(resp->body);
-    resp->status = 200;
-    snprintf(resp->content_type, sizeof(resp->content_type), "%s",
-             METRICS_CONTENT_TYPE);
-    resp->body = text;
-    resp->body_len = len;
     return 1;
 }
 

@@ -86,6 +86,10 @@ flps_err metrics_histogram_observe(metrics_family *f, const char *const *values,
  * FLPS_ENOMEM leaves both untouched. Thread-safe. */
 flps_err metrics_render(metrics *reg, char **text, size_t *len);
 
+/* Put the rendered registry into resp as a 200 in the Prometheus text
+ * format. Errors: FLPS_ENOMEM (resp untouched). Thread-safe. */
+flps_err metrics_respond(metrics *reg, httpd_response *resp);
+
 /* Answer GET /metrics (the rendered registry) and GET /healthz
  * ({"status":"ok"}) into resp; another method on those paths gets 405.
  * Returns 1 if the path was one of the two (resp filled), 0 otherwise
