@@ -55,7 +55,7 @@ static flps_err np_refuse(const char *what, const char *s, np_status st,
                           const char *lo, const char *hi, char *errbuf,
                           size_t errlen)
 {
-    if (st == NP_RANGE)
+    if (st != NP_SYNTAX) /* too many bits, or outside [min, max] */
         return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
                                "%s%s'%s' is out of range: expected an integer "
                                "from %s to %s",
@@ -75,9 +75,7 @@ flps_err flps_parse_u64(const char *what, const char *s, uint64_t min,
     int neg = 0;
     np_status st = np_integer(s, 0, &neg, &v);
 
-    if (st == NP_OK && (v < min || v > max))
-        st = NP_RANGE;
-    if (st == NP_OK) {
+    if (st == NP_OK && v >= min && v <= max) {
         *out = v;
         return FLPS_OK;
     }
@@ -96,16 +94,12 @@ flps_err flps_parse_i64(const char *what, const char *s, int64_t min,
     np_status st = np_integer(s, 1, &neg, &mag);
 
     /* -2^63 is the one magnitude that fits only when negative. */
-    if (st == NP_OK && mag > (uint64_t)INT64_MAX + (uint64_t)neg)
-        st = NP_RANGE;
-    if (st == NP_OK) {
+    if (st == NP_OK && mag <= (uint64_t)INT64_MAX + (uint64_t)neg) {
         v = neg ? (int64_t)(0 - mag) : (int64_t)mag;
-        if (v < min || v > max)
-            st = NP_RANGE;
-    }
-    if (st == NP_OK) {
-        *out = v;
-        return FLPS_OK;
+        if (v >= min && v <= max) {
+            *out = v;
+            return FLPS_OK;
+        }
     }
     snprintf(lo, sizeof(lo), "%" PRId64, min);
     snprintf(hi, sizeof(hi), "%" PRId64, max);
