@@ -193,6 +193,18 @@ static flps_err jp_value_event(jp *p, const yaml_event_t *ev, jobspec_key key,
                            p->errlen);
 }
 
+/* Read and drop one event whose kind the structure already fixes (stream
+ * and document start/end), then read the next one into *ev. */
+static flps_err jp_skip_next(jp *p, yaml_parser_t *yp, yaml_event_t *ev)
+{
+    flps_err rc = jp_next(p, yp, ev);
+
+    if (rc != FLPS_OK)
+        return rc;
+    yaml_event_delete(ev);
+    return jp_next(p, yp, ev);
+}
+
 /* Walk the event stream: one document holding one flat mapping. */
 static flps_err jp_walk(jp *p, yaml_parser_t *yp, jobspec *s)
 {
@@ -201,11 +213,7 @@ static flps_err jp_walk(jp *p, yaml_parser_t *yp, jobspec *s)
     jobspec_key key = JOBSPEC_KEY_NAME;
     unsigned long line;
 
-    rc = jp_next(p, yp, &ev); /* stream start */
-    if (rc != FLPS_OK)
-        return rc;
-    yaml_event_delete(&ev);
-    rc = jp_next(p, yp, &ev);
+    rc = jp_skip_next(p, yp, &ev); /* past the stream start */
     if (rc != FLPS_OK)
         return rc;
     if (ev.type == YAML_STREAM_END_EVENT) {
@@ -258,11 +266,7 @@ static flps_err jp_walk(jp *p, yaml_parser_t *yp, jobspec *s)
             return rc;
     }
 
-    rc = jp_next(p, yp, &ev); /* document end */
-    if (rc != FLPS_OK)
-        return rc;
-    yaml_event_delete(&ev);
-    rc = jp_next(p, yp, &ev);
+    rc = jp_skip_next(p, yp, &ev); /* past the document end */
     if (rc != FLPS_OK)
         return rc;
     line = jp_line(&ev.start_mark);
