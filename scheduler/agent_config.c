@@ -18,7 +18,10 @@ static const char usage_text[] =
     "               --memory SIZE --gpus N [--address IP] [--work-dir DIR]\n"
     "               [--heartbeat SEC]\n"
     "  --redis URL       the cluster's Redis "
-    "(redis://[:PASSWORD@]HOST[:PORT][/DB])\n"
+    "(redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])\n"
+    "  --redis-password-file FILE  the Redis password, first line of FILE\n"
+    "                    (keeps it off the command line; or set\n"
+    "                    FLPS_REDIS_PASSWORD_FILE / FLPS_REDIS_PASSWORD)\n"
     "  --name NAME       this node's name ([A-Za-z0-9_.-], 1..63 chars)\n"
     "  --cpus N          CPUs the node offers (> 0; 0.5 is half a CPU)\n"
     "  --memory SIZE     memory it offers: bytes, or K/M/G/T (powers of "
@@ -72,6 +75,7 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
         {"work-dir", required_argument, NULL, 'w'},
         {"heartbeat", required_argument, NULL, 'b'},
         {"checkpoint-root", required_argument, NULL, 'k'},
+        {"redis-password-file", required_argument, NULL, 'p'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -101,6 +105,14 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
             snprintf(cfg.redis_url, sizeof(cfg.redis_url), "%s", optarg);
             break;
         }
+        case 'p':
+            if (snprintf(cfg.redis_password_file,
+                         sizeof(cfg.redis_password_file), "%s",
+                         optarg) >= (int)sizeof(cfg.redis_password_file))
+                return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                                       "--redis-password-file: the path is "
+                                       "too long");
+            break;
         case 'n':
             if (!agent_task_name_is_valid(optarg, strlen(optarg)))
                 return flps_errbuf_set(

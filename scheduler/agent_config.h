@@ -12,8 +12,9 @@
 #define AGENT_PATH_MAX 1024
 
 typedef struct agent_config {
-    char redis_url[512];       /* --redis, required */
-    char name[AGENT_NAME_MAX]; /* --name, required: [A-Za-z0-9_.-]{1,63} */
+    char redis_url[512];            /* --redis, required */
+    char redis_password_file[4096]; /* "" = none (see rconn.h) */
+    char name[AGENT_NAME_MAX];      /* --name, required: [A-Za-z0-9_.-]{1,63} */
     double cpus;      /* --cpus, required, a decimal > 0 (e.g. 8, 0.5) */
     uint64_t memory;  /* --memory SIZE (jobspec_size_parse), required, > 0 */
     uint32_t gpus;    /* --gpus, required, >= 0 */

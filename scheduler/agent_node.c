@@ -241,8 +241,15 @@ int agent_node_write_file(const char *path, const char *tmp, const char *data,
 static void try_reconnect(agent_node *n)
 {
     double away = flps_mono_s() - n->down_since;
+    flps_err e = rconn_ping(n->rc);
 
-    if (rconn_ping(n->rc) != FLPS_OK) {
+    if (e == FLPS_ECONFIG) {
+        /* Wrong credentials do not get better by retrying. */
+        log_error("stopping: %s", rconn_error(n->rc));
+        n->fatal = e;
+        return;
+    }
+    if (e != FLPS_OK) {
         n->next_retry = flps_mono_s() + AGENT_RETRY_S;
         return;
     }
@@ -311,7 +318,7 @@ static void shut_down(agent_node *n, int sig)
 flps_err agent_node_run(agent_node *n, volatile sig_atomic_t *stop)
 {
     n->redis_ok = 1; /* until a call says otherwise */
-    while (!*stop) {
+    while (!*stop && n->fatal == FLPS_OK) {
         agent_report_reap(n);
         if (!n->redis_ok && flps_mono_s() >= n->next_retry)
             try_reconnect(n);
@@ -321,7 +328,7 @@ flps_err agent_node_run(agent_node *n, volatile sig_atomic_t *stop)
         agent_report_pump(n, AGENT_LOOP_MS);
     }
     shut_down(n, (int)*stop);
-    return FLPS_OK;
+    return n->fatal;
 }
 
 /* ---- Life cycle ---- */

@@ -92,6 +92,7 @@ struct agent_node {
     long long ttl_ms;
     rconn *rc;
     int redis_ok;        /* the last Redis call worked */
+    flps_err fatal;      /* FLPS_ECONFIG: Redis refused our credentials */
     int registered;      /* registered since Redis was last reached */
     int ever_registered; /* words the logs: "lost" vs "waiting" */
     double down_since;   /* flps_mono_s() when Redis went away */

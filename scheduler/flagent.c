@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -42,6 +43,8 @@ int main(int argc, char **argv)
         return 2;
     }
     flps_log_setup("flagent", FLPS_LOG_INFO);
+    if (cfg.redis_password_file[0] != '\0')
+        setenv("FLPS_REDIS_PASSWORD_FILE", cfg.redis_password_file, 1);
 
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;

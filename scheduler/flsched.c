@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/numparse.h"
+#include "scheduler/rconn.h"
 #include "scheduler/sched_api.h"
 #include "scheduler/sched_loop.h"
 #include "scheduler/sched_store.h"
@@ -44,22 +45,26 @@ typedef struct flsched_cfg {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: flsched --redis redis://HOST:PORT --listen HOST:PORT\n"
-            "               [--id NAME] [--token-file FILE] [--node-ttl SEC]\n"
-            "               [--lease-ms MS]\n"
-            "  --redis URL        Redis holding the cluster's state\n"
-            "  --listen HOST:PORT where the HTTP API listens (PORT 0: any)\n"
-            "  --id NAME          this scheduler's name in the leader lease\n"
-            "                     (default HOSTNAME:PID)\n"
-            "  --token-file FILE  require 'Authorization: Bearer TOKEN' with\n"
-            "                     the token in FILE (not for /healthz, "
-            "/metrics)\n"
-            "  --node-ttl SEC     TTL given to a node's alive key found "
-            "without one (default 6)\n"
-            "  --lease-ms MS      leader lease (default 5000; renewed every "
-            "third)\n"
-            "Prints 'listening on HOST:PORT' on stdout once the API is up.\n");
+    fprintf(
+        f, "usage: flsched --redis redis://HOST:PORT --listen HOST:PORT\n"
+           "               [--id NAME] [--token-file FILE] [--node-ttl SEC]\n"
+           "               [--lease-ms MS]\n"
+           "  --redis URL        Redis holding the cluster's state\n"
+           "                     (redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])\n"
+           "  --redis-password-file FILE  the Redis password, first line\n"
+           "                     of FILE (or FLPS_REDIS_PASSWORD_FILE /\n"
+           "                     FLPS_REDIS_PASSWORD): off the command line\n"
+           "  --listen HOST:PORT where the HTTP API listens (PORT 0: any)\n"
+           "  --id NAME          this scheduler's name in the leader lease\n"
+           "                     (default HOSTNAME:PID)\n"
+           "  --token-file FILE  require 'Authorization: Bearer TOKEN' with\n"
+           "                     the token in FILE (not for /healthz, "
+           "/metrics)\n"
+           "  --node-ttl SEC     TTL given to a node's alive key found "
+           "without one (default 6)\n"
+           "  --lease-ms MS      leader lease (default 5000; renewed every "
+           "third)\n"
+           "Prints 'listening on HOST:PORT' on stdout once the API is up.\n");
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out)
@@ -107,6 +112,7 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
         {"listen", required_argument, NULL, 'l'},
         {"id", required_argument, NULL, 'i'},
         {"token-file", required_argument, NULL, 't'},
+        {"redis-password-file", required_argument, NULL, 'p'},
         {"node-ttl", required_argument, NULL, 'n'},
         {"lease-ms", required_argument, NULL, 'm'},
         {"help", no_argument, NULL, 'h'},
@@ -121,6 +127,9 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
     cfg->lease_ms = 5000;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
+        case 'p':
+            setenv("FLPS_REDIS_PASSWORD_FILE", optarg, 1);
+            break;
         case 'r':
             cfg->redis = optarg;
             break;
@@ -201,7 +210,7 @@ int main(int argc, char **argv)
     sched_loop_cfg lcfg;
     sched_api_cfg acfg;
     struct sigaction sa;
-    char bound[128];
+    char bound[128], shown[512];
     int status = 1, r;
     flps_err rc;
 
@@ -225,6 +234,11 @@ int main(int argc, char **argv)
     lcfg.id = cfg.id;
     lcfg.lease_ms = cfg.lease_ms;
     lcfg.node_ttl_s = cfg.node_ttl;
+    if (sched_store_ping(st) == FLPS_ECONFIG) {
+        /* Wrong credentials do not get better by retrying. */
+        log_error("cannot start: %s", sched_store_error(st));
+        goto out;
+    }
     rc = sched_loop_create(st, &lcfg, &loop);
     if (rc != FLPS_OK) {
         log_error("cannot start the loop: %s", flps_strerror(rc));
@@ -243,8 +257,9 @@ int main(int argc, char **argv)
                      bound, sizeof(bound));
     if (rc != FLPS_OK)
         goto out; /* httpd logged why */
+    rconn_redact_url(cfg.redis, shown, sizeof(shown));
     log_info("flsched %s: API on %s, Redis at %s, lease %ld ms%s", cfg.id,
-             bound, cfg.redis, cfg.lease_ms,
+             bound, shown, cfg.lease_ms,
              cfg.token ? ", bearer token required" : "");
     printf("listening on %s\n", bound);
     fflush(stdout);
@@ -252,7 +267,11 @@ int main(int argc, char **argv)
     while (!flsched_stop) {
         struct timespec ts = {0, FLSCHED_TICK_MS * 1000000L};
 
-        (void)sched_loop_step(loop, flps_wall_s(), flps_mono_s());
+        if (sched_loop_step(loop, flps_wall_s(), flps_mono_s()) != FLPS_OK &&
+            sched_store_ping(st) == FLPS_ECONFIG) {
+            log_error("stopping: %s", sched_store_error(st));
+            goto out;
+        }
         nanosleep(&ts, NULL);
     }
     log_info("stopping");

@@ -26,6 +26,7 @@ struct rconn {
     redisContext *ctx; /* NULL while disconnected */
     char host[256];
     int port;
+    char user[128];
     char password[256];
     int db;
     int timeout_ms;
@@ -36,16 +37,41 @@ struct rconn {
     int nscripts;
 };
 
+void rconn_redact_url(const char *url, char *out, size_t len)
+{
+    const char *p, *at, *slash, *colon;
+
+    if (len == 0)
+        return;
+    if (url == NULL || strncmp(url, "redis://", 8) != 0) {
+        /* Not a URL we can take apart: show none of it. */
+        snprintf(out, len, "%s", url == NULL ? "(null)" : "(not a redis URL)");
+        return;
+    }
+    p = url + 8;
+    slash = strchr(p, '/');
+    at = memchr(p, '@', slash ? (size_t)(slash - p) : strlen(p));
+    if (at == NULL) {
+        snprintf(out, len, "%s", url);
+        return;
+    }
+    colon = memchr(p, ':', (size_t)(at - p));
+    /* Keep the user name (not a secret), hide everything after it. */
+    snprintf(out, len, "redis://%.*s:***@%s",
+             colon ? (int)(colon - p) : (int)(at - p), p, at + 1);
+}
+
 flps_err rconn_parse_url(const char *url, char *host, size_t hostlen, int *port,
                          char *password, size_t pwlen, int *db, char *errbuf,
                          size_t errlen)
 {
     const char *p, *at, *hostp, *colon, *slash, *end;
+    char shown[512];
 
     if (url == NULL || strncmp(url, "redis://", 8) != 0) {
         return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
                                "'%s' is not a Redis URL; expected "
-                               "redis://[:PASSWORD@]HOST[:PORT][/DB]",
+                               "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]",
                                url ? url : "(null)");
     }
     p = url + 8;
@@ -73,8 +99,9 @@ flps_err rconn_parse_url(const char *url, char *host, size_t hostlen, int *port,
     {
         const char *hend = colon ? colon : slash;
         if (hend == hostp || (size_t)(hend - hostp) >= hostlen) {
-            return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
-                                   "the Redis URL '%s' has no host", url);
+            return flps_errbuf_set(
+                errbuf, errlen, FLPS_EINVAL, "the Redis URL '%s' has no host",
+                (rconn_redact_url(url, shown, sizeof(shown)), shown));
         }
         memcpy(host, hostp, (size_t)(hend - hostp));
         host[hend - hostp] = '\0';
@@ -90,14 +117,16 @@ flps_err rconn_parse_url(const char *url, char *host, size_t hostlen, int *port,
              flps_parse_int(NULL, num, 1, 65535, port, NULL, 0)) != FLPS_OK)
             return flps_errbuf_set(
                 errbuf, errlen, FLPS_EINVAL,
-                "the port in the Redis URL '%s' is not 1..65535", url);
+                "the port in the Redis URL '%s' is not 1..65535",
+                (rconn_redact_url(url, shown, sizeof(shown)), shown));
     }
     *db = 0;
     if (slash != end && slash[1] != '\0' &&
         flps_parse_int(NULL, slash + 1, 0, 1000000, db, NULL, 0) != FLPS_OK)
         return flps_errbuf_set(
             errbuf, errlen, FLPS_EINVAL,
-            "the database in the Redis URL '%s' is not a number", url);
+            "the database in the Redis URL '%s' is not a number",
+            (rconn_redact_url(url, shown, sizeof(shown)), shown));
     return FLPS_OK;
 }
 
@@ -159,12 +188,47 @@ static flps_err rconn_connect(rconn *rc)
     redisSetTimeout(rc->ctx, tv);
     redisEnableKeepAlive(rc->ctx);
     if (rc->password[0] != '\0') {
-        r = redisCommand(rc->ctx, "AUTH %s", rc->password);
-        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-            rconn_fail(rc, "Redis at %s refused the password: %s", rc->addr,
-                       r ? r->str : rc->ctx->errstr);
-            if (r)
-                freeReplyObject(r);
+        if (rc->user[0] != '\0')
+            r = redisCommand(rc->ctx, "AUTH %s %s", rc->user, rc->password);
+        else
+            r = redisCommand(rc->ctx, "AUTH %s", rc->password);
+        if (r == NULL) {
+            rconn_fail(rc, "Redis at %s: %s", rc->addr, rc->ctx->errstr);
+            rconn_drop(rc);
+            return FLPS_EIO;
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            /* Wrong credentials stay wrong: say so once and for all. */
+            flps_errbuf_set(rc->err, sizeof(rc->err), FLPS_ECONFIG,
+                            "Redis at %s refused the credentials%s%s: %s; "
+                            "check the password (FLPS_REDIS_PASSWORD_FILE, "
+                            "FLPS_REDIS_PASSWORD or the --redis URL)%s",
+                            rc->addr, rc->user[0] ? " of user " : "", rc->user,
+                            r->str, rc->user[0] ? " and the ACL user" : "");
+            freeReplyObject(r);
+            rconn_drop(rc);
+            return FLPS_ECONFIG;
+        }
+        freeReplyObject(r);
+    } else {
+        /* No password given: a server that wants one says NOAUTH on the
+         * first command; PING tells now, with a message that says what
+         * to set. */
+        r = redisCommand(rc->ctx, "PING");
+        if (r != NULL && r->type == REDIS_REPLY_ERROR &&
+            strncmp(r->str, "NOAUTH", 6) == 0) {
+            flps_errbuf_set(rc->err, sizeof(rc->err), FLPS_ECONFIG,
+                            "Redis at %s needs a password: %s; set "
+                            "FLPS_REDIS_PASSWORD_FILE (or "
+                            "FLPS_REDIS_PASSWORD, or --redis "
+                            "redis://:PASSWORD@HOST:PORT)",
+                            rc->addr, r->str);
+            freeReplyObject(r);
+            rconn_drop(rc);
+            return FLPS_ECONFIG;
+        }
+        if (r == NULL) {
+            rconn_fail(rc, "Redis at %s: %s", rc->addr, rc->ctx->errstr);
             rconn_drop(rc);
             return FLPS_EIO;
         }
@@ -201,6 +265,51 @@ static flps_err rconn_connect(rconn *rc)
     return FLPS_OK;
 }
 
+/* "USER:PASS" from the URL's user part, or the password from the
+ * environment when the URL has none (see rconn.h). */
+static flps_err rconn_credentials(rconn *rc, const char *url)
+{
+    const char *file = getenv("FLPS_REDIS_PASSWORD_FILE");
+    const char *env = getenv("FLPS_REDIS_PASSWORD");
+    const char *user = getenv("FLPS_REDIS_USER");
+    char *colon;
+
+    if (rc->password[0] != '\0') {
+        /* rconn_parse_url drops a leading ':'; any other colon splits an
+         * ACL user from its password. */
+        colon = url[8] == ':' ? NULL : strchr(rc->password, ':');
+        if (colon != NULL) {
+            size_t n = (size_t)(colon - rc->password);
+            if (n >= sizeof(rc->user))
+                n = sizeof(rc->user) - 1;
+            memcpy(rc->user, rc->password, n);
+            rc->user[n] = '\0';
+            memmove(rc->password, colon + 1, strlen(colon + 1) + 1);
+        }
+        return FLPS_OK;
+    }
+    if (file != NULL && file[0] != '\0') {
+        FILE *f = fopen(file, "r");
+        if (f == NULL || fgets(rc->password, sizeof(rc->password), f) == NULL) {
+            log_error("cannot read the Redis password from %s "
+                      "(FLPS_REDIS_PASSWORD_FILE): %s",
+                      file, f == NULL ? strerror(errno) : "empty file");
+            if (f != NULL)
+                fclose(f);
+            return FLPS_EIO;
+        }
+        fclose(f);
+        rc->password[strcspn(rc->password, "\r\n")] = '\0';
+    } else if (env != NULL) {
+        snprintf(rc->password, sizeof(rc->password), "%s", env);
+    }
+    /* Children of this process (flagent's tasks) must not inherit it. */
+    unsetenv("FLPS_REDIS_PASSWORD");
+    if (rc->password[0] != '\0' && user != NULL)
+        snprintf(rc->user, sizeof(rc->user), "%s", user);
+    return FLPS_OK;
+}
+
 flps_err rconn_create(const char *url, int timeout_ms, rconn **out)
 {
     rconn *rc;
@@ -215,6 +324,11 @@ flps_err rconn_create(const char *url, int timeout_ms, rconn **out)
                              errbuf, sizeof(errbuf));
     if (rc_err != FLPS_OK) {
         log_error("%s", errbuf);
+        flps_free(rc);
+        return rc_err;
+    }
+    rc_err = rconn_credentials(rc, url);
+    if (rc_err != FLPS_OK) {
         flps_free(rc);
         return rc_err;
     }

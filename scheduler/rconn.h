@@ -19,11 +19,26 @@ flps_err rconn_parse_url(const char *url, char *host, size_t hostlen, int *port,
                          char *password, size_t pwlen, int *db, char *errbuf,
                          size_t errlen);
 
+/* url with any password replaced by "***" (for logs and messages: a
+ * password is never printed). Always NUL-terminates out. */
+void rconn_redact_url(const char *url, char *out, size_t len);
+
 /* Create a connection to url; connects at once (timeout_ms for connect and
  * for each command). A server that cannot be reached is not an error here:
  * the handle is returned and the first command reports it (so a daemon can
- * start before Redis and wait for it). Errors: FLPS_EINVAL (bad URL),
- * FLPS_ENOMEM. Caller owns *out. Not thread-safe: one thread per rconn. */
+ * start before Redis and wait for it).
+ * Credentials: "redis://USER:PASSWORD@..." authenticates as an ACL user,
+ * "redis://:PASSWORD@..." with the password alone. A URL without a
+ * password takes it from the environment: the first line of the file
+ * named by FLPS_REDIS_PASSWORD_FILE, else FLPS_REDIS_PASSWORD (and the
+ * user from FLPS_REDIS_USER), so no secret need be on a command line.
+ * FLPS_REDIS_PASSWORD is removed from the environment once read, so
+ * processes this one starts do not inherit it. Credentials Redis refuses
+ * (WRONGPASS, NOAUTH) make every command fail with FLPS_ECONFIG: retrying
+ * cannot help, and a daemon should stop with the reason.
+ * Errors: FLPS_EINVAL (bad URL), FLPS_EIO (the password file cannot be
+ * read), FLPS_ENOMEM. Caller owns *out. Not thread-safe: one thread per
+ * rconn. */
 flps_err rconn_create(const char *url, int timeout_ms, rconn **out);
 void rconn_destroy(rconn *rc);
 

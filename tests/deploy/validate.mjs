@@ -309,8 +309,9 @@ async function validateScenario(scenario, file) {
     if (exp.noScrape) check(P("flsched pods have no scrape annotations"), !("prometheus.io/scrape" in ann));
     else check(P("flsched pods have the Prometheus scrape annotations"), ann["prometheus.io/scrape"] === "true" && ann["prometheus.io/port"] === "8080" && ann["prometheus.io/path"] === "/metrics");
     const redis = flagValue(c.args, "--redis");
-    if (scenario === "external-redis") check(P("flsched --redis is the external URL with the password from env"), redis === "redis://:$(FLPS_REDIS_PASSWORD)@redis.infra.svc:6380/2", redis);
-    else check(P("flsched --redis is the release's Redis with the password from env"), /^redis:\/\/:\$\(FLPS_REDIS_PASSWORD\)@[a-z0-9-]+-redis\.[a-z0-9-]+\.svc:6379\/0$/.test(redis), redis);
+    if (scenario === "external-redis") check(P("flsched --redis is the external URL, no password in it"), redis === "redis://redis.infra.svc:6380/2", redis);
+    else check(P("flsched --redis is the release's Redis, no password in it"), /^redis:\/\/[a-z0-9-]+-redis\.[a-z0-9-]+\.svc:6379\/0$/.test(redis), redis);
+    check(P("flsched gets the Redis password as FLPS_REDIS_PASSWORD from a Secret"), (c.env || []).some((e) => e.name === "FLPS_REDIS_PASSWORD" && e.valueFrom?.secretKeyRef?.name));
     const [svc] = find(objs, "Service", "-scheduler");
     check(P("flsched Service selects the flsched pods"), !!svc && matches(svc.spec.selector, dep.spec.template.metadata.labels));
     check(P("flsched Service port http to the pod's http"), svc?.spec.ports?.[0]?.port === 8080 && svc.spec.ports[0].targetPort === "http");

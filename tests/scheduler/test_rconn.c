@@ -134,3 +134,89 @@ Test(rconn, loads_scripts_at_connect_and_again_after_a_script_flush)
     rconn_destroy(rc);
     test_redis_stop(&srv);
 }
+
+Test(rconn, never_shows_a_password_in_a_url_it_prints)
+{
+    char out[256];
+
+    rconn_redact_url("redis://:s3cret@10.1.2.3:6380/2", out, sizeof(out));
+    cr_assert_str_eq(out, "redis://:***@10.1.2.3:6380/2");
+    rconn_redact_url("redis://alice:s3cret@h:1", out, sizeof(out));
+    cr_assert_str_eq(out, "redis://alice:***@h:1", "the user stays");
+    rconn_redact_url("redis://h:1/0", out, sizeof(out));
+    cr_assert_str_eq(out, "redis://h:1/0");
+    rconn_redact_url("http://:s3cret@h", out, sizeof(out));
+    cr_assert_null(strstr(out, "s3cret"), "%s", out);
+}
+
+/* A connection made with url and the current environment: the code of
+ * its PING, and its message. */
+static flps_err ping_as(const char *url, char *why, size_t len)
+{
+    rconn *rc = NULL;
+    flps_err e = rconn_create(url, 1000, &rc);
+
+    if (e != FLPS_OK)
+        return e;
+    e = rconn_ping(rc);
+    snprintf(why, len, "%s", rconn_error(rc));
+    rconn_destroy(rc);
+    return e;
+}
+
+Test(rconn, authenticates_from_a_file_the_environment_or_an_acl_user)
+{
+    test_redis srv;
+    rconn *admin = NULL;
+    redisReply *r = NULL;
+    char url[128], why[512], pwfile[] = "/tmp/flps-rconn-pw-XXXXXX";
+    int fd;
+
+    cr_assert_eq(test_redis_start(&srv), 0, "redis-server did not start");
+    cr_assert_eq(rconn_create(srv.url, 1000, &admin), FLPS_OK);
+    cr_assert_eq(rconn_cmd(admin, &r,
+                           "ACL SETUSER alice on >wonder ~* &* "
+                           "+@all"),
+                 FLPS_OK, "%s", rconn_error(admin));
+    freeReplyObject(r);
+    cr_assert_eq(rconn_cmd(admin, &r, "CONFIG SET requirepass s3cret"),
+                 FLPS_OK);
+    freeReplyObject(r);
+    rconn_destroy(admin);
+    unsetenv("FLPS_REDIS_PASSWORD_FILE");
+    unsetenv("FLPS_REDIS_PASSWORD");
+    unsetenv("FLPS_REDIS_USER");
+
+    /* No password at all: refused at once, with what to set. */
+    cr_assert_eq(ping_as(srv.url, why, sizeof(why)), FLPS_ECONFIG, "%s", why);
+    cr_assert_not_null(strstr(why, "FLPS_REDIS_PASSWORD_FILE"), "%s", why);
+
+    /* From the environment, which is then cleared for children. */
+    setenv("FLPS_REDIS_PASSWORD", "s3cret", 1);
+    cr_assert_eq(ping_as(srv.url, why, sizeof(why)), FLPS_OK, "%s", why);
+    cr_assert_null(getenv("FLPS_REDIS_PASSWORD"));
+
+    /* From a file (first line; the newline is not part of it). */
+    fd = mkstemp(pwfile);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, "s3cret\n", 7), 7);
+    close(fd);
+    setenv("FLPS_REDIS_PASSWORD_FILE", pwfile, 1);
+    cr_assert_eq(ping_as(srv.url, why, sizeof(why)), FLPS_OK, "%s", why);
+    unsetenv("FLPS_REDIS_PASSWORD_FILE");
+    unlink(pwfile);
+
+    /* A wrong password is a configuration error, and not printed. */
+    snprintf(url, sizeof(url), "redis://:wrongpw@127.0.0.1:%d", srv.port);
+    cr_assert_eq(ping_as(url, why, sizeof(why)), FLPS_ECONFIG, "%s", why);
+    cr_assert_not_null(strstr(why, "refused the credentials"), "%s", why);
+    cr_assert_null(strstr(why, "wrongpw"), "%s", why);
+
+    /* An ACL user and its password, from the URL. */
+    snprintf(url, sizeof(url), "redis://alice:wonder@127.0.0.1:%d", srv.port);
+    cr_assert_eq(ping_as(url, why, sizeof(why)), FLPS_OK, "%s", why);
+    snprintf(url, sizeof(url), "redis://alice:s3cret@127.0.0.1:%d", srv.port);
+    cr_assert_eq(ping_as(url, why, sizeof(why)), FLPS_ECONFIG, "%s", why);
+    cr_assert_not_null(strstr(why, "alice"), "%s", why);
+    test_redis_stop(&srv);
+}
