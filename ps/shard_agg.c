@@ -15,130 +15,156 @@
 #include "compress/codec.h"
 #include "compress/topk.h"
 
-static int cmp_u32(const void *a, const void *b)
+/* Sum the dense pushes of p's iteration in rank order into uval and scale
+ * them into the update, in the payload itself: no accumulator of the
+ * part's size. The operations are those of adding each rank into a zeroed
+ * accumulator and scaling that, so the results are the same bits. */
+static void sum_dense(const ps_part *p, uint32_t W, float scale, float *uval)
 {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : (x > y);
+    const uint32_t n = p->numel;
+
+    for (uint32_t r = 0; r < W; r++) {
+        const float *v = p->push[r].codec == PROTO_CODEC_ENCODED
+                             ? p->decoded[r]
+                             : p->push[r].val;
+        if (r == 0 && W == 1) {
+            for (uint32_t i = 0; i < n; i++)
+                uval[i] = -(scale * (0.0f + v[i]));
+        } else if (r == 0) {
+            for (uint32_t i = 0; i < n; i++)
+                uval[i] = 0.0f + v[i];
+        } else if (r + 1 < W) {
+            for (uint32_t i = 0; i < n; i++)
+                uval[i] += v[i];
+        } else {
+            for (uint32_t i = 0; i < n; i++)
+                uval[i] = -(scale * (uval[i] + v[i]));
+        }
+    }
 }
 
-/* Sort n distinct indices below limit ascending in O(n): LSD radix passes
- * of 11 bits through tmp (room for n), as many as limit needs (two for
- * parts of up to 4M elements). A close then costs time in proportion to
- * what was pushed, never to the part's size. */
-static void sort_indices(uint32_t *a, uint32_t *tmp, uint32_t n, uint32_t limit)
+/* Room for n entries in the shard's union scratch (gtopk). */
+static flps_err grow_union(ps_shard *s, size_t n)
 {
-    enum { BITS = 11, BUCKETS = 1 << BITS };
-    uint32_t count[BUCKETS], *src = a, *dst = tmp;
-    unsigned passes = 1;
+    size_t ci = s->u_cap, cs = s->u_cap;
+    uint32_t *idx;
+    float *sum;
 
-    if (n < 64) {
-        qsort(a, n, sizeof(*a), cmp_u32);
-        return;
-    }
-    while (passes < 3 && (uint64_t)(limit - 1) >> (BITS * passes) != 0)
-        passes++;
-    for (unsigned pass = 0; pass < passes; pass++) {
-        const unsigned shift = pass * BITS;
-        uint32_t sum = 0;
+    if (n <= s->u_cap)
+        return FLPS_OK;
+    idx = ps_shard_grow(s->u_idx, &ci, n, sizeof(*idx));
+    if (idx == NULL)
+        return FLPS_ENOMEM;
+    s->u_idx = idx; /* larger than u_cap says: harmless if sum fails */
+    sum = ps_shard_grow(s->u_sum, &cs, n, sizeof(*sum));
+    if (sum == NULL)
+        return FLPS_ENOMEM;
+    s->u_sum = sum;
+    s->u_cap = ci;
+    return FLPS_OK;
+}
 
-        memset(count, 0, sizeof(count));
-        for (uint32_t i = 0; i < n; i++)
-            count[(src[i] >> shift) & (BUCKETS - 1)]++;
-        for (uint32_t b = 0; b < BUCKETS; b++) {
-            uint32_t c = count[b];
-            count[b] = sum;
-            sum += c;
-        }
-        for (uint32_t i = 0; i < n; i++)
-            dst[count[(src[i] >> shift) & (BUCKETS - 1)]++] = src[i];
-        uint32_t *t = src;
-        src = dst;
-        dst = t;
+/* The indices of rank r's push that the update u[0..nu) (ascending) did
+ * not take, in push order, into rej; returns how many. Both lists are
+ * ascending, so one pass over each. */
+static uint32_t rejected_of(const proto_msg *m, const uint32_t *u, uint32_t nu,
+                            uint32_t *rej)
+{
+    uint32_t nrej = 0, at = 0;
+
+    for (uint32_t j = 0; j < m->n; j++) {
+        const uint32_t i = m->idx[j];
+        while (at < nu && u[at] < i)
+            at++;
+        if (at == nu || u[at] != i)
+            rej[nrej++] = i;
     }
-    if (src != a)
-        memcpy(a, src, (size_t)n * sizeof(*a));
+    return nrej;
 }
 
 /* Close the open iteration of p: sum the pushes in rank order (so the
  * result does not depend on arrival order), choose the update, apply it,
- * log it, answer every worker, reset. */
+ * log it, answer every worker, reset. Sparse pushes are merged (their
+ * indices are ascending), never scattered into a dense accumulator and
+ * sorted; the update is built in a buffer from the part's reply pool. */
 static flps_err close_iteration(ps_shard *s, ps_part *p)
 {
     const uint32_t W = s->jc.workers;
     const int dense = s->jc.agg == PROTO_AGG_DENSE;
+    const int gtopk = s->jc.agg == PROTO_AGG_GTOPK;
     const float scale =
         (float)(proto_jobcfg_lr_at(&s->jc, p->iter) / (double)W);
-    uint32_t nt = 0, nu;
+    uint32_t nt, nu;
+    size_t pushed = 0, cap;
     proto_buf *payload;
-    uint32_t *uidx;
+    uint32_t *uidx = NULL, *rej = NULL;
     float *uval;
     wal_record wr;
     flps_err rc;
 
+    for (uint32_t r = 0; r < W; r++)
+        pushed += p->push[r].n;
     if (dense) {
-        for (uint32_t r = 0; r < W; r++) {
-            const float *v = p->push[r].codec == PROTO_CODEC_ENCODED
-                                 ? p->decoded[r]
-                                 : p->push[r].val;
-            for (uint32_t i = 0; i < p->numel; i++)
-                p->acc[i] += v[i];
-        }
-        nu = p->numel;
+        payload = ps_shard_reply_buf(p, (size_t)p->numel * sizeof(float));
+        if (payload == NULL)
+            return FLPS_ENOMEM;
+        uval = proto_buf_data(payload);
+        sum_dense(p, W, scale, uval);
+        nt = nu = p->numel;
+    } else if (!gtopk) {
+        /* topk: the update is the union, merged straight into the payload:
+         * indices in [0, cap), values in [cap, 2 cap) of its u32 slots. */
+        cap = pushed < p->numel ? pushed : p->numel;
+        payload = ps_shard_reply_buf(p, cap * 8);
+        if (payload == NULL)
+            return FLPS_ENOMEM;
+        uidx = proto_buf_data(payload);
+        uval = (float *)(uidx + cap);
+        nt = nu = ps_merge_sum(s->merge, p->push, W, uidx, uval);
+        for (uint32_t j = 0; j < nu; j++)
+            uval[j] = -(scale * uval[j]);
     } else {
-        for (uint32_t r = 0; r < W; r++) {
-            const proto_msg *m = &p->push[r];
-            for (uint32_t j = 0; j < m->n; j++) {
-                uint32_t i = m->idx[j];
-                if (!p->mark[i]) {
-                    p->mark[i] = 1;
-                    p->touched[nt++] = i;
-                }
-                p->acc[i] += m->val[j];
+        uint64_t k = (uint64_t)floor(s->jc.density * (double)p->numel);
+
+        cap = pushed < p->numel ? pushed : p->numel;
+        if (grow_union(s, cap + 1) != FLPS_OK)
+            return FLPS_ENOMEM;
+        nt = ps_merge_sum(s->merge, p->push, W, s->u_idx, s->u_sum);
+        if (k < 1)
+            k = 1;
+        nu = k < nt ? (uint32_t)k : nt;
+        /* Global top-k over the union only: no dense scan. The candidates
+         * are in ascending index order, so topk's tie rule (lower
+         * position) is the lower index, and the chosen positions come
+         * back ascending. The payload holds the update and then every
+         * rank's rejected indices. */
+        payload = ps_shard_reply_buf(
+            p, (size_t)nu * 8 + (nu < nt ? pushed * sizeof(uint32_t) : 0));
+        if (payload == NULL)
+            return FLPS_ENOMEM;
+        uidx = proto_buf_data(payload);
+        uval = (float *)(uidx + nu);
+        rej = uidx + 2 * (size_t)nu;
+        if (nu < nt) {
+            uint32_t *sel =
+                ps_shard_grow(s->sel, &s->sel_cap, nu, sizeof(*s->sel));
+            if (sel == NULL)
+                return FLPS_ENOMEM;
+            s->sel = sel;
+            rc = topk_ctx_select(s->topk, s->u_sum, nt, nu, s->sel);
+            if (rc != FLPS_OK)
+                return rc;
+            for (uint32_t j = 0; j < nu; j++) {
+                uidx[j] = s->u_idx[s->sel[j]];
+                uval[j] = -(scale * s->u_sum[s->sel[j]]);
+            }
+        } else {
+            for (uint32_t j = 0; j < nu; j++) {
+                uidx[j] = s->u_idx[j];
+                uval[j] = -(scale * s->u_sum[j]);
             }
         }
-        sort_indices(p->touched, s->sel, nt, p->numel);
-        nu = nt;
-        if (s->jc.agg == PROTO_AGG_GTOPK) {
-            uint64_t k = (uint64_t)floor(s->jc.density * (double)p->numel);
-            if (k < 1)
-                k = 1;
-            if (k < nt)
-                nu = (uint32_t)k;
-        }
     }
-    payload = proto_buf_create((size_t)nu * (dense ? 4 : 8));
-    if (payload == NULL)
-        return FLPS_ENOMEM;
-    uidx = dense ? NULL : proto_buf_data(payload);
-    uval = dense ? proto_buf_data(payload)
-                 : (float *)((uint32_t *)proto_buf_data(payload) + nu);
-    if (dense) {
-        for (uint32_t i = 0; i < nu; i++)
-            uval[i] = -(scale * p->acc[i]);
-    } else if (nu == nt) {
-        for (uint32_t j = 0; j < nu; j++) {
-            uidx[j] = p->touched[j];
-            uval[j] = -(scale * p->acc[p->touched[j]]);
-        }
-    } else {
-        /* Global top-k over the touched entries only: no dense scan. The
-         * candidates are in ascending index order, so topk's tie rule
-         * (lower position) is the lower index. */
-        for (uint32_t j = 0; j < nt; j++)
-            s->gath[j] = p->acc[p->touched[j]];
-        rc = topk_select(s->gath, nt, nu, s->sel);
-        if (rc != FLPS_OK) {
-            proto_buf_release(payload);
-            return rc;
-        }
-        for (uint32_t j = 0; j < nu; j++) {
-            uint32_t i = p->touched[s->sel[j]];
-            uidx[j] = i;
-            uval[j] = -(scale * p->acc[i]);
-            p->mark[i] = 2;
-        }
-    }
-
     memset(&wr, 0, sizeof(wr));
     wr.kind = dense ? WAL_ADD_DENSE : WAL_ADD_SPARSE;
     wr.part = p->id;
@@ -150,10 +176,8 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
     /* Durable before anyone hears of it: an update a worker has seen is
      * never lost by a shard crash. */
     rc = ps_shard_wal(s, &wr);
-    if (rc != FLPS_OK) {
-        proto_buf_release(payload);
-        return rc;
-    }
+    if (rc != FLPS_OK)
+        return rc; /* the payload stays in the pool */
     if (dense) {
         for (uint32_t i = 0; i < nu; i++)
             p->w[i] += uval[i];
@@ -167,49 +191,27 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
 
     for (uint32_t r = 0; r < W; r++) {
         ps_reply rep;
-        proto_buf *rej = NULL;
         uint32_t nrej = 0;
         const proto_msg *m = &p->push[r];
 
         ps_shard_reply_init(s, &rep, PROTO_OP_UPDATE, r, p->id, p->iter,
                             p->version);
-        if (!dense && nu < nt) {
-            rej = proto_buf_create((size_t)m->n * sizeof(uint32_t));
-            if (rej != NULL) {
-                uint32_t *ri = proto_buf_data(rej);
-                for (uint32_t j = 0; j < m->n; j++)
-                    if (p->mark[m->idx[j]] != 2)
-                        ri[nrej++] = m->idx[j];
-            } else {
-                /* Without the list the worker keeps its values as sent;
-                 * only their error feedback is lost. Log it loudly. */
-                log_error("out of memory building rejected indices for rank "
-                          "%u, part %u",
-                          r, p->id);
-            }
+        if (nu < nt) {
+            /* gtopk: rank r's rejected indices, in the payload after the
+             * update and the ranks before r. */
+            nrej = rejected_of(m, uidx, nu, rej);
+            rep.msg.rej = rej;
+            rej += nrej;
         }
         rep.msg.codec = dense ? PROTO_CODEC_DENSE : PROTO_CODEC_SPARSE;
         rep.msg.n = nu;
         rep.msg.idx = uidx;
         rep.msg.val = uval;
         rep.msg.nrej = nrej;
-        rep.msg.rej = rej ? proto_buf_data(rej) : NULL;
         rep.payload = payload;
-        rep.rej = rej;
         s->cfg.send(s->cfg.send_arg, p->peer[r], &rep);
-        proto_buf_release(rej);
     }
-    proto_buf_release(payload);
 
-    /* Reset only what this iteration touched. */
-    if (dense) {
-        memset(p->acc, 0, (size_t)p->numel * sizeof(float));
-    } else {
-        for (uint32_t j = 0; j < nt; j++) {
-            p->acc[p->touched[j]] = 0;
-            p->mark[p->touched[j]] = 0;
-        }
-    }
     for (uint32_t r = 0; r < W; r++) {
         transport_rx_release(p->rx[r]);
         p->rx[r] = NULL;
@@ -229,12 +231,14 @@ static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
     const int dense = m->codec != PROTO_CODEC_SPARSE;
     const float *vals =
         m->codec == PROTO_CODEC_ENCODED ? p->decoded[m->rank] : m->val;
-    float *delta = flps_malloc(((size_t)m->n + 1) * sizeof(float));
+    float *delta =
+        ps_shard_grow(s->delta, &s->delta_cap, (size_t)m->n + 1, sizeof(float));
     wal_record wr;
     flps_err rc;
 
     if (delta == NULL)
         return FLPS_ENOMEM;
+    s->delta = delta;
     for (uint32_t j = 0; j < m->n; j++)
         delta[j] = -(scale * vals[j]);
     memset(&wr, 0, sizeof(wr));
@@ -258,7 +262,6 @@ static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
         s->stats.updates++;
         ps_shard_reply_ack(s, peer, m, 0, "applied", p->version);
     }
-    flps_free(delta);
     return rc;
 }
 
