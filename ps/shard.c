@@ -210,6 +210,11 @@ static void shard_drop_layout(ps_shard *s)
     s->nowned = 0;
     s->configured = 0;
     ps_merge_destroy(s->merge);
+    flps_free(s->acc);
+    flps_free(s->bits);
+    s->acc = NULL;
+    s->bits = NULL;
+    s->acc_cap = 0;
     topk_ctx_destroy(s->topk);
     flps_free(s->u_idx);
     flps_free(s->u_sum);

@@ -43,6 +43,85 @@ static void sum_dense(const ps_part *p, uint32_t W, float scale, float *uval)
     }
 }
 
+/* Parts of up to this many elements may sum their sparse pushes by a
+ * scatter-add into the shard's dense scratch (4 MiB at most, shared by
+ * every part, so it stays in cache) instead of the merge: the pushes are
+ * then read one after the other, each sequentially, and the union comes
+ * out ascending from a first-touch bitmap. Larger parts always merge: a
+ * scatter into a scratch that large would miss the cache on every pair. */
+#define SCATTER_MAX_NUMEL (1u << 20)
+
+/* Does the scatter-add beat the merge for p? With few pushes the merge's
+ * tree is shallow; with few pairs the bitmap's scan of numel / 64 words
+ * would cost more than merging them. */
+static int scatter_pays(const ps_shard *s, const ps_part *p, size_t pushed)
+{
+    return p->numel <= SCATTER_MAX_NUMEL && s->jc.workers >= 4 &&
+           p->numel / 64 <= pushed;
+}
+
+/* The dense scratch for p, zeroed; NULL when it cannot be had (the caller
+ * merges instead: the same result). */
+static float *scatter_scratch(ps_shard *s, const ps_part *p)
+{
+    float *acc;
+    uint64_t *bits;
+
+    if (p->numel <= s->acc_cap)
+        return s->acc;
+    acc = flps_calloc(p->numel, sizeof(*acc));
+    bits = flps_calloc((size_t)p->numel / 64 + 1, sizeof(*bits));
+    if (acc == NULL || bits == NULL) {
+        flps_free(acc);
+        flps_free(bits);
+        return NULL;
+    }
+    flps_free(s->acc);
+    flps_free(s->bits);
+    s->acc = acc;
+    s->bits = bits;
+    s->acc_cap = p->numel;
+    return acc;
+}
+
+/* Sum the W sparse pushes of p: the union of their indices ascending into
+ * out_idx, each one's sum in rank order (from +0.0f) into out_sum, either
+ * way bit-identical; returns the union's size. */
+static uint32_t sum_sparse(ps_shard *s, const ps_part *p, size_t pushed,
+                           uint32_t *out_idx, float *out_sum)
+{
+    const uint32_t W = s->jc.workers;
+    float *acc = scatter_pays(s, p, pushed) ? scatter_scratch(s, p) : NULL;
+    uint64_t *bits = s->bits;
+    uint32_t n = 0;
+
+    if (acc == NULL)
+        return ps_merge_sum(s->merge, p->push, W, out_idx, out_sum);
+    for (uint32_t r = 0; r < W; r++) {
+        const proto_msg *m = &p->push[r];
+        for (uint32_t j = 0; j < m->n; j++) {
+            const uint32_t i = m->idx[j];
+            acc[i] += m->val[j];
+            bits[i / 64] |= (uint64_t)1 << (i % 64);
+        }
+    }
+    /* Emit and clear in one pass, so the scratch is zero again. */
+    for (uint32_t w = 0; w <= p->numel / 64; w++) {
+        uint64_t b = bits[w];
+        if (b == 0)
+            continue;
+        bits[w] = 0;
+        while (b != 0) {
+            const uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(b);
+            b &= b - 1;
+            out_idx[n] = i;
+            out_sum[n++] = acc[i];
+            acc[i] = 0.0f;
+        }
+    }
+    return n;
+}
+
 /* Room for n entries in the shard's union scratch (gtopk). */
 static flps_err grow_union(ps_shard *s, size_t n)
 {
@@ -120,7 +199,7 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
             return FLPS_ENOMEM;
         uidx = proto_buf_data(payload);
         uval = (float *)(uidx + cap);
-        nt = nu = ps_merge_sum(s->merge, p->push, W, uidx, uval);
+        nt = nu = sum_sparse(s, p, pushed, uidx, uval);
         for (uint32_t j = 0; j < nu; j++)
             uval[j] = -(scale * uval[j]);
     } else {
@@ -129,7 +208,7 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
         cap = pushed < p->numel ? pushed : p->numel;
         if (grow_union(s, cap + 1) != FLPS_OK)
             return FLPS_ENOMEM;
-        nt = ps_merge_sum(s->merge, p->push, W, s->u_idx, s->u_sum);
+        nt = sum_sparse(s, p, pushed, s->u_idx, s->u_sum);
         if (k < 1)
             k = 1;
         nu = k < nt ? (uint32_t)k : nt;
