@@ -88,18 +88,19 @@ static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
 
 /* ---- parts and layout ---- */
 
-proto_buf *ps_shard_reply_buf(ps_part *p, size_t len)
+proto_buf *ps_shard_reply_buf(ps_part *p, size_t len, size_t room)
 {
-    /* A buffer more than this much larger than asked for is dropped, so a
-     * part whose updates shrink does not keep its largest. */
-    const size_t slack = len + len / 4 + 4096;
     proto_buf *b;
     int pick = -1, slot = -1;
 
+    if (room < len)
+        room = len;
     for (int i = 0; i < PS_REPLY_POOL; i++) {
         proto_buf *c = p->reply[i];
+        /* A buffer much larger than asked for is dropped, so a part whose
+         * updates shrink does not keep its largest. */
         if (c != NULL && proto_buf_is_unique(c) && proto_buf_len(c) >= len &&
-            proto_buf_len(c) <= 2 * slack) {
+            proto_buf_len(c) <= 2 * room) {
             pick = i;
             break;
         }
@@ -114,9 +115,7 @@ proto_buf *ps_shard_reply_buf(ps_part *p, size_t len)
     }
     if (pick >= 0)
         return p->reply[pick];
-    /* Sparse updates vary in size from one iteration to the next: room
-     * for a little more saves regrowing. */
-    b = proto_buf_create(slack);
+    b = proto_buf_create(room);
     if (b == NULL)
         return NULL;
     for (int i = 0; i < PS_REPLY_POOL && slot < 0; i++)

@@ -122,6 +122,13 @@ static uint32_t sum_sparse(ps_shard *s, const ps_part *p, size_t pushed,
     return n;
 }
 
+/* A sparse update's size varies from one iteration to the next: a new
+ * reply buffer gets room for a little more, which saves regrowing. */
+static size_t sparse_room(size_t len)
+{
+    return len + len / 4 + 4096;
+}
+
 /* Room for n entries in the shard's union scratch (gtopk). */
 static flps_err grow_union(ps_shard *s, size_t n)
 {
@@ -184,7 +191,7 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
     for (uint32_t r = 0; r < W; r++)
         pushed += p->push[r].n;
     if (dense) {
-        payload = ps_shard_reply_buf(p, (size_t)p->numel * sizeof(float));
+        payload = ps_shard_reply_buf(p, (size_t)p->numel * sizeof(float), 0);
         if (payload == NULL)
             return FLPS_ENOMEM;
         uval = proto_buf_data(payload);
@@ -194,7 +201,7 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
         /* topk: the update is the union, merged straight into the payload:
          * indices in [0, cap), values in [cap, 2 cap) of its u32 slots. */
         cap = pushed < p->numel ? pushed : p->numel;
-        payload = ps_shard_reply_buf(p, cap * 8);
+        payload = ps_shard_reply_buf(p, cap * 8, sparse_room(cap * 8));
         if (payload == NULL)
             return FLPS_ENOMEM;
         uidx = proto_buf_data(payload);
@@ -204,6 +211,7 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
             uval[j] = -(scale * uval[j]);
     } else {
         uint64_t k = (uint64_t)floor(s->jc.density * (double)p->numel);
+        size_t len;
 
         cap = pushed < p->numel ? pushed : p->numel;
         if (grow_union(s, cap + 1) != FLPS_OK)
@@ -217,8 +225,8 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
          * position) is the lower index, and the chosen positions come
          * back ascending. The payload holds the update and then every
          * rank's rejected indices. */
-        payload = ps_shard_reply_buf(
-            p, (size_t)nu * 8 + (nu < nt ? pushed * sizeof(uint32_t) : 0));
+        len = (size_t)nu * 8 + (nu < nt ? pushed * sizeof(uint32_t) : 0);
+        payload = ps_shard_reply_buf(p, len, sparse_room(len));
         if (payload == NULL)
             return FLPS_ENOMEM;
         uidx = proto_buf_data(payload);

@@ -107,12 +107,13 @@ ps_part *ps_shard_request_part(ps_shard *s, uint32_t peer, const proto_msg *m,
                                int need_init, flps_err *err);
 
 /* A buffer of at least len bytes for an update of p, from p's pool: one
- * that nobody else holds any more, else a new one that takes a slot (the
+ * that nobody else holds any more, else a new one of room bytes (at least
+ * len: room to spare for updates that vary in size) that takes a slot (the
  * transport keeps its own references to a buffer it still sends). The
  * pool keeps the reference: the caller sends from it and never releases
- * it. At most one idle buffer stays, and none much larger than asked for,
- * so the pool holds about one update's worth. NULL when out of memory. */
-proto_buf *ps_shard_reply_buf(ps_part *p, size_t len);
+ * it. At most one idle buffer stays, and none much larger than room, so
+ * the pool holds about one update's worth. NULL when out of memory. */
+proto_buf *ps_shard_reply_buf(ps_part *p, size_t len, size_t room);
 
 /* Scratch buf of *cap elements of elem bytes, grown to hold at least n:
  * returns buf itself when it is large enough, else a new buffer (buf is
