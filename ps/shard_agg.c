@@ -51,6 +51,9 @@ static void sum_dense(const ps_part *p, uint32_t W, float scale, float *uval)
  * scatter into a scratch that large would miss the cache on every pair. */
 #define SCATTER_MAX_NUMEL (1u << 20)
 
+/* Updates ahead to prefetch the part's values for. */
+#define W_AHEAD 16
+
 /* Does the scatter-add beat the merge for p? With few pushes the merge's
  * tree is shallow; with few pairs the bitmap's scan of numel / 64 words
  * would cost more than merging them. */
@@ -269,8 +272,13 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
         for (uint32_t i = 0; i < nu; i++)
             p->w[i] += uval[i];
     } else {
-        for (uint32_t j = 0; j < nu; j++)
+        /* The part's values are cold by now and the indices sparse enough
+         * to skip lines: fetch a few updates ahead. */
+        for (uint32_t j = 0; j < nu; j++) {
+            if (j + W_AHEAD < nu)
+                __builtin_prefetch(&p->w[uidx[j + W_AHEAD]], 1);
             p->w[uidx[j]] += uval[j];
+        }
     }
     p->version++;
     s->stats.updates++;
