@@ -3,6 +3,7 @@
  * sort of the touched indices. */
 #include "ps/merge.h"
 
+#include <assert.h>
 #include <string.h>
 
 #include "common/alloc.h"
@@ -92,6 +93,7 @@ uint32_t ps_merge_sum(ps_merge *m, const proto_msg *src, uint32_t nsrc,
     uint64_t k;
     float sum;
 
+    assert(nsrc <= m->max_src);
     if (nsrc == 0)
         return 0;
     if (nsrc == 1)
