@@ -385,7 +385,7 @@ Test(shard_agg, a_released_update_buffer_is_reused)
 Test(shard_agg, dense_updates_are_the_rank_order_sum_bit_for_bit)
 {
     const uint32_t Ws[] = {1, 2, 3, 6};
-    const uint32_t numel = 1000;
+    const uint32_t numel = 10000; /* blocks of 4096 and a remainder */
     uint64_t seed = 11;
 
     for (size_t wi = 0; wi < sizeof(Ws) / sizeof(Ws[0]); wi++) {
