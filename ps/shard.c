@@ -65,14 +65,15 @@ void ps_shard_reply_ack(ps_shard *s, uint32_t peer, const proto_msg *req,
 }
 
 static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
-                             const ps_part *p)
+                             ps_part *p)
 {
     ps_reply r;
-    proto_buf *b = proto_buf_create((size_t)p->numel * sizeof(float));
+    proto_buf *b = ps_shard_reply_buf(p, (size_t)p->numel * sizeof(float), 0);
 
     if (b == NULL)
         return FLPS_ENOMEM;
-    /* A copy: the part keeps changing while the transport sends. */
+    /* A copy: the part keeps changing while the transport sends. It comes
+     * from the part's pool, which keeps its reference. */
     memcpy(proto_buf_data(b), p->w, (size_t)p->numel * sizeof(float));
     ps_shard_reply_init(s, &r, PROTO_OP_PULL_REPLY, rank, p->id, p->iter,
                         p->version);
@@ -82,7 +83,6 @@ static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
     r.payload = b;
     s->stats.pulls++;
     s->cfg.send(s->cfg.send_arg, peer, &r);
-    proto_buf_release(b);
     return FLPS_OK;
 }
 
