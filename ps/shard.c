@@ -211,8 +211,10 @@ static void shard_drop_layout(ps_shard *s)
     ps_merge_destroy(s->merge);
     flps_free(s->acc);
     flps_free(s->bits);
+    flps_free(s->pos);
     s->acc = NULL;
     s->bits = NULL;
+    s->pos = NULL;
     s->acc_cap = 0;
     topk_ctx_destroy(s->topk);
     flps_free(s->u_idx);

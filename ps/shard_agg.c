@@ -53,13 +53,14 @@ static void sum_dense(const ps_part *p, uint32_t W, float scale, float *uval)
     }
 }
 
-/* Parts of up to this many elements may sum their sparse pushes by a
- * scatter-add into the shard's dense scratch (4 MiB at most, shared by
- * every part, so it stays in cache) instead of the merge: the pushes are
- * then read one after the other, each sequentially, and the union comes
- * out ascending from a first-touch bitmap. Larger parts always merge: a
- * scatter into a scratch that large would miss the cache on every pair. */
-#define SCATTER_MAX_NUMEL (1u << 20)
+/* Sparse pushes from 4 or more workers are summed by scatter-add into a
+ * dense scratch of at most this many elements (1 MiB, shared by every
+ * part, so it stays in cache), a window of the part at a time: each push
+ * is ascending, so a cursor per rank walks it window by window, every
+ * index's sum is still taken in rank order, and the union comes out of a
+ * first-touch bitmap ascending, with no sort. Fewer workers merge
+ * (ps/merge.c): their tree is shallow. */
+#define SCATTER_WINDOW (1u << 18)
 
 /* Updates ahead to prefetch the part's values for. */
 #define W_AHEAD 16
@@ -69,31 +70,36 @@ static void sum_dense(const ps_part *p, uint32_t W, float scale, float *uval)
  * would cost more than merging them. */
 static int scatter_pays(const ps_shard *s, const ps_part *p, size_t pushed)
 {
-    return p->numel <= SCATTER_MAX_NUMEL && s->jc.workers >= 4 &&
-           p->numel / 64 <= pushed;
+    return s->jc.workers >= 4 && p->numel / 64 <= pushed;
 }
 
-/* The dense scratch for p, zeroed; NULL when it cannot be had (the caller
- * merges instead: the same result). */
+/* The zeroed dense scratch and the rank cursors, of a window for p; NULL
+ * when they cannot be had (the caller merges instead: the same result). */
 static float *scatter_scratch(ps_shard *s, const ps_part *p)
 {
+    const uint32_t want = p->numel < SCATTER_WINDOW ? p->numel : SCATTER_WINDOW;
     float *acc;
     uint64_t *bits;
+    uint32_t *pos;
 
-    if (p->numel <= s->acc_cap)
+    if (want <= s->acc_cap)
         return s->acc;
-    acc = flps_calloc(p->numel, sizeof(*acc));
-    bits = flps_calloc((size_t)p->numel / 64 + 1, sizeof(*bits));
-    if (acc == NULL || bits == NULL) {
+    acc = flps_calloc(want, sizeof(*acc));
+    bits = flps_calloc((size_t)want / 64 + 1, sizeof(*bits));
+    pos = flps_malloc((size_t)s->jc.workers * sizeof(*pos));
+    if (acc == NULL || bits == NULL || pos == NULL) {
         flps_free(acc);
         flps_free(bits);
+        flps_free(pos);
         return NULL;
     }
     flps_free(s->acc);
     flps_free(s->bits);
+    flps_free(s->pos);
     s->acc = acc;
     s->bits = bits;
-    s->acc_cap = p->numel;
+    s->pos = pos;
+    s->acc_cap = want;
     return acc;
 }
 
@@ -106,30 +112,42 @@ static uint32_t sum_sparse(ps_shard *s, const ps_part *p, size_t pushed,
     const uint32_t W = s->jc.workers;
     float *acc = scatter_pays(s, p, pushed) ? scatter_scratch(s, p) : NULL;
     uint64_t *bits = s->bits;
-    uint32_t n = 0;
+    uint32_t *pos = s->pos, n = 0;
 
     if (acc == NULL)
         return ps_merge_sum(s->merge, p->push, W, out_idx, out_sum);
-    for (uint32_t r = 0; r < W; r++) {
-        const proto_msg *m = &p->push[r];
-        for (uint32_t j = 0; j < m->n; j++) {
-            const uint32_t i = m->idx[j];
-            acc[i] += m->val[j];
-            bits[i / 64] |= (uint64_t)1 << (i % 64);
+    memset(pos, 0, (size_t)W * sizeof(*pos));
+    for (uint32_t lo = 0; lo < p->numel; lo += SCATTER_WINDOW) {
+        const uint32_t hi =
+            p->numel - lo < SCATTER_WINDOW ? p->numel : lo + SCATTER_WINDOW;
+        int any = 0;
+
+        for (uint32_t r = 0; r < W; r++) {
+            const proto_msg *m = &p->push[r];
+            uint32_t j = pos[r];
+            for (; j < m->n && m->idx[j] < hi; j++) {
+                const uint32_t i = m->idx[j] - lo;
+                acc[i] += m->val[j];
+                bits[i / 64] |= (uint64_t)1 << (i % 64);
+            }
+            any |= j != pos[r];
+            pos[r] = j;
         }
-    }
-    /* Emit and clear in one pass, so the scratch is zero again. */
-    for (uint32_t w = 0; w <= p->numel / 64; w++) {
-        uint64_t b = bits[w];
-        if (b == 0)
+        if (!any)
             continue;
-        bits[w] = 0;
-        while (b != 0) {
-            const uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(b);
-            b &= b - 1;
-            out_idx[n] = i;
-            out_sum[n++] = acc[i];
-            acc[i] = 0.0f;
+        /* Emit and clear in one pass, so the scratch is zero again. */
+        for (uint32_t w = 0; w <= (hi - lo - 1) / 64; w++) {
+            uint64_t b = bits[w];
+            if (b == 0)
+                continue;
+            bits[w] = 0;
+            while (b != 0) {
+                const uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(b);
+                b &= b - 1;
+                out_idx[n] = lo + i;
+                out_sum[n++] = acc[i];
+                acc[i] = 0.0f;
+            }
         }
     }
     return n;

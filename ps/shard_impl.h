@@ -70,8 +70,9 @@ struct ps_shard {
      * to the largest use (they hold what is being aggregated, never a
      * part's worth unless that much was pushed). */
     ps_merge *merge;  /* the P-way merge of sparse pushes */
-    float *acc;       /* small parts' scatter-add: zero but while summing */
+    float *acc;       /* the scatter-add's window: zero but while summing */
     uint64_t *bits;   /* its first-touch bitmap, zero but while summing */
+    uint32_t *pos;    /* per rank: the next pair of its push to scatter */
     size_t acc_cap;   /* elements of acc (bits: acc_cap / 64 + 1 words) */
     topk_ctx *topk;   /* gtopk's selection */
     uint32_t *u_idx;  /* gtopk: the union of the pushed indices */

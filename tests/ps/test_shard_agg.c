@@ -28,6 +28,7 @@ typedef struct update {
 typedef struct rig {
     ps_shard *s;
     uint32_t W, numel;
+    uint32_t hot; /* indices every push holds: 0 .. hot - 1 */
     uint8_t agg;
     update *u;
     size_t nu, cap;
@@ -124,6 +125,7 @@ static rig *rig_start(uint32_t W, uint8_t agg, uint32_t numel, double density)
     cr_assert_not_null(zeros);
     g->W = W;
     g->numel = numel;
+    g->hot = numel / 16;
     g->agg = agg;
     memset(&c, 0, sizeof(c));
     c.job = JOB;
@@ -178,17 +180,17 @@ static uint64_t rng(uint64_t *s)
 }
 
 /* Rank r's push: each index with probability touch (a shared hot set of
- * the first numel / 16 indices always), values of every magnitude and
- * sign, -0.0f among them, so any change in the order of the additions
- * shows in the bits. */
-static uint32_t make_push(uint32_t numel, double touch, uint64_t *seed,
-                          uint32_t *idx, float *val)
+ * the first hot indices always), values of every magnitude and sign,
+ * -0.0f among them, so any change in the order of the additions shows in
+ * the bits. */
+static uint32_t make_push(uint32_t numel, uint32_t hot, double touch,
+                          uint64_t *seed, uint32_t *idx, float *val)
 {
     uint32_t n = 0;
 
     for (uint32_t i = 0; i < numel; i++) {
         uint64_t x = rng(seed);
-        if (i >= numel / 16 && (double)(x >> 11) * 0x1p-53 >= touch)
+        if (i >= hot && (double)(x >> 11) * 0x1p-53 >= touch)
             continue;
         idx[n] = i;
         switch (x % 7) {
@@ -265,7 +267,7 @@ static void check_topk_iteration(rig *g, uint64_t it, double touch,
     for (uint32_t r = 0; r < g->W; r++) {
         idx[r] = malloc((size_t)g->numel * 4);
         val[r] = malloc((size_t)g->numel * 4);
-        n[r] = make_push(g->numel, touch, seed, idx[r], val[r]);
+        n[r] = make_push(g->numel, g->hot, touch, seed, idx[r], val[r]);
     }
     reference(g, idx, val, n, &want);
     clear_updates(g);
@@ -306,7 +308,8 @@ static void check_topk_iteration(rig *g, uint64_t it, double touch,
 Test(shard_agg, small_parts_sum_like_a_rank_order_scatter_add_for_any_workers)
 {
     /* numel 4096 with 4+ workers takes the scatter-add when enough is
-     * pushed, the merge otherwise; fewer workers always merge. */
+     * pushed (always, with the hot set of 256), the merge otherwise;
+     * fewer workers always merge. */
     const uint32_t Ws[] = {1, 2, 3, 4, 5, 8, 17};
     const double touches[] = {0.001, 0.05, 0.5, 1.0};
     uint64_t seed = 42;
@@ -321,15 +324,20 @@ Test(shard_agg, small_parts_sum_like_a_rank_order_scatter_add_for_any_workers)
 
 Test(shard_agg, large_parts_sum_like_a_rank_order_scatter_add)
 {
-    /* Beyond the scatter-add's limit: the merge, for 5 and 33 workers (a
-     * tree of 64 leaves, most of them empty). */
-    const uint32_t Ws[] = {5, 33};
+    /* Parts beyond the scatter-add's window of 2^18 elements, the last
+     * window 3 elements long: 5 and 33 workers scatter window by window;
+     * with few pairs, and with 3 workers, they merge (33: a tree of 64
+     * leaves, most of them empty). */
+    const uint32_t Ws[] = {3, 5, 33};
     uint64_t seed = 7;
 
     for (size_t wi = 0; wi < sizeof(Ws) / sizeof(Ws[0]); wi++) {
         rig *g = rig_start(Ws[wi], PROTO_AGG_TOPK, (1u << 20) + 3, 1.0);
         check_topk_iteration(g, 0, 0.0005, &seed);
         check_topk_iteration(g, 1, 0.01, &seed);
+        g->hot = 8; /* fewer pairs than numel / 64: the merge */
+        check_topk_iteration(g, 2, 0.00005, &seed);
+        check_topk_iteration(g, 3, 0.0, &seed);
         rig_free(g);
     }
 }
@@ -398,7 +406,8 @@ Test(shard_agg, dense_updates_are_the_rank_order_sum_bit_for_bit)
 
         for (uint64_t it = 0; it < 3; it++) {
             for (uint32_t r = 0; r < W; r++) {
-                uint32_t n = make_push(numel, 1.0, &seed, tmp, v + r * numel);
+                uint32_t n =
+                    make_push(numel, 0, 1.0, &seed, tmp, v + r * numel);
                 cr_assert_eq(n, numel);
             }
             memset(acc, 0, (size_t)numel * 4);
@@ -451,7 +460,7 @@ Test(shard_agg, gtopk_rejects_exactly_what_the_update_did_not_take)
         for (uint32_t r = 0; r < W; r++) {
             idx[r] = malloc((size_t)numel * 4);
             val[r] = malloc((size_t)numel * 4);
-            n[r] = make_push(numel, 0.004, &seed, idx[r], val[r]);
+            n[r] = make_push(numel, numel / 16, 0.004, &seed, idx[r], val[r]);
         }
         reference(g, idx, val, n, &all);
         cr_assert_gt(all.n, k, "the test needs a selection");
