@@ -57,6 +57,12 @@ proto_buf *proto_buf_hold(proto_buf *b)
     return b;
 }
 
+int proto_buf_is_unique(const proto_buf *b)
+{
+    return atomic_load_explicit(&((proto_buf *)b)->refs,
+                                memory_order_acquire) == 1;
+}
+
 void proto_buf_release(proto_buf *b)
 {
     if (b == NULL)

@@ -22,4 +22,12 @@ size_t proto_buf_len(const proto_buf *b);
 proto_buf *proto_buf_hold(proto_buf *b);
 void proto_buf_release(proto_buf *b);
 
+/* Is the caller's the only reference? Then nobody else (a transport that
+ * is still sending it) reads the data, and the caller may write it again:
+ * what makes a pool of reply buffers safe. The answer is exact only while
+ * the caller holds its reference and gives none away; it synchronises
+ * with the release that dropped the last other reference, so writes after
+ * a true answer never race with the reads before that release. */
+int proto_buf_is_unique(const proto_buf *b);
+
 #endif

@@ -1,9 +1,13 @@
 /* The ZeroMQ transport: ROUTER on a shard, one DEALER per shard on a worker.
  * Payload frames are handed to ZeroMQ without copies (zmq_msg_init_data with
- * a release callback on the frame's proto_buf). */
+ * a release callback on the frame's proto_buf). Received frames stay in
+ * ZeroMQ's own messages (a large one has its own 8-byte aligned block);
+ * only small ones that sit unaligned in ZeroMQ's batch buffer are copied,
+ * into room the reused receive record carries. */
 #include "proto/transport.h"
 
 #include <errno.h>
+#include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,12 +17,20 @@
 #include "common/log.h"
 
 #define ZT_MAX_ID 256
+/* Bytes of unaligned small frames a receive record holds itself (headers
+ * are about a hundred; larger unaligned frames get their own copy). */
+#define ZT_RX_ROOM 1024
+/* Receive records kept for reuse: more than a shard holds at once is
+ * rare, and each is about 1.5 KiB. */
+#define ZT_RX_CACHE 64
 
 typedef struct zt_peer {
     unsigned char id[ZT_MAX_ID]; /* ROUTER routing id */
     size_t idlen;
     void *sock; /* DEALER (connector) */
 } zt_peer;
+
+typedef struct zt_rx zt_rx;
 
 typedef struct zt {
     transport base;
@@ -28,14 +40,25 @@ typedef struct zt {
     uint32_t npeers, cap;
     zmq_pollitem_t *items; /* connector: one per DEALER */
     uint32_t next_poll;    /* connector: fairness across DEALERs */
+    /* Receive records: released ones wait in free_rx for the next
+     * message. A record released after transport_destroy still needs z,
+     * so z goes only when the last one is back (live == 0, dead). */
+    zt_rx *free_rx;
+    uint32_t nfree;
+    uint32_t live; /* records handed out and not yet released */
+    int dead;      /* transport_destroy was called */
 } zt;
 
-typedef struct zt_rx {
+struct zt_rx {
     transport_rx rx;
+    zt *owner;
+    zt_rx *next_free;
     zmq_msg_t parts[PROTO_MAX_FRAMES + 1];
     size_t nparts;
-    void *copies[PROTO_MAX_FRAMES + 1]; /* realigned frames */
-} zt_rx;
+    void *copies[PROTO_MAX_FRAMES + 1]; /* realigned frames of their own */
+    size_t room_used;
+    alignas(16) unsigned char room[ZT_RX_ROOM]; /* small realigned frames */
+};
 
 static flps_err zt_fail(zt *z, const char *what)
 {
@@ -211,15 +234,77 @@ static flps_err zt_send(transport *t, uint32_t peer, const transport_frame *f,
     return FLPS_OK;
 }
 
+static void zt_free(zt *z)
+{
+    while (z->free_rx != NULL) {
+        zt_rx *n = z->free_rx->next_free;
+        flps_free(z->free_rx);
+        z->free_rx = n;
+    }
+    flps_free(z->peers);
+    flps_free(z->items);
+    flps_free(z);
+}
+
 static void zt_rx_release(transport_rx *rx)
 {
     zt_rx *r = rx->impl;
+    zt *z = r->owner;
 
     for (size_t i = 0; i < r->nparts; i++) {
         zmq_msg_close(&r->parts[i]);
         flps_free(r->copies[i]);
     }
+    z->live--;
+    if (!z->dead && z->nfree < ZT_RX_CACHE) {
+        r->next_free = z->free_rx;
+        z->free_rx = r;
+        z->nfree++;
+        return;
+    }
     flps_free(r);
+    if (z->dead && z->live == 0)
+        zt_free(z);
+}
+
+/* A receive record, reused when one is free; NULL when out of memory. */
+static zt_rx *zt_rx_get(zt *z)
+{
+    zt_rx *r = z->free_rx;
+
+    if (r != NULL) {
+        z->free_rx = r->next_free;
+        z->nfree--;
+    } else {
+        r = flps_malloc(sizeof(*r));
+        if (r == NULL)
+            return NULL;
+    }
+    memset(&r->rx, 0, sizeof(r->rx));
+    memset(r->copies, 0, sizeof(r->copies));
+    r->owner = z;
+    r->nparts = 0;
+    r->room_used = 0;
+    r->rx.impl = r;
+    r->rx.release = zt_rx_release;
+    z->live++;
+    return r;
+}
+
+/* Where an unaligned frame of len bytes goes: the record's room while it
+ * lasts, else a copy of its own (recorded in copies[i] to be freed). */
+static void *zt_rx_realign(zt_rx *r, size_t i, size_t len)
+{
+    /* Keep the next frame in the room 16-byte aligned as well. */
+    size_t need = (len + 15) & ~(size_t)15;
+
+    if (need <= ZT_RX_ROOM - r->room_used) {
+        void *d = r->room + r->room_used;
+        r->room_used += need;
+        return d;
+    }
+    r->copies[i] = flps_malloc(len);
+    return r->copies[i];
 }
 
 /* Map a ROUTER routing id to a peer number, adding it if new. */
@@ -311,20 +396,20 @@ static flps_err zt_recv(transport *t, int timeout_ms, transport_rx **out)
         if (s == NULL)
             return FLPS_ETIMEDOUT;
     }
-    r = flps_calloc(1, sizeof(*r));
+    r = zt_rx_get(z);
     if (r == NULL)
         return FLPS_ENOMEM;
     zmq_msg_init(&r->parts[0]);
     if (zmq_msg_recv(&r->parts[0], s, ZMQ_DONTWAIT) < 0) {
+        int e = zmq_errno();
         zmq_msg_close(&r->parts[0]);
-        flps_free(r);
-        if (zmq_errno() == EAGAIN)
+        zt_rx_release(&r->rx);
+        if (e == EAGAIN)
             return FLPS_ETIMEDOUT;
+        errno = e;
         return zt_fail(z, "zmq_msg_recv");
     }
     r->nparts = 1;
-    r->rx.impl = r;
-    r->rx.release = zt_rx_release;
     rc = zt_read_parts(z, s, r, &overflow);
     if (rc != FLPS_OK)
         goto fail;
@@ -341,13 +426,13 @@ static flps_err zt_recv(transport *t, int timeout_ms, transport_rx **out)
         /* Zero-copy receive can leave a frame at any offset of ZeroMQ's
          * batch buffer; frames of u32/f32 need 4-byte alignment. */
         if (((uintptr_t)d & 3u) != 0) {
-            r->copies[i] = flps_malloc(len);
-            if (r->copies[i] == NULL) {
+            void *c = zt_rx_realign(r, i, len);
+            if (c == NULL) {
                 rc = FLPS_ENOMEM;
                 goto fail;
             }
-            memcpy(r->copies[i], d, len);
-            d = r->copies[i];
+            memcpy(c, d, len);
+            d = c;
         }
         r->rx.frames[i - first].data = d;
         r->rx.frames[i - first].len = len;
@@ -381,9 +466,9 @@ static void zt_destroy(transport *t)
         if (z->peers[i].sock != NULL)
             zmq_close(z->peers[i].sock);
     zmq_ctx_term(z->ctx);
-    flps_free(z->peers);
-    flps_free(z->items);
-    flps_free(z);
+    z->dead = 1;
+    if (z->live == 0)
+        zt_free(z);
 }
 
 static const transport_vtable zt_vtable = {

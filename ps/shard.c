@@ -65,14 +65,15 @@ void ps_shard_reply_ack(ps_shard *s, uint32_t peer, const proto_msg *req,
 }
 
 static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
-                             const ps_part *p)
+                             ps_part *p)
 {
     ps_reply r;
-    proto_buf *b = proto_buf_create((size_t)p->numel * sizeof(float));
+    proto_buf *b = ps_shard_reply_buf(p, (size_t)p->numel * sizeof(float), 0);
 
     if (b == NULL)
         return FLPS_ENOMEM;
-    /* A copy: the part keeps changing while the transport sends. */
+    /* A copy: the part keeps changing while the transport sends. It comes
+     * from the part's pool, which keeps its reference. */
     memcpy(proto_buf_data(b), p->w, (size_t)p->numel * sizeof(float));
     ps_shard_reply_init(s, &r, PROTO_OP_PULL_REPLY, rank, p->id, p->iter,
                         p->version);
@@ -82,11 +83,69 @@ static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
     r.payload = b;
     s->stats.pulls++;
     s->cfg.send(s->cfg.send_arg, peer, &r);
-    proto_buf_release(b);
     return FLPS_OK;
 }
 
 /* ---- parts and layout ---- */
+
+proto_buf *ps_shard_reply_buf(ps_part *p, size_t len, size_t room)
+{
+    proto_buf *b;
+    int pick = -1, slot = -1;
+
+    if (room < len)
+        room = len;
+    for (int i = 0; i < PS_REPLY_POOL; i++) {
+        proto_buf *c = p->reply[i];
+        /* A buffer much larger than asked for is dropped, so a part whose
+         * updates shrink does not keep its largest. */
+        if (c != NULL && proto_buf_is_unique(c) && proto_buf_len(c) >= len &&
+            proto_buf_len(c) <= 2 * room) {
+            pick = i;
+            break;
+        }
+    }
+    /* Keep one idle buffer: release the others nobody sends any more. */
+    for (int i = 0; i < PS_REPLY_POOL; i++) {
+        if (i != pick && p->reply[i] != NULL &&
+            proto_buf_is_unique(p->reply[i])) {
+            proto_buf_release(p->reply[i]);
+            p->reply[i] = NULL;
+        }
+    }
+    if (pick >= 0)
+        return p->reply[pick];
+    b = proto_buf_create(room);
+    if (b == NULL)
+        return NULL;
+    for (int i = 0; i < PS_REPLY_POOL && slot < 0; i++)
+        if (p->reply[i] == NULL)
+            slot = i;
+    if (slot < 0) {
+        /* Every slot still in flight: drop the pool's reference to one;
+         * the transport frees it when sent. */
+        slot = 0;
+        proto_buf_release(p->reply[0]);
+    }
+    p->reply[slot] = b;
+    return b;
+}
+
+void *ps_shard_grow(void *buf, size_t *cap, size_t n, size_t elem)
+{
+    void *b;
+    size_t want;
+
+    if (n <= *cap && buf != NULL)
+        return buf;
+    want = n + n / 4 + 1;
+    b = flps_malloc(want * elem);
+    if (b == NULL)
+        return NULL;
+    flps_free(buf);
+    *cap = want;
+    return b;
+}
 
 static void part_destroy(ps_part *p, uint32_t workers)
 {
@@ -106,9 +165,8 @@ static void part_destroy(ps_part *p, uint32_t workers)
     flps_free(p->rx);
     flps_free(p->push);
     flps_free(p->peer);
-    flps_free(p->acc);
-    flps_free(p->mark);
-    flps_free(p->touched);
+    for (int i = 0; i < PS_REPLY_POOL; i++)
+        proto_buf_release(p->reply[i]);
     flps_free(p->last_async);
     flps_free(p);
 }
@@ -127,13 +185,8 @@ static flps_err part_create(uint32_t id, uint32_t numel, uint32_t workers,
     p->push = flps_calloc(workers, sizeof(*p->push));
     p->peer = flps_calloc(workers, sizeof(*p->peer));
     p->decoded = flps_calloc(workers, sizeof(*p->decoded));
-    p->acc = flps_calloc(numel, sizeof(float));
-    p->mark = flps_calloc(numel, 1);
     p->last_async = flps_calloc(workers, sizeof(*p->last_async));
-    /* touched holds at most one entry per element. */
-    p->touched = flps_malloc((size_t)numel * sizeof(uint32_t));
     if (p->w == NULL || p->rx == NULL || p->push == NULL || p->peer == NULL ||
-        p->acc == NULL || p->mark == NULL || p->touched == NULL ||
         p->last_async == NULL || p->decoded == NULL) {
         part_destroy(p, workers);
         return FLPS_ENOMEM;
@@ -155,11 +208,26 @@ static void shard_drop_layout(ps_shard *s)
     s->ntensors = 0;
     s->nowned = 0;
     s->configured = 0;
+    ps_merge_destroy(s->merge);
+    flps_free(s->acc);
+    flps_free(s->bits);
+    flps_free(s->pos);
+    s->acc = NULL;
+    s->bits = NULL;
+    s->pos = NULL;
+    s->acc_cap = 0;
+    topk_ctx_destroy(s->topk);
+    flps_free(s->u_idx);
+    flps_free(s->u_sum);
     flps_free(s->sel);
-    flps_free(s->gath);
+    flps_free(s->delta);
+    s->merge = NULL;
+    s->topk = NULL;
+    s->u_idx = NULL;
+    s->u_sum = NULL;
     s->sel = NULL;
-    s->gath = NULL;
-    s->scratch_cap = 0;
+    s->delta = NULL;
+    s->u_cap = s->sel_cap = s->delta_cap = 0;
 }
 
 /* Check a job configuration on its own; writes a reason on failure. */
@@ -215,15 +283,13 @@ static flps_err shard_configure(ps_shard *s, const proto_jobcfg *c,
         if (rc != FLPS_OK)
             goto fail;
         s->nowned++;
-        if (s->pm.parts[i].numel > s->scratch_cap)
-            s->scratch_cap = s->pm.parts[i].numel;
     }
-    s->sel = flps_malloc((s->scratch_cap + 1) * sizeof(*s->sel));
-    s->gath = flps_malloc((s->scratch_cap + 1) * sizeof(*s->gath));
-    if (s->sel == NULL || s->gath == NULL) {
-        rc = FLPS_ENOMEM;
+    rc = ps_merge_create(c->workers, &s->merge);
+    if (rc != FLPS_OK)
         goto fail;
-    }
+    rc = topk_ctx_create(&s->topk);
+    if (rc != FLPS_OK)
+        goto fail;
     s->configured = 1;
     return FLPS_OK;
 fail:

@@ -15,9 +15,12 @@
 
 typedef struct ps_shard ps_shard;
 
-/* A reply: header fields in msg; msg.idx/val point into payload and
- * msg.rej into rej (either may be NULL). Borrowed for the send callback;
- * a callback that keeps the buffers holds them (proto_buf_hold). */
+/* A reply: header fields in msg; msg.idx/val/rej point into payload or
+ * rej (either may be NULL; a gtopk update keeps every rank's rejected
+ * indices in its payload). Borrowed for the send callback; a callback
+ * that keeps the data holds the buffer (proto_buf_hold). The shard
+ * writes a payload again, for a later reply, only once it holds the one
+ * reference left (proto_buf_is_unique), so a held buffer never changes. */
 typedef struct ps_reply {
     proto_msg msg;
     proto_buf *payload;

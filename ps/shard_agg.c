@@ -15,130 +15,274 @@
 #include "compress/codec.h"
 #include "compress/topk.h"
 
-static int cmp_u32(const void *a, const void *b)
+/* Elements summed over every rank before moving on: a block of the update
+ * (16 KiB) stays in L1 while each rank adds into it, so the update is
+ * written to memory once, not once per rank. */
+#define DENSE_BLOCK 4096u
+
+/* Sum the dense pushes of p's iteration in rank order and scale them into
+ * the update uval, in the payload itself: no accumulator of the part's
+ * size. Per element the operations are those of adding each rank into a
+ * zeroed accumulator and scaling that, so the results are the same bits. */
+static void sum_dense(const ps_part *p, uint32_t W, float scale, float *uval)
 {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : (x > y);
+    for (uint32_t lo = 0; lo < p->numel; lo += DENSE_BLOCK) {
+        const uint32_t n =
+            p->numel - lo < DENSE_BLOCK ? p->numel - lo : DENSE_BLOCK;
+        float *u = uval + lo;
+
+        for (uint32_t r = 0; r < W; r++) {
+            const float *v =
+                (p->push[r].codec == PROTO_CODEC_ENCODED ? p->decoded[r]
+                                                         : p->push[r].val) +
+                lo;
+            if (r == 0 && W == 1) {
+                for (uint32_t i = 0; i < n; i++)
+                    u[i] = -(scale * (0.0f + v[i]));
+            } else if (r == 0) {
+                for (uint32_t i = 0; i < n; i++)
+                    u[i] = 0.0f + v[i];
+            } else if (r + 1 < W) {
+                for (uint32_t i = 0; i < n; i++)
+                    u[i] += v[i];
+            } else {
+                for (uint32_t i = 0; i < n; i++)
+                    u[i] = -(scale * (u[i] + v[i]));
+            }
+        }
+    }
 }
 
-/* Sort n distinct indices below limit ascending in O(n): LSD radix passes
- * of 11 bits through tmp (room for n), as many as limit needs (two for
- * parts of up to 4M elements). A close then costs time in proportion to
- * what was pushed, never to the part's size. */
-static void sort_indices(uint32_t *a, uint32_t *tmp, uint32_t n, uint32_t limit)
+/* Sparse pushes from 4 or more workers are summed by scatter-add into a
+ * dense scratch of at most this many elements (1 MiB, shared by every
+ * part, so it stays in cache), a window of the part at a time: each push
+ * is ascending, so a cursor per rank walks it window by window, every
+ * index's sum is still taken in rank order, and the union comes out of a
+ * first-touch bitmap ascending, with no sort. Fewer workers merge
+ * (ps/merge.c): their tree is shallow. */
+#define SCATTER_WINDOW (1u << 18)
+
+/* Updates ahead to prefetch the part's values for. */
+#define W_AHEAD 16
+
+/* Does the scatter-add beat the merge for p? With few pushes the merge's
+ * tree is shallow; with few pairs the bitmap's scan of numel / 64 words
+ * would cost more than merging them. */
+static int scatter_pays(const ps_shard *s, const ps_part *p, size_t pushed)
 {
-    enum { BITS = 11, BUCKETS = 1 << BITS };
-    uint32_t count[BUCKETS], *src = a, *dst = tmp;
-    unsigned passes = 1;
+    return s->jc.workers >= 4 && p->numel / 64 <= pushed;
+}
 
-    if (n < 64) {
-        qsort(a, n, sizeof(*a), cmp_u32);
-        return;
+/* The zeroed dense scratch and the rank cursors, of a window for p; NULL
+ * when they cannot be had (the caller merges instead: the same result). */
+static float *scatter_scratch(ps_shard *s, const ps_part *p)
+{
+    const uint32_t want = p->numel < SCATTER_WINDOW ? p->numel : SCATTER_WINDOW;
+    float *acc;
+    uint64_t *bits;
+    uint32_t *pos;
+
+    if (want <= s->acc_cap)
+        return s->acc;
+    acc = flps_calloc(want, sizeof(*acc));
+    bits = flps_calloc((size_t)want / 64 + 1, sizeof(*bits));
+    pos = flps_malloc((size_t)s->jc.workers * sizeof(*pos));
+    if (acc == NULL || bits == NULL || pos == NULL) {
+        flps_free(acc);
+        flps_free(bits);
+        flps_free(pos);
+        return NULL;
     }
-    while (passes < 3 && (uint64_t)(limit - 1) >> (BITS * passes) != 0)
-        passes++;
-    for (unsigned pass = 0; pass < passes; pass++) {
-        const unsigned shift = pass * BITS;
-        uint32_t sum = 0;
+    flps_free(s->acc);
+    flps_free(s->bits);
+    flps_free(s->pos);
+    s->acc = acc;
+    s->bits = bits;
+    s->pos = pos;
+    s->acc_cap = want;
+    return acc;
+}
 
-        memset(count, 0, sizeof(count));
-        for (uint32_t i = 0; i < n; i++)
-            count[(src[i] >> shift) & (BUCKETS - 1)]++;
-        for (uint32_t b = 0; b < BUCKETS; b++) {
-            uint32_t c = count[b];
-            count[b] = sum;
-            sum += c;
+/* Sum the W sparse pushes of p: the union of their indices ascending into
+ * out_idx, each one's sum in rank order (from +0.0f) into out_sum, either
+ * way bit-identical; returns the union's size. */
+static uint32_t sum_sparse(ps_shard *s, const ps_part *p, size_t pushed,
+                           uint32_t *out_idx, float *out_sum)
+{
+    const uint32_t W = s->jc.workers;
+    float *acc = scatter_pays(s, p, pushed) ? scatter_scratch(s, p) : NULL;
+    uint64_t *bits = s->bits;
+    uint32_t *pos = s->pos, n = 0;
+
+    if (acc == NULL)
+        return ps_merge_sum(s->merge, p->push, W, out_idx, out_sum);
+    memset(pos, 0, (size_t)W * sizeof(*pos));
+    for (uint32_t lo = 0; lo < p->numel; lo += SCATTER_WINDOW) {
+        const uint32_t hi =
+            p->numel - lo < SCATTER_WINDOW ? p->numel : lo + SCATTER_WINDOW;
+        int any = 0;
+
+        for (uint32_t r = 0; r < W; r++) {
+            const proto_msg *m = &p->push[r];
+            uint32_t j = pos[r];
+            for (; j < m->n && m->idx[j] < hi; j++) {
+                const uint32_t i = m->idx[j] - lo;
+                acc[i] += m->val[j];
+                bits[i / 64] |= (uint64_t)1 << (i % 64);
+            }
+            any |= j != pos[r];
+            pos[r] = j;
         }
-        for (uint32_t i = 0; i < n; i++)
-            dst[count[(src[i] >> shift) & (BUCKETS - 1)]++] = src[i];
-        uint32_t *t = src;
-        src = dst;
-        dst = t;
+        if (!any)
+            continue;
+        /* Emit and clear in one pass, so the scratch is zero again. */
+        for (uint32_t w = 0; w <= (hi - lo - 1) / 64; w++) {
+            uint64_t b = bits[w];
+            if (b == 0)
+                continue;
+            bits[w] = 0;
+            while (b != 0) {
+                const uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(b);
+                b &= b - 1;
+                out_idx[n] = lo + i;
+                out_sum[n++] = acc[i];
+                acc[i] = 0.0f;
+            }
+        }
     }
-    if (src != a)
-        memcpy(a, src, (size_t)n * sizeof(*a));
+    return n;
+}
+
+/* A sparse update's size varies from one iteration to the next: a new
+ * reply buffer gets room for a little more, which saves regrowing. */
+static size_t sparse_room(size_t len)
+{
+    return len + len / 4 + 4096;
+}
+
+/* Room for n entries in the shard's union scratch (gtopk). */
+static flps_err grow_union(ps_shard *s, size_t n)
+{
+    size_t ci = s->u_cap, cs = s->u_cap;
+    uint32_t *idx;
+    float *sum;
+
+    if (n <= s->u_cap)
+        return FLPS_OK;
+    idx = ps_shard_grow(s->u_idx, &ci, n, sizeof(*idx));
+    if (idx == NULL)
+        return FLPS_ENOMEM;
+    s->u_idx = idx; /* larger than u_cap says: harmless if sum fails */
+    sum = ps_shard_grow(s->u_sum, &cs, n, sizeof(*sum));
+    if (sum == NULL)
+        return FLPS_ENOMEM;
+    s->u_sum = sum;
+    s->u_cap = ci;
+    return FLPS_OK;
+}
+
+/* The indices of rank r's push that the update u[0..nu) (ascending) did
+ * not take, in push order, into rej; returns how many. Both lists are
+ * ascending, so one pass over each. */
+static uint32_t rejected_of(const proto_msg *m, const uint32_t *u, uint32_t nu,
+                            uint32_t *rej)
+{
+    uint32_t nrej = 0, at = 0;
+
+    for (uint32_t j = 0; j < m->n; j++) {
+        const uint32_t i = m->idx[j];
+        while (at < nu && u[at] < i)
+            at++;
+        if (at == nu || u[at] != i)
+            rej[nrej++] = i;
+    }
+    return nrej;
 }
 
 /* Close the open iteration of p: sum the pushes in rank order (so the
  * result does not depend on arrival order), choose the update, apply it,
- * log it, answer every worker, reset. */
+ * log it, answer every worker, reset. Sparse pushes are merged (their
+ * indices are ascending), never scattered into a dense accumulator and
+ * sorted; the update is built in a buffer from the part's reply pool. */
 static flps_err close_iteration(ps_shard *s, ps_part *p)
 {
     const uint32_t W = s->jc.workers;
     const int dense = s->jc.agg == PROTO_AGG_DENSE;
+    const int gtopk = s->jc.agg == PROTO_AGG_GTOPK;
     const float scale =
         (float)(proto_jobcfg_lr_at(&s->jc, p->iter) / (double)W);
-    uint32_t nt = 0, nu;
+    uint32_t nt, nu;
+    size_t pushed = 0, cap;
     proto_buf *payload;
-    uint32_t *uidx;
+    uint32_t *uidx = NULL, *rej = NULL;
     float *uval;
     wal_record wr;
     flps_err rc;
 
+    for (uint32_t r = 0; r < W; r++)
+        pushed += p->push[r].n;
     if (dense) {
-        for (uint32_t r = 0; r < W; r++) {
-            const float *v = p->push[r].codec == PROTO_CODEC_ENCODED
-                                 ? p->decoded[r]
-                                 : p->push[r].val;
-            for (uint32_t i = 0; i < p->numel; i++)
-                p->acc[i] += v[i];
-        }
-        nu = p->numel;
+        payload = ps_shard_reply_buf(p, (size_t)p->numel * sizeof(float), 0);
+        if (payload == NULL)
+            return FLPS_ENOMEM;
+        uval = proto_buf_data(payload);
+        sum_dense(p, W, scale, uval);
+        nt = nu = p->numel;
+    } else if (!gtopk) {
+        /* topk: the update is the union, merged straight into the payload:
+         * indices in [0, cap), values in [cap, 2 cap) of its u32 slots. */
+        cap = pushed < p->numel ? pushed : p->numel;
+        payload = ps_shard_reply_buf(p, cap * 8, sparse_room(cap * 8));
+        if (payload == NULL)
+            return FLPS_ENOMEM;
+        uidx = proto_buf_data(payload);
+        uval = (float *)(uidx + cap);
+        nt = nu = sum_sparse(s, p, pushed, uidx, uval);
+        for (uint32_t j = 0; j < nu; j++)
+            uval[j] = -(scale * uval[j]);
     } else {
-        for (uint32_t r = 0; r < W; r++) {
-            const proto_msg *m = &p->push[r];
-            for (uint32_t j = 0; j < m->n; j++) {
-                uint32_t i = m->idx[j];
-                if (!p->mark[i]) {
-                    p->mark[i] = 1;
-                    p->touched[nt++] = i;
-                }
-                p->acc[i] += m->val[j];
+        uint64_t k = (uint64_t)floor(s->jc.density * (double)p->numel);
+        size_t len;
+
+        cap = pushed < p->numel ? pushed : p->numel;
+        if (grow_union(s, cap + 1) != FLPS_OK)
+            return FLPS_ENOMEM;
+        nt = sum_sparse(s, p, pushed, s->u_idx, s->u_sum);
+        if (k < 1)
+            k = 1;
+        nu = k < nt ? (uint32_t)k : nt;
+        /* Global top-k over the union only: no dense scan. The candidates
+         * are in ascending index order, so topk's tie rule (lower
+         * position) is the lower index, and the chosen positions come
+         * back ascending. The payload holds the update and then every
+         * rank's rejected indices. */
+        len = (size_t)nu * 8 + (nu < nt ? pushed * sizeof(uint32_t) : 0);
+        payload = ps_shard_reply_buf(p, len, sparse_room(len));
+        if (payload == NULL)
+            return FLPS_ENOMEM;
+        uidx = proto_buf_data(payload);
+        uval = (float *)(uidx + nu);
+        rej = uidx + 2 * (size_t)nu;
+        if (nu < nt) {
+            uint32_t *sel =
+                ps_shard_grow(s->sel, &s->sel_cap, nu, sizeof(*s->sel));
+            if (sel == NULL)
+                return FLPS_ENOMEM;
+            s->sel = sel;
+            rc = topk_ctx_select(s->topk, s->u_sum, nt, nu, s->sel);
+            if (rc != FLPS_OK)
+                return rc;
+            for (uint32_t j = 0; j < nu; j++) {
+                uidx[j] = s->u_idx[s->sel[j]];
+                uval[j] = -(scale * s->u_sum[s->sel[j]]);
+            }
+        } else {
+            for (uint32_t j = 0; j < nu; j++) {
+                uidx[j] = s->u_idx[j];
+                uval[j] = -(scale * s->u_sum[j]);
             }
         }
-        sort_indices(p->touched, s->sel, nt, p->numel);
-        nu = nt;
-        if (s->jc.agg == PROTO_AGG_GTOPK) {
-            uint64_t k = (uint64_t)floor(s->jc.density * (double)p->numel);
-            if (k < 1)
-                k = 1;
-            if (k < nt)
-                nu = (uint32_t)k;
-        }
     }
-    payload = proto_buf_create((size_t)nu * (dense ? 4 : 8));
-    if (payload == NULL)
-        return FLPS_ENOMEM;
-    uidx = dense ? NULL : proto_buf_data(payload);
-    uval = dense ? proto_buf_data(payload)
-                 : (float *)((uint32_t *)proto_buf_data(payload) + nu);
-    if (dense) {
-        for (uint32_t i = 0; i < nu; i++)
-            uval[i] = -(scale * p->acc[i]);
-    } else if (nu == nt) {
-        for (uint32_t j = 0; j < nu; j++) {
-            uidx[j] = p->touched[j];
-            uval[j] = -(scale * p->acc[p->touched[j]]);
-        }
-    } else {
-        /* Global top-k over the touched entries only: no dense scan. The
-         * candidates are in ascending index order, so topk's tie rule
-         * (lower position) is the lower index. */
-        for (uint32_t j = 0; j < nt; j++)
-            s->gath[j] = p->acc[p->touched[j]];
-        rc = topk_select(s->gath, nt, nu, s->sel);
-        if (rc != FLPS_OK) {
-            proto_buf_release(payload);
-            return rc;
-        }
-        for (uint32_t j = 0; j < nu; j++) {
-            uint32_t i = p->touched[s->sel[j]];
-            uidx[j] = i;
-            uval[j] = -(scale * p->acc[i]);
-            p->mark[i] = 2;
-        }
-    }
-
     memset(&wr, 0, sizeof(wr));
     wr.kind = dense ? WAL_ADD_DENSE : WAL_ADD_SPARSE;
     wr.part = p->id;
@@ -150,16 +294,19 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
     /* Durable before anyone hears of it: an update a worker has seen is
      * never lost by a shard crash. */
     rc = ps_shard_wal(s, &wr);
-    if (rc != FLPS_OK) {
-        proto_buf_release(payload);
-        return rc;
-    }
+    if (rc != FLPS_OK)
+        return rc; /* the payload stays in the pool */
     if (dense) {
         for (uint32_t i = 0; i < nu; i++)
             p->w[i] += uval[i];
     } else {
-        for (uint32_t j = 0; j < nu; j++)
+        /* The part's values are cold by now and the indices sparse enough
+         * to skip lines: fetch a few updates ahead. */
+        for (uint32_t j = 0; j < nu; j++) {
+            if (j + W_AHEAD < nu)
+                __builtin_prefetch(&p->w[uidx[j + W_AHEAD]], 1);
             p->w[uidx[j]] += uval[j];
+        }
     }
     p->version++;
     s->stats.updates++;
@@ -167,49 +314,27 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
 
     for (uint32_t r = 0; r < W; r++) {
         ps_reply rep;
-        proto_buf *rej = NULL;
         uint32_t nrej = 0;
         const proto_msg *m = &p->push[r];
 
         ps_shard_reply_init(s, &rep, PROTO_OP_UPDATE, r, p->id, p->iter,
                             p->version);
-        if (!dense && nu < nt) {
-            rej = proto_buf_create((size_t)m->n * sizeof(uint32_t));
-            if (rej != NULL) {
-                uint32_t *ri = proto_buf_data(rej);
-                for (uint32_t j = 0; j < m->n; j++)
-                    if (p->mark[m->idx[j]] != 2)
-                        ri[nrej++] = m->idx[j];
-            } else {
-                /* Without the list the worker keeps its values as sent;
-                 * only their error feedback is lost. Log it loudly. */
-                log_error("out of memory building rejected indices for rank "
-                          "%u, part %u",
-                          r, p->id);
-            }
+        if (nu < nt) {
+            /* gtopk: rank r's rejected indices, in the payload after the
+             * update and the ranks before r. */
+            nrej = rejected_of(m, uidx, nu, rej);
+            rep.msg.rej = rej;
+            rej += nrej;
         }
         rep.msg.codec = dense ? PROTO_CODEC_DENSE : PROTO_CODEC_SPARSE;
         rep.msg.n = nu;
         rep.msg.idx = uidx;
         rep.msg.val = uval;
         rep.msg.nrej = nrej;
-        rep.msg.rej = rej ? proto_buf_data(rej) : NULL;
         rep.payload = payload;
-        rep.rej = rej;
         s->cfg.send(s->cfg.send_arg, p->peer[r], &rep);
-        proto_buf_release(rej);
     }
-    proto_buf_release(payload);
 
-    /* Reset only what this iteration touched. */
-    if (dense) {
-        memset(p->acc, 0, (size_t)p->numel * sizeof(float));
-    } else {
-        for (uint32_t j = 0; j < nt; j++) {
-            p->acc[p->touched[j]] = 0;
-            p->mark[p->touched[j]] = 0;
-        }
-    }
     for (uint32_t r = 0; r < W; r++) {
         transport_rx_release(p->rx[r]);
         p->rx[r] = NULL;
@@ -229,12 +354,14 @@ static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
     const int dense = m->codec != PROTO_CODEC_SPARSE;
     const float *vals =
         m->codec == PROTO_CODEC_ENCODED ? p->decoded[m->rank] : m->val;
-    float *delta = flps_malloc(((size_t)m->n + 1) * sizeof(float));
+    float *delta =
+        ps_shard_grow(s->delta, &s->delta_cap, (size_t)m->n + 1, sizeof(float));
     wal_record wr;
     flps_err rc;
 
     if (delta == NULL)
         return FLPS_ENOMEM;
+    s->delta = delta;
     for (uint32_t j = 0; j < m->n; j++)
         delta[j] = -(scale * vals[j]);
     memset(&wr, 0, sizeof(wr));
@@ -258,7 +385,6 @@ static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
         s->stats.updates++;
         ps_shard_reply_ack(s, peer, m, 0, "applied", p->version);
     }
-    flps_free(delta);
     return rc;
 }
 

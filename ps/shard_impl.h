@@ -9,9 +9,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compress/topk.h"
 #include "proto/msg.h"
 #include "proto/partmap.h"
 #include "proto/transport.h"
+#include "ps/merge.h"
 #include "ps/persist.h"
 #include "ps/shard.h"
 
@@ -20,6 +22,12 @@ typedef struct ps_pull_wait {
     uint32_t rank;
     struct ps_pull_wait *next;
 } ps_pull_wait;
+
+/* Reply buffers a part keeps: one is enough while each update is sent
+ * before the next iteration closes (a synchronous worker pushes again only
+ * after it received the update); the second covers a close that comes
+ * while the transport still sends the previous update. */
+#define PS_REPLY_POOL 2
 
 typedef struct ps_part {
     uint32_t id;
@@ -38,9 +46,9 @@ typedef struct ps_part {
     uint32_t *peer;    /* per rank: where to send the update */
     float **decoded;   /* per rank: a codec-encoded push (fp16, qsgd, sign),
                           decoded for dense aggregation; made on first use */
-    float *acc;        /* dense accumulator, zero outside touched */
-    uint8_t *mark;     /* per element: 1 touched, 2 selected */
-    uint32_t *touched;
+    /* Update payloads, reused once the transport is done with them
+     * (ps_shard_reply_buf); NULL where empty. */
+    proto_buf *reply[PS_REPLY_POOL];
     uint64_t *last_async; /* async: per rank, last iteration applied + 1 */
     ps_pull_wait *pulls;  /* pulls waiting for initial values */
 } ps_part;
@@ -58,9 +66,22 @@ struct ps_shard {
     partmap pm;
     ps_part **parts; /* by part id; NULL where another shard owns it */
     uint32_t nowned;
-    uint32_t *sel; /* scratch for gtopk positions */
-    float *gath;   /* scratch for gtopk values */
-    size_t scratch_cap;
+    /* Scratch for closing an iteration and applying an async push, grown
+     * to the largest use (they hold what is being aggregated, never a
+     * part's worth unless that much was pushed). */
+    ps_merge *merge;  /* the P-way merge of sparse pushes */
+    float *acc;       /* the scatter-add's window: zero but while summing */
+    uint64_t *bits;   /* its first-touch bitmap, zero but while summing */
+    uint32_t *pos;    /* per rank: the next pair of its push to scatter */
+    size_t acc_cap;   /* elements of acc (bits: acc_cap / 64 + 1 words) */
+    topk_ctx *topk;   /* gtopk's selection */
+    uint32_t *u_idx;  /* gtopk: the union of the pushed indices */
+    float *u_sum;     /* gtopk: their sums */
+    size_t u_cap;     /* entries of u_idx and u_sum */
+    uint32_t *sel;    /* gtopk: the selected positions in the union */
+    size_t sel_cap;   /* entries of sel */
+    float *delta;     /* async: the update of one push */
+    size_t delta_cap; /* entries of delta */
     ps_shard_stats stats;
 };
 
@@ -85,6 +106,21 @@ void ps_shard_reply_ack(ps_shard *s, uint32_t peer, const proto_msg *req,
  * answering the refusal, whose code is then in *err. */
 ps_part *ps_shard_request_part(ps_shard *s, uint32_t peer, const proto_msg *m,
                                int need_init, flps_err *err);
+
+/* A buffer of at least len bytes for an update of p, from p's pool: one
+ * that nobody else holds any more, else a new one of room bytes (at least
+ * len: room to spare for updates that vary in size) that takes a slot (the
+ * transport keeps its own references to a buffer it still sends). The
+ * pool keeps the reference: the caller sends from it and never releases
+ * it. At most one idle buffer stays, and none much larger than room, so
+ * the pool holds about one update's worth. NULL when out of memory. */
+proto_buf *ps_shard_reply_buf(ps_part *p, size_t len, size_t room);
+
+/* Scratch buf of *cap elements of elem bytes, grown to hold at least n:
+ * returns buf itself when it is large enough, else a new buffer (buf is
+ * freed, *cap updated, contents not kept), or NULL when out of memory
+ * (buf and *cap unchanged; the caller still owns buf). */
+void *ps_shard_grow(void *buf, size_t *cap, size_t n, size_t elem);
 
 /* Append r to the write-ahead log, when there is one. Errors: those of
  * wal_append; the caller must not acknowledge what failed. */
