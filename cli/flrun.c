@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/cliver.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "services/jobspec.h"
@@ -352,6 +353,8 @@ int main(int argc, char **argv)
     int c, status = 1;
     double wall;
 
+    if (flps_cli_version(argc, argv, "flrun"))
+        return 0;
     memset(&r, 0, sizeof(r));
     while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
         switch (c) {

@@ -10,6 +10,7 @@
 
 #include "cli/submit_cli.h"
 #include "cli/submit_http.h"
+#include "common/cliver.h"
 
 #define FLSUBMIT_DEFAULT_URL "http://127.0.0.1:8080"
 
@@ -132,6 +133,8 @@ int main(int argc, char **argv)
     int json = 0, follow = 0, c, nargs, rc;
     flps_err err;
 
+    if (flps_cli_version(argc, argv, "flsubmit"))
+        return 0;
     if (url == NULL || url[0] == '\0')
         url = FLSUBMIT_DEFAULT_URL;
     /* Options may come before or after the command (GNU getopt permutes),

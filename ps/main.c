@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/cliver.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/numparse.h"
@@ -116,6 +117,8 @@ int main(int argc, char **argv)
     flps_err rc;
     int status = 1;
 
+    if (flps_cli_version(argc, argv, "flps"))
+        return 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'j':

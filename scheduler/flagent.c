@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cliver.h"
 #include "common/log.h"
 #include "scheduler/agent_config.h"
 #include "scheduler/agent_node.h"
@@ -28,6 +29,8 @@ int main(int argc, char **argv)
     struct sigaction sa;
     flps_err rc;
 
+    if (flps_cli_version(argc, argv, "flagent"))
+        return 0;
     if (agent_config_parse(argc, argv, &cfg, errbuf, sizeof(errbuf)) !=
         FLPS_OK) {
         fprintf(stderr, "flagent: %s\n%s", errbuf, agent_config_usage());

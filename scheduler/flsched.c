@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/cliver.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/numparse.h"
@@ -214,6 +215,8 @@ int main(int argc, char **argv)
     int status = 1, r;
     flps_err rc;
 
+    if (flps_cli_version(argc, argv, "flsched"))
+        return 0;
     r = parse_args(argc, argv, &cfg);
     if (r != 0)
         return r == 1 ? 0 : 2;
