@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "common/alloc.h"
+#include "common/cliver.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/numparse.h"
@@ -381,6 +382,8 @@ int main(int argc, char **argv)
     int is_auto;
     double *tb_sum = NULL, alpha = 0, beta = 0;
 
+    if (flps_cli_version(argc, argv, "flworker"))
+        return 0;
     memset(&pw, 0, sizeof(pw));
     memset(&train, 0, sizeof(train));
     memset(&test, 0, sizeof(test));

@@ -28,7 +28,8 @@ static void expect_version(const char *prog, const char *extra)
 
 Test(version, every_binary_prints_its_name_and_version)
 {
-    const char *progs[] = {"flps", "flrun", "flsubmit", "flsched", "flagent"};
+    const char *progs[] = {"flps",     "flworker", "flrun",
+                           "flsubmit", "flsched",  "flagent"};
 
     for (size_t i = 0; i < sizeof(progs) / sizeof(progs[0]); i++)
         expect_version(progs[i], "");
