@@ -134,6 +134,12 @@ int codec_kind_is_sparse(codec_kind kind)
            kind == CODEC_DGC;
 }
 
+int codec_kind_sends_exact_values(codec_kind kind)
+{
+    return kind == CODEC_DENSE || kind == CODEC_TOPK || kind == CODEC_GTOPK ||
+           kind == CODEC_DGC;
+}
+
 size_t codec_count_for(const codec_spec *spec, size_t n)
 {
     double k;
@@ -229,6 +235,24 @@ flps_err codec_encode(codec *c, const float *a, size_t n, codec_msg *out)
         (uint64_t)n >= (1ull << 32))
         return FLPS_EINVAL;
     rc = codec_table[c->spec.kind].encode(c, a, n, out);
+    if (rc == FLPS_OK)
+        c->encodes++;
+    return rc;
+}
+
+flps_err codec_encode_fused(codec *c, float *r, float *u, const float *g,
+                            float m, size_t n, codec_msg *out)
+{
+    flps_err rc;
+
+    if (c == NULL || out == NULL || (n > 0 && (r == NULL || g == NULL)) ||
+        (uint64_t)n >= (1ull << 32) ||
+        !codec_kind_sends_exact_values(c->spec.kind))
+        return FLPS_EINVAL;
+    if (c->spec.kind == CODEC_DENSE)
+        rc = codec_dense_encode_fused(c, r, u, g, m, n, out);
+    else
+        rc = codec_sparse_encode_fused(c, r, u, g, m, n, out);
     if (rc == FLPS_OK)
         c->encodes++;
     return rc;

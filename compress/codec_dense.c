@@ -24,6 +24,72 @@ flps_err codec_dense_encode(codec *c, const float *a, size_t n, codec_msg *out)
     return FLPS_OK;
 }
 
+flps_err codec_dense_encode_fused(codec *c, float *r, float *u, const float *g,
+                                  float m, size_t n, codec_msg *out)
+{
+    float *restrict d, *restrict rr = r, *restrict uu = u;
+    const float *restrict gg = g;
+    uint32_t bad = 0; /* as codec_all_finite, over what is sent */
+    flps_err rc = codec_buf_reserve(c, 0, 4 * n);
+
+    if (rc != FLPS_OK)
+        return rc;
+    d = (float *)(void *)c->buf[0];
+    if (uu != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            float v = m * uu[i] + gg[i], x = rr[i] + v;
+            uint32_t bits;
+            uu[i] = v;
+            d[i] = x;
+            rr[i] = 0.0f;
+            memcpy(&bits, &x, sizeof(bits));
+            bad |= (bits & 0x7fffffffu) + 0x00800000u;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float x = rr[i] + gg[i];
+            uint32_t bits;
+            d[i] = x;
+            rr[i] = 0.0f;
+            memcpy(&bits, &x, sizeof(bits));
+            bad |= (bits & 0x7fffffffu) + 0x00800000u;
+        }
+    }
+    if (bad & 0x80000000u)
+        return FLPS_ENONFINITE;
+    codec_msg_set(c, 1, 4 * n, 0, n, out);
+    return FLPS_OK;
+}
+
+flps_err codec_dense_encode_into(const float *g, const float *v, float m,
+                                 size_t n, void *dst)
+{
+    unsigned char *d = dst;
+    uint32_t bad = 0;
+
+    if (n > 0 && (g == NULL || dst == NULL))
+        return FLPS_EINVAL;
+    /* memcpy for the stores keeps any alignment of dst legal; they compile
+     * to plain vector stores. */
+    if (v == NULL) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t bits;
+            memcpy(&bits, g + i, sizeof(bits));
+            memcpy(d + 4 * i, &bits, sizeof(bits));
+            bad |= (bits & 0x7fffffffu) + 0x00800000u;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float x = m * v[i] + g[i];
+            uint32_t bits;
+            memcpy(&bits, &x, sizeof(bits));
+            memcpy(d + 4 * i, &bits, sizeof(bits));
+            bad |= (bits & 0x7fffffffu) + 0x00800000u;
+        }
+    }
+    return (bad & 0x80000000u) ? FLPS_ENONFINITE : FLPS_OK;
+}
+
 flps_err codec_dense_decode(const codec_spec *spec, const codec_frame *fr,
                             float *acc, size_t n)
 {

@@ -69,6 +69,10 @@ flps_err codec_sparse_encode(codec *c, const float *a, size_t n,
                              codec_msg *out);
 flps_err codec_sparse_decode(const codec_spec *spec, const codec_frame *fr,
                              float *acc, size_t n);
+flps_err codec_dense_encode_fused(codec *c, float *r, float *u, const float *g,
+                                  float m, size_t n, codec_msg *out);
+flps_err codec_sparse_encode_fused(codec *c, float *r, float *u, const float *g,
+                                   float m, size_t n, codec_msg *out);
 flps_err codec_qsgd_encode(codec *c, const float *a, size_t n, codec_msg *out);
 flps_err codec_qsgd_decode(const codec_spec *spec, const codec_frame *fr,
                            float *acc, size_t n);

@@ -404,9 +404,9 @@ static inline float topk_fuse_step(topk_fuse *f, size_t i)
  * overflow as the scan of the updated array would give. Appends to cand
  * and ckey from c on and returns the new count; where the scan would stop
  * on overflow it sets *full and carries on with the update alone. */
-static size_t topk_fused_generic(topk_fuse *f, size_t i, size_t n,
-                                 uint32_t thr, uint32_t *cand, uint32_t *ckey,
-                                 size_t cap, size_t c, int *full)
+static size_t topk_fused_generic(topk_fuse *f, size_t i, size_t n, uint32_t thr,
+                                 uint32_t *cand, uint32_t *ckey, size_t cap,
+                                 size_t c, int *full)
 {
 #if defined(__SSE2__)
     const __m128i vmask = _mm_set1_epi32((int32_t)TOPK_KEY_MASK);
@@ -423,8 +423,8 @@ static size_t topk_fused_generic(topk_fuse *f, size_t i, size_t n,
             __m128 gv = _mm_loadu_ps(g + i + 4 * q);
             __m128 av = _mm_loadu_ps(a + i + 4 * q);
             if (u != NULL) {
-                gv = _mm_add_ps(_mm_mul_ps(vm, _mm_loadu_ps(u + i + 4 * q)),
-                                gv);
+                gv =
+                    _mm_add_ps(_mm_mul_ps(vm, _mm_loadu_ps(u + i + 4 * q)), gv);
                 _mm_storeu_ps(u + i + 4 * q, gv);
             }
             av = _mm_add_ps(av, gv);
@@ -893,8 +893,7 @@ flps_err topk_ctx_select_fused(topk_ctx *ctx, float *a, float *u,
          * FLPS_ENOMEM nothing has changed. */
         size_t se = n / TOPK_SAMPLE_DIV / TOPK_SAMPLE_RUN * TOPK_SAMPLE_RUN;
         size_t sa = approx ? topk_approx_sample(n, k) : 0;
-        rc = topk_ctx_reserve(ctx, se > sa ? se : sa,
-                              2 * k + TOPK_CAND_SLACK);
+        rc = topk_ctx_reserve(ctx, se > sa ? se : sa, 2 * k + TOPK_CAND_SLACK);
         if (rc != FLPS_OK)
             return rc;
     }

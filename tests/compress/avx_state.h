@@ -18,8 +18,7 @@ static inline int avx_state_is_observable(void)
 {
     unsigned a, b, c, d;
 
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_AVX) ||
-        !(c & bit_OSXSAVE))
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_AVX) || !(c & bit_OSXSAVE))
         return 0;
     if (__get_cpuid_max(0, NULL) < 0xd)
         return 0;

@@ -724,3 +724,74 @@ Test(codec, rejects_null_arguments)
     codec_destroy(c);
     codec_destroy(NULL);
 }
+
+/* ---- the fused form for error feedback ---- */
+
+Test(codec, fused_encode_sends_what_encode_sends_and_keeps_the_rest_in_r)
+{
+    static const char *const specs[] = {"dense", "topk:0.01", "gtopk:0.2",
+                                        "dgc:0.01"};
+    size_t n = 4000;
+    float *r = malloc(n * sizeof(*r)), *u = malloc(n * sizeof(*u));
+    float *g = malloc(n * sizeof(*g)), *a = malloc(n * sizeof(*a));
+
+    cr_assert_not_null(r);
+    cr_assert_not_null(u);
+    cr_assert_not_null(g);
+    cr_assert_not_null(a);
+    for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
+        codec *c = make(specs[s], 3), *ref = make(specs[s], 3);
+        for (int withu = 0; withu < 2; withu++) {
+            codec_msg got, want;
+            for (size_t i = 0; i < n; i++) {
+                r[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+                u[i] = (float)((i * 104729) % 777) / 300.0f - 1.2f;
+                g[i] = (float)((i * 31) % 101) / 50.0f - 1.0f;
+                a[i] = withu ? r[i] + (0.5f * u[i] + g[i]) : r[i] + g[i];
+            }
+            cr_assert_eq(codec_encode(ref, a, n, &want), FLPS_OK);
+            cr_assert_eq(
+                codec_encode_fused(c, r, withu ? u : NULL, g, 0.5f, n, &got),
+                FLPS_OK, "%s", specs[s]);
+            cr_assert_eq(got.count, want.count, "%s", specs[s]);
+            cr_assert_eq(got.nframes, want.nframes);
+            for (size_t f = 0; f < got.nframes; f++) {
+                cr_assert_eq(got.frames[f].len, want.frames[f].len);
+                cr_assert_arr_eq(got.frames[f].data, want.frames[f].data,
+                                 want.frames[f].len, "%s frame %zu", specs[s],
+                                 f);
+            }
+            if (want.idx == NULL)
+                memset(a, 0, n * sizeof(*a));
+            else
+                for (size_t j = 0; j < want.count; j++)
+                    a[want.idx[j]] = 0.0f;
+            for (size_t i = 0; i < n; i++)
+                cr_assert(r[i] == a[i], "%s: r[%zu] = %g, want %g", specs[s], i,
+                          (double)r[i], (double)a[i]);
+        }
+        codec_destroy(c);
+        codec_destroy(ref);
+    }
+    free(r);
+    free(u);
+    free(g);
+    free(a);
+}
+
+Test(codec, fused_encode_refuses_the_quantising_codecs)
+{
+    static const char *const specs[] = {"fp16", "qsgd:8", "sign", "randk:0.5"};
+    float r[8] = {0}, g[8] = {1.0f};
+    codec_msg msg;
+
+    for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
+        codec *c = make(specs[s], 1);
+        cr_assert_eq(codec_encode_fused(c, r, NULL, g, 0.0f, 8, &msg),
+                     FLPS_EINVAL, "%s", specs[s]);
+        cr_assert_eq(r[0], 0.0f, "%s: nothing moved", specs[s]);
+        codec_destroy(c);
+    }
+    cr_assert_eq(codec_encode_fused(NULL, r, NULL, g, 0.0f, 8, &msg),
+                 FLPS_EINVAL);
+}

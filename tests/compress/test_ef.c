@@ -9,6 +9,7 @@
 #include "common/alloc.h"
 #include "compress/codec.h"
 #include "compress/ef.h"
+#include "tests/compress/avx_state.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
@@ -277,4 +278,233 @@ Test(ef, rejects_bad_arguments_and_reports_out_of_memory)
         }
     }
     ef_destroy(NULL);
+}
+
+/* ---- the in-place step of the exact codecs ---- */
+
+/* ef_step of an ef made by ef_create_for against ALGORITHMS.md written out
+ * with separate arrays and codec_encode: the same messages, residual and
+ * velocity, bit for bit, step after step. */
+static void check_against_the_written_out_step(const char *s, float m, size_t n,
+                                               int steps)
+{
+    codec *c = make(s), *ref = make(s);
+    codec_spec spec = *codec_get_spec(c);
+    ef *e = NULL;
+    float *g = malloc(n * sizeof(*g)), *r = calloc(n, sizeof(*r));
+    float *u = calloc(n, sizeof(*u)), *a = malloc(n * sizeof(*a));
+
+    cr_assert_eq(ef_create_for(&spec, n, m, &e), FLPS_OK);
+    for (int t = 0; t < steps; t++) {
+        codec_msg got, want;
+        for (size_t i = 0; i < n; i++) {
+            g[i] = rng_gauss() + (float)(i % 5) * 0.05f;
+            if (m > 0.0f) {
+                u[i] = m * u[i] + g[i];
+                a[i] = r[i] + u[i];
+            } else {
+                a[i] = r[i] + g[i];
+            }
+        }
+        cr_assert_eq(codec_encode(ref, a, n, &want), FLPS_OK);
+        cr_assert_eq(ef_step(e, c, g, &got), FLPS_OK, "%s step %d", s, t);
+        cr_assert_eq(got.nframes, want.nframes);
+        cr_assert_eq(got.count, want.count, "%s step %d", s, t);
+        for (size_t f = 0; f < got.nframes; f++)
+            cr_assert_arr_eq(got.frames[f].data, want.frames[f].data,
+                             want.frames[f].len, "%s step %d frame %zu", s, t,
+                             f);
+        if (want.idx != NULL) {
+            for (size_t j = 0; j < want.count; j++) {
+                a[want.idx[j]] = 0.0f;
+                u[want.idx[j]] = 0.0f;
+            }
+        } else {
+            memset(a, 0, n * sizeof(*a));
+        }
+        memcpy(r, a, n * sizeof(*r));
+        for (size_t i = 0; i < n; i++)
+            cr_assert(ef_residual(e)[i] == r[i], "%s step %d r[%zu]", s, t, i);
+        if (m > 0.0f)
+            cr_assert_arr_eq(ef_velocity(e), u, n * sizeof(*u), "%s step %d u",
+                             s, t);
+    }
+    ef_destroy(e);
+    codec_destroy(c);
+    codec_destroy(ref);
+    free(g);
+    free(r);
+    free(u);
+    free(a);
+}
+
+Test(ef, the_in_place_step_gives_what_the_written_out_step_gives)
+{
+    /* dgc's sample starts its runs on cache lines of the array it reads,
+     * so only its exact fallback (below 65536) compares across arrays;
+     * tests/compress/test_topk.c compares its sampled form in place. */
+    static const struct {
+        const char *spec;
+        size_t n;
+    } cases[] = {{"topk:0.01", 5000},  {"topk:0.004", 300000},
+                 {"gtopk:0.05", 5000}, {"gtopk:0.001", 200003},
+                 {"dgc:0.01", 5000},   {"dense", 5000},
+                 {"topk:1", 100},      {"topk:0.00001", 70000}};
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        check_against_the_written_out_step(cases[i].spec, 0.9f, cases[i].n, 6);
+        check_against_the_written_out_step(cases[i].spec, 0.0f, cases[i].n, 6);
+    }
+}
+
+Test(ef, the_in_place_step_conserves_what_was_accumulated)
+{
+    codec_spec spec;
+    size_t n = 3000;
+    codec *c = make("topk:0.02");
+    ef *e = NULL;
+    float *g = malloc(n * sizeof(*g)), *d = malloc(n * sizeof(*d));
+    double *acc = calloc(n, sizeof(*acc)), *sent = calloc(n, sizeof(*sent));
+
+    cr_assert_eq(codec_spec_parse("topk:0.02", &spec), FLPS_OK);
+    cr_assert_eq(ef_create_for(&spec, n, 0.0f, &e), FLPS_OK);
+    for (int t = 0; t < 40; t++) {
+        codec_msg msg;
+        for (size_t i = 0; i < n; i++) {
+            g[i] = rng_gauss() + (float)(i % 3) * 0.2f;
+            acc[i] += g[i];
+        }
+        cr_assert_eq(ef_step(e, c, g, &msg), FLPS_OK);
+        memset(d, 0, n * sizeof(*d));
+        cr_assert_eq(codec_decode(&spec, msg.frames, msg.nframes, d, n),
+                     FLPS_OK);
+        for (size_t i = 0; i < n; i++)
+            sent[i] += d[i];
+    }
+    for (size_t i = 0; i < n; i++)
+        cr_assert_leq(fabs(sent[i] + ef_residual(e)[i] - acc[i]),
+                      1e-4 * (fabs(acc[i]) + 1.0), "i=%zu", i);
+    ef_destroy(e);
+    codec_destroy(c);
+    free(g);
+    free(d);
+    free(acc);
+    free(sent);
+}
+
+/* A sum that overflows f32 although g is finite: the step fails before
+ * anything moves, with and without momentum. */
+Test(ef, an_overflowing_sum_fails_the_in_place_step_and_changes_nothing)
+{
+    static const float g[4] = {3e38f, 3e38f, 1.0f, 0.0f};
+    codec_spec spec;
+    codec *c = make("topk:0.25");
+
+    cr_assert_eq(codec_spec_parse("topk:0.25", &spec), FLPS_OK);
+    for (int mom = 0; mom < 2; mom++) {
+        ef *e = NULL;
+        float r0[4], u0[4] = {0};
+        codec_msg msg, untouched;
+        cr_assert_eq(ef_create_for(&spec, 4, mom ? 0.9f : 0.0f, &e), FLPS_OK);
+        cr_assert_eq(ef_step(e, c, g, &msg), FLPS_OK);
+        cr_assert_eq(msg.count, 1);
+        cr_assert_eq(msg.idx[0], 0, "ties go to the lower index");
+        memcpy(r0, ef_residual(e), sizeof(r0));
+        if (mom)
+            memcpy(u0, ef_velocity(e), sizeof(u0));
+        memset(&untouched, 0x5a, sizeof(untouched));
+        msg = untouched;
+        cr_assert_eq(ef_step(e, c, g, &msg), FLPS_ENONFINITE, "m=%d", mom);
+        cr_assert_arr_eq(&msg, &untouched, sizeof(msg));
+        cr_assert_arr_eq(ef_residual(e), r0, sizeof(r0));
+        if (mom)
+            cr_assert_arr_eq(ef_velocity(e), u0, sizeof(u0));
+        /* After a reset the bounds are small again and the step works. */
+        ef_reset(e);
+        cr_assert_eq(ef_step(e, c, g, &msg), FLPS_OK);
+        ef_destroy(e);
+    }
+    codec_destroy(c);
+}
+
+Test(ef, a_nan_gradient_fails_the_in_place_step_and_changes_nothing)
+{
+    codec_spec spec;
+    size_t n = 100000;
+    codec *c = make("dgc:0.01");
+    ef *e = NULL;
+    float *g = malloc(n * sizeof(*g));
+    float *r0 = malloc(n * sizeof(*r0)), *u0 = malloc(n * sizeof(*u0));
+    codec_msg msg;
+
+    cr_assert_eq(codec_spec_parse("dgc:0.01", &spec), FLPS_OK);
+    cr_assert_eq(ef_create_for(&spec, n, 0.9f, &e), FLPS_OK);
+    for (size_t i = 0; i < n; i++)
+        g[i] = rng_gauss();
+    cr_assert_eq(ef_step(e, c, g, &msg), FLPS_OK);
+    memcpy(r0, ef_residual(e), n * sizeof(*r0));
+    memcpy(u0, ef_velocity(e), n * sizeof(*u0));
+    g[n - 1] = NAN;
+    cr_assert_eq(ef_step(e, c, g, &msg), FLPS_ENONFINITE);
+    cr_assert_arr_eq(ef_residual(e), r0, n * sizeof(*r0));
+    cr_assert_arr_eq(ef_velocity(e), u0, n * sizeof(*u0));
+    ef_destroy(e);
+    codec_destroy(c);
+    free(g);
+    free(r0);
+    free(u0);
+}
+
+Test(ef, made_for_an_exact_codec_it_keeps_only_the_residual_and_velocity)
+{
+    codec_spec spec;
+    ef *e = NULL;
+
+    cr_assert_eq(codec_spec_parse("topk:0.01", &spec), FLPS_OK);
+    /* The struct, r and u: three allocations, no scratch arrays. */
+    for (unsigned long fail = 1; fail <= 3; fail++) {
+        flps_alloc_fail_at(fail);
+        cr_assert_eq(ef_create_for(&spec, 100, 0.9f, &e), FLPS_ENOMEM);
+        flps_alloc_fail_at(0);
+        cr_assert_null(e);
+    }
+    flps_alloc_fail_at(4);
+    cr_assert_eq(ef_create_for(&spec, 100, 0.9f, &e), FLPS_OK);
+    flps_alloc_fail_at(0);
+    {
+        /* Quantising codecs need the scratch arrays: refused. */
+        codec *q = make("qsgd:8");
+        float g[100] = {1.0f};
+        codec_msg msg;
+        cr_assert_eq(ef_step(e, q, g, &msg), FLPS_EINVAL);
+        codec_destroy(q);
+    }
+    ef_destroy(e);
+    cr_assert_eq(codec_spec_parse("randk:0.1", &spec), FLPS_OK);
+    cr_assert_eq(ef_create_for(&spec, 100, 0.0f, &e), FLPS_EINVAL);
+    cr_assert_eq(ef_create_for(NULL, 100, 0.0f, &e), FLPS_EINVAL);
+}
+
+Test(ef, the_in_place_step_leaves_the_upper_ymm_state_clean)
+{
+    static const char *const specs[] = {"topk:0.004", "dgc:0.01", "dense"};
+    size_t n = 300001;
+    float *g = malloc(n * sizeof(*g));
+
+    if (!avx_state_is_observable())
+        cr_skip_test("the CPU does not report XINUSE");
+    for (size_t i = 0; i < n; i++)
+        g[i] = rng_gauss();
+    for (size_t s = 0; s < 3; s++) {
+        codec *c = make(specs[s]);
+        ef *e = NULL;
+        codec_msg msg;
+        cr_assert_eq(ef_create_for(codec_get_spec(c), n, 0.9f, &e), FLPS_OK);
+        avx_state_clear();
+        cr_assert_eq(ef_step(e, c, g, &msg), FLPS_OK);
+        cr_assert_not(avx_state_is_dirty(), "%s", specs[s]);
+        ef_destroy(e);
+        codec_destroy(c);
+    }
+    free(g);
 }

@@ -655,14 +655,14 @@ Test(topk, fused_selection_reports_non_finite_results_after_updating)
 
     cr_assert_eq(topk_ctx_create(&ctx), FLPS_OK);
     g[77777] = INFINITY;
-    cr_assert_eq(topk_ctx_select_fused(ctx, a, u, g, 0.5f, n, 100, 0, 0, idx,
-                                       &cnt),
-                 FLPS_ENONFINITE);
+    cr_assert_eq(
+        topk_ctx_select_fused(ctx, a, u, g, 0.5f, n, 100, 0, 0, idx, &cnt),
+        FLPS_ENONFINITE);
     cr_assert_eq(cnt, 0, "count is written only on success");
     cr_assert(isinf(u[77777]), "the update is made all the same");
-    cr_assert_eq(topk_ctx_select_fused(ctx, a, u, NULL, 0.5f, n, 100, 0, 0,
-                                       idx, &cnt),
-                 FLPS_EINVAL);
+    cr_assert_eq(
+        topk_ctx_select_fused(ctx, a, u, NULL, 0.5f, n, 100, 0, 0, idx, &cnt),
+        FLPS_EINVAL);
     topk_ctx_destroy(ctx);
     free(a);
     free(u);
@@ -692,13 +692,13 @@ Test(topk, leaves_the_upper_ymm_state_clean_for_the_sse_code_after_it)
         cr_assert_eq(topk_select(a, n, k, idx), FLPS_OK);
         cr_assert_not(avx_state_is_dirty(), "topk_select n=%zu", n);
         avx_state_clear();
-        cr_assert_eq(
-            topk_ctx_select_approx(ctx, a, n, k, 5, idx, &cnt, NULL), FLPS_OK);
+        cr_assert_eq(topk_ctx_select_approx(ctx, a, n, k, 5, idx, &cnt, NULL),
+                     FLPS_OK);
         cr_assert_not(avx_state_is_dirty(), "approx n=%zu", n);
         avx_state_clear();
-        cr_assert_eq(topk_ctx_select_fused(ctx, a, u, g, 0.9f, n, k, 0, 0, idx,
-                                           &cnt),
-                     FLPS_OK);
+        cr_assert_eq(
+            topk_ctx_select_fused(ctx, a, u, g, 0.9f, n, k, 0, 0, idx, &cnt),
+            FLPS_OK);
         cr_assert_not(avx_state_is_dirty(), "fused n=%zu", n);
         /* The threshold set overflowing the candidate buffer returns
          * early from the AVX loop. */
