@@ -13,6 +13,7 @@
 #include "compress/codec.h"
 #include "compress/codec_impl.h"
 #include "compress/topk.h"
+#include "tests/compress/avx_asm.h"
 
 static const char *const all_specs[] = {
     "dense",    "fp16",   "topk:0.01", "gtopk:0.01", "randk:0.01",
@@ -794,4 +795,15 @@ Test(codec, fused_encode_refuses_the_quantising_codecs)
     }
     cr_assert_eq(codec_encode_fused(NULL, r, NULL, g, 0.0f, 8, &msg),
                  FLPS_EINVAL);
+}
+
+Test(codec, every_avx_path_clears_the_upper_ymm_state_before_it_leaves)
+{
+    static const char *const prefixes[] = {"codec_", "topk_", "ef_", NULL};
+    avx_asm_result res;
+
+    if (avx_asm_check(prefixes, &res) != 0)
+        cr_skip_test("objdump cannot disassemble the test binary");
+    cr_assert_geq(res.functions, 3, "the F16C and AVX2 functions were found");
+    cr_assert_eq(res.violations, 0, "%s", res.report);
 }

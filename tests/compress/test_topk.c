@@ -9,6 +9,7 @@
 
 #include "common/alloc.h"
 #include "compress/topk.h"
+#include "tests/compress/avx_asm.h"
 #include "tests/compress/avx_state.h"
 
 typedef struct {
@@ -713,4 +714,15 @@ Test(topk, leaves_the_upper_ymm_state_clean_for_the_sse_code_after_it)
     free(idx);
     free(g);
     free(u);
+}
+
+Test(topk, every_avx_path_clears_the_upper_ymm_state_before_it_leaves)
+{
+    static const char *const prefixes[] = {"topk_", NULL};
+    avx_asm_result res;
+
+    if (avx_asm_check(prefixes, &res) != 0)
+        cr_skip_test("objdump cannot disassemble the test binary");
+    cr_assert_geq(res.functions, 2, "the AVX2 scans were found");
+    cr_assert_eq(res.violations, 0, "%s", res.report);
 }
