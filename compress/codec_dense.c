@@ -167,8 +167,9 @@ float codec_f16_to_f32(uint16_t h)
 #if defined(CODEC_HAVE_F16C)
 /* The F16C conversions (chosen at run time; the library is built for
  * baseline x86-64): the same round-to-nearest-even results as the portable
- * code, which the tests check, about 20x faster. Clamping first gives the
- * saturation: everything at or beyond 65504 becomes 65504. */
+ * code, which the tests check, about 20x faster. Both clear the upper YMM
+ * state before their scalar tails (see docs/compress.md, "AVX state"). Clamping
+ * first gives the saturation: everything at or beyond 65504 becomes 65504. */
 __attribute__((target("avx,f16c"))) static void
 codec_f16_pack_f16c(const float *a, size_t n, uint16_t *h)
 {
@@ -180,6 +181,9 @@ codec_f16_pack_f16c(const float *a, size_t n, uint16_t *h)
         _mm_storeu_si128((__m128i *)(void *)(h + i),
                          _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
     }
+    /* Explicit (GCC inserts none without optimisation): the tail calls
+     * baseline code. */
+    _mm256_zeroupper();
     for (; i < n; i++)
         h[i] = codec_f32_to_f16(a[i]);
 }
@@ -194,6 +198,7 @@ codec_f16_add_f16c(const uint8_t *p, size_t n, float *acc)
         __m256 v = _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_cvtph_ps(h));
         _mm256_storeu_ps(acc + i, v);
     }
+    _mm256_zeroupper();
     for (; i < n; i++)
         acc[i] += codec_f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
 }

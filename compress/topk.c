@@ -76,7 +76,7 @@ typedef struct {
 /* The key of the 32-bit word at p (a float or an already computed key).
  * memcpy keeps the load free of aliasing questions; it compiles to a
  * plain load. */
-static inline uint32_t topk_key_at(const void *p)
+__attribute__((always_inline)) static inline uint32_t topk_key_at(const void *p)
 {
     uint32_t u;
 
@@ -253,8 +253,12 @@ static flps_err topk_full(const float *a, size_t n, size_t k, uint32_t *idx,
 /* Append the candidates a SIMD step found: bit j of bits (nonzero) set
  * means a[i + j] is at or above the threshold. Returns the new count; the
  * caller has checked there is room for a whole step. */
-static inline size_t topk_take_bits(const float *a, size_t i, uint32_t bits,
-                                    uint32_t *cand, uint32_t *ckey, size_t c)
+/* Inlined also without optimisation: the AVX2 scans call it with the
+ * upper YMM state in use, and a call there would run baseline code in
+ * it. */
+__attribute__((always_inline)) static inline size_t
+topk_take_bits(const float *a, size_t i, uint32_t bits, uint32_t *cand,
+               uint32_t *ckey, size_t c)
 {
     do {
         unsigned j = (unsigned)__builtin_ctz(bits);

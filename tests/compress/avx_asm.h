@@ -93,6 +93,11 @@ static void avx_asm_check_function(const char *fn, const avx_asm_insn *v,
             exit_dirty = out;
         } else if (strcmp(in->op, "ud2") == 0 || strcmp(in->op, "hlt") == 0) {
             /* no successor */
+        } else if (strncmp(in->op, "call", 4) == 0 &&
+                   (strstr(in->args, "<__asan_") != NULL ||
+                    strstr(in->args, "<__ubsan_") != NULL)) {
+            /* A sanitizer's report: it does not return to SSE code. */
+            succ[0] = i + 1;
         } else if (strncmp(in->op, "call", 4) == 0) {
             /* Flagged, and the state stays as it was: a callee without
              * AVX code leaves the upper halves alone. */
