@@ -9,6 +9,7 @@
  *
  * Usage: bench_codecs [--n N] [--rounds R]
  */
+#include <malloc.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +32,8 @@ typedef struct {
     double memcpy_s, topk_s, dense_s; /* medians */
     double dense_reused_s; /* the same into payloads kept from the last
                               push but one: the encode path alone */
+    double topk_copies, dense_copies; /* what the push path keeps between
+                                         pushes, in layers of 4n bytes */
 } push_times;
 
 static int cmp_double(const void *pa, const void *pb)
@@ -119,6 +122,14 @@ static void push_dense_reused(const float *g, size_t n, float **vel,
     }
 }
 
+/* Bytes of heap in use, mmapped blocks included. */
+static size_t bench_heap_in_use(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+
+    return mi.uordblks + mi.hblkhd;
+}
+
 static int bench_push(int rounds, push_times *out)
 {
     size_t n = PUSH_N, np = (n + PUSH_PART - 1) / PUSH_PART;
@@ -134,6 +145,7 @@ static int bench_push(int rounds, push_times *out)
     codec *c = NULL;
     ef *e = NULL;
     volatile float sink = 0.0f;
+    size_t held0 = bench_heap_in_use(), held1, held2;
     int rc = -1;
 
     if (g == NULL || dst == NULL || bufs == NULL || vel == NULL ||
@@ -145,6 +157,24 @@ static int bench_push(int rounds, push_times *out)
         goto out;
     bench_fill_gaussian(g, n, 7);
     memset(dst, 0, n * sizeof(*dst));
+    /* One unmeasured push of each: the residual, velocity and heap reach
+     * their steady state (first-touch page faults). Between pushes, what
+     * the push path keeps for the layer: for topk the ef, the codec and
+     * the selection buffers; for dense the payloads kept as the velocity.
+     * (held0 was taken after the gradient and the memcpy target had been
+     * allocated.) */
+    if (push_topk(e, c, g, n, bufs) != 0)
+        goto out;
+    for (size_t p = 0; p < np; p++) {
+        free(bufs[p]);
+        bufs[p] = NULL;
+    }
+    held1 = bench_heap_in_use();
+    if (push_dense(g, n, vel, next) != 0)
+        goto out;
+    held2 = bench_heap_in_use();
+    out->topk_copies = (double)(held1 - held0) / (4.0 * (double)n);
+    out->dense_copies = (double)(held2 - held1) / (4.0 * (double)n);
     for (size_t p = 0; p < np; p++) {
         rv[p] = calloc(PUSH_PART, sizeof(float));
         rn[p] = calloc(PUSH_PART, sizeof(float));
@@ -152,14 +182,7 @@ static int bench_push(int rounds, push_times *out)
             goto out;
     }
     push_dense_reused(g, n, rv, rn);
-    /* One unmeasured push of each: the residual, velocity and heap reach
-     * their steady state (first-touch page faults). */
-    if (push_topk(e, c, g, n, bufs) != 0 || push_dense(g, n, vel, next) != 0)
-        goto out;
-    for (size_t p = 0; p < np; p++) {
-        free(bufs[p]);
-        bufs[p] = NULL;
-    }
+
     for (int r = 0; r < rounds; r++) {
         double t0 = flps_mono_s(), t1;
 
@@ -338,6 +361,11 @@ int main(int argc, char **argv)
         printf("  dense push into kept payloads %.2f ms = %.2fx memcpy (the "
                "rest is fresh payload memory: page faults)\n",
                push.dense_reused_s * 1e3, rr);
+        printf("  kept between pushes, in copies of the layer: topk %.3f "
+               "(residual, velocity, selection buffers), dense %.3f (the "
+               "payloads as the velocity); the worker adds its replica and "
+               "gradient\n",
+               push.topk_copies, push.dense_copies);
         printf("{\"n\":%zu,\"memcpy_seconds\":%.6f", n, memcpy_s);
         for (int s = 0; s < NSPECS; s++)
             printf(",\"%s\":{\"bytes\":%zu,\"encode_seconds\":%.6f,"
@@ -346,9 +374,10 @@ int main(int argc, char **argv)
         printf(",\"worker_push\":{\"n\":%u,\"measured\":\"compress/ encode "
                "path and payloads, no transport\",\"memcpy_seconds\":%.6f,"
                "\"topk_seconds\":%.6f,\"dense_seconds\":%.6f,"
-               "\"dense_kept_payloads_seconds\":%.6f}",
+               "\"dense_kept_payloads_seconds\":%.6f,"
+               "\"library_copies_topk\":%.3f,\"library_copies_dense\":%.3f}",
                PUSH_N, push.memcpy_s, push.topk_s, push.dense_s,
-               push.dense_reused_s);
+               push.dense_reused_s, push.topk_copies, push.dense_copies);
         printf(",\"worker_push_25M_topk_over_memcpy\":%.3f,"
                "\"worker_push_dense_over_memcpy\":%.3f,"
                "\"worker_push_dense_kept_payloads_over_memcpy\":%.3f}\n",
