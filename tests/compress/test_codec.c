@@ -804,6 +804,8 @@ Test(codec, every_avx_path_clears_the_upper_ymm_state_before_it_leaves)
 
     if (avx_asm_check(prefixes, &res) != 0)
         cr_skip_test("objdump cannot disassemble the test binary");
-    cr_assert_geq(res.functions, 3, "the F16C and AVX2 functions were found");
+#if defined(__x86_64__)
+    cr_assert_geq(res.functions, 2, "the F16C functions were found");
+#endif
     cr_assert_eq(res.violations, 0, "%s", res.report);
 }

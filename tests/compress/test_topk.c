@@ -723,6 +723,8 @@ Test(topk, every_avx_path_clears_the_upper_ymm_state_before_it_leaves)
 
     if (avx_asm_check(prefixes, &res) != 0)
         cr_skip_test("objdump cannot disassemble the test binary");
+#if defined(__x86_64__) && !defined(TOPK_NO_AVX2)
     cr_assert_geq(res.functions, 2, "the AVX2 scans were found");
+#endif
     cr_assert_eq(res.violations, 0, "%s", res.report);
 }
