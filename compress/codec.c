@@ -240,6 +240,40 @@ flps_err codec_encode(codec *c, const float *a, size_t n, codec_msg *out)
     return rc;
 }
 
+flps_err codec_reserve(codec *c, size_t n)
+{
+    size_t len[CODEC_MAX_FRAMES] = {0, 0}, k;
+    flps_err rc = FLPS_OK;
+
+    if (c == NULL || (uint64_t)n >= (1ull << 32))
+        return FLPS_EINVAL;
+    switch (c->spec.kind) {
+    case CODEC_DENSE:
+        len[0] = 4 * n;
+        break;
+    case CODEC_FP16:
+        len[0] = 2 * n;
+        break;
+    case CODEC_QSGD:
+        len[0] = 4 * ((n + CODEC_QSGD_BUCKET - 1) / CODEC_QSGD_BUCKET);
+        len[1] = (n * (c->spec.bits + 1) + 7) / 8;
+        break;
+    case CODEC_SIGN:
+        len[0] = 4;
+        len[1] = (n + 7) / 8;
+        break;
+    default:
+        k = codec_count_for(&c->spec, n);
+        if (c->spec.kind == CODEC_DGC)
+            k += k / 5;
+        len[0] = len[1] = 4 * k;
+        break;
+    }
+    for (unsigned f = 0; f < codec_nframes(&c->spec) && rc == FLPS_OK; f++)
+        rc = codec_buf_reserve(c, f, len[f]);
+    return rc;
+}
+
 flps_err codec_encode_fused(codec *c, float *r, float *u, const float *g,
                             float m, size_t n, codec_msg *out)
 {

@@ -112,6 +112,14 @@ const codec_spec *codec_get_spec(const codec *c);
  * Not thread-safe on one codec; separate codecs are independent. */
 flps_err codec_encode(codec *c, const float *a, size_t n, codec_msg *out);
 
+/* Make c's frame buffers hold what an encode of n elements writes, so that
+ * the next codec_encode of n elements allocates nothing and cannot fail
+ * with FLPS_ENOMEM (error feedback reserves before it updates its state in
+ * place). The sparse kinds' selection buffers are not included
+ * (codec_encode_fused reserves those itself).
+ * Errors: FLPS_EINVAL (NULL, n >= 2^32), FLPS_ENOMEM. */
+flps_err codec_reserve(codec *c, size_t n);
+
 /* Whether the kind's messages carry values of the encoded array exactly:
  * dense (every element), topk, gtopk and dgc (the elements sent). For
  * these, what error feedback keeps is the array with the sent elements

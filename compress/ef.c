@@ -75,8 +75,7 @@ flps_err ef_create_for(const codec_spec *spec, size_t n, float momentum,
 {
     if (spec == NULL || !ef_codec_is_contractive(spec))
         return FLPS_EINVAL;
-    return ef_alloc(n, momentum, !codec_kind_sends_exact_values(spec->kind),
-                    out);
+    return ef_alloc(n, momentum, 0, out);
 }
 
 void ef_destroy(ef *e)
@@ -182,6 +181,104 @@ static flps_err ef_step_exact(ef *e, codec *c, const float *g, codec_msg *msg)
     return FLPS_OK;
 }
 
+/* What codec_encode of r + (m * u + g) would refuse, found without
+ * writing anything: FLPS_ENONFINITE for a NaN or Inf, FLPS_ERANGE for a
+ * qsgd bucket norm beyond f32 (computed exactly as codec_qsgd_encode
+ * computes it), else FLPS_OK. */
+static flps_err ef_check_quantised(const ef *e, const float *g,
+                                   const codec_spec *spec)
+{
+    if (!ef_update_is_finite(e, g))
+        return FLPS_ENONFINITE;
+    if (spec->kind != CODEC_QSGD)
+        return FLPS_OK; /* fp16 saturates; sign's mean cannot overflow */
+    for (size_t lo = 0; lo < e->n; lo += CODEC_QSGD_BUCKET) {
+        size_t hi =
+            lo + CODEC_QSGD_BUCKET < e->n ? lo + CODEC_QSGD_BUCKET : e->n;
+        double ss[4] = {0.0, 0.0, 0.0, 0.0};
+        size_t i;
+        for (i = lo; i + 4 <= hi; i += 4)
+            for (unsigned j = 0; j < 4; j++) {
+                size_t q = i + j;
+                float x = e->u != NULL ? e->r[q] + (e->m * e->u[q] + g[q])
+                                       : e->r[q] + g[q];
+                ss[j] += (double)x * (double)x;
+            }
+        for (; i < hi; i++) {
+            float x = e->u != NULL ? e->r[i] + (e->m * e->u[i] + g[i])
+                                   : e->r[i] + g[i];
+            ss[0] += (double)x * (double)x;
+        }
+        if (sqrt((ss[0] + ss[1]) + (ss[2] + ss[3])) > FLT_MAX)
+            return FLPS_ERANGE;
+    }
+    return FLPS_OK;
+}
+
+/* The step for the quantising codecs (fp16, qsgd, sign) on an ef made by
+ * ef_create_for, in place: everything that could make the encode fail
+ * is ruled out first (g checked, the bounds or else a read-only check of
+ * the sums and of qsgd's norms, the codec's buffers reserved), then r and
+ * u are updated, r is encoded and r <- r - decode(msg) as in the scratch
+ * step. The same float operations in the same order as that step. */
+static flps_err ef_step_quantised(ef *e, codec *c, const float *g,
+                                  codec_msg *msg)
+{
+    const codec_spec *spec = codec_get_spec(c);
+    /* A qsgd norm is at most sqrt(512) < 32 times the bucket's largest
+     * element. */
+    double limit =
+        spec->kind == CODEC_QSGD ? (double)FLT_MAX / 32.0 : (double)FLT_MAX;
+    float *restrict r = e->r, *restrict u = e->u;
+    size_t n = e->n;
+    double ub, ab, rmax = 0.0;
+    float gmax = 0.0f;
+    codec_msg out;
+    flps_err rc;
+
+    if (!ef_max_abs(g, n, &gmax))
+        return FLPS_ENONFINITE;
+    ub = u != NULL ? ((double)e->m * e->umax + gmax) * EF_ROUND + FLT_MIN
+                   : (double)gmax;
+    ab = (e->rmax + ub) * EF_ROUND + FLT_MIN;
+    if (!(ab < limit)) {
+        rc = ef_check_quantised(e, g, spec);
+        if (rc != FLPS_OK)
+            return rc;
+    }
+    rc = codec_reserve(c, n);
+    if (rc != FLPS_OK)
+        return rc;
+    if (u != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            float v = e->m * u[i] + g[i];
+            u[i] = v;
+            r[i] = r[i] + v;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++)
+            r[i] = r[i] + g[i];
+    }
+    rc = codec_encode(c, r, n, &out);
+    if (rc != FLPS_OK)
+        return rc; /* not expected: ruled out above */
+    for (size_t i = 0; i < n; i++)
+        r[i] = -r[i];
+    rc = codec_decode(spec, out.frames, out.nframes, r, n);
+    if (rc != FLPS_OK)
+        return rc; /* not expected: we just encoded it */
+    for (size_t i = 0; i < n; i++) {
+        double v;
+        r[i] = -r[i];
+        v = fabs((double)r[i]);
+        rmax = v > rmax ? v : rmax;
+    }
+    e->rmax = rmax;
+    e->umax = u != NULL ? ub : 0.0;
+    *msg = out;
+    return FLPS_OK;
+}
+
 flps_err ef_step(ef *e, codec *c, const float *g, codec_msg *msg)
 {
     const codec_spec *spec;
@@ -198,7 +295,7 @@ flps_err ef_step(ef *e, codec *c, const float *g, codec_msg *msg)
     if (codec_kind_sends_exact_values(spec->kind))
         return ef_step_exact(e, c, g, msg);
     if (e->a == NULL)
-        return FLPS_EINVAL; /* made by ef_create_for an exact codec */
+        return ef_step_quantised(e, c, g, msg);
     /* Work in the scratch buffers and swap them in only on success, so a
      * failed step (a NaN in g) leaves the state as it was. */
     if (e->m > 0.0f) {

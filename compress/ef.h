@@ -18,12 +18,14 @@ typedef struct ef ef;
  * FLPS_ENOMEM. */
 flps_err ef_create(size_t n, float momentum, ef **out);
 
-/* As ef_create, for use with codecs of spec's kind only: for the kinds
- * that send exact values (dense, topk, gtopk, dgc:
- * codec_kind_sends_exact_values) a step updates r and u in place inside
- * the codec's own pass, so only r (and u) are allocated: two arrays of n
- * floats (one without momentum) where ef_create keeps four (two). A step
- * of such an ef with a quantising codec (fp16, qsgd, sign) is refused.
+/* As ef_create, with steps made in place: only r (and u) are allocated,
+ * two arrays of n floats (one without momentum) where ef_create keeps four
+ * (two). For the kinds that send exact values (dense, topk, gtopk, dgc:
+ * codec_kind_sends_exact_values) the update happens inside the codec's own
+ * pass; for the quantising ones (fp16, qsgd, sign) the step rules out
+ * every failure of the encode first (checks and the codec's buffers
+ * reserved), then updates r and u and encodes r. spec is the codec the
+ * state is for; any codec ef_step accepts may be used with it later.
  * Errors: as ef_create, and FLPS_EINVAL for a NULL spec or one that
  * ef_step refuses (randk, qsgd below 4 bits). */
 flps_err ef_create_for(const codec_spec *spec, size_t n, float momentum,
@@ -49,15 +51,15 @@ void ef_destroy(ef *e);
  * (codec_encode_fused) after a read-only check of g: no scratch memory,
  * results bit for bit those of the loop above followed by codec_encode.
  * The quantising codecs (fp16, qsgd, sign) work in scratch arrays and swap
- * them in on success.
+ * them in on success on an ef from ef_create, in place on one from
+ * ef_create_for (see there); the results are the same.
  * Error feedback needs a codec whose error is smaller than its input.
  * Refused with FLPS_EINVAL: randk (unbiased through its n/k scaling; its
  * residual would be -(n/k - 1) a on S) and qsgd with BITS < 4 (at 512 per
  * bucket the rounding error exceeds the signal: measured, the residual
  * grows 10x every few dozen steps with BITS = 3). Use those without
  * error feedback.
- * Errors: FLPS_EINVAL (NULL arguments, a refused codec, a quantising codec
- * on an ef made by ef_create_for an exact one), FLPS_ENONFINITE (g
+ * Errors: FLPS_EINVAL (NULL arguments, a refused codec), FLPS_ENONFINITE (g
  * holds NaN or Inf, or a overflows), and codec_encode's errors. Not thread-safe
  * on one e; never allocates. */
 flps_err ef_step(ef *e, codec *c, const float *g, codec_msg *msg);

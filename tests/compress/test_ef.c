@@ -455,34 +455,122 @@ Test(ef, a_nan_gradient_fails_the_in_place_step_and_changes_nothing)
     free(u0);
 }
 
-Test(ef, made_for_an_exact_codec_it_keeps_only_the_residual_and_velocity)
+Test(ef, made_by_ef_create_for_it_keeps_only_the_residual_and_velocity)
 {
-    codec_spec spec;
-    ef *e = NULL;
+    static const char *const specs[] = {"topk:0.01", "qsgd:8"};
 
-    cr_assert_eq(codec_spec_parse("topk:0.01", &spec), FLPS_OK);
-    /* The struct, r and u: three allocations, no scratch arrays. */
-    for (unsigned long fail = 1; fail <= 3; fail++) {
-        flps_alloc_fail_at(fail);
-        cr_assert_eq(ef_create_for(&spec, 100, 0.9f, &e), FLPS_ENOMEM);
-        flps_alloc_fail_at(0);
-        cr_assert_null(e);
-    }
-    flps_alloc_fail_at(4);
-    cr_assert_eq(ef_create_for(&spec, 100, 0.9f, &e), FLPS_OK);
-    flps_alloc_fail_at(0);
-    {
-        /* Quantising codecs need the scratch arrays: refused. */
-        codec *q = make("qsgd:8");
-        float g[100] = {1.0f};
+    for (size_t k = 0; k < 2; k++) {
+        codec_spec spec;
+        ef *e = NULL;
+        codec *c = make(specs[k]);
+        float g[100];
         codec_msg msg;
-        cr_assert_eq(ef_step(e, q, g, &msg), FLPS_EINVAL);
-        codec_destroy(q);
+
+        cr_assert_eq(codec_spec_parse(specs[k], &spec), FLPS_OK);
+        /* The struct, r and u: three allocations, no scratch arrays. */
+        for (unsigned long fail = 1; fail <= 3; fail++) {
+            flps_alloc_fail_at(fail);
+            cr_assert_eq(ef_create_for(&spec, 100, 0.9f, &e), FLPS_ENOMEM);
+            flps_alloc_fail_at(0);
+            cr_assert_null(e);
+        }
+        flps_alloc_fail_at(4);
+        cr_assert_eq(ef_create_for(&spec, 100, 0.9f, &e), FLPS_OK);
+        flps_alloc_fail_at(0);
+        for (size_t i = 0; i < 100; i++)
+            g[i] = rng_gauss();
+        /* The codec's first buffers fail: nothing moves. */
+        flps_alloc_fail_at(1);
+        cr_assert_eq(ef_step(e, c, g, &msg), FLPS_ENOMEM, "%s", specs[k]);
+        flps_alloc_fail_at(0);
+        for (size_t i = 0; i < 100; i++)
+            cr_assert_eq(ef_residual(e)[i], 0.0f, "%s", specs[k]);
+        cr_assert_eq(ef_step(e, c, g, &msg), FLPS_OK, "%s", specs[k]);
+        ef_destroy(e);
+        codec_destroy(c);
     }
+    {
+        codec_spec spec;
+        ef *e = NULL;
+        cr_assert_eq(codec_spec_parse("randk:0.1", &spec), FLPS_OK);
+        cr_assert_eq(ef_create_for(&spec, 100, 0.0f, &e), FLPS_EINVAL);
+        cr_assert_eq(ef_create_for(NULL, 100, 0.0f, &e), FLPS_EINVAL);
+    }
+}
+
+/* The quantising codecs in place (ef_create_for) against the scratch
+ * arrays (ef_create): the same frames, residual and velocity, bit for
+ * bit. */
+Test(ef, the_in_place_quantised_step_gives_what_the_scratch_step_gives)
+{
+    static const char *const specs[] = {"fp16", "qsgd:4", "qsgd:8", "sign"};
+    size_t n = 5003;
+    float *g = malloc(n * sizeof(*g));
+
+    cr_assert_not_null(g);
+    for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++)
+        for (int mom = 0; mom < 2; mom++) {
+            codec *c0 = make(specs[s]), *c1 = make(specs[s]);
+            float m = mom ? 0.9f : 0.0f;
+            ef *e0 = NULL, *e1 = NULL;
+            cr_assert_eq(ef_create(n, m, &e0), FLPS_OK);
+            cr_assert_eq(ef_create_for(codec_get_spec(c1), n, m, &e1), FLPS_OK);
+            for (int t = 0; t < 8; t++) {
+                codec_msg want, got;
+                for (size_t i = 0; i < n; i++)
+                    g[i] = rng_gauss() + (float)(i % 9) * 0.03f;
+                cr_assert_eq(ef_step(e0, c0, g, &want), FLPS_OK);
+                cr_assert_eq(ef_step(e1, c1, g, &got), FLPS_OK);
+                cr_assert_eq(got.nframes, want.nframes);
+                for (size_t f = 0; f < got.nframes; f++) {
+                    cr_assert_eq(got.frames[f].len, want.frames[f].len);
+                    cr_assert_arr_eq(got.frames[f].data, want.frames[f].data,
+                                     want.frames[f].len, "%s m=%g step %d",
+                                     specs[s], (double)m, t);
+                }
+                cr_assert_arr_eq(ef_residual(e1), ef_residual(e0),
+                                 n * sizeof(float), "%s step %d r", specs[s],
+                                 t);
+                if (mom)
+                    cr_assert_arr_eq(ef_velocity(e1), ef_velocity(e0),
+                                     n * sizeof(float), "%s step %d u",
+                                     specs[s], t);
+            }
+            ef_destroy(e0);
+            ef_destroy(e1);
+            codec_destroy(c0);
+            codec_destroy(c1);
+        }
+    free(g);
+}
+
+/* A qsgd bucket whose norm overflows f32, and a sum that overflows: the
+ * in-place step refuses before anything moves, with the scratch step's
+ * error codes. */
+Test(ef, the_in_place_quantised_step_refuses_overflows_and_changes_nothing)
+{
+    size_t n = 1024;
+    codec *c = make("qsgd:8");
+    ef *e = NULL;
+    float *g = malloc(n * sizeof(*g)), *r0 = malloc(n * sizeof(*r0));
+    codec_msg msg;
+
+    cr_assert_eq(ef_create_for(codec_get_spec(c), n, 0.0f, &e), FLPS_OK);
+    for (size_t i = 0; i < n; i++)
+        g[i] = rng_gauss();
+    cr_assert_eq(ef_step(e, c, g, &msg), FLPS_OK);
+    memcpy(r0, ef_residual(e), n * sizeof(*r0));
+    for (size_t i = 512; i < n; i++)
+        g[i] = 2e37f; /* the second bucket's norm is 4.5e38 */
+    cr_assert_eq(ef_step(e, c, g, &msg), FLPS_ERANGE);
+    cr_assert_arr_eq(ef_residual(e), r0, n * sizeof(*r0));
+    g[700] = 3.4e38f;
+    cr_assert_eq(ef_step(e, c, g, &msg), FLPS_ERANGE);
+    cr_assert_arr_eq(ef_residual(e), r0, n * sizeof(*r0));
     ef_destroy(e);
-    cr_assert_eq(codec_spec_parse("randk:0.1", &spec), FLPS_OK);
-    cr_assert_eq(ef_create_for(&spec, 100, 0.0f, &e), FLPS_EINVAL);
-    cr_assert_eq(ef_create_for(NULL, 100, 0.0f, &e), FLPS_EINVAL);
+    codec_destroy(c);
+    free(g);
+    free(r0);
 }
 
 Test(ef, the_in_place_step_leaves_the_upper_ymm_state_clean)
