@@ -112,11 +112,25 @@ const codec_spec *codec_get_spec(const codec *c);
  * Not thread-safe on one codec; separate codecs are independent. */
 flps_err codec_encode(codec *c, const float *a, size_t n, codec_msg *out);
 
+/* Make the next encode on c (codec_encode, codec_encode_fused, or the one
+ * inside ef_step) write its frames into dst instead of c's own buffers:
+ * frame 0 at dst, each later frame right after the one before, so for the
+ * dense-valued kinds the message is dst[0..bytes) as one block. cap is
+ * dst's size; codec_max_bytes(spec, n) always suffices. For a caller whose
+ * payload is the message: no copy from the codec's buffer. The setting
+ * lasts for one encode, successful or not; dst NULL clears it (do so when
+ * no encode ran, e.g. ef_step refused a NaN first). dst is borrowed until
+ * that encode returns, and the message's frames then point into it.
+ * Errors: FLPS_EINVAL (c NULL). */
+flps_err codec_set_output(codec *c, void *dst, size_t cap);
+
 /* Make c's frame buffers hold what an encode of n elements writes, so that
  * the next codec_encode of n elements allocates nothing and cannot fail
  * with FLPS_ENOMEM (error feedback reserves before it updates its state in
  * place). The sparse kinds' selection buffers are not included
- * (codec_encode_fused reserves those itself).
+ * (codec_encode_fused reserves those itself). With an output set
+ * (codec_set_output) it reserves nothing and checks that the caller's
+ * buffer holds the frames.
  * Errors: FLPS_EINVAL (NULL, n >= 2^32), FLPS_ENOMEM. */
 flps_err codec_reserve(codec *c, size_t n);
 

@@ -279,7 +279,20 @@ static flps_err ef_step_quantised(ef *e, codec *c, const float *g,
     return FLPS_OK;
 }
 
+static flps_err ef_step_any(ef *e, codec *c, const float *g, codec_msg *msg);
+
 flps_err ef_step(ef *e, codec *c, const float *g, codec_msg *msg)
+{
+    flps_err rc = ef_step_any(e, c, g, msg);
+
+    /* An output set with codec_set_output lasts for one encode, also when
+     * the step failed before it encoded. */
+    if (c != NULL)
+        codec_set_output(c, NULL, 0);
+    return rc;
+}
+
+static flps_err ef_step_any(ef *e, codec *c, const float *g, codec_msg *msg)
 {
     const codec_spec *spec;
     codec_msg out;

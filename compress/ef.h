@@ -45,8 +45,10 @@ void ef_destroy(ef *e);
  *        dense-valued codecs send every element and keep u)
  * So sum(sent) + r == sum(accumulated) up to float rounding, where the
  * accumulated quantity is g (m = 0) or u after its update (m > 0).
- * *msg is borrowed from c until its next encode. On error r, u and *msg
- * are unchanged.
+ * *msg is borrowed from c until its next encode (or, after
+ * codec_set_output, from that buffer). On error r, u and *msg are
+ * unchanged. An output set on c is cleared by every step, successful or
+ * not.
  * For dense, topk, gtopk and dgc the step is one fused pass
  * (codec_encode_fused) after a read-only check of g: no scratch memory,
  * results bit for bit those of the loop above followed by codec_encode.

@@ -930,36 +930,22 @@ static flps_err push_dense(flps_client *c, const ctensor *t, uint32_t first,
     return FLPS_OK;
 }
 
-/* Push a part encoded by a dense-valued codec: raw f32 for dense, the
- * codec's frames (copied into one buffer) for fp16, qsgd and sign. */
+/* Push a part encoded by fp16, qsgd or sign: the codec wrote its frames
+ * straight into the payload b (codec_set_output), one after another. */
 static flps_err push_encoded(flps_client *c, uint32_t pi, uint64_t iter,
-                             const codec_msg *cm)
+                             const codec_msg *cm, proto_buf *b)
 {
     cpart *p = &c->parts[pi];
-    proto_buf *b = proto_buf_create(cm->bytes);
-    unsigned char *d;
     proto_msg m;
-    size_t off = 0;
 
-    if (b == NULL)
-        return set_error(c, FLPS_ENOMEM, "out of memory");
-    d = proto_buf_data(b);
     msg_base(c, &m, PROTO_OP_PUSH, pi, iter);
     m.n = p->numel;
-    if (c->spec.kind == CODEC_DENSE) {
-        memcpy(d, cm->frames[0].data, cm->frames[0].len);
-        m.codec = PROTO_CODEC_DENSE;
-        m.val = (const float *)d;
-    } else {
-        m.codec = PROTO_CODEC_ENCODED;
-        snprintf(m.spec, sizeof(m.spec), "%s", c->spec_text);
-        m.nenc = (uint32_t)cm->nframes;
-        for (size_t f = 0; f < cm->nframes; f++) {
-            memcpy(d + off, cm->frames[f].data, cm->frames[f].len);
-            m.enc[f].data = d + off;
-            m.enc[f].len = cm->frames[f].len;
-            off += cm->frames[f].len;
-        }
+    m.codec = PROTO_CODEC_ENCODED;
+    snprintf(m.spec, sizeof(m.spec), "%s", c->spec_text);
+    m.nenc = (uint32_t)cm->nframes;
+    for (size_t f = 0; f < cm->nframes; f++) {
+        m.enc[f].data = cm->frames[f].data;
+        m.enc[f].len = cm->frames[f].len;
     }
     return send_push(c, pi, &m, b, p->numel);
 }
@@ -1018,13 +1004,22 @@ flps_err flps_client_push(flps_client *c, uint32_t tensor, const float *grad,
         for (uint32_t pi = first; pi < last; pi++) {
             cpart *p = &c->parts[pi];
             float *vel = t->velocity ? t->velocity + p->offset : NULL;
+            size_t cap = codec_max_bytes(&c->spec, p->numel);
+            proto_buf *b = proto_buf_create(cap);
+            if (b == NULL)
+                return set_error(c, FLPS_ENOMEM, "out of memory");
+            codec_set_output(p->cd, proto_buf_data(b), cap);
             rc = encode_grad(c, p->cd, p->ef, vel, grad + p->offset, p->numel,
                              &cm);
-            if (rc == FLPS_OK)
-                rc = push_encoded(c, pi, iter, &cm);
-            if (rc != FLPS_OK)
+            codec_set_output(p->cd, NULL, 0); /* when nothing was encoded */
+            if (rc != FLPS_OK) {
+                proto_buf_release(b);
                 return set_error(c, rc, "cannot encode part %u of %s: %s", pi,
                                  t->name, flps_strerror(rc));
+            }
+            rc = push_encoded(c, pi, iter, &cm, b); /* takes b */
+            if (rc != FLPS_OK)
+                return rc;
         }
         return FLPS_OK;
     }

@@ -809,3 +809,56 @@ Test(codec, every_avx_path_clears_the_upper_ymm_state_before_it_leaves)
 #endif
     cr_assert_eq(res.violations, 0, "%s", res.report);
 }
+
+/* ---- encoding into the caller's buffer ---- */
+
+Test(codec, encodes_into_the_callers_buffer_once_with_the_same_frames)
+{
+    size_t n = 3001;
+    float *a = gauss_array(n);
+
+    for (size_t s = 0; s < sizeof(all_specs) / sizeof(all_specs[0]); s++) {
+        codec *c = make(all_specs[s], 9), *ref = make(all_specs[s], 9);
+        size_t cap = codec_max_bytes(codec_get_spec(c), n);
+        uint8_t *dst = malloc(cap);
+        codec_msg got, want, again;
+        size_t off = 0;
+
+        cr_assert_not_null(dst);
+        cr_assert_eq(codec_encode(ref, a, n, &want), FLPS_OK);
+        cr_assert_eq(codec_set_output(c, dst, cap), FLPS_OK);
+        cr_assert_eq(codec_encode(c, a, n, &got), FLPS_OK, "%s", all_specs[s]);
+        cr_assert_eq(got.nframes, want.nframes);
+        cr_assert_eq(got.count, want.count);
+        for (size_t f = 0; f < got.nframes; f++) {
+            cr_assert_eq(got.frames[f].len, want.frames[f].len);
+            cr_assert_arr_eq(got.frames[f].data, want.frames[f].data,
+                             want.frames[f].len, "%s frame %zu", all_specs[s],
+                             f);
+            if (!codec_kind_is_sparse(codec_get_spec(c)->kind))
+                cr_assert_eq(got.frames[f].data, dst + off,
+                             "%s: frame %zu follows the one before",
+                             all_specs[s], f);
+            cr_assert(got.frames[f].data >= dst &&
+                          got.frames[f].data + got.frames[f].len <= dst + cap,
+                      "%s: frame %zu lies in the caller's buffer", all_specs[s],
+                      f);
+            off += got.frames[f].len;
+        }
+        /* One encode only: the next writes into the codec's buffers. */
+        cr_assert_eq(codec_encode(c, a, n, &again), FLPS_OK);
+        cr_assert(again.frames[0].data < dst ||
+                      again.frames[0].data >= dst + cap,
+                  "%s", all_specs[s]);
+        /* Too small: refused, and the codec's buffers still work. */
+        cr_assert_eq(codec_set_output(c, dst, 1), FLPS_OK);
+        cr_assert_eq(codec_encode(c, a, n, &got), FLPS_EINVAL, "%s",
+                     all_specs[s]);
+        cr_assert_eq(codec_encode(c, a, n, &again), FLPS_OK);
+        free(dst);
+        codec_destroy(c);
+        codec_destroy(ref);
+    }
+    cr_assert_eq(codec_set_output(NULL, NULL, 0), FLPS_EINVAL);
+    free(a);
+}

@@ -596,3 +596,50 @@ Test(ef, the_in_place_step_leaves_the_upper_ymm_state_clean)
     }
     free(g);
 }
+
+Test(ef, a_step_writes_into_the_callers_buffer_and_clears_the_setting)
+{
+    static const char *const specs[] = {"fp16", "qsgd:8", "sign", "topk:0.01"};
+    size_t n = 2000;
+    float *g = malloc(n * sizeof(*g));
+
+    cr_assert_not_null(g);
+    for (size_t i = 0; i < n; i++)
+        g[i] = rng_gauss();
+    for (size_t s = 0; s < 4; s++) {
+        codec *c0 = make(specs[s]), *c1 = make(specs[s]);
+        size_t cap = codec_max_bytes(codec_get_spec(c1), n);
+        uint8_t *dst = malloc(cap);
+        ef *e0 = NULL, *e1 = NULL;
+        codec_msg want, got;
+
+        cr_assert_not_null(dst);
+        cr_assert_eq(ef_create_for(codec_get_spec(c0), n, 0.9f, &e0), FLPS_OK);
+        cr_assert_eq(ef_create_for(codec_get_spec(c1), n, 0.9f, &e1), FLPS_OK);
+        cr_assert_eq(ef_step(e0, c0, g, &want), FLPS_OK);
+        cr_assert_eq(codec_set_output(c1, dst, cap), FLPS_OK);
+        cr_assert_eq(ef_step(e1, c1, g, &got), FLPS_OK, "%s", specs[s]);
+        for (size_t f = 0; f < got.nframes; f++) {
+            cr_assert(got.frames[f].data >= dst &&
+                      got.frames[f].data < dst + cap);
+            cr_assert_arr_eq(got.frames[f].data, want.frames[f].data,
+                             want.frames[f].len, "%s", specs[s]);
+        }
+        cr_assert_arr_eq(ef_residual(e1), ef_residual(e0), n * sizeof(float),
+                         "%s", specs[s]);
+        /* A refused step clears the setting too. */
+        g[5] = NAN;
+        cr_assert_eq(codec_set_output(c1, dst, cap), FLPS_OK);
+        cr_assert_eq(ef_step(e1, c1, g, &got), FLPS_ENONFINITE);
+        g[5] = 0.5f;
+        cr_assert_eq(ef_step(e1, c1, g, &got), FLPS_OK);
+        cr_assert(got.frames[0].data < dst || got.frames[0].data >= dst + cap,
+                  "%s: the codec's own buffers again", specs[s]);
+        ef_destroy(e0);
+        ef_destroy(e1);
+        codec_destroy(c0);
+        codec_destroy(c1);
+        free(dst);
+    }
+    free(g);
+}
