@@ -134,6 +134,12 @@ int codec_kind_is_sparse(codec_kind kind)
            kind == CODEC_DGC;
 }
 
+int codec_kind_sends_exact_values(codec_kind kind)
+{
+    return kind == CODEC_DENSE || kind == CODEC_TOPK || kind == CODEC_GTOPK ||
+           kind == CODEC_DGC;
+}
+
 size_t codec_count_for(const codec_spec *spec, size_t n)
 {
     double k;
@@ -221,14 +227,116 @@ const codec_spec *codec_get_spec(const codec *c)
     return &c->spec;
 }
 
+flps_err codec_set_output(codec *c, void *dst, size_t cap)
+{
+    if (c == NULL)
+        return FLPS_EINVAL;
+    c->out = dst;
+    c->out_cap = dst != NULL ? cap : 0;
+    return FLPS_OK;
+}
+
+/* Point the frame buffers at the caller's output for one encode, if one
+ * was set; codec_output_end puts the codec's own back. */
+static void codec_output_begin(codec *c)
+{
+    if (c->out == NULL)
+        return;
+    for (unsigned f = 0; f < CODEC_MAX_FRAMES; f++) {
+        c->own_buf[f] = c->buf[f];
+        c->own_cap[f] = c->cap[f];
+    }
+    c->out_used = 0;
+    c->out_active = 1;
+}
+
+static void codec_output_end(codec *c)
+{
+    if (!c->out_active)
+        return;
+    for (unsigned f = 0; f < CODEC_MAX_FRAMES; f++) {
+        c->buf[f] = c->own_buf[f];
+        c->cap[f] = c->own_cap[f];
+    }
+    c->out_active = 0;
+    c->out = NULL;
+    c->out_cap = 0;
+}
+
 flps_err codec_encode(codec *c, const float *a, size_t n, codec_msg *out)
 {
     flps_err rc;
 
-    if (c == NULL || out == NULL || (n > 0 && a == NULL) ||
-        (uint64_t)n >= (1ull << 32))
+    if (c == NULL)
         return FLPS_EINVAL;
+    if (out == NULL || (n > 0 && a == NULL) || (uint64_t)n >= (1ull << 32)) {
+        c->out = NULL;
+        return FLPS_EINVAL;
+    }
+    codec_output_begin(c);
     rc = codec_table[c->spec.kind].encode(c, a, n, out);
+    codec_output_end(c);
+    c->out = NULL;
+    if (rc == FLPS_OK)
+        c->encodes++;
+    return rc;
+}
+
+flps_err codec_reserve(codec *c, size_t n)
+{
+    size_t len[CODEC_MAX_FRAMES] = {0, 0}, k;
+    flps_err rc = FLPS_OK;
+
+    if (c == NULL || (uint64_t)n >= (1ull << 32))
+        return FLPS_EINVAL;
+    switch (c->spec.kind) {
+    case CODEC_DENSE:
+        len[0] = 4 * n;
+        break;
+    case CODEC_FP16:
+        len[0] = 2 * n;
+        break;
+    case CODEC_QSGD:
+        len[0] = 4 * ((n + CODEC_QSGD_BUCKET - 1) / CODEC_QSGD_BUCKET);
+        len[1] = (n * (c->spec.bits + 1) + 7) / 8;
+        break;
+    case CODEC_SIGN:
+        len[0] = 4;
+        len[1] = (n + 7) / 8;
+        break;
+    default:
+        k = codec_count_for(&c->spec, n);
+        if (c->spec.kind == CODEC_DGC)
+            k += k / 5;
+        len[0] = len[1] = 4 * k;
+        break;
+    }
+    if (c->out != NULL)
+        return len[0] + len[1] <= c->out_cap ? FLPS_OK : FLPS_EINVAL;
+    for (unsigned f = 0; f < codec_nframes(&c->spec) && rc == FLPS_OK; f++)
+        rc = codec_buf_reserve(c, f, len[f]);
+    return rc;
+}
+
+flps_err codec_encode_fused(codec *c, float *r, float *u, const float *g,
+                            float m, size_t n, codec_msg *out)
+{
+    flps_err rc;
+
+    if (c == NULL || out == NULL || (n > 0 && (r == NULL || g == NULL)) ||
+        (uint64_t)n >= (1ull << 32) ||
+        !codec_kind_sends_exact_values(c->spec.kind)) {
+        if (c != NULL)
+            c->out = NULL;
+        return FLPS_EINVAL;
+    }
+    codec_output_begin(c);
+    if (c->spec.kind == CODEC_DENSE)
+        rc = codec_dense_encode_fused(c, r, u, g, m, n, out);
+    else
+        rc = codec_sparse_encode_fused(c, r, u, g, m, n, out);
+    codec_output_end(c);
+    c->out = NULL;
     if (rc == FLPS_OK)
         c->encodes++;
     return rc;
@@ -252,6 +360,17 @@ flps_err codec_buf_reserve(codec *c, unsigned f, size_t bytes)
 {
     uint8_t *p;
 
+    if (c->out_active) {
+        /* Frames one after another in the caller's buffer. */
+        if (f == 0)
+            c->out_used = 0;
+        if (bytes > c->out_cap - c->out_used)
+            return FLPS_EINVAL;
+        c->buf[f] = c->out + c->out_used;
+        c->cap[f] = bytes;
+        c->out_used += bytes;
+        return FLPS_OK;
+    }
     if (c->cap[f] >= bytes && c->buf[f] != NULL)
         return FLPS_OK;
     /* A fresh buffer, not realloc: the old contents are dead, so copying

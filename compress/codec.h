@@ -112,6 +112,66 @@ const codec_spec *codec_get_spec(const codec *c);
  * Not thread-safe on one codec; separate codecs are independent. */
 flps_err codec_encode(codec *c, const float *a, size_t n, codec_msg *out);
 
+/* Make the next encode on c (codec_encode, codec_encode_fused, or the one
+ * inside ef_step) write its frames into dst instead of c's own buffers:
+ * frame 0 at dst, each later frame right after the one before, so for the
+ * dense-valued kinds the message is dst[0..bytes) as one block. cap is
+ * dst's size; codec_max_bytes(spec, n) always suffices. For a caller whose
+ * payload is the message: no copy from the codec's buffer. The setting
+ * lasts for one encode, successful or not; dst NULL clears it (do so when
+ * no encode ran, e.g. ef_step refused a NaN first). dst is borrowed until
+ * that encode returns, and the message's frames then point into it.
+ * Errors: FLPS_EINVAL (c NULL). */
+flps_err codec_set_output(codec *c, void *dst, size_t cap);
+
+/* Make c's frame buffers hold what an encode of n elements writes, so that
+ * the next codec_encode of n elements allocates nothing and cannot fail
+ * with FLPS_ENOMEM (error feedback reserves before it updates its state in
+ * place). The sparse kinds' selection buffers are not included
+ * (codec_encode_fused reserves those itself). With an output set
+ * (codec_set_output) it reserves nothing and checks that the caller's
+ * buffer holds the frames.
+ * Errors: FLPS_EINVAL (NULL, n >= 2^32), FLPS_ENOMEM. */
+flps_err codec_reserve(codec *c, size_t n);
+
+/* Whether the kind's messages carry values of the encoded array exactly:
+ * dense (every element), topk, gtopk and dgc (the elements sent). For
+ * these, what error feedback keeps is the array with the sent elements
+ * zeroed, and the encode can make the update itself
+ * (codec_encode_fused). */
+int codec_kind_sends_exact_values(codec_kind kind);
+
+/* Error feedback's update fused with the encode, for the kinds of
+ * codec_kind_sends_exact_values. With a[i] = r[i] + (u[i] <- m * u[i] +
+ * g[i]) (a[i] = r[i] + g[i] when u is NULL), encode a into *out as
+ * codec_encode(c, a, n, out) would, and leave in r what the message did not
+ * carry: a with the sent indices zeroed (all zeros for dense). The layer
+ * is read and written once (sparse kinds: a sample and one filtering pass
+ * that makes the update; dense: one pass writing the frame and clearing
+ * r), with the same float operations in the same order as the loop
+ * written out. u is updated everywhere, not masked: that is the caller's
+ * choice. r, u and g must not overlap; *out is borrowed as for
+ * codec_encode.
+ * Errors: FLPS_EINVAL (NULL arguments, n >= 2^32, a kind that quantises;
+ * nothing changes), FLPS_ENOMEM (nothing changes), FLPS_ENONFINITE (a holds
+ * a NaN or Inf: r and u are updated all the same and *out is not written;
+ * a caller that must keep them checks its inputs first, as ef_step does).
+ * Not thread-safe on one codec. */
+flps_err codec_encode_fused(codec *c, float *r, float *u, const float *g,
+                            float m, size_t n, codec_msg *out);
+
+/* The dense frame of m * v[i] + g[i] (g[i] when v is NULL), written
+ * straight into dst (4n bytes, any alignment): for a caller that owns its
+ * payload buffer and keeps plain momentum, which the lossless codec needs
+ * instead of error feedback (its residual would always be zero). One pass,
+ * the finiteness check folded in; the same float operations as the loop
+ * written out. v and dst may be the same array (an update in place); g
+ * must not overlap them.
+ * Errors: FLPS_EINVAL (NULL with n > 0), FLPS_ENONFINITE (a NaN or Inf in
+ * the result; dst is then unspecified). Thread-safe; never allocates. */
+flps_err codec_dense_encode_into(const float *g, const float *v, float m,
+                                 size_t n, void *dst);
+
 /* Validate nframes frames of a message for an array of n elements encoded
  * per spec, then add the decoded values into acc[0..n) (scatter-add for
  * sparse codecs). Validation is complete before acc is touched: on error

@@ -24,9 +24,21 @@ struct codec {
     size_t cap[CODEC_MAX_FRAMES];
     uint64_t *bitmap; /* randk: chosen indices as bits */
     size_t bitmap_words;
+    /* codec_set_output: the caller's buffer for the next encode's frames.
+     * During that encode buf/cap point into it (own_buf/own_cap keep the
+     * codec's buffers) and codec_buf_reserve places the frames one after
+     * another. */
+    uint8_t *out;
+    size_t out_cap, out_used;
+    int out_active;
+    uint8_t *own_buf[CODEC_MAX_FRAMES];
+    size_t own_cap[CODEC_MAX_FRAMES];
 };
 
-/* Make frame buffer f of c hold at least bytes. Errors: FLPS_ENOMEM. */
+/* Make frame buffer f of c hold at least bytes (frames in increasing f).
+ * While an encode writes into the caller's buffer (codec_set_output),
+ * frame f is placed there after the frames before it.
+ * Errors: FLPS_ENOMEM; FLPS_EINVAL when the caller's buffer is too small. */
 flps_err codec_buf_reserve(codec *c, unsigned f, size_t bytes);
 
 /* Point *out (cleared first) at c's frame buffers: frame 0 of len0 bytes
@@ -69,6 +81,10 @@ flps_err codec_sparse_encode(codec *c, const float *a, size_t n,
                              codec_msg *out);
 flps_err codec_sparse_decode(const codec_spec *spec, const codec_frame *fr,
                              float *acc, size_t n);
+flps_err codec_dense_encode_fused(codec *c, float *r, float *u, const float *g,
+                                  float m, size_t n, codec_msg *out);
+flps_err codec_sparse_encode_fused(codec *c, float *r, float *u, const float *g,
+                                   float m, size_t n, codec_msg *out);
 flps_err codec_qsgd_encode(codec *c, const float *a, size_t n, codec_msg *out);
 flps_err codec_qsgd_decode(const codec_spec *spec, const codec_frame *fr,
                            float *acc, size_t n);

@@ -100,6 +100,39 @@ flps_err codec_sparse_encode(codec *c, const float *a, size_t n, codec_msg *out)
     return FLPS_OK;
 }
 
+flps_err codec_sparse_encode_fused(codec *c, float *r, float *u, const float *g,
+                                   float m, size_t n, codec_msg *out)
+{
+    size_t k = codec_count_for(&c->spec, n), cap = k, cnt = 0;
+    uint32_t *idx;
+    float *val;
+    flps_err rc;
+
+    if (c->spec.kind == CODEC_DGC)
+        cap += k / 5;
+    rc = codec_buf_reserve(c, 0, 4 * cap);
+    if (rc == FLPS_OK)
+        rc = codec_buf_reserve(c, 1, 4 * cap);
+    if (rc != FLPS_OK)
+        return rc;
+    idx = (uint32_t *)(void *)c->buf[0];
+    val = (float *)(void *)c->buf[1];
+    /* The same selection (and for dgc the same random stream) as
+     * codec_sparse_encode on the updated array. */
+    rc = topk_ctx_select_fused(c->topk, r, u, g, m, n, k,
+                               c->spec.kind == CODEC_DGC, codec_stream(c), idx,
+                               &cnt);
+    if (rc != FLPS_OK)
+        return rc;
+    for (size_t j = 0; j < cnt; j++) {
+        val[j] = r[idx[j]];
+        r[idx[j]] = 0.0f;
+    }
+    codec_msg_set(c, 2, 4 * cnt, 4 * cnt, cnt, out);
+    out->idx = idx;
+    return FLPS_OK;
+}
+
 flps_err codec_sparse_decode(const codec_spec *spec, const codec_frame *fr,
                              float *acc, size_t n)
 {

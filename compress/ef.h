@@ -18,6 +18,19 @@ typedef struct ef ef;
  * FLPS_ENOMEM. */
 flps_err ef_create(size_t n, float momentum, ef **out);
 
+/* As ef_create, with steps made in place: only r (and u) are allocated,
+ * two arrays of n floats (one without momentum) where ef_create keeps four
+ * (two). For the kinds that send exact values (dense, topk, gtopk, dgc:
+ * codec_kind_sends_exact_values) the update happens inside the codec's own
+ * pass; for the quantising ones (fp16, qsgd, sign) the step rules out
+ * every failure of the encode first (checks and the codec's buffers
+ * reserved), then updates r and u and encodes r. spec is the codec the
+ * state is for; any codec ef_step accepts may be used with it later.
+ * Errors: as ef_create, and FLPS_EINVAL for a NULL spec or one that
+ * ef_step refuses (randk, qsgd below 4 bits). */
+flps_err ef_create_for(const codec_spec *spec, size_t n, float momentum,
+                       ef **out);
+
 /* Free e. NULL does nothing. */
 void ef_destroy(ef *e);
 
@@ -32,8 +45,16 @@ void ef_destroy(ef *e);
  *        dense-valued codecs send every element and keep u)
  * So sum(sent) + r == sum(accumulated) up to float rounding, where the
  * accumulated quantity is g (m = 0) or u after its update (m > 0).
- * *msg is borrowed from c until its next encode. On error r, u and *msg
- * are unchanged.
+ * *msg is borrowed from c until its next encode (or, after
+ * codec_set_output, from that buffer). On error r, u and *msg are
+ * unchanged. An output set on c is cleared by every step, successful or
+ * not.
+ * For dense, topk, gtopk and dgc the step is one fused pass
+ * (codec_encode_fused) after a read-only check of g: no scratch memory,
+ * results bit for bit those of the loop above followed by codec_encode.
+ * The quantising codecs (fp16, qsgd, sign) work in scratch arrays and swap
+ * them in on success on an ef from ef_create, in place on one from
+ * ef_create_for (see there); the results are the same.
  * Error feedback needs a codec whose error is smaller than its input.
  * Refused with FLPS_EINVAL: randk (unbiased through its n/k scaling; its
  * residual would be -(n/k - 1) a on S) and qsgd with BITS < 4 (at 512 per

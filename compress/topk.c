@@ -59,15 +59,72 @@ typedef struct {
     size_t need;
 } topk_band;
 
+/* An error-feedback update of the array a that a selection runs on, not
+ * yet made (see topk_ctx_select_fused): a[i] <- a[i] + (u[i] <- m * u[i] +
+ * g[i]), or a[i] + g[i] when u is NULL. While pending, a holds the old
+ * values: the sample computes the new ones on the fly and the first
+ * filtering pass makes the update as it goes, so the layer is read and
+ * written once. Everything else that reads a applies it first. */
+typedef struct {
+    float *a;
+    float *u;
+    const float *g;
+    float m;
+    int pending;
+} topk_fuse;
+
 /* The key of the 32-bit word at p (a float or an already computed key).
  * memcpy keeps the load free of aliasing questions; it compiles to a
  * plain load. */
-static inline uint32_t topk_key_at(const void *p)
+__attribute__((always_inline)) static inline uint32_t topk_key_at(const void *p)
 {
     uint32_t u;
 
     memcpy(&u, p, sizeof(u));
     return u & TOPK_KEY_MASK;
+}
+
+static inline uint32_t topk_key_of(float x)
+{
+    return topk_key_at(&x);
+}
+
+/* The new a[i] of a pending update, computed with the same operations in
+ * the same order as the update itself (so bit for bit the same value). */
+static inline float topk_fuse_value(const topk_fuse *f, size_t i)
+{
+    float v;
+
+    if (f->u == NULL)
+        return f->a[i] + f->g[i];
+    v = f->m * f->u[i] + f->g[i];
+    return f->a[i] + v;
+}
+
+/* Make the pending update of f (NULL: nothing pending) over a[0..n). */
+static void topk_fuse_apply(topk_fuse *f, size_t n)
+{
+    float *restrict a, *restrict u;
+    const float *restrict g;
+    float m;
+
+    if (f == NULL || !f->pending)
+        return;
+    a = f->a;
+    u = f->u;
+    g = f->g;
+    m = f->m;
+    if (u == NULL) {
+        for (size_t i = 0; i < n; i++)
+            a[i] = a[i] + g[i];
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float v = m * u[i] + g[i];
+            u[i] = v;
+            a[i] = a[i] + v;
+        }
+    }
+    f->pending = 0;
 }
 
 static int topk_all_finite(const float *a, size_t n)
@@ -179,11 +236,13 @@ static size_t topk_emit_cand(const uint32_t *cand, const uint32_t *ckey,
  * output pass. The fallback for small arrays, high densities and inputs
  * whose sample misleads (heavy ties). 0 < k <= n. */
 static flps_err topk_full(const float *a, size_t n, size_t k, uint32_t *idx,
-                          unsigned *passes)
+                          unsigned *passes, topk_fuse *f)
 {
     topk_band bd;
-    flps_err rc = topk_radix_band(a, n, k, 3, &bd);
+    flps_err rc;
 
+    topk_fuse_apply(f, n);
+    rc = topk_radix_band(a, n, k, 3, &bd);
     *passes += 4;
     if (rc != FLPS_OK)
         return rc;
@@ -194,8 +253,12 @@ static flps_err topk_full(const float *a, size_t n, size_t k, uint32_t *idx,
 /* Append the candidates a SIMD step found: bit j of bits (nonzero) set
  * means a[i + j] is at or above the threshold. Returns the new count; the
  * caller has checked there is room for a whole step. */
-static inline size_t topk_take_bits(const float *a, size_t i, uint32_t bits,
-                                    uint32_t *cand, uint32_t *ckey, size_t c)
+/* Inlined also without optimisation: the AVX2 scans call it with the
+ * upper YMM state in use, and a call there would run baseline code in
+ * it. */
+__attribute__((always_inline)) static inline size_t
+topk_take_bits(const float *a, size_t i, uint32_t bits, uint32_t *cand,
+               uint32_t *ckey, size_t c)
 {
     do {
         unsigned j = (unsigned)__builtin_ctz(bits);
@@ -255,19 +318,24 @@ static size_t topk_scan_generic(const float *a, size_t n, uint32_t thr,
 }
 
 #if defined(TOPK_HAVE_AVX2)
-/* topk_scan_generic with 32 elements per step, for CPUs with AVX2 (chosen
- * at run time: the library is built for baseline x86-64). About 10%
- * faster at 0.1% density, where the pass runs at memory bandwidth. */
+/* The whole blocks of topk_scan_generic with 32 elements per step, for
+ * CPUs with AVX2 (chosen at run time: the library is built for baseline
+ * x86-64). About 10% faster at 0.1% density, where the pass runs at memory
+ * bandwidth. Writes how many elements it examined to *done; the caller
+ * scans the rest. Every return clears the upper halves of the YMM
+ * registers explicitly (GCC 12 left them dirty on some paths, and every
+ * later SSE instruction then ran 1.6-3.7x slower); the SSE tail runs in
+ * the caller, outside any AVX function. */
 __attribute__((target("avx2"))) static size_t
 topk_scan_avx2(const float *a, size_t n, uint32_t thr, uint32_t *cand,
-               uint32_t *ckey, size_t cap)
+               uint32_t *ckey, size_t cap, size_t *done)
 {
     const __m256i vmask = _mm256_set1_epi32((int32_t)TOPK_KEY_MASK);
     const __m256i vthr = _mm256_set1_epi32((int32_t)thr - 1);
     /* The packs below interleave the 128-bit lanes; this puts the four
      * 32-bit groups of mask bytes back into element order. */
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    size_t c = 0, i = 0, rest;
+    size_t c = 0, i = 0;
 
     for (; i + TOPK_BLOCK <= n; i += TOPK_BLOCK) {
         const __m256i *v = (const __m256i *)(const void *)(a + i);
@@ -284,18 +352,17 @@ topk_scan_avx2(const float *a, size_t n, uint32_t thr, uint32_t *cand,
 
         if (_mm256_testz_si256(m, m))
             continue;
-        if (cap - c < TOPK_BLOCK)
+        if (cap - c < TOPK_BLOCK) {
+            _mm256_zeroupper();
             return SIZE_MAX;
+        }
         m = _mm256_permutevar8x32_epi32(m, order);
         bits = (uint32_t)_mm256_movemask_epi8(m);
         c = topk_take_bits(a, i, bits, cand, ckey, c);
     }
-    rest = topk_scan_generic(a + i, n - i, thr, cand + c, ckey + c, cap - c);
-    if (rest == SIZE_MAX)
-        return SIZE_MAX;
-    for (size_t j = c; j < c + rest; j++)
-        cand[j] += (uint32_t)i;
-    return c + rest;
+    *done = i;
+    _mm256_zeroupper();
+    return c;
 }
 #endif
 
@@ -303,10 +370,178 @@ static size_t topk_scan(const float *a, size_t n, uint32_t thr, uint32_t *cand,
                         uint32_t *ckey, size_t cap)
 {
 #if defined(TOPK_HAVE_AVX2)
-    if (__builtin_cpu_supports("avx2"))
-        return topk_scan_avx2(a, n, thr, cand, ckey, cap);
+    if (__builtin_cpu_supports("avx2")) {
+        size_t i = 0, rest;
+        size_t c = topk_scan_avx2(a, n, thr, cand, ckey, cap, &i);
+
+        if (c == SIZE_MAX)
+            return SIZE_MAX;
+        rest =
+            topk_scan_generic(a + i, n - i, thr, cand + c, ckey + c, cap - c);
+        if (rest == SIZE_MAX)
+            return SIZE_MAX;
+        for (size_t j = c; j < c + rest; j++)
+            cand[j] += (uint32_t)i;
+        return c + rest;
+    }
 #endif
     return topk_scan_generic(a, n, thr, cand, ckey, cap);
+}
+
+/* One element of a pending update, made; returns the new a[i]. */
+static inline float topk_fuse_step(topk_fuse *f, size_t i)
+{
+    float v;
+
+    if (f->u == NULL) {
+        f->a[i] = f->a[i] + f->g[i];
+        return f->a[i];
+    }
+    v = f->m * f->u[i] + f->g[i];
+    f->u[i] = v;
+    f->a[i] = f->a[i] + v;
+    return f->a[i];
+}
+
+/* topk_scan_generic over [i, n) of a pending update of f, making the
+ * update as it goes: the same steps, so the same candidates and the same
+ * overflow as the scan of the updated array would give. Appends to cand
+ * and ckey from c on and returns the new count; where the scan would stop
+ * on overflow it sets *full and carries on with the update alone. */
+static size_t topk_fused_generic(topk_fuse *f, size_t i, size_t n, uint32_t thr,
+                                 uint32_t *cand, uint32_t *ckey, size_t cap,
+                                 size_t c, int *full)
+{
+#if defined(__SSE2__)
+    const __m128i vmask = _mm_set1_epi32((int32_t)TOPK_KEY_MASK);
+    const __m128i vthr = _mm_set1_epi32((int32_t)thr - 1);
+    const __m128 vm = _mm_set1_ps(f->m);
+    float *a = f->a, *u = f->u;
+    const float *g = f->g;
+
+    for (; i + 16 <= n; i += 16) {
+        __m128i x[4], m01, m23;
+        unsigned bits;
+
+        for (int q = 0; q < 4; q++) {
+            __m128 gv = _mm_loadu_ps(g + i + 4 * q);
+            __m128 av = _mm_loadu_ps(a + i + 4 * q);
+            if (u != NULL) {
+                gv =
+                    _mm_add_ps(_mm_mul_ps(vm, _mm_loadu_ps(u + i + 4 * q)), gv);
+                _mm_storeu_ps(u + i + 4 * q, gv);
+            }
+            av = _mm_add_ps(av, gv);
+            _mm_storeu_ps(a + i + 4 * q, av);
+            x[q] = _mm_and_si128(_mm_castps_si128(av), vmask);
+        }
+        m01 = _mm_packs_epi32(_mm_cmpgt_epi32(x[0], vthr),
+                              _mm_cmpgt_epi32(x[1], vthr));
+        m23 = _mm_packs_epi32(_mm_cmpgt_epi32(x[2], vthr),
+                              _mm_cmpgt_epi32(x[3], vthr));
+        bits = (unsigned)_mm_movemask_epi8(_mm_packs_epi16(m01, m23));
+        if (bits == 0 || *full)
+            continue;
+        if (cap - c < 16) {
+            *full = 1;
+            continue;
+        }
+        c = topk_take_bits(a, i, bits, cand, ckey, c);
+    }
+#endif
+    for (; i < n; i++) {
+        uint32_t key = topk_key_of(topk_fuse_step(f, i));
+        if (key < thr || *full)
+            continue;
+        if (c == cap) {
+            *full = 1;
+            continue;
+        }
+        cand[c] = (uint32_t)i;
+        ckey[c] = key;
+        c++;
+    }
+    return c;
+}
+
+#if defined(TOPK_HAVE_AVX2)
+/* The whole blocks of topk_fused_generic, 32 elements per step as in
+ * topk_scan_avx2 (so the overflow happens where that scan's would). Writes
+ * how far it got to *done. No FMA: the multiply and the add round
+ * separately, as in the plain loop. */
+__attribute__((target("avx2"))) static size_t
+topk_fused_avx2(topk_fuse *f, size_t n, uint32_t thr, uint32_t *cand,
+                uint32_t *ckey, size_t cap, int *full, size_t *done)
+{
+    const __m256i vmask = _mm256_set1_epi32((int32_t)TOPK_KEY_MASK);
+    const __m256i vthr = _mm256_set1_epi32((int32_t)thr - 1);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256 vm = _mm256_set1_ps(f->m);
+    float *a = f->a, *u = f->u;
+    const float *g = f->g;
+    size_t c = 0, i = 0;
+
+    for (; i + TOPK_BLOCK <= n; i += TOPK_BLOCK) {
+        __m256i x[4], m01, m23, m;
+        uint32_t bits;
+
+        for (int q = 0; q < 4; q++) {
+            __m256 gv = _mm256_loadu_ps(g + i + 8 * q);
+            __m256 av = _mm256_loadu_ps(a + i + 8 * q);
+            if (u != NULL) {
+                gv = _mm256_add_ps(
+                    _mm256_mul_ps(vm, _mm256_loadu_ps(u + i + 8 * q)), gv);
+                _mm256_storeu_ps(u + i + 8 * q, gv);
+            }
+            av = _mm256_add_ps(av, gv);
+            _mm256_storeu_ps(a + i + 8 * q, av);
+            x[q] = _mm256_and_si256(_mm256_castps_si256(av), vmask);
+        }
+        m01 = _mm256_packs_epi32(_mm256_cmpgt_epi32(x[0], vthr),
+                                 _mm256_cmpgt_epi32(x[1], vthr));
+        m23 = _mm256_packs_epi32(_mm256_cmpgt_epi32(x[2], vthr),
+                                 _mm256_cmpgt_epi32(x[3], vthr));
+        m = _mm256_packs_epi16(m01, m23);
+        if (_mm256_testz_si256(m, m) || *full)
+            continue;
+        if (cap - c < TOPK_BLOCK) {
+            *full = 1;
+            continue;
+        }
+        m = _mm256_permutevar8x32_epi32(m, order);
+        bits = (uint32_t)_mm256_movemask_epi8(m);
+        c = topk_take_bits(a, i, bits, cand, ckey, c);
+    }
+    *done = i;
+    _mm256_zeroupper();
+    return c;
+}
+#endif
+
+/* topk_scan of the array a pending update of f gives, making the update
+ * over all of a[0..n) (also when the candidates overflow). */
+static size_t topk_scan_fused(topk_fuse *f, size_t n, uint32_t thr,
+                              uint32_t *cand, uint32_t *ckey, size_t cap)
+{
+    size_t c = 0, i = 0;
+    int full = 0;
+
+#if defined(TOPK_HAVE_AVX2)
+    if (__builtin_cpu_supports("avx2"))
+        c = topk_fused_avx2(f, n, thr, cand, ckey, cap, &full, &i);
+#endif
+    c = topk_fused_generic(f, i, n, thr, cand, ckey, cap, c, &full);
+    f->pending = 0;
+    return full ? SIZE_MAX : c;
+}
+
+/* A filtering pass over a, or the fused one while f's update is pending. */
+static size_t topk_scan_src(topk_ctx *ctx, const float *a, size_t n,
+                            uint32_t thr, size_t cap, topk_fuse *f)
+{
+    if (f != NULL && f->pending)
+        return topk_scan_fused(f, n, thr, ctx->cand, ctx->ckey, cap);
+    return topk_scan(a, n, thr, ctx->cand, ctx->ckey, cap);
 }
 
 /* Fill out[0..s) with keys of a: runs of TOPK_SAMPLE_RUN consecutive
@@ -338,7 +573,7 @@ static const float *topk_run_at(const float *a, uint64_t seed, size_t j,
 }
 
 static void topk_sample(const float *a, size_t n, size_t s, uint64_t seed,
-                        uint32_t *out)
+                        uint32_t *out, const topk_fuse *f)
 {
     /* Runs are far apart, so each is a cache miss; prefetching a few runs
      * ahead keeps several misses in flight. */
@@ -352,10 +587,23 @@ static void topk_sample(const float *a, size_t n, size_t s, uint64_t seed,
     stride = n / nruns;
     for (size_t j = 0; j < nruns; j++) {
         const float *p = topk_run_at(a, seed, j, stride, run);
-        if (j + AHEAD < nruns)
-            __builtin_prefetch(topk_run_at(a, seed, j + AHEAD, stride, run));
-        for (size_t e = 0; e < run; e++)
-            out[j * run + e] = topk_key_at(p + e);
+        if (j + AHEAD < nruns) {
+            const float *q = topk_run_at(a, seed, j + AHEAD, stride, run);
+            __builtin_prefetch(q);
+            if (f != NULL && f->pending) {
+                __builtin_prefetch(f->g + (q - a));
+                if (f->u != NULL)
+                    __builtin_prefetch(f->u + (q - a));
+            }
+        }
+        if (f != NULL && f->pending) {
+            size_t at = (size_t)(p - a);
+            for (size_t e = 0; e < run; e++)
+                out[j * run + e] = topk_key_of(topk_fuse_value(f, at + e));
+        } else {
+            for (size_t e = 0; e < run; e++)
+                out[j * run + e] = topk_key_at(p + e);
+        }
     }
 }
 
@@ -419,8 +667,9 @@ static int topk_uses_sample(size_t n, size_t k)
 }
 
 static flps_err topk_trivial(const float *a, size_t n, size_t k, uint32_t *idx,
-                             unsigned *passes)
+                             unsigned *passes, topk_fuse *f)
 {
+    topk_fuse_apply(f, n);
     *passes += 1;
     if (!topk_all_finite(a, n))
         return FLPS_ENONFINITE;
@@ -432,7 +681,7 @@ static flps_err topk_trivial(const float *a, size_t n, size_t k, uint32_t *idx,
 
 /* Exact selection; arguments already checked, 0 < k < n. */
 static flps_err topk_exact(topk_ctx *ctx, const float *a, size_t n, size_t k,
-                           uint32_t *idx, unsigned *passes)
+                           uint32_t *idx, unsigned *passes, topk_fuse *f)
 {
     size_t s = n / TOPK_SAMPLE_DIV / TOPK_SAMPLE_RUN * TOPK_SAMPLE_RUN;
     size_t cap = 2 * k + TOPK_CAND_SLACK;
@@ -441,11 +690,11 @@ static flps_err topk_exact(topk_ctx *ctx, const float *a, size_t n, size_t k,
     flps_err rc;
 
     if (!topk_uses_sample(n, k))
-        return topk_full(a, n, k, idx, passes);
+        return topk_full(a, n, k, idx, passes, f);
     rc = topk_ctx_reserve(ctx, s, cap);
     if (rc != FLPS_OK)
         return rc;
-    topk_sample(a, n, s, 0x243f6a8885a308d3ull, ctx->samp);
+    topk_sample(a, n, s, 0x243f6a8885a308d3ull, ctx->samp, f);
 
     /* Aim three standard deviations of the sample count below the k-th
      * largest, so that one pass finds at least k candidates almost always
@@ -464,7 +713,7 @@ static flps_err topk_exact(topk_ctx *ctx, const float *a, size_t n, size_t k,
             return rc;
         if (thr == 0)
             break; /* everything would be a candidate */
-        c = topk_scan(a, n, thr, ctx->cand, ctx->ckey, cap);
+        c = topk_scan_src(ctx, a, n, thr, cap, f);
         *passes += 1;
         if (c == SIZE_MAX) {
             hi_rank = rank;
@@ -478,7 +727,7 @@ static flps_err topk_exact(topk_ctx *ctx, const float *a, size_t n, size_t k,
             return topk_pick(ctx, c, k, idx);
         }
     }
-    return topk_full(a, n, k, idx, passes);
+    return topk_full(a, n, k, idx, passes, f);
 }
 
 static flps_err topk_check_args(const float *a, size_t n, size_t k,
@@ -525,8 +774,8 @@ flps_err topk_ctx_select(topk_ctx *ctx, const float *a, size_t n, size_t k,
     if (ctx == NULL)
         return FLPS_EINVAL;
     if (k == 0 || k == n)
-        return topk_trivial(a, n, k, idx, &passes);
-    return topk_exact(ctx, a, n, k, idx, &passes);
+        return topk_trivial(a, n, k, idx, &passes, NULL);
+    return topk_exact(ctx, a, n, k, idx, &passes, NULL);
 }
 
 flps_err topk_select(const float *a, size_t n, size_t k, uint32_t *idx)
@@ -540,50 +789,55 @@ flps_err topk_select(const float *a, size_t n, size_t k, uint32_t *idx)
     return rc;
 }
 
-flps_err topk_ctx_select_approx(topk_ctx *ctx, const float *a, size_t n,
-                                size_t k, uint64_t seed, uint32_t *idx,
-                                size_t *count, unsigned *passes)
+/* The sample size of the approximate selection, see topk_approx. */
+static size_t topk_approx_sample(size_t n, size_t k)
+{
+    size_t s = n / TOPK_SAMPLE_DIV;
+
+    /* A rank of TOPK_APPROX_MIN_RANK in the sample needs a sample of
+     * TOPK_APPROX_MIN_RANK / density; when that is a large part of the
+     * array, an exact selection costs no more. */
+    if (s < TOPK_APPROX_MIN_RANK * (n / k))
+        s = TOPK_APPROX_MIN_RANK * (n / k);
+    return s / TOPK_SAMPLE_RUN * TOPK_SAMPLE_RUN;
+}
+
+/* topk_ctx_select_approx with arguments checked, over a or the array a
+ * pending update of f gives. */
+static flps_err topk_approx(topk_ctx *ctx, const float *a, size_t n, size_t k,
+                            uint64_t seed, uint32_t *idx, size_t *count,
+                            unsigned *passes, topk_fuse *f)
 {
     size_t lo = k - k / 5, hi = k + k / 5;
     size_t s, cap, rank, c;
     unsigned np = 0;
     uint32_t thr;
-    flps_err rc = topk_check_args(a, n, k, idx);
+    flps_err rc;
 
-    if (rc != FLPS_OK)
-        return rc;
-    if (ctx == NULL || count == NULL)
-        return FLPS_EINVAL;
     if (k == 0 || k == n) {
-        rc = topk_trivial(a, n, k, idx, &np);
+        rc = topk_trivial(a, n, k, idx, &np, f);
         goto done;
     }
-    /* A rank of TOPK_APPROX_MIN_RANK in the sample needs a sample of
-     * TOPK_APPROX_MIN_RANK / density; when that is a large part of the
-     * array, an exact selection costs no more. */
-    s = n / TOPK_SAMPLE_DIV;
-    if (s < TOPK_APPROX_MIN_RANK * (n / k))
-        s = TOPK_APPROX_MIN_RANK * (n / k);
-    s = s / TOPK_SAMPLE_RUN * TOPK_SAMPLE_RUN;
+    s = topk_approx_sample(n, k);
     if (lo == hi || !topk_uses_sample(n, k) || s > n / 4) {
-        rc = topk_exact(ctx, a, n, k, idx, &np);
+        rc = topk_exact(ctx, a, n, k, idx, &np, f);
         goto done;
     }
     cap = 2 * k + TOPK_CAND_SLACK;
     rc = topk_ctx_reserve(ctx, s, cap);
     if (rc != FLPS_OK)
         return rc;
-    topk_sample(a, n, s, seed, ctx->samp);
+    topk_sample(a, n, s, seed, ctx->samp, f);
     rank = (size_t)llround((double)k * (double)s / (double)n);
     if (rank < 1)
         rank = 1;
     rc = topk_sample_threshold(ctx, s, rank, &thr);
     if (rc != FLPS_OK)
         return rc;
-    c = topk_scan(a, n, thr, ctx->cand, ctx->ckey, cap);
+    c = topk_scan_src(ctx, a, n, thr, cap, f);
     np = 1;
     if (c == SIZE_MAX || c < lo) {
-        rc = topk_exact(ctx, a, n, k, idx, &np);
+        rc = topk_exact(ctx, a, n, k, idx, &np, f);
         goto done;
     }
     if (c > hi) {
@@ -610,4 +864,51 @@ done:
     if (passes != NULL)
         *passes = np;
     return FLPS_OK;
+}
+
+flps_err topk_ctx_select_approx(topk_ctx *ctx, const float *a, size_t n,
+                                size_t k, uint64_t seed, uint32_t *idx,
+                                size_t *count, unsigned *passes)
+{
+    flps_err rc = topk_check_args(a, n, k, idx);
+
+    if (rc != FLPS_OK)
+        return rc;
+    if (ctx == NULL || count == NULL)
+        return FLPS_EINVAL;
+    return topk_approx(ctx, a, n, k, seed, idx, count, passes, NULL);
+}
+
+flps_err topk_ctx_select_fused(topk_ctx *ctx, float *a, float *u,
+                               const float *g, float m, size_t n, size_t k,
+                               int approx, uint64_t seed, uint32_t *idx,
+                               size_t *count)
+{
+    topk_fuse f = {a, u, g, m, 1};
+    unsigned passes = 0;
+    flps_err rc = topk_check_args(a, n, k, idx);
+
+    if (rc != FLPS_OK)
+        return rc;
+    if (ctx == NULL || count == NULL || (n > 0 && g == NULL))
+        return FLPS_EINVAL;
+    if (topk_uses_sample(n, k) && k > 0) {
+        /* Every buffer the selection may need, before a moves: on
+         * FLPS_ENOMEM nothing has changed. */
+        size_t se = n / TOPK_SAMPLE_DIV / TOPK_SAMPLE_RUN * TOPK_SAMPLE_RUN;
+        size_t sa = approx ? topk_approx_sample(n, k) : 0;
+        rc = topk_ctx_reserve(ctx, se > sa ? se : sa, 2 * k + TOPK_CAND_SLACK);
+        if (rc != FLPS_OK)
+            return rc;
+    }
+    if (approx) {
+        rc = topk_approx(ctx, a, n, k, seed, idx, count, &passes, &f);
+    } else {
+        rc = k == 0 || k == n ? topk_trivial(a, n, k, idx, &passes, &f)
+                              : topk_exact(ctx, a, n, k, idx, &passes, &f);
+        if (rc == FLPS_OK)
+            *count = k;
+    }
+    topk_fuse_apply(&f, n); /* when the selection failed before making it */
+    return rc;
 }

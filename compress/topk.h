@@ -53,4 +53,24 @@ flps_err topk_ctx_select_approx(topk_ctx *ctx, const float *a, size_t n,
                                 size_t k, uint64_t seed, uint32_t *idx,
                                 size_t *count, unsigned *passes);
 
+/* Error feedback's update fused with a selection: for every i,
+ * u[i] <- m * u[i] + g[i] (when u is not NULL) and a[i] <- a[i] + u[i]
+ * (a[i] + g[i] without u), in place, then select from the updated a as
+ * topk_ctx_select (approx 0; *count = k) or topk_ctx_select_approx (approx
+ * 1, with seed) would on it, with the same result. One pass over the
+ * arrays in the common case: the sample computes the new values on the
+ * fly and the filtering pass makes the update as it goes. The update uses
+ * the same float operations in the same order as that loop written out
+ * (no FMA), so a and u end bit for bit as the loop leaves them. a, u and g
+ * must not overlap.
+ * Errors: FLPS_EINVAL (as topk_ctx_select; g or count NULL; nothing
+ * changes), FLPS_ENOMEM (nothing changes: the buffers are reserved before
+ * the update), FLPS_ENONFINITE (the updated a holds a NaN or Inf; a and u
+ * are updated all the same, so a caller that must keep them checks its
+ * inputs first). On error *count is not written and idx is unspecified. */
+flps_err topk_ctx_select_fused(topk_ctx *ctx, float *a, float *u,
+                               const float *g, float m, size_t n, size_t k,
+                               int approx, uint64_t seed, uint32_t *idx,
+                               size_t *count);
+
 #endif

@@ -54,9 +54,14 @@ typedef struct cpart {
     uint32_t numel;
     uint32_t shard;
     creq req;
-    /* Dense-valued codecs (dense, fp16, qsgd, sign) encode part by part. */
+    /* Dense-valued codecs (fp16, qsgd, sign) encode part by part. */
     codec *cd;
     ef *ef;
+    /* The dense codec needs neither: each push writes its payload straight
+     * from the gradient. With momentum the last payload is the velocity
+     * (it holds m * v + g as sent), so vel keeps a reference to it. */
+    proto_buf *vel;
+    proto_buf *next; /* built by the push under way, not yet sent */
 } cpart;
 
 typedef struct ctensor {
@@ -79,7 +84,8 @@ struct flps_client {
     int sparse;  /* the codec selects (per layer) rather than encodes all */
     int is_auto; /* "auto": a codec per layer (dense or topk:D), every push
                     sparse */
-    int use_ef;  /* the codec is biased: keep an error-feedback residual */
+    int use_ef;  /* the codec is biased: keep an error-feedback residual
+                    (never for the lossless dense codec) */
     double density, lr, momentum;
     int lr_cosine;
     uint64_t iterations;
@@ -467,8 +473,9 @@ static flps_err parse_compression(flps_client *c, const char *text)
                                          : PROTO_AGG_DENSE;
     /* randk is unbiased by its scaling and qsgd below 4 bits by its
      * stochastic rounding; error feedback on them lets the residual grow
-     * without bound (compress/ef.h), so they run without it. */
-    c->use_ef = !(c->spec.kind == CODEC_RANDK ||
+     * without bound (compress/ef.h), so they run without it. dense is
+     * lossless: its residual would be zero after every push. */
+    c->use_ef = !(c->spec.kind == CODEC_RANDK || c->spec.kind == CODEC_DENSE ||
                   (c->spec.kind == CODEC_QSGD && c->spec.bits < 4));
     return FLPS_OK;
 }
@@ -483,7 +490,7 @@ static flps_err make_coder(flps_client *c, const codec_spec *spec, size_t n,
     if (rc != FLPS_OK)
         return rc;
     if (c->use_ef)
-        return ef_create(n, (float)c->momentum, e);
+        return ef_create_for(spec, n, (float)c->momentum, e);
     *velocity = flps_calloc(n, sizeof(float));
     return *velocity ? FLPS_OK : FLPS_ENOMEM;
 }
@@ -553,7 +560,7 @@ static flps_err client_setup(flps_client *c, const flps_client_config *cfg)
         p->offset = c->pm.parts[i].offset;
         p->numel = c->pm.parts[i].numel;
         p->shard = c->pm.parts[i].shard;
-        if (!c->sparse) {
+        if (!c->sparse && c->spec.kind != CODEC_DENSE) {
             float *unused = NULL;
             rc =
                 make_coder(c, &c->spec, p->numel, ((uint64_t)c->rank << 32) ^ i,
@@ -565,7 +572,7 @@ static flps_err client_setup(flps_client *c, const flps_client_config *cfg)
                 return rc;
         }
     }
-    if (!c->sparse && !c->use_ef) {
+    if (!c->sparse && !c->use_ef && c->spec.kind != CODEC_DENSE) {
         for (uint32_t i = 0; i < c->ntensors; i++) {
             c->tensors[i].velocity =
                 flps_calloc(c->tensors[i].numel, sizeof(float));
@@ -714,6 +721,8 @@ void flps_client_destroy(flps_client *c)
         creq_clear(&c->parts[i].req);
         codec_destroy(c->parts[i].cd);
         ef_destroy(c->parts[i].ef);
+        proto_buf_release(c->parts[i].vel);
+        proto_buf_release(c->parts[i].next);
     }
     for (uint32_t s = 0; c->shard_req != NULL && s < c->nshards; s++)
         creq_clear(&c->shard_req[s]);
@@ -862,36 +871,81 @@ static flps_err push_sparse(flps_client *c, uint32_t pi, uint64_t iter,
     return send_push(c, pi, &m, b, n);
 }
 
-/* Push a part encoded by a dense-valued codec: raw f32 for dense, the
- * codec's frames (copied into one buffer) for fp16, qsgd and sign. */
+/* Push the layer's parts with the dense codec: no error feedback and no
+ * codec buffer, each part's payload written in one pass from the gradient
+ * (with momentum, from the velocity the last payload holds). Every part is
+ * built before any is sent, so a NaN or Inf anywhere sends nothing and
+ * moves no velocity (FLPS_ENONFINITE, not sticky). */
+static flps_err push_dense(flps_client *c, const ctensor *t, uint32_t first,
+                           uint32_t last, const float *grad, uint64_t iter)
+{
+    const float mom = (float)c->momentum;
+    flps_err rc = FLPS_OK;
+    uint32_t pi;
+
+    for (pi = first; pi < last && rc == FLPS_OK; pi++) {
+        cpart *p = &c->parts[pi];
+        p->next = proto_buf_create((size_t)p->numel * 4);
+        if (p->next == NULL) {
+            rc = FLPS_ENOMEM;
+            break;
+        }
+        rc = codec_dense_encode_into(grad + p->offset,
+                                     p->vel ? proto_buf_data(p->vel) : NULL,
+                                     mom, p->numel, proto_buf_data(p->next));
+    }
+    if (rc != FLPS_OK) {
+        for (pi = first; pi < last; pi++) {
+            proto_buf_release(c->parts[pi].next);
+            c->parts[pi].next = NULL;
+        }
+        if (rc == FLPS_ENONFINITE)
+            return rc;
+        return set_error(c, rc, "cannot encode %s: %s", t->name,
+                         flps_strerror(rc));
+    }
+    for (pi = first; pi < last; pi++) {
+        cpart *p = &c->parts[pi];
+        proto_buf *b = p->next;
+        proto_msg m;
+
+        p->next = NULL;
+        if (mom > 0.0f) {
+            proto_buf_release(p->vel);
+            p->vel = proto_buf_hold(b);
+        }
+        msg_base(c, &m, PROTO_OP_PUSH, pi, iter);
+        m.codec = PROTO_CODEC_DENSE;
+        m.n = p->numel;
+        m.val = proto_buf_data(b);
+        rc = send_push(c, pi, &m, b, p->numel);
+        if (rc != FLPS_OK) {
+            for (uint32_t q = pi + 1; q < last; q++) {
+                proto_buf_release(c->parts[q].next);
+                c->parts[q].next = NULL;
+            }
+            return rc;
+        }
+    }
+    return FLPS_OK;
+}
+
+/* Push a part encoded by fp16, qsgd or sign: the codec wrote its frames
+ * straight into the payload b (codec_set_output), one after another. */
 static flps_err push_encoded(flps_client *c, uint32_t pi, uint64_t iter,
-                             const codec_msg *cm)
+                             const codec_msg *cm, proto_buf *b)
 {
     cpart *p = &c->parts[pi];
-    proto_buf *b = proto_buf_create(cm->bytes);
-    unsigned char *d;
     proto_msg m;
-    size_t off = 0;
 
-    if (b == NULL)
-        return set_error(c, FLPS_ENOMEM, "out of memory");
-    d = proto_buf_data(b);
     msg_base(c, &m, PROTO_OP_PUSH, pi, iter);
     m.n = p->numel;
-    if (c->spec.kind == CODEC_DENSE) {
-        memcpy(d, cm->frames[0].data, cm->frames[0].len);
-        m.codec = PROTO_CODEC_DENSE;
-        m.val = (const float *)d;
-    } else {
-        m.codec = PROTO_CODEC_ENCODED;
-        snprintf(m.spec, sizeof(m.spec), "%s", c->spec_text);
-        m.nenc = (uint32_t)cm->nframes;
-        for (size_t f = 0; f < cm->nframes; f++) {
-            memcpy(d + off, cm->frames[f].data, cm->frames[f].len);
-            m.enc[f].data = d + off;
-            m.enc[f].len = cm->frames[f].len;
-            off += cm->frames[f].len;
-        }
+    m.codec = PROTO_CODEC_ENCODED;
+    snprintf(m.spec, sizeof(m.spec), "%s", c->spec_text);
+    m.nenc = (uint32_t)cm->nframes;
+    for (size_t f = 0; f < cm->nframes; f++) {
+        m.enc[f].data = cm->frames[f].data;
+        m.enc[f].len = cm->frames[f].len;
     }
     return send_push(c, pi, &m, b, p->numel);
 }
@@ -933,30 +987,47 @@ flps_err flps_client_push(flps_client *c, uint32_t tensor, const float *grad,
                              "its previous push arrived (call "
                              "flps_client_wait first)",
                              t->name);
-    /* Checked up front for the whole layer, so a NaN changes nothing (no
-     * part is sent, no residual or velocity moves) and the call can be
-     * repeated with a good gradient. */
-    for (size_t i = 0; i < t->numel; i++)
-        if (!isfinite(grad[i]))
-            return FLPS_ENONFINITE;
+    /* A NaN or Inf changes nothing (no part is sent, no residual or
+     * velocity moves) and the call can be repeated with a good gradient.
+     * The dense codec and error feedback check as they go, before anything
+     * moves (ef_step: FLPS_ENONFINITE with nothing changed); the paths
+     * that encode part by part or update a plain velocity first check up
+     * front. */
+    if (c->spec.kind == CODEC_DENSE && !c->is_auto)
+        return push_dense(c, t, first, last, grad, iter);
+    if (!c->sparse || t->ef == NULL)
+        for (size_t i = 0; i < t->numel; i++)
+            if (!isfinite(grad[i]))
+                return FLPS_ENONFINITE;
 
     if (!c->sparse) {
         for (uint32_t pi = first; pi < last; pi++) {
             cpart *p = &c->parts[pi];
             float *vel = t->velocity ? t->velocity + p->offset : NULL;
+            size_t cap = codec_max_bytes(&c->spec, p->numel);
+            proto_buf *b = proto_buf_create(cap);
+            if (b == NULL)
+                return set_error(c, FLPS_ENOMEM, "out of memory");
+            codec_set_output(p->cd, proto_buf_data(b), cap);
             rc = encode_grad(c, p->cd, p->ef, vel, grad + p->offset, p->numel,
                              &cm);
-            if (rc == FLPS_OK)
-                rc = push_encoded(c, pi, iter, &cm);
-            if (rc != FLPS_OK)
+            codec_set_output(p->cd, NULL, 0); /* when nothing was encoded */
+            if (rc != FLPS_OK) {
+                proto_buf_release(b);
                 return set_error(c, rc, "cannot encode part %u of %s: %s", pi,
                                  t->name, flps_strerror(rc));
+            }
+            rc = push_encoded(c, pi, iter, &cm, b); /* takes b */
+            if (rc != FLPS_OK)
+                return rc;
         }
         return FLPS_OK;
     }
     /* Layer-wise selection, split by part: indices are ascending, parts of
      * a tensor are consecutive ranges. */
     rc = encode_grad(c, t->cd, t->ef, t->velocity, grad, t->numel, &cm);
+    if (rc == FLPS_ENONFINITE && t->ef != NULL)
+        return rc; /* ef_step moved nothing */
     if (rc != FLPS_OK)
         return set_error(c, rc, "cannot encode layer %s: %s", t->name,
                          flps_strerror(rc));

@@ -13,6 +13,7 @@
 #include "compress/codec.h"
 #include "compress/codec_impl.h"
 #include "compress/topk.h"
+#include "tests/compress/avx_asm.h"
 
 static const char *const all_specs[] = {
     "dense",    "fp16",   "topk:0.01", "gtopk:0.01", "randk:0.01",
@@ -723,4 +724,141 @@ Test(codec, rejects_null_arguments)
     cr_assert_eq(codec_decode(&spec, NULL, 1, a, 1), FLPS_EINVAL);
     codec_destroy(c);
     codec_destroy(NULL);
+}
+
+/* ---- the fused form for error feedback ---- */
+
+Test(codec, fused_encode_sends_what_encode_sends_and_keeps_the_rest_in_r)
+{
+    static const char *const specs[] = {"dense", "topk:0.01", "gtopk:0.2",
+                                        "dgc:0.01"};
+    size_t n = 4000;
+    float *r = malloc(n * sizeof(*r)), *u = malloc(n * sizeof(*u));
+    float *g = malloc(n * sizeof(*g)), *a = malloc(n * sizeof(*a));
+
+    cr_assert_not_null(r);
+    cr_assert_not_null(u);
+    cr_assert_not_null(g);
+    cr_assert_not_null(a);
+    for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
+        codec *c = make(specs[s], 3), *ref = make(specs[s], 3);
+        for (int withu = 0; withu < 2; withu++) {
+            codec_msg got, want;
+            for (size_t i = 0; i < n; i++) {
+                r[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+                u[i] = (float)((i * 104729) % 777) / 300.0f - 1.2f;
+                g[i] = (float)((i * 31) % 101) / 50.0f - 1.0f;
+                a[i] = withu ? r[i] + (0.5f * u[i] + g[i]) : r[i] + g[i];
+            }
+            cr_assert_eq(codec_encode(ref, a, n, &want), FLPS_OK);
+            cr_assert_eq(
+                codec_encode_fused(c, r, withu ? u : NULL, g, 0.5f, n, &got),
+                FLPS_OK, "%s", specs[s]);
+            cr_assert_eq(got.count, want.count, "%s", specs[s]);
+            cr_assert_eq(got.nframes, want.nframes);
+            for (size_t f = 0; f < got.nframes; f++) {
+                cr_assert_eq(got.frames[f].len, want.frames[f].len);
+                cr_assert_arr_eq(got.frames[f].data, want.frames[f].data,
+                                 want.frames[f].len, "%s frame %zu", specs[s],
+                                 f);
+            }
+            if (want.idx == NULL)
+                memset(a, 0, n * sizeof(*a));
+            else
+                for (size_t j = 0; j < want.count; j++)
+                    a[want.idx[j]] = 0.0f;
+            for (size_t i = 0; i < n; i++)
+                cr_assert(r[i] == a[i], "%s: r[%zu] = %g, want %g", specs[s], i,
+                          (double)r[i], (double)a[i]);
+        }
+        codec_destroy(c);
+        codec_destroy(ref);
+    }
+    free(r);
+    free(u);
+    free(g);
+    free(a);
+}
+
+Test(codec, fused_encode_refuses_the_quantising_codecs)
+{
+    static const char *const specs[] = {"fp16", "qsgd:8", "sign", "randk:0.5"};
+    float r[8] = {0}, g[8] = {1.0f};
+    codec_msg msg;
+
+    for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
+        codec *c = make(specs[s], 1);
+        cr_assert_eq(codec_encode_fused(c, r, NULL, g, 0.0f, 8, &msg),
+                     FLPS_EINVAL, "%s", specs[s]);
+        cr_assert_eq(r[0], 0.0f, "%s: nothing moved", specs[s]);
+        codec_destroy(c);
+    }
+    cr_assert_eq(codec_encode_fused(NULL, r, NULL, g, 0.0f, 8, &msg),
+                 FLPS_EINVAL);
+}
+
+Test(codec, every_avx_path_clears_the_upper_ymm_state_before_it_leaves)
+{
+    static const char *const prefixes[] = {"codec_", "topk_", "ef_", NULL};
+    avx_asm_result res;
+
+    if (avx_asm_check(prefixes, &res) != 0)
+        cr_skip_test("objdump cannot disassemble the test binary");
+#if defined(__x86_64__)
+    cr_assert_geq(res.functions, 2, "the F16C functions were found");
+#endif
+    cr_assert_eq(res.violations, 0, "%s", res.report);
+}
+
+/* ---- encoding into the caller's buffer ---- */
+
+Test(codec, encodes_into_the_callers_buffer_once_with_the_same_frames)
+{
+    size_t n = 3001;
+    float *a = gauss_array(n);
+
+    for (size_t s = 0; s < sizeof(all_specs) / sizeof(all_specs[0]); s++) {
+        codec *c = make(all_specs[s], 9), *ref = make(all_specs[s], 9);
+        size_t cap = codec_max_bytes(codec_get_spec(c), n);
+        uint8_t *dst = malloc(cap);
+        codec_msg got, want, again;
+        size_t off = 0;
+
+        cr_assert_not_null(dst);
+        cr_assert_eq(codec_encode(ref, a, n, &want), FLPS_OK);
+        cr_assert_eq(codec_set_output(c, dst, cap), FLPS_OK);
+        cr_assert_eq(codec_encode(c, a, n, &got), FLPS_OK, "%s", all_specs[s]);
+        cr_assert_eq(got.nframes, want.nframes);
+        cr_assert_eq(got.count, want.count);
+        for (size_t f = 0; f < got.nframes; f++) {
+            cr_assert_eq(got.frames[f].len, want.frames[f].len);
+            cr_assert_arr_eq(got.frames[f].data, want.frames[f].data,
+                             want.frames[f].len, "%s frame %zu", all_specs[s],
+                             f);
+            if (!codec_kind_is_sparse(codec_get_spec(c)->kind))
+                cr_assert_eq(got.frames[f].data, dst + off,
+                             "%s: frame %zu follows the one before",
+                             all_specs[s], f);
+            cr_assert(got.frames[f].data >= dst &&
+                          got.frames[f].data + got.frames[f].len <= dst + cap,
+                      "%s: frame %zu lies in the caller's buffer", all_specs[s],
+                      f);
+            off += got.frames[f].len;
+        }
+        /* One encode only: the next writes into the codec's buffers. */
+        cr_assert_eq(codec_encode(c, a, n, &again), FLPS_OK);
+        cr_assert(again.frames[0].data < dst ||
+                      again.frames[0].data >= dst + cap,
+                  "%s", all_specs[s]);
+        /* Too small: refused, and the codec's buffers still work. */
+        cr_assert_eq(codec_set_output(c, dst, 1), FLPS_OK);
+        cr_assert_eq(codec_encode(c, a, n, &got), FLPS_EINVAL, "%s",
+                     all_specs[s]);
+        cr_assert_eq(codec_encode(c, a, n, &again), FLPS_OK);
+        free(dst);
+        codec_destroy(c);
+        codec_destroy(ref);
+    }
+    cr_assert_eq(codec_set_output(NULL, NULL, 0), FLPS_EINVAL);
+    free(a);
 }

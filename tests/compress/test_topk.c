@@ -9,6 +9,8 @@
 
 #include "common/alloc.h"
 #include "compress/topk.h"
+#include "tests/compress/avx_asm.h"
+#include "tests/compress/avx_state.h"
 
 typedef struct {
     float mag;
@@ -559,4 +561,170 @@ Test(topk, approximate_selection_falls_back_when_the_threshold_set_overflows)
         a[i] = 3.0f; /* 700 above a plateau of 100000 */
     check_approx_on(a, n, 1000);
     free(a);
+}
+
+/* ---- the fused error-feedback form ---- */
+
+/* topk_ctx_select_fused against the update loop written out followed by
+ * the plain selection: the same a and u bit for bit, the same indices.
+ * Both run on the same buffers (restored in between): the sample's runs
+ * start on cache lines, so the approximate result depends on where a
+ * lies. */
+static void check_fused(size_t n, size_t k, float m, int approx)
+{
+    float *a = gauss_array(n), *u = gauss_array(n), *g = gauss_array(n);
+    float *a0 = malloc(n * sizeof(*a0)), *u0 = malloc(n * sizeof(*u0));
+    float *a1 = malloc(n * sizeof(*a1)), *u1 = malloc(n * sizeof(*u1));
+    uint32_t *want = malloc((k + k / 5 + 1) * sizeof(*want));
+    uint32_t *got = malloc((k + k / 5 + 1) * sizeof(*got));
+    topk_ctx *c0 = NULL, *c1 = NULL;
+    size_t nwant = k, ngot = 0;
+    uint64_t seed = 99;
+
+    cr_assert_not_null(a0);
+    cr_assert_not_null(u0);
+    cr_assert_not_null(a1);
+    cr_assert_not_null(u1);
+    cr_assert_not_null(want);
+    cr_assert_not_null(got);
+    memcpy(a0, a, n * sizeof(*a));
+    memcpy(u0, u, n * sizeof(*u));
+    cr_assert_eq(topk_ctx_create(&c0), FLPS_OK);
+    cr_assert_eq(topk_ctx_create(&c1), FLPS_OK);
+    cr_assert_eq(topk_ctx_select_fused(c1, a, m > 0.0f ? u : NULL, g, m, n, k,
+                                       approx, seed, got, &ngot),
+                 FLPS_OK, "n=%zu k=%zu", n, k);
+    memcpy(a1, a, n * sizeof(*a));
+    memcpy(u1, u, n * sizeof(*u));
+    memcpy(a, a0, n * sizeof(*a));
+    memcpy(u, u0, n * sizeof(*u));
+    for (size_t i = 0; i < n; i++) {
+        if (m > 0.0f) {
+            float v = m * u[i] + g[i];
+            u[i] = v;
+            a[i] = a[i] + v;
+        } else {
+            a[i] = a[i] + g[i];
+        }
+    }
+    if (approx)
+        cr_assert_eq(
+            topk_ctx_select_approx(c0, a, n, k, seed, want, &nwant, NULL),
+            FLPS_OK);
+    else
+        cr_assert_eq(topk_ctx_select(c0, a, n, k, want), FLPS_OK);
+    cr_assert_arr_eq(a1, a, n * sizeof(*a), "n=%zu k=%zu m=%g: a", n, k,
+                     (double)m);
+    cr_assert_arr_eq(u1, u, n * sizeof(*u), "n=%zu k=%zu: u", n, k);
+    cr_assert_eq(ngot, nwant, "n=%zu k=%zu approx=%d", n, k, approx);
+    cr_assert_arr_eq(got, want, nwant * sizeof(*got), "n=%zu k=%zu approx=%d",
+                     n, k, approx);
+    topk_ctx_destroy(c0);
+    topk_ctx_destroy(c1);
+    free(a);
+    free(u);
+    free(g);
+    free(a0);
+    free(u0);
+    free(a1);
+    free(u1);
+    free(want);
+    free(got);
+}
+
+Test(topk, fused_selection_updates_and_selects_as_the_loop_then_select_would)
+{
+    static const size_t ns[] = {1, 31, 1000, 65535, 65536 + 17, 300007};
+    static const double dens[] = {0.0, 0.001, 0.01, 0.2, 1.0};
+
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
+        for (size_t d = 0; d < sizeof(dens) / sizeof(dens[0]); d++) {
+            size_t k = (size_t)(dens[d] * (double)ns[i]);
+            for (int approx = 0; approx < 2; approx++) {
+                check_fused(ns[i], k, 0.9f, approx);
+                check_fused(ns[i], k, 0.0f, approx);
+            }
+        }
+}
+
+Test(topk, fused_selection_reports_non_finite_results_after_updating)
+{
+    size_t n = 100000, cnt = 0;
+    float *a = gauss_array(n), *u = gauss_array(n), *g = gauss_array(n);
+    uint32_t idx[100];
+    topk_ctx *ctx = NULL;
+
+    cr_assert_eq(topk_ctx_create(&ctx), FLPS_OK);
+    g[77777] = INFINITY;
+    cr_assert_eq(
+        topk_ctx_select_fused(ctx, a, u, g, 0.5f, n, 100, 0, 0, idx, &cnt),
+        FLPS_ENONFINITE);
+    cr_assert_eq(cnt, 0, "count is written only on success");
+    cr_assert(isinf(u[77777]), "the update is made all the same");
+    cr_assert_eq(
+        topk_ctx_select_fused(ctx, a, u, NULL, 0.5f, n, 100, 0, 0, idx, &cnt),
+        FLPS_EINVAL);
+    topk_ctx_destroy(ctx);
+    free(a);
+    free(u);
+    free(g);
+}
+
+/* ---- the AVX state the selections leave behind ---- */
+
+Test(topk, leaves_the_upper_ymm_state_clean_for_the_sse_code_after_it)
+{
+    static const size_t ns[] = {1000, 65536 + 5, 1000003};
+    topk_ctx *ctx = NULL;
+    uint32_t *idx = malloc(20000 * sizeof(*idx));
+    float *g = gauss_array(1000003), *u = gauss_array(1000003);
+
+    if (!avx_state_is_observable())
+        cr_skip_test("the CPU does not report XINUSE");
+    cr_assert_not_null(idx);
+    cr_assert_eq(topk_ctx_create(&ctx), FLPS_OK);
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+        size_t n = ns[i], k = n / 100, cnt = 0;
+        float *a = gauss_array(n);
+        avx_state_clear();
+        cr_assert_eq(topk_ctx_select(ctx, a, n, k, idx), FLPS_OK);
+        cr_assert_not(avx_state_is_dirty(), "topk_ctx_select n=%zu", n);
+        avx_state_clear();
+        cr_assert_eq(topk_select(a, n, k, idx), FLPS_OK);
+        cr_assert_not(avx_state_is_dirty(), "topk_select n=%zu", n);
+        avx_state_clear();
+        cr_assert_eq(topk_ctx_select_approx(ctx, a, n, k, 5, idx, &cnt, NULL),
+                     FLPS_OK);
+        cr_assert_not(avx_state_is_dirty(), "approx n=%zu", n);
+        avx_state_clear();
+        cr_assert_eq(
+            topk_ctx_select_fused(ctx, a, u, g, 0.9f, n, k, 0, 0, idx, &cnt),
+            FLPS_OK);
+        cr_assert_not(avx_state_is_dirty(), "fused n=%zu", n);
+        /* The threshold set overflowing the candidate buffer returns
+         * early from the AVX loop. */
+        for (size_t j = 0; j < n; j++)
+            a[j] = j % 3 == 0 ? 1.0f : a[j] * 1e-3f;
+        avx_state_clear();
+        cr_assert_eq(topk_ctx_select(ctx, a, n, k, idx), FLPS_OK);
+        cr_assert_not(avx_state_is_dirty(), "overflow n=%zu", n);
+        free(a);
+    }
+    topk_ctx_destroy(ctx);
+    free(idx);
+    free(g);
+    free(u);
+}
+
+Test(topk, every_avx_path_clears_the_upper_ymm_state_before_it_leaves)
+{
+    static const char *const prefixes[] = {"topk_", NULL};
+    avx_asm_result res;
+
+    if (avx_asm_check(prefixes, &res) != 0)
+        cr_skip_test("objdump cannot disassemble the test binary");
+#if defined(__x86_64__) && !defined(TOPK_NO_AVX2)
+    cr_assert_geq(res.functions, 2, "the AVX2 scans were found");
+#endif
+    cr_assert_eq(res.violations, 0, "%s", res.report);
 }

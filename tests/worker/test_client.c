@@ -870,3 +870,105 @@ Test(client, destroy_of_null_does_nothing)
 {
     flps_client_destroy(NULL);
 }
+
+/* ---- the dense push path ---- */
+
+Test(client,
+     a_dense_push_with_momentum_sends_the_velocity_and_a_nan_moves_it_not)
+{
+    rig *g = rig_new("dense");
+    float g1[MAXNUMEL], g2[MAXNUMEL], bad[MAXNUMEL];
+    const float m = 0.9f;
+    uint32_t first = g->pm.first_part[0], last = g->pm.first_part[1];
+    size_t mark;
+
+    g->cfg.momentum = 0.9;
+    rig_start(g);
+    for (uint32_t j = 0; j < MAXNUMEL; j++) {
+        g1[j] = (float)j - 4.5f;
+        g2[j] = 0.25f * (float)(j * j) - 1.0f;
+        bad[j] = g2[j];
+    }
+    push_all(g, g1, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+
+    /* A NaN in the last part: no part of the layer is sent. */
+    bad[MAXNUMEL - 1] = NAN;
+    mark = g->net.nlog;
+    cr_assert_eq(flps_client_push(g->c, 0, bad, 1), FLPS_ENONFINITE);
+    cr_assert_eq(g->net.nlog, mark, "nothing was sent");
+    cr_assert_str_eq(flps_client_last_error(g->c), "", "not sticky");
+
+    /* The next good push sends m * v + g with v the first push's values,
+     * as the old error-feedback path computed it. */
+    mark = g->net.nlog;
+    push_all(g, g2, 1);
+    for (uint32_t pi = first; pi < last; pi++) {
+        const partmap_part *pp = &g->pm.parts[pi];
+        size_t k = find_sent(&g->net, mark, PROTO_OP_PUSH, pi);
+        const proto_msg *msg;
+        cr_assert_neq(k, SIZE_MAX);
+        msg = &g->net.log[k].msg;
+        cr_assert_eq(msg->codec, PROTO_CODEC_DENSE);
+        cr_assert_eq(msg->n, pp->numel);
+        for (uint32_t j = 0; j < msg->n; j++) {
+            float want = m * g1[pp->offset + j] + g2[pp->offset + j];
+            cr_assert(msg->val[j] == want, "part %u [%u]: %g, want %g", pi, j,
+                      (double)msg->val[j], (double)want);
+        }
+    }
+    cr_assert_eq(flps_client_wait(g->c, 1), FLPS_OK);
+    rig_free(g);
+}
+
+Test(client, a_dense_push_without_momentum_sends_the_gradient_unchanged)
+{
+    rig *g = rig_new("dense");
+    float g1[MAXNUMEL];
+    size_t mark, k;
+
+    rig_start(g);
+    for (uint32_t j = 0; j < MAXNUMEL; j++)
+        g1[j] = 1.0f / ((float)j + 3.0f);
+    for (uint64_t it = 0; it < 2; it++) {
+        mark = g->net.nlog;
+        push_all(g, g1, it);
+        k = find_sent(&g->net, mark, PROTO_OP_PUSH, g->pm.first_part[0] + 1);
+        cr_assert_neq(k, SIZE_MAX);
+        for (uint32_t j = 0; j < g->net.log[k].msg.n; j++)
+            cr_assert(g->net.log[k].msg.val[j] == g1[4 + j],
+                      "no residual, no velocity: iteration %llu [%u]",
+                      (unsigned long long)it, j);
+        cr_assert_eq(flps_client_wait(g->c, it), FLPS_OK);
+    }
+    rig_free(g);
+}
+
+Test(client, a_sparse_push_with_momentum_masks_the_sent_velocity)
+{
+    rig *g = rig_new("topk:0.5");
+    size_t mark, k;
+
+    g->cfg.momentum = 0.5;
+    rig_start(g);
+    push_all(g, G0, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    /* Pushed again: the five sent elements have velocity and residual 0,
+     * so a = G0 there; the five kept have r = G0 and u = G0, so a = G0 +
+     * (0.5 G0 + G0) = 2.5 G0 (at most 1.25). The sent five lead again. */
+    mark = g->net.nlog;
+    push_all(g, G0, 1);
+    k = find_sent(&g->net, mark, PROTO_OP_PUSH, g->pm.first_part[0]);
+    cr_assert_neq(k, SIZE_MAX);
+    {
+        const proto_msg *msg = &g->net.log[k].msg;
+        /* a = {0.25, 10, 0.5, -9} in part 0. */
+        cr_assert_eq(msg->n, 2);
+        cr_assert_eq(msg->idx[0], 1);
+        cr_assert_eq(msg->idx[1], 3);
+        cr_assert_eq(msg->val[0], 10.0f);
+        cr_assert_eq(msg->val[1], -9.0f);
+    }
+    cr_assert_eq(flps_client_wait(g->c, 1), FLPS_OK);
+    rig_free(g);
+}
