@@ -62,6 +62,11 @@ typedef struct cpart {
      * (it holds m * v + g as sent), so vel keeps a reference to it. */
     proto_buf *vel;
     proto_buf *next; /* built by the push under way, not yet sent */
+    /* The payload before last (with momentum: the velocity before last),
+     * kept to be written again once nobody else holds it (the transport
+     * sent it and its request was answered): no fresh buffer, and so no
+     * page faults, per push. */
+    proto_buf *spare;
 } cpart;
 
 typedef struct ctensor {
@@ -723,6 +728,7 @@ void flps_client_destroy(flps_client *c)
         ef_destroy(c->parts[i].ef);
         proto_buf_release(c->parts[i].vel);
         proto_buf_release(c->parts[i].next);
+        proto_buf_release(c->parts[i].spare);
     }
     for (uint32_t s = 0; c->shard_req != NULL && s < c->nshards; s++)
         creq_clear(&c->shard_req[s]);
@@ -885,7 +891,12 @@ static flps_err push_dense(flps_client *c, const ctensor *t, uint32_t first,
 
     for (pi = first; pi < last && rc == FLPS_OK; pi++) {
         cpart *p = &c->parts[pi];
-        p->next = proto_buf_create((size_t)p->numel * 4);
+        if (p->spare != NULL && proto_buf_is_unique(p->spare)) {
+            p->next = p->spare;
+            p->spare = NULL;
+        } else {
+            p->next = proto_buf_create((size_t)p->numel * 4);
+        }
         if (p->next == NULL) {
             rc = FLPS_ENOMEM;
             break;
@@ -910,9 +921,12 @@ static flps_err push_dense(flps_client *c, const ctensor *t, uint32_t first,
         proto_msg m;
 
         p->next = NULL;
+        proto_buf_release(p->spare);
         if (mom > 0.0f) {
-            proto_buf_release(p->vel);
+            p->spare = p->vel; /* our reference moves with it */
             p->vel = proto_buf_hold(b);
+        } else {
+            p->spare = proto_buf_hold(b);
         }
         msg_base(c, &m, PROTO_OP_PUSH, pi, iter);
         m.codec = PROTO_CODEC_DENSE;
