@@ -33,18 +33,17 @@ typedef struct cnn {
     size_t k1, k2; /* patch lengths: kernel^2 * channels, kernel^2 * conv1 */
     float *col1;   /* max_batch*height*width x k1, kept for conv1's dW */
     float *z1;     /* conv1's output before bias; in backward its grad */
-    uint8_t *arg1; /* which of the 2 x 2 window won each pooled output */
     float *a1;     /* relu(pool(z1) + bias): max_batch*h2*w2 x conv1 */
     float *da1;    /* grad of a1 */
     float *col2;   /* max_batch*h2*w2 x k2; in backward the grad of it */
     float *z2;     /* conv2's output before bias; in backward its grad */
-    uint8_t *arg2; /* as arg1 for the second pooling */
     float *a2;     /* max_batch x flat: fc1's input */
     float *da2;    /* grad of a2 */
     float *hid;    /* max_batch x fc, after ReLU */
     float *dhid;   /* grad of hid */
     float *logits; /* max_batch x classes */
     double *dbias; /* max(conv1, conv2) accumulators for a conv bias grad */
+    float *bsum;   /* as many floats of scratch for them */
 } cnn;
 
 model_cnn_shape model_cnn_shape_fmnist(void)
@@ -125,14 +124,12 @@ static void cnn_col2im(const float *col, size_t b, size_t h, size_t w, size_t c,
     }
 }
 
-/* out = relu(maxpool2(z) + bias) over b images h x w x f, and arg = which
- * of the window's four (0 top left, 1 top right, 2 bottom left, 3 bottom
- * right; the first on ties) won. The bias is added after the max: it is
- * the same for the whole window, so this is conv + bias -> ReLU -> pool
- * in one pass over z. */
+/* out = relu(maxpool2(z) + bias) over b images h x w x f. The bias is
+ * added after the max: it is the same for the whole window, so this is
+ * conv + bias -> ReLU -> pool in one pass over z. Written as selects so
+ * that the channel loop vectorizes. */
 static void cnn_pool_forward(const float *z, const float *bias, size_t b,
-                             size_t h, size_t w, size_t f, float *out,
-                             uint8_t *arg)
+                             size_t h, size_t w, size_t f, float *out)
 {
     size_t ho = h / 2, wo = w / 2;
 
@@ -142,64 +139,85 @@ static void cnn_pool_forward(const float *z, const float *bias, size_t b,
                 const float *z00 = z + ((n * h + 2 * py) * w + 2 * px) * f;
                 const float *z01 = z00 + f, *z10 = z00 + w * f;
                 const float *z11 = z10 + f;
-                size_t o = ((n * ho + py) * wo + px) * f;
+                float *o = out + ((n * ho + py) * wo + px) * f;
 
                 for (size_t c = 0; c < f; c++) {
                     float m = z00[c], v;
-                    uint8_t k = 0;
 
-                    if (z01[c] > m) {
-                        m = z01[c];
-                        k = 1;
-                    }
-                    if (z10[c] > m) {
-                        m = z10[c];
-                        k = 2;
-                    }
-                    if (z11[c] > m) {
-                        m = z11[c];
-                        k = 3;
-                    }
+                    m = z01[c] > m ? z01[c] : m;
+                    m = z10[c] > m ? z10[c] : m;
+                    m = z11[c] > m ? z11[c] : m;
                     v = m + bias[c];
-                    out[o + c] = v > 0.0f ? v : 0.0f;
-                    arg[o + c] = k;
+                    o[c] = v > 0.0f ? v : 0.0f;
                 }
             }
         }
     }
 }
 
-/* The backward of cnn_pool_forward: dz (b x h x w x f) gets dout where a
- * window's winner passed the ReLU and 0 everywhere else (every element is
- * written: the windows tile z); dbias[c] (f entries, overwritten) is the
- * sum of dz over channel c. */
-static void cnn_pool_backward(const float *out, const float *dout,
-                              const uint8_t *arg, size_t b, size_t h, size_t w,
-                              size_t f, float *dz, double *dbias)
+/* The backward of cnn_pool_forward, in place: z (b x h x w x f, the
+ * forward's input) is overwritten with its gradient, dout at the first
+ * maximum of each window whose output passed the ReLU and 0 elsewhere.
+ * The winner is found again from z with the forward's comparisons rather
+ * than remembered, which saves a pass over an index array. dbias[c]
+ * (f entries, overwritten) is the sum of the gradient over channel c,
+ * summed in float per image (bsum, f floats of scratch) and in double
+ * across images. */
+static void cnn_pool_backward(const float *restrict out,
+                              const float *restrict dout, size_t b, size_t h,
+                              size_t w, size_t f, float *z,
+                              float *restrict bsum, double *dbias)
 {
     size_t ho = h / 2, wo = w / 2;
 
     for (size_t c = 0; c < f; c++)
         dbias[c] = 0.0;
     for (size_t n = 0; n < b; n++) {
+        for (size_t c = 0; c < f; c++)
+            bsum[c] = 0.0f;
         for (size_t py = 0; py < ho; py++) {
             for (size_t px = 0; px < wo; px++) {
-                float *d00 = dz + ((n * h + 2 * py) * w + 2 * px) * f;
-                float *d01 = d00 + f, *d10 = d00 + w * f, *d11 = d10 + f;
+                /* restrict: the four rows of a window never overlap,
+                 * which the compiler cannot see through the stride f. */
+                float *restrict z00 = z + ((n * h + 2 * py) * w + 2 * px) * f;
+                float *restrict z01 = z00 + f;
+                float *restrict z10 = z00 + w * f;
+                float *restrict z11 = z10 + f;
                 size_t o = ((n * ho + py) * wo + px) * f;
 
                 for (size_t c = 0; c < f; c++) {
-                    float g = out[o + c] > 0.0f ? dout[o + c] : 0.0f;
-                    uint8_t k = arg[o + c];
+                    /* Every load up front: a load under a condition
+                     * would keep the loop from vectorizing. */
+                    float v00 = z00[c], v01 = z01[c], v10 = z10[c];
+                    float v11 = z11[c], d = dout[o + c];
+                    float g = out[o + c] > 0.0f ? d : 0.0f;
+                    float m = v00, g0 = g, g1, g2, g3;
+                    int s;
 
-                    d00[c] = k == 0 ? g : 0.0f;
-                    d01[c] = k == 1 ? g : 0.0f;
-                    d10[c] = k == 2 ? g : 0.0f;
-                    d11[c] = k == 3 ? g : 0.0f;
-                    dbias[c] += g;
+                    s = v01 > m;
+                    m = s ? v01 : m;
+                    g1 = s ? g : 0.0f;
+                    g0 = s ? 0.0f : g0;
+                    s = v10 > m;
+                    m = s ? v10 : m;
+                    g2 = s ? g : 0.0f;
+                    g0 = s ? 0.0f : g0;
+                    g1 = s ? 0.0f : g1;
+                    s = v11 > m;
+                    g3 = s ? g : 0.0f;
+                    g0 = s ? 0.0f : g0;
+                    g1 = s ? 0.0f : g1;
+                    g2 = s ? 0.0f : g2;
+                    z00[c] = g0;
+                    z01[c] = g1;
+                    z10[c] = g2;
+                    z11[c] = g3;
+                    bsum[c] += g;
                 }
             }
         }
+        for (size_t c = 0; c < f; c++)
+            dbias[c] += bsum[c];
     }
 }
 
@@ -216,14 +234,14 @@ static const float *cnn_forward(model *m, const float *x, size_t b)
                 (int)c->k1, 1.0f, c->col1, (int)c->k1, t[CNN_CONV1_W].param,
                 (int)c->k1, 0.0f, c->z1, (int)s->conv1);
     cnn_pool_forward(c->z1, t[CNN_CONV1_B].param, b, s->height, s->width,
-                     s->conv1, c->a1, c->arg1);
+                     s->conv1, c->a1);
 
     cnn_im2col(c->a1, b, c->h2, c->w2, s->conv1, s->kernel, c->col2);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)r2, (int)s->conv2,
                 (int)c->k2, 1.0f, c->col2, (int)c->k2, t[CNN_CONV2_W].param,
                 (int)c->k2, 0.0f, c->z2, (int)s->conv2);
     cnn_pool_forward(c->z2, t[CNN_CONV2_B].param, b, c->h2, c->w2, s->conv2,
-                     c->a2, c->arg2);
+                     c->a2);
 
     model_fc_forward(c->a2, b, c->flat, t[CNN_FC1_W].param, t[CNN_FC1_B].param,
                      s->fc, 1, c->hid);
@@ -282,12 +300,12 @@ static void cnn_backward(model *m, const float *x, const float *dlogits,
     model_fc_backward(m, CNN_FC1_W, c->a2, b, c->flat, c->dhid, c->da2,
                       layer_done, arg);
     /* z2 and z1 are not needed after pooling: they take their grads. */
-    cnn_pool_backward(c->a2, c->da2, c->arg2, b, c->h2, c->w2, s->conv2, c->z2,
+    cnn_pool_backward(c->a2, c->da2, b, c->h2, c->w2, s->conv2, c->z2, c->bsum,
                       c->dbias);
     cnn_conv_backward(m, CNN_CONV2_W, c->dbias, c->z2, r2, c->col2, b, c->h2,
                       c->w2, s->conv1, c->da1, layer_done, arg);
-    cnn_pool_backward(c->a1, c->da1, c->arg1, b, s->height, s->width, s->conv1,
-                      c->z1, c->dbias);
+    cnn_pool_backward(c->a1, c->da1, b, s->height, s->width, s->conv1, c->z1,
+                      c->bsum, c->dbias);
     cnn_conv_backward(m, CNN_CONV1_W, c->dbias, c->z1, r1, c->col1, b,
                       s->height, s->width, s->channels, NULL, layer_done, arg);
 }
@@ -296,18 +314,17 @@ static void cnn_destroy_impl(void *impl)
 {
     cnn *c = impl;
 
+    flps_free(c->bsum);
     flps_free(c->dbias);
     flps_free(c->logits);
     flps_free(c->dhid);
     flps_free(c->hid);
     flps_free(c->da2);
     flps_free(c->a2);
-    flps_free(c->arg2);
     flps_free(c->z2);
     flps_free(c->col2);
     flps_free(c->da1);
     flps_free(c->a1);
-    flps_free(c->arg1);
     flps_free(c->z1);
     flps_free(c->col1);
     flps_free(c);
@@ -383,6 +400,7 @@ flps_err model_create_cnn(const model_cnn_shape *shape, size_t max_batch,
     cnn *c;
     flps_err rc;
     uint64_t rng = seed;
+    size_t nbias;
 
     if (out == NULL || shape == NULL || shape->height == 0 ||
         shape->width == 0 || shape->channels == 0 || shape->conv1 == 0 ||
@@ -392,6 +410,7 @@ flps_err model_create_cnn(const model_cnn_shape *shape, size_t max_batch,
         !cnn_sizes_compute(shape, max_batch, &z))
         return FLPS_EINVAL;
 
+    nbias = shape->conv1 > shape->conv2 ? shape->conv1 : shape->conv2;
     rc = model_base_create(&cnn_ops, z.in_dim, shape->classes, max_batch,
                            CNN_NTENSORS, z.numel, &m);
     if (rc != FLPS_OK)
@@ -409,24 +428,21 @@ flps_err model_create_cnn(const model_cnn_shape *shape, size_t max_batch,
     c->k2 = z.k2;
     c->col1 = flps_malloc(z.col1 * sizeof(float));
     c->z1 = flps_malloc(z.z1 * sizeof(float));
-    c->arg1 = flps_malloc(z.a1);
     c->a1 = flps_malloc(z.a1 * sizeof(float));
     c->da1 = flps_malloc(z.a1 * sizeof(float));
     c->col2 = flps_malloc(z.col2 * sizeof(float));
     c->z2 = flps_malloc(z.z2 * sizeof(float));
-    c->arg2 = flps_malloc(z.a2);
     c->a2 = flps_malloc(z.a2 * sizeof(float));
     c->da2 = flps_malloc(z.a2 * sizeof(float));
     c->hid = flps_malloc(z.hid * sizeof(float));
     c->dhid = flps_malloc(z.hid * sizeof(float));
     c->logits = flps_malloc(z.logits * sizeof(float));
-    c->dbias = flps_malloc(
-        (shape->conv1 > shape->conv2 ? shape->conv1 : shape->conv2) *
-        sizeof(double));
-    if (c->col1 == NULL || c->z1 == NULL || c->arg1 == NULL || c->a1 == NULL ||
-        c->da1 == NULL || c->col2 == NULL || c->z2 == NULL || c->arg2 == NULL ||
-        c->a2 == NULL || c->da2 == NULL || c->hid == NULL || c->dhid == NULL ||
-        c->logits == NULL || c->dbias == NULL)
+    c->dbias = flps_malloc(nbias * sizeof(double));
+    c->bsum = flps_malloc(nbias * sizeof(float));
+    if (c->col1 == NULL || c->z1 == NULL || c->a1 == NULL || c->da1 == NULL ||
+        c->col2 == NULL || c->z2 == NULL || c->a2 == NULL || c->da2 == NULL ||
+        c->hid == NULL || c->dhid == NULL || c->logits == NULL ||
+        c->dbias == NULL || c->bsum == NULL)
         goto fail;
 
     fan_in[CNN_CONV1_W] = z.k1;
