@@ -162,7 +162,7 @@ static void cnn_pool_forward(const float *z, const float *bias, size_t b,
  * than remembered, which saves a pass over an index array. dbias[c]
  * (f entries, overwritten) is the sum of the gradient over channel c,
  * summed in float per image (bsum, f floats of scratch) and in double
- * across images. */
+ * across images. out, dout and bsum are separate buffers from z. */
 static void cnn_pool_backward(const float *restrict out,
                               const float *restrict dout, size_t b, size_t h,
                               size_t w, size_t f, float *z,
