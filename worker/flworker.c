@@ -438,11 +438,6 @@ int main(int argc, char **argv)
                   rank, nservers, spec.workers, spec.servers);
         return 2;
     }
-    if (spec.model != JOBSPEC_MODEL_MLP) {
-        log_error("model: '%s' is not available in this build; use mlp",
-                  jobspec_model_name(spec.model));
-        return 2;
-    }
     if (spec.mode != JOBSPEC_MODE_SSGD && spec.mode != JOBSPEC_MODE_ASYNC) {
         log_error("mode: '%s' is not available in this build; use ssgd or "
                   "async",
@@ -482,8 +477,23 @@ int main(int argc, char **argv)
                   spec.workers);
         goto out;
     }
-    rc = model_create_mlp(train.dim, hidden, 2, train.classes, spec.batch_size,
-                          spec.seed, &m);
+    if (spec.model == JOBSPEC_MODEL_CNN) {
+        /* Both data sets are 28 x 28 grey images (the synthetic one's 784
+         * features are read as one). */
+        model_cnn_shape shape = model_cnn_shape_fmnist();
+
+        shape.classes = train.classes;
+        if (train.dim != shape.height * shape.width * shape.channels) {
+            log_error("model: cnn wants %zu x %zu x %zu images, the data set "
+                      "has %zu features",
+                      shape.height, shape.width, shape.channels, train.dim);
+            goto out;
+        }
+        rc = model_create_cnn(&shape, spec.batch_size, spec.seed, &m);
+    } else {
+        rc = model_create_mlp(train.dim, hidden, 2, train.classes,
+                              spec.batch_size, spec.seed, &m);
+    }
     if (rc != FLPS_OK) {
         log_error("cannot build the model: %s", flps_strerror(rc));
         goto out;

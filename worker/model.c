@@ -1,5 +1,6 @@
-/* The multilayer perceptron of the training runtime: forward, backward and
- * evaluation on the CPU with OpenBLAS. */
+/* The models of the training runtime on the CPU with OpenBLAS: what every
+ * kind shares (tensors, softmax cross-entropy, the train step and
+ * evaluation, fully connected layers), and the multilayer perceptron. */
 #include "worker/model.h"
 
 #include <cblas.h>
@@ -11,26 +12,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/rng.h"
-
-/* Longest tensor name: "fc" + 20 digits + ".weight" + NUL fits. */
-#define MODEL_NAME_MAX 32
-
-struct model {
-    size_t nlayers; /* fully connected layers: nhidden + 1 */
-    size_t *dims;   /* nlayers + 1 widths: in_dim, hidden..., classes */
-    size_t max_batch;
-    size_t nparams;
-    model_tensor *tensors; /* 2 * nlayers: fc<l>.weight, fc<l>.bias, ... */
-    char (*names)[MODEL_NAME_MAX];
-    float *params; /* all tensors back to back, in tensor order */
-    float *grads;  /* same layout as params */
-    /* acts[l], 1 <= l <= nlayers: layer l's output for max_batch rows, after
-     * ReLU for hidden layers, the logits for the last; acts[0] is unused
-     * (the caller's input is read in place). */
-    float **acts;
-    float *act_buf;
-    float *delta[2]; /* ping-pong buffers for the backward pass */
-};
+#include "worker/model_internal.h"
 
 /* Uniform in [-1, 1), exactly representable (24 random bits). */
 static float model_rng_sym(uint64_t *state)
@@ -40,167 +22,83 @@ static float model_rng_sym(uint64_t *state)
     return 2.0f * u - 1.0f;
 }
 
-static int model_mul_ok(size_t a, size_t b, size_t *out)
+/* He-uniform keeps the variance of ReLU activations constant across
+ * layers. */
+void model_init_he(float *w, size_t n, size_t fan_in, uint64_t *rng)
 {
-    if (a != 0 && b > SIZE_MAX / a)
-        return 0;
-    *out = a * b;
-    return 1;
+    float bound = sqrtf(6.0f / (float)fan_in);
+
+    for (size_t i = 0; i < n; i++)
+        w[i] = bound * model_rng_sym(rng);
 }
 
-static int model_add_ok(size_t a, size_t b, size_t *out)
+flps_err model_base_create(const model_ops *ops, size_t in_dim, size_t classes,
+                           size_t max_batch, size_t ntensors,
+                           const size_t *numel, model **out)
 {
-    if (b > SIZE_MAX - a)
-        return 0;
-    *out = a + b;
-    return 1;
-}
-
-/* He-uniform (Kaiming): U(-sqrt(6 / fan_in), +sqrt(6 / fan_in)) keeps the
- * variance of ReLU activations constant across layers. Biases start at 0. */
-static void model_init_params(model *m, uint64_t seed)
-{
-    uint64_t rng = seed;
-
-    for (size_t l = 1; l <= m->nlayers; l++) {
-        model_tensor *w = &m->tensors[2 * (l - 1)];
-        model_tensor *b = &m->tensors[2 * (l - 1) + 1];
-        float bound = sqrtf(6.0f / (float)m->dims[l - 1]);
-
-        for (size_t i = 0; i < w->numel; i++)
-            w->param[i] = bound * model_rng_sym(&rng);
-        memset(b->param, 0, b->numel * sizeof(float));
-    }
-}
-
-flps_err model_create_mlp(size_t in_dim, const size_t *hidden, size_t nhidden,
-                          size_t classes, size_t max_batch, uint64_t seed,
-                          model **out)
-{
-    flps_err rc = FLPS_ENOMEM;
-    size_t nparams = 0, nacts = 0, maxdim = 0, ndelta;
+    size_t nparams = 0, nlogits;
     model *m;
 
-    if (out == NULL || in_dim == 0 || classes < 2 || classes > 256 ||
-        max_batch == 0 || max_batch > INT_MAX || in_dim > INT_MAX ||
-        (nhidden > 0 && hidden == NULL) || nhidden > 1000)
-        return FLPS_EINVAL;
-    for (size_t i = 0; i < nhidden; i++)
-        if (hidden[i] == 0 || hidden[i] > INT_MAX)
+    for (size_t i = 0; i < ntensors; i++)
+        if (!model_add_ok(nparams, numel[i], &nparams))
             return FLPS_EINVAL;
+    if (nparams > SIZE_MAX / sizeof(float) ||
+        !model_mul_ok(max_batch, classes, &nlogits) ||
+        nlogits > SIZE_MAX / sizeof(float))
+        return FLPS_EINVAL;
 
     m = flps_calloc(1, sizeof(*m));
     if (m == NULL)
         return FLPS_ENOMEM;
-    m->nlayers = nhidden + 1;
+    m->ops = ops;
+    m->in_dim = in_dim;
+    m->classes = classes;
     m->max_batch = max_batch;
-    m->dims = flps_malloc((m->nlayers + 1) * sizeof(*m->dims));
-    if (m->dims == NULL)
-        goto fail;
-    m->dims[0] = in_dim;
-    for (size_t i = 0; i < nhidden; i++)
-        m->dims[i + 1] = hidden[i];
-    m->dims[m->nlayers] = classes;
-
-    /* Every size below is checked: a huge layer must fail with EINVAL, not
-     * wrap around into a small allocation. */
-    rc = FLPS_EINVAL;
-    for (size_t l = 0; l <= m->nlayers; l++)
-        if (m->dims[l] > maxdim)
-            maxdim = m->dims[l];
-    for (size_t l = 1; l <= m->nlayers; l++) {
-        size_t w, rows;
-
-        if (!model_mul_ok(m->dims[l], m->dims[l - 1], &w) ||
-            !model_add_ok(nparams, w, &nparams) ||
-            !model_add_ok(nparams, m->dims[l], &nparams) ||
-            !model_mul_ok(max_batch, m->dims[l], &rows) ||
-            !model_add_ok(nacts, rows, &nacts))
-            goto fail;
-    }
-    if (!model_mul_ok(max_batch, maxdim, &ndelta) ||
-        nparams > SIZE_MAX / sizeof(float) ||
-        nacts > SIZE_MAX / sizeof(float) || ndelta > SIZE_MAX / sizeof(float))
-        goto fail;
-
-    rc = FLPS_ENOMEM;
+    m->ntensors = ntensors;
     m->nparams = nparams;
-    m->tensors = flps_calloc(2 * m->nlayers, sizeof(*m->tensors));
-    m->names = flps_calloc(2 * m->nlayers, sizeof(*m->names));
+    m->tensors = flps_calloc(ntensors, sizeof(*m->tensors));
+    m->names = flps_calloc(ntensors, sizeof(*m->names));
     m->params = flps_malloc(nparams * sizeof(float));
     m->grads = flps_calloc(nparams, sizeof(float));
-    m->acts = flps_calloc(m->nlayers + 1, sizeof(*m->acts));
-    m->act_buf = flps_malloc(nacts * sizeof(float));
-    m->delta[0] = flps_malloc(ndelta * sizeof(float));
-    m->delta[1] = flps_malloc(ndelta * sizeof(float));
+    m->dlogits = flps_malloc(nlogits * sizeof(float));
     if (m->tensors == NULL || m->names == NULL || m->params == NULL ||
-        m->grads == NULL || m->acts == NULL || m->act_buf == NULL ||
-        m->delta[0] == NULL || m->delta[1] == NULL)
-        goto fail;
-
-    {
-        size_t off = 0, aoff = 0;
-
-        for (size_t l = 1; l <= m->nlayers; l++) {
-            model_tensor *w = &m->tensors[2 * (l - 1)];
-            model_tensor *b = &m->tensors[2 * (l - 1) + 1];
-
-            snprintf(m->names[2 * (l - 1)], MODEL_NAME_MAX, "fc%zu.weight", l);
-            snprintf(m->names[2 * (l - 1) + 1], MODEL_NAME_MAX, "fc%zu.bias",
-                     l);
-            w->name = m->names[2 * (l - 1)];
-            w->numel = m->dims[l] * m->dims[l - 1];
-            w->param = m->params + off;
-            w->grad = m->grads + off;
-            off += w->numel;
-            b->name = m->names[2 * (l - 1) + 1];
-            b->numel = m->dims[l];
-            b->param = m->params + off;
-            b->grad = m->grads + off;
-            off += b->numel;
-            m->acts[l] = m->act_buf + aoff;
-            aoff += max_batch * m->dims[l];
-        }
+        m->grads == NULL || m->dlogits == NULL) {
+        model_destroy(m);
+        return FLPS_ENOMEM;
     }
-    model_init_params(m, seed);
-
-    /* Several worker processes share a couple of cores: OpenBLAS threads
-     * would only oversubscribe them. The setting is process-wide, and
-     * setting it again for every model is harmless. */
-    openblas_set_num_threads(1);
-
+    for (size_t i = 0, off = 0; i < ntensors; i++) {
+        m->tensors[i].name = m->names[i];
+        m->tensors[i].numel = numel[i];
+        m->tensors[i].param = m->params + off;
+        m->tensors[i].grad = m->grads + off;
+        off += numel[i];
+    }
     *out = m;
     return FLPS_OK;
-
-fail:
-    model_destroy(m);
-    return rc;
 }
 
 void model_destroy(model *m)
 {
     if (m == NULL)
         return;
-    flps_free(m->delta[1]);
-    flps_free(m->delta[0]);
-    flps_free(m->act_buf);
-    flps_free(m->acts);
+    if (m->impl != NULL)
+        m->ops->destroy_impl(m->impl);
+    flps_free(m->dlogits);
     flps_free(m->grads);
     flps_free(m->params);
     flps_free(m->names);
     flps_free(m->tensors);
-    flps_free(m->dims);
     flps_free(m);
 }
 
 size_t model_num_tensors(const model *m)
 {
-    return m == NULL ? 0 : 2 * m->nlayers;
+    return m == NULL ? 0 : m->ntensors;
 }
 
 model_tensor *model_tensor_at(model *m, size_t i)
 {
-    if (m == NULL || i >= 2 * m->nlayers)
+    if (m == NULL || i >= m->ntensors)
         return NULL;
     return &m->tensors[i];
 }
@@ -210,28 +108,59 @@ size_t model_num_params(const model *m)
     return m == NULL ? 0 : m->nparams;
 }
 
-/* Forward b rows of x through every layer into m->acts. */
-static void model_forward(model *m, const float *x, size_t b)
+size_t model_input_dim(const model *m)
 {
-    const float *in = x;
+    return m == NULL ? 0 : m->in_dim;
+}
 
-    for (size_t l = 1; l <= m->nlayers; l++) {
-        const model_tensor *w = &m->tensors[2 * (l - 1)];
-        const float *bias = m->tensors[2 * (l - 1) + 1].param;
-        size_t nin = m->dims[l - 1], nout = m->dims[l];
-        float *z = m->acts[l];
+void model_fc_forward(const float *in, size_t b, size_t nin, const float *w,
+                      const float *bias, size_t nout, int relu, float *out)
+{
+    for (size_t i = 0; i < b; i++)
+        memcpy(out + i * nout, bias, nout * sizeof(float));
+    /* out (b x nout) += in (b x nin) * W^T, W stored nout x nin. */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)nout,
+                (int)nin, 1.0f, in, (int)nin, w, (int)nin, 1.0f, out,
+                (int)nout);
+    if (relu)
+        for (size_t i = 0; i < b * nout; i++)
+            out[i] = out[i] > 0.0f ? out[i] : 0.0f;
+}
+
+void model_fc_backward(model *m, size_t wi, const float *in, size_t b,
+                       size_t nin, const float *delta, float *dprev,
+                       model_grad_ready_fn layer_done, void *arg)
+{
+    model_tensor *w = &m->tensors[wi], *bt = &m->tensors[wi + 1];
+    size_t nout = bt->numel;
+
+    /* Bias gradient: column sums of delta (b x nout), in double so the
+     * sum does not depend on b's rounding. */
+    for (size_t j = 0; j < nout; j++) {
+        double s = 0.0;
 
         for (size_t i = 0; i < b; i++)
-            memcpy(z + i * nout, bias, nout * sizeof(float));
-        /* z (b x nout) += in (b x nin) * W^T, W stored nout x nin. */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)nout,
-                    (int)nin, 1.0f, in, (int)nin, w->param, (int)nin, 1.0f, z,
-                    (int)nout);
-        if (l < m->nlayers)
-            for (size_t i = 0; i < b * nout; i++)
-                z[i] = z[i] > 0.0f ? z[i] : 0.0f;
-        in = z;
+            s += delta[i * nout + j];
+        bt->grad[j] = (float)s;
     }
+    if (layer_done != NULL)
+        layer_done(arg, wi + 1);
+    /* dW (nout x nin) = delta^T (nout x b) * in (b x nin). */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nout, (int)nin,
+                (int)b, 1.0f, delta, (int)nout, in, (int)nin, 0.0f, w->grad,
+                (int)nin);
+    if (layer_done != NULL)
+        layer_done(arg, wi);
+    if (dprev == NULL)
+        return;
+    /* dprev (b x nin) = delta (b x nout) * W (nout x nin), then through
+     * the ReLU that made in: zero where it clipped. */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)nin,
+                (int)nout, 1.0f, delta, (int)nout, w->param, (int)nin, 0.0f,
+                dprev, (int)nin);
+    for (size_t i = 0; i < b * nin; i++)
+        if (!(in[i] > 0.0f))
+            dprev[i] = 0.0f;
 }
 
 /* Softmax cross-entropy over b rows of logits (k classes each), stable by
@@ -272,12 +201,10 @@ static double model_softmax_xent(const float *logits, const uint8_t *y,
 
 static flps_err model_check_labels(const model *m, const uint8_t *y, size_t b)
 {
-    size_t k = m->dims[m->nlayers];
-
     for (size_t i = 0; i < b; i++) {
-        if (y[i] >= k) {
+        if (y[i] >= m->classes) {
             log_error("model: label %u of row %zu is not below %zu classes",
-                      y[i], i, k);
+                      y[i], i, m->classes);
             return FLPS_EINVAL;
         }
     }
@@ -288,10 +215,8 @@ flps_err model_train_step(model *m, const float *x, const uint8_t *y, size_t b,
                           float *loss, model_grad_ready_fn layer_done,
                           void *arg)
 {
-    size_t L, k;
+    const float *logits;
     double total;
-    float *delta;
-    int cur = 0;
     flps_err rc;
 
     if (m == NULL || x == NULL || y == NULL || loss == NULL || b == 0 ||
@@ -300,56 +225,14 @@ flps_err model_train_step(model *m, const float *x, const uint8_t *y, size_t b,
     rc = model_check_labels(m, y, b);
     if (rc != FLPS_OK)
         return rc;
-    L = m->nlayers;
-    k = m->dims[L];
 
-    model_forward(m, x, b);
-    delta = m->delta[cur];
-    total = model_softmax_xent(m->acts[L], y, b, k, delta, NULL);
+    logits = m->ops->forward(m, x, b);
+    total = model_softmax_xent(logits, y, b, m->classes, m->dlogits, NULL);
     /* Refuse before any gradient is written: a NaN or Inf here comes from
      * non-finite inputs or parameters and would poison the server. */
     if (!isfinite(total))
         return FLPS_ENONFINITE;
-
-    for (size_t l = L; l >= 1; l--) {
-        size_t wi = 2 * (l - 1), bi = wi + 1;
-        size_t nin = m->dims[l - 1], nout = m->dims[l];
-        const float *in = l > 1 ? m->acts[l - 1] : x;
-        model_tensor *w = &m->tensors[wi], *bt = &m->tensors[bi];
-
-        /* Bias gradient: column sums of delta (b x nout). */
-        for (size_t j = 0; j < nout; j++) {
-            double s = 0.0;
-
-            for (size_t i = 0; i < b; i++)
-                s += delta[i * nout + j];
-            bt->grad[j] = (float)s;
-        }
-        if (layer_done != NULL)
-            layer_done(arg, bi);
-        /* dW (nout x nin) = delta^T (nout x b) * in (b x nin). */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nout,
-                    (int)nin, (int)b, 1.0f, delta, (int)nout, in, (int)nin,
-                    0.0f, w->grad, (int)nin);
-        if (layer_done != NULL)
-            layer_done(arg, wi);
-        if (l == 1)
-            break;
-        /* delta_prev (b x nin) = delta (b x nout) * W (nout x nin), then
-         * through the ReLU: zero where the activation was clipped. */
-        {
-            float *prev = m->delta[cur ^ 1];
-
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b,
-                        (int)nin, (int)nout, 1.0f, delta, (int)nout, w->param,
-                        (int)nin, 0.0f, prev, (int)nin);
-            for (size_t i = 0; i < b * nin; i++)
-                if (!(in[i] > 0.0f))
-                    prev[i] = 0.0f;
-            cur ^= 1;
-            delta = prev;
-        }
-    }
+    m->ops->backward(m, x, m->dlogits, b, layer_done, arg);
     *loss = (float)(total / (double)b);
     return FLPS_OK;
 }
@@ -357,7 +240,7 @@ flps_err model_train_step(model *m, const float *x, const uint8_t *y, size_t b,
 flps_err model_evaluate(model *m, const float *x, const uint8_t *y, size_t b,
                         size_t *correct, double *loss_sum)
 {
-    size_t ok = 0, in_dim, k;
+    size_t ok = 0;
     double total = 0.0;
     flps_err rc;
 
@@ -367,16 +250,164 @@ flps_err model_evaluate(model *m, const float *x, const uint8_t *y, size_t b,
     rc = model_check_labels(m, y, b);
     if (rc != FLPS_OK)
         return rc;
-    in_dim = m->dims[0];
-    k = m->dims[m->nlayers];
     for (size_t start = 0; start < b; start += m->max_batch) {
         size_t n = b - start < m->max_batch ? b - start : m->max_batch;
+        const float *logits = m->ops->forward(m, x + start * m->in_dim, n);
 
-        model_forward(m, x + start * in_dim, n);
         total +=
-            model_softmax_xent(m->acts[m->nlayers], y + start, n, k, NULL, &ok);
+            model_softmax_xent(logits, y + start, n, m->classes, NULL, &ok);
     }
     *correct = ok;
     *loss_sum = total;
     return FLPS_OK;
+}
+
+/* ---- The MLP ---- */
+
+typedef struct mlp {
+    size_t nlayers; /* fully connected layers: nhidden + 1 */
+    size_t *dims;   /* nlayers + 1 widths: in_dim, hidden..., classes */
+    /* acts[l], 1 <= l <= nlayers: layer l's output for max_batch rows, after
+     * ReLU for hidden layers, the logits for the last; acts[0] is unused
+     * (the caller's input is read in place). */
+    float **acts;
+    float *act_buf;
+    float *delta[2]; /* ping-pong buffers for the backward pass */
+} mlp;
+
+static void mlp_destroy_impl(void *impl)
+{
+    mlp *p = impl;
+
+    flps_free(p->delta[1]);
+    flps_free(p->delta[0]);
+    flps_free(p->act_buf);
+    flps_free(p->acts);
+    flps_free(p->dims);
+    flps_free(p);
+}
+
+/* Forward b rows of x through every layer into acts. */
+static const float *mlp_forward(model *m, const float *x, size_t b)
+{
+    mlp *p = m->impl;
+    const float *in = x;
+
+    for (size_t l = 1; l <= p->nlayers; l++) {
+        const model_tensor *w = &m->tensors[2 * (l - 1)];
+
+        model_fc_forward(in, b, p->dims[l - 1], w->param, w[1].param,
+                         p->dims[l], l < p->nlayers, p->acts[l]);
+        in = p->acts[l];
+    }
+    return p->acts[p->nlayers];
+}
+
+static void mlp_backward(model *m, const float *x, const float *dlogits,
+                         size_t b, model_grad_ready_fn layer_done, void *arg)
+{
+    mlp *p = m->impl;
+    const float *delta = dlogits;
+
+    for (size_t l = p->nlayers; l >= 1; l--) {
+        const float *in = l > 1 ? p->acts[l - 1] : x;
+        float *prev = delta == p->delta[0] ? p->delta[1] : p->delta[0];
+
+        model_fc_backward(m, 2 * (l - 1), in, b, p->dims[l - 1], delta,
+                          l > 1 ? prev : NULL, layer_done, arg);
+        delta = prev;
+    }
+}
+
+static const model_ops mlp_ops = {mlp_forward, mlp_backward, mlp_destroy_impl};
+
+flps_err model_create_mlp(size_t in_dim, const size_t *hidden, size_t nhidden,
+                          size_t classes, size_t max_batch, uint64_t seed,
+                          model **out)
+{
+    flps_err rc;
+    size_t nacts = 0, maxdim = 0, ndelta, nlayers = nhidden + 1;
+    size_t *numel = NULL;
+    model *m = NULL;
+    mlp *p;
+    uint64_t rng = seed;
+
+    if (out == NULL || in_dim == 0 || classes < 2 || classes > 256 ||
+        max_batch == 0 || max_batch > INT_MAX || in_dim > INT_MAX ||
+        (nhidden > 0 && hidden == NULL) || nhidden > 1000)
+        return FLPS_EINVAL;
+    for (size_t i = 0; i < nhidden; i++)
+        if (hidden[i] == 0 || hidden[i] > INT_MAX)
+            return FLPS_EINVAL;
+
+    numel = flps_malloc(2 * nlayers * sizeof(*numel));
+    if (numel == NULL)
+        return FLPS_ENOMEM;
+    /* Every size below is checked: a huge layer must fail with EINVAL, not
+     * wrap around into a small allocation. */
+    rc = FLPS_EINVAL;
+    for (size_t l = 1; l <= nlayers; l++) {
+        size_t nin = l == 1 ? in_dim : hidden[l - 2];
+        size_t nout = l == nlayers ? classes : hidden[l - 1];
+        size_t rows;
+
+        if (!model_mul_ok(nout, nin, &numel[2 * (l - 1)]) ||
+            !model_mul_ok(max_batch, nout, &rows) ||
+            !model_add_ok(nacts, rows, &nacts))
+            goto fail;
+        numel[2 * (l - 1) + 1] = nout;
+        maxdim = nin > maxdim ? nin : maxdim;
+    }
+    if (!model_mul_ok(max_batch, maxdim, &ndelta) ||
+        nacts > SIZE_MAX / sizeof(float) || ndelta > SIZE_MAX / sizeof(float))
+        goto fail;
+    rc = model_base_create(&mlp_ops, in_dim, classes, max_batch, 2 * nlayers,
+                           numel, &m);
+    if (rc != FLPS_OK)
+        goto fail;
+
+    rc = FLPS_ENOMEM;
+    p = flps_calloc(1, sizeof(*p));
+    if (p == NULL)
+        goto fail;
+    m->impl = p;
+    p->nlayers = nlayers;
+    p->dims = flps_malloc((nlayers + 1) * sizeof(*p->dims));
+    p->acts = flps_calloc(nlayers + 1, sizeof(*p->acts));
+    p->act_buf = flps_malloc(nacts * sizeof(float));
+    p->delta[0] = flps_malloc(ndelta * sizeof(float));
+    p->delta[1] = flps_malloc(ndelta * sizeof(float));
+    if (p->dims == NULL || p->acts == NULL || p->act_buf == NULL ||
+        p->delta[0] == NULL || p->delta[1] == NULL)
+        goto fail;
+    p->dims[0] = in_dim;
+    for (size_t i = 0; i < nhidden; i++)
+        p->dims[i + 1] = hidden[i];
+    p->dims[nlayers] = classes;
+
+    for (size_t l = 1, aoff = 0; l <= nlayers; l++) {
+        model_tensor *w = &m->tensors[2 * (l - 1)];
+
+        snprintf(m->names[2 * (l - 1)], MODEL_NAME_MAX, "fc%zu.weight", l);
+        snprintf(m->names[2 * (l - 1) + 1], MODEL_NAME_MAX, "fc%zu.bias", l);
+        p->acts[l] = p->act_buf + aoff;
+        aoff += max_batch * p->dims[l];
+        /* Biases start at 0 (base_create's grads are zeroed, params not). */
+        model_init_he(w->param, w->numel, p->dims[l - 1], &rng);
+        memset(w[1].param, 0, w[1].numel * sizeof(float));
+    }
+
+    /* Several worker processes share a couple of cores: OpenBLAS threads
+     * would only oversubscribe them. The setting is process-wide, and
+     * setting it again for every model is harmless. */
+    openblas_set_num_threads(1);
+
+    flps_free(numel);
+    *out = m;
+    return FLPS_OK;
+
+fail:
+    model_destroy(m);
+    flps_free(numel);
+    return rc;
 }
