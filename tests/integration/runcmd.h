@@ -74,4 +74,21 @@ static inline double num(json_t *o, const char *k)
     return json_number_value(v);
 }
 
+/* Run examples/NAME with flrun --quiet to its summary: it must exit 0,
+ * print the JSON summary last and have run 1,500 iterations. */
+static inline void run_example(const char *name, run_result *r)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "%s/flrun --quiet %s/examples/%s", FLPS_BIN_DIR,
+             FLPS_SOURCE_DIR, name);
+    run_cmd(cmd, r);
+    cr_assert_eq(r->status, 0, "flrun %s failed:\n%s", name, r->err);
+    cr_assert_not_null(r->summary, "no JSON summary as the last line:\n%s",
+                       r->out);
+    cr_assert_eq(num(r->summary, "iterations"), 1500);
+    cr_assert_gt(num(r->summary, "bytes_sent"), 0);
+    cr_assert_gt(num(r->summary, "bytes_received"), 0);
+    cr_assert_gt(num(r->summary, "wall_seconds"), 0);
+}
+
 #endif
