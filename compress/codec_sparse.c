@@ -56,23 +56,38 @@ static flps_err codec_randk_pick(codec *c, size_t n, size_t k, uint64_t seed,
     return FLPS_OK;
 }
 
-flps_err codec_sparse_encode(codec *c, const float *a, size_t n, codec_msg *out)
+/* Room for the selection of n elements (k of them; dgc's approximate
+ * count may reach k + k/5) in the codec's index and value buffers. */
+static flps_err sparse_room(codec *c, size_t n, size_t *k, uint32_t **idx,
+                            float **val)
 {
-    size_t k = codec_count_for(&c->spec, n), cap = k, m = k;
-    float scale = 1.0f;
-    uint32_t *idx;
-    float *val;
+    size_t cap = codec_count_for(&c->spec, n);
     flps_err rc;
 
+    *k = cap;
     if (c->spec.kind == CODEC_DGC)
-        cap += k / 5;
+        cap += cap / 5;
     rc = codec_buf_reserve(c, 0, 4 * cap);
     if (rc == FLPS_OK)
         rc = codec_buf_reserve(c, 1, 4 * cap);
     if (rc != FLPS_OK)
         return rc;
-    idx = (uint32_t *)(void *)c->buf[0];
-    val = (float *)(void *)c->buf[1];
+    *idx = (uint32_t *)(void *)c->buf[0];
+    *val = (float *)(void *)c->buf[1];
+    return FLPS_OK;
+}
+
+flps_err codec_sparse_encode(codec *c, const float *a, size_t n, codec_msg *out)
+{
+    size_t k, m;
+    float scale = 1.0f;
+    uint32_t *idx;
+    float *val;
+    flps_err rc = sparse_room(c, n, &k, &idx, &val);
+
+    if (rc != FLPS_OK)
+        return rc;
+    m = k;
     switch (c->spec.kind) {
     case CODEC_DGC:
         rc = topk_ctx_select_approx(c->topk, a, n, k, codec_stream(c), idx, &m,
@@ -103,20 +118,13 @@ flps_err codec_sparse_encode(codec *c, const float *a, size_t n, codec_msg *out)
 flps_err codec_sparse_encode_fused(codec *c, float *r, float *u, const float *g,
                                    float m, size_t n, codec_msg *out)
 {
-    size_t k = codec_count_for(&c->spec, n), cap = k, cnt = 0;
+    size_t k, cnt = 0;
     uint32_t *idx;
     float *val;
-    flps_err rc;
+    flps_err rc = sparse_room(c, n, &k, &idx, &val);
 
-    if (c->spec.kind == CODEC_DGC)
-        cap += k / 5;
-    rc = codec_buf_reserve(c, 0, 4 * cap);
-    if (rc == FLPS_OK)
-        rc = codec_buf_reserve(c, 1, 4 * cap);
     if (rc != FLPS_OK)
         return rc;
-    idx = (uint32_t *)(void *)c->buf[0];
-    val = (float *)(void *)c->buf[1];
     /* The same selection (and for dgc the same random stream) as
      * codec_sparse_encode on the updated array. */
     rc = topk_ctx_select_fused(c->topk, r, u, g, m, n, k,
