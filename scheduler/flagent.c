@@ -64,6 +64,9 @@ int main(int argc, char **argv)
         log_error("cannot start: %s", flps_strerror(rc));
         return rc == FLPS_EINVAL ? 2 : 1;
     }
+    /* The connection holds the password now: the tasks this agent starts
+     * must not inherit it. */
+    unsetenv("FLPS_REDIS_PASSWORD");
     rc = agent_node_run(node, &stop_requested);
     agent_node_destroy(node);
     return rc == FLPS_OK ? 0 : 1;

@@ -303,8 +303,6 @@ static flps_err rconn_credentials(rconn *rc, const char *url)
     } else if (env != NULL) {
         snprintf(rc->password, sizeof(rc->password), "%s", env);
     }
-    /* Children of this process (flagent's tasks) must not inherit it. */
-    unsetenv("FLPS_REDIS_PASSWORD");
     if (rc->password[0] != '\0' && user != NULL)
         snprintf(rc->user, sizeof(rc->user), "%s", user);
     return FLPS_OK;

@@ -32,8 +32,9 @@ void rconn_redact_url(const char *url, char *out, size_t len);
  * password takes it from the environment: the first line of the file
  * named by FLPS_REDIS_PASSWORD_FILE, else FLPS_REDIS_PASSWORD (and the
  * user from FLPS_REDIS_USER), so no secret need be on a command line.
- * FLPS_REDIS_PASSWORD is removed from the environment once read, so
- * processes this one starts do not inherit it. Credentials Redis refuses
+ * (A daemon that starts other processes removes FLPS_REDIS_PASSWORD from
+ * its environment once its connections exist: flagent does.) Credentials
+ * Redis refuses
  * (WRONGPASS, NOAUTH) make every command fail with FLPS_ECONFIG: retrying
  * cannot help, and a daemon should stop with the reason.
  * Errors: FLPS_EINVAL (bad URL), FLPS_EIO (the password file cannot be
