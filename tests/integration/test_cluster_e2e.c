@@ -465,8 +465,11 @@ Test(cluster_e2e, backfill_never_delays_the_head_of_the_queue)
 
 Test(cluster_e2e, an_auto_job_gets_a_plan_from_flsched_that_its_workers_apply)
 {
+    /* Long enough for the plan's round trip (profile after 25 iterations,
+     * flsched, Redis, the agent's 500 ms poll, the worker): 400 iterations
+     * now take half a second, less than that trip. */
     char *id = submit("name: auto\nmodel: mlp\ndataset: synthetic\n"
-                      "workers: 1\nservers: 1\niterations: 400\n"
+                      "workers: 1\nservers: 1\niterations: 3000\n"
                       "compression: auto\neval_every: 0\n");
     char args[64], cmd[512];
     json_t *j, *plan, *layers;
