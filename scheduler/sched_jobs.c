@@ -283,28 +283,29 @@ static flps_err load_jobs(sched_store *st, const redisReply *ids,
     return FLPS_OK;
 }
 
-flps_err sched_store_jobs(sched_store *st, sched_job **out, size_t *n)
+/* The jobs whose ids the sorted set zkey holds, in its order (with their
+ * tasks when with_tasks). */
+static flps_err jobs_of_set(sched_store *st, const char *zkey, int with_tasks,
+                            sched_job **out, size_t *n)
 {
     redisReply *r = NULL;
-    flps_err rc = rconn_cmd(st->rc, &r, "ZRANGE flps:jobs 0 -1");
+    flps_err rc = rconn_cmd(st->rc, &r, "ZRANGE %s 0 -1", zkey);
 
     if (rc != FLPS_OK)
         return sched_store_rerr(st, rc);
-    rc = load_jobs(st, r, 1, out, n);
+    rc = load_jobs(st, r, with_tasks, out, n);
     freeReplyObject(r);
     return rc;
 }
 
+flps_err sched_store_jobs(sched_store *st, sched_job **out, size_t *n)
+{
+    return jobs_of_set(st, "flps:jobs", 1, out, n);
+}
+
 flps_err sched_store_queue(sched_store *st, sched_job **out, size_t *n)
 {
-    redisReply *r = NULL;
-    flps_err rc = rconn_cmd(st->rc, &r, "ZRANGE flps:queue 0 -1");
-
-    if (rc != FLPS_OK)
-        return sched_store_rerr(st, rc);
-    rc = load_jobs(st, r, 0, out, n);
-    freeReplyObject(r);
-    return rc;
+    return jobs_of_set(st, "flps:queue", 0, out, n);
 }
 
 /* ---- Submit ---- */
