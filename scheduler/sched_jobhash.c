@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/numparse.h"
 #include "scheduler/sched_store_int.h"
 
 typedef enum {
@@ -124,7 +125,7 @@ flps_err sched_jobhash_write(const sched_job *j, sched_jobhash_put_fn put,
         case JF_TIME:
         case JF_REAL:
         case JF_PROGRESS:
-            sched_store_fmt_double(num, sizeof(num), *JF_CAT(j, f, double));
+            flps_format_double(num, sizeof(num), *JF_CAT(j, f, double));
             break;
         case JF_MCPUS:
             sched_store_fmt_mcpus(num, sizeof(num), *JF_CAT(j, f, uint64_t));

@@ -425,7 +425,7 @@ flps_err sched_store_cancel(sched_store *st, const char *id, double now,
     }
     sched_job_fini(&tmp);
     add_job_keys(&c, id, 1);
-    sched_store_fmt_double(num, sizeof(num), now);
+    flps_format_double(num, sizeof(num), now);
     sched_cmd_add(&c, num);
     /* Both texts: which one applies is known only inside the script. */
     if (sched_cmd_add_event_text(&c, now, "cancelled",
@@ -481,7 +481,7 @@ flps_err sched_store_place(sched_store *st, const char *leader_id,
     sched_cmd_add(&c, leader_id != NULL ? leader_id : "");
     sched_cmd_add(&c, job->id);
     sched_cmd_addf(&c, "%u", job->attempt);
-    sched_store_fmt_double(num, sizeof(num), now);
+    flps_format_double(num, sizeof(num), now);
     sched_cmd_add(&c, num);
     off = (size_t)snprintf(msg, sizeof(msg),
                            "placed (attempt %u):", job->attempt);
@@ -561,7 +561,7 @@ flps_err sched_store_succeed(sched_store *st, const char *id, uint32_t attempt,
     *done = 0;
     add_job_keys(&c, id, 0);
     sched_cmd_addf(&c, "%u", attempt);
-    sched_store_fmt_double(num, sizeof(num), now);
+    flps_format_double(num, sizeof(num), now);
     sched_cmd_add(&c, num);
     sched_cmd_add(&c, summary);
     if (sched_cmd_add_event(&c, now, "succeeded", summary) != FLPS_OK)
@@ -581,7 +581,7 @@ flps_err sched_store_fail(sched_store *st, const char *id, uint32_t attempt,
     flps_err rc = FLPS_OK;
 
     *result = SCHED_FAIL_IGNORED;
-    sched_store_fmt_double(num, sizeof(num), now);
+    flps_format_double(num, sizeof(num), now);
     for (int tries = 0; tries < STORE_DECIDE_TRIES; tries++) {
         redisReply *h = NULL;
         uint32_t restarts, max_restarts;

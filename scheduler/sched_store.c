@@ -60,15 +60,9 @@ uint64_t sched_store_to_u64(const char *s)
     return v;
 }
 
-/* Shortest text that reads back as the same double. */
-void sched_store_fmt_double(char *buf, size_t len, double x)
-{
-    flps_format_double(buf, len, x);
-}
-
 void sched_store_fmt_mcpus(char *buf, size_t len, uint64_t mcpus)
 {
-    sched_store_fmt_double(buf, len, (double)mcpus / 1000.0);
+    flps_format_double(buf, len, (double)mcpus / 1000.0);
 }
 
 void sched_strv_free(char **v, size_t n)
@@ -515,7 +509,7 @@ flps_err sched_store_plan_put(sched_store *st, const char *leader_id,
 
     *committed = 0;
     sched_store_job_key(jk, sizeof(jk), id);
-    sched_store_fmt_double(num, sizeof(num), now);
+    flps_format_double(num, sizeof(num), now);
     sched_cmd_add(&c, "flps:leader");
     sched_cmd_addf(&c, "%s:plan", jk);
     sched_cmd_add(&c, jk);

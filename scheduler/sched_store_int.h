@@ -36,8 +36,6 @@ void sched_store_copy(char *dst, size_t len, const char *src, size_t n);
 double sched_store_to_double(const char *s);
 uint64_t sched_store_to_u64(const char *s);
 
-/* Shortest text that reads back as the same double ("60", "1.5"). */
-void sched_store_fmt_double(char *buf, size_t len, double x);
 /* Thousandths of a CPU as decimal CPUs ("1.5"). */
 void sched_store_fmt_mcpus(char *buf, size_t len, uint64_t mcpus);
 

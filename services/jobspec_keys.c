@@ -846,13 +846,6 @@ flps_err jobspec_key_defaults(jobspec *spec, char *errbuf, size_t errlen)
 
 /* ---- Names ----------------------------------------------------------- */
 
-/* Shortest decimal text that reads back as the same double, so 0.01
- * prints as "0.01" rather than "0.01000000000000000021". */
-static void jp_format_real(double x, char *buf, size_t len)
-{
-    flps_format_double(buf, len, x);
-}
-
 /* The word of an enum value of a word key; "unknown" outside the enum. */
 static const char *jp_word_name(jobspec_key key, unsigned value)
 {
@@ -884,7 +877,7 @@ void jobspec_comp_format(const jobspec *spec, char *buf, size_t len)
         double d;
 
         memcpy(&d, (const char *)spec + pp->offset, sizeof(d));
-        jp_format_real(d, num, sizeof(num));
+        flps_format_double(num, sizeof(num), d);
         snprintf(buf, len, "%s:%s", name, num);
     } else {
         uint32_t u;
