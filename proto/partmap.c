@@ -77,6 +77,56 @@ flps_err partmap_build(const uint64_t *numel, uint32_t ntensors,
     return FLPS_OK;
 }
 
+flps_err partmap_build_pieces(const uint64_t *numel, uint32_t ntensors,
+                              uint32_t nshards, uint32_t part_size,
+                              uint32_t piece, partmap *out)
+{
+    partmap pm;
+    partmap_part *pieces;
+    uint64_t total = 0;
+    uint32_t q = 0;
+    flps_err rc;
+
+    if (piece == 0)
+        return FLPS_EINVAL;
+    rc = partmap_build(numel, ntensors, nshards, part_size, &pm);
+    if (rc != FLPS_OK || piece >= part_size) {
+        if (rc == FLPS_OK)
+            *out = pm;
+        return rc;
+    }
+    for (uint32_t i = 0; i < pm.nparts; i++)
+        total += (pm.parts[i].numel + (uint64_t)piece - 1) / piece;
+    if (total > UINT32_MAX) {
+        partmap_fini(&pm);
+        return FLPS_EINVAL;
+    }
+    pieces = flps_calloc((size_t)total, sizeof(*pieces));
+    if (pieces == NULL) {
+        partmap_fini(&pm);
+        return FLPS_ENOMEM;
+    }
+    /* Parts are ordered by (tensor, offset), and so are their pieces. */
+    for (uint32_t i = 0; i < pm.nparts; i++) {
+        const partmap_part *src = &pm.parts[i];
+        if (src->offset == 0)
+            pm.first_part[src->tensor] = q;
+        for (uint32_t off = 0; off < src->numel; off += piece) {
+            uint32_t left = src->numel - off;
+            pieces[q].tensor = src->tensor;
+            pieces[q].offset = src->offset + off;
+            pieces[q].numel = left < piece ? left : piece;
+            pieces[q].shard = src->shard;
+            q++;
+        }
+    }
+    flps_free(pm.parts);
+    pm.parts = pieces;
+    pm.nparts = (uint32_t)total;
+    *out = pm;
+    return FLPS_OK;
+}
+
 void partmap_fini(partmap *pm)
 {
     if (pm == NULL)

@@ -34,6 +34,31 @@ typedef struct partmap {
 flps_err partmap_build(const uint64_t *numel, uint32_t ntensors,
                        uint32_t nshards, uint32_t part_size, partmap *out);
 
+/* The largest piece of a dense-aggregated job on the wire: 65536 f32
+ * values, 256 KiB. A part placed on a shard is sent, aggregated and
+ * answered in pieces of at most this many elements, so one huge part is
+ * pipelined like many small ones (its pieces travel while the shard sums
+ * the ones that arrived) and no message needs a buffer of the part's
+ * size. Sparse jobs keep whole parts: their pushes are small, and gtopk
+ * selects over the part. */
+#define PARTMAP_DENSE_PIECE 65536u
+
+/* The piece size a job uses: PARTMAP_DENSE_PIECE for dense aggregation
+ * (dense values, fp16, qsgd, sign), part_size otherwise. */
+static inline uint32_t partmap_piece_size(int dense_agg, uint32_t part_size)
+{
+    return dense_agg && part_size > PARTMAP_DENSE_PIECE ? PARTMAP_DENSE_PIECE
+                                                        : part_size;
+}
+
+/* As partmap_build, then every part cut into pieces of at most piece
+ * elements that stay on its shard: the placement is that of part_size,
+ * and the map's parts (ids, messages, aggregation) are the pieces.
+ * piece >= part_size gives partmap_build's map. FLPS_EINVAL for piece 0. */
+flps_err partmap_build_pieces(const uint64_t *numel, uint32_t ntensors,
+                              uint32_t nshards, uint32_t part_size,
+                              uint32_t piece, partmap *out);
+
 void partmap_fini(partmap *pm);
 
 #endif

@@ -263,7 +263,9 @@ static flps_err shard_configure(ps_shard *s, const proto_jobcfg *c,
         return FLPS_ENOMEM;
     for (uint32_t i = 0; i < nt; i++)
         numel[i] = t[i].numel;
-    rc = partmap_build(numel, nt, c->nshards, c->part_size, &s->pm);
+    rc = partmap_build_pieces(
+        numel, nt, c->nshards, c->part_size,
+        partmap_piece_size(c->agg == PROTO_AGG_DENSE, c->part_size), &s->pm);
     flps_free(numel);
     if (rc != FLPS_OK)
         return rc;

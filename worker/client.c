@@ -551,7 +551,9 @@ static flps_err client_setup(flps_client *c, const flps_client_config *cfg)
             }
         }
     }
-    rc = partmap_build(numel, c->ntensors, c->nshards, c->part_size, &c->pm);
+    rc = partmap_build_pieces(
+        numel, c->ntensors, c->nshards, c->part_size,
+        partmap_piece_size(c->agg == PROTO_AGG_DENSE, c->part_size), &c->pm);
     flps_free(numel);
     if (rc != FLPS_OK)
         return rc;
@@ -856,13 +858,29 @@ static flps_err push_sparse(flps_client *c, uint32_t pi, uint64_t iter,
 {
     cpart *p = &c->parts[pi];
     uint32_t n = hi - lo;
-    proto_buf *b = proto_buf_create((size_t)n * 8);
+    size_t need = (size_t)n * 8;
+    proto_buf *b = NULL;
     uint32_t *ix;
     float *v;
     proto_msg m;
 
+    /* The payload of the part's last push comes back once the transport
+     * sent it and its update arrived: written again when it fits (and is
+     * not far too large), so pushes of a steady size fault in no fresh
+     * pages. A new one gets a quarter more room for selections that
+     * vary. */
+    if (p->spare != NULL && proto_buf_is_unique(p->spare) &&
+        proto_buf_len(p->spare) >= need &&
+        proto_buf_len(p->spare) <= 2 * need + 65536) {
+        b = p->spare;
+        p->spare = NULL;
+    } else {
+        b = proto_buf_create(need + need / 4 + 64);
+    }
     if (b == NULL)
         return set_error(c, FLPS_ENOMEM, "out of memory");
+    proto_buf_release(p->spare);
+    p->spare = proto_buf_hold(b);
     ix = proto_buf_data(b);
     v = (float *)(ix + n);
     for (uint32_t j = 0; j < n; j++) {

@@ -264,3 +264,59 @@ Test(partmap, fails_every_allocation_in_turn_with_enomem_and_no_leak)
     partmap_fini(&pm);
     ASSERT_NO_LEAKS();
 }
+
+/* Pieces keep the placement of part_size and cut each part into pieces
+ * of at most piece elements on the same shard, in (tensor, offset) order. */
+Test(partmap, pieces_keep_placement)
+{
+    const uint64_t numel[] = {300000, 70000, 10};
+    partmap whole, pm;
+
+    cr_assert_eq(partmap_build(numel, 3, 2, 1u << 20, &whole), FLPS_OK);
+    cr_assert_eq(partmap_build_pieces(numel, 3, 2, 1u << 20, 65536, &pm),
+                 FLPS_OK);
+    /* 300000 -> 5 pieces, 70000 -> 2, 10 -> 1 */
+    cr_assert_eq(pm.nparts, 8);
+    cr_assert_eq(pm.first_part[0], 0);
+    cr_assert_eq(pm.first_part[1], 5);
+    cr_assert_eq(pm.first_part[2], 7);
+    for (uint32_t t = 0; t < 3; t++) {
+        uint32_t end = t + 1 < 3 ? pm.first_part[t + 1] : pm.nparts;
+        uint64_t off = 0;
+        for (uint32_t i = pm.first_part[t]; i < end; i++) {
+            cr_assert_eq(pm.parts[i].tensor, t);
+            cr_assert_eq(pm.parts[i].offset, off);
+            cr_assert(pm.parts[i].numel >= 1 && pm.parts[i].numel <= 65536);
+            /* every piece lives where its whole part was placed */
+            cr_assert_eq(pm.parts[i].shard,
+                         whole.parts[whole.first_part[t]].shard);
+            off += pm.parts[i].numel;
+        }
+        cr_assert_eq(off, numel[t]);
+    }
+    for (uint32_t s = 0; s < 2; s++)
+        cr_assert_eq(pm.shard_load[s], whole.shard_load[s]);
+    partmap_fini(&pm);
+    partmap_fini(&whole);
+}
+
+Test(partmap, pieces_no_smaller_than_parts_change_nothing)
+{
+    const uint64_t numel[] = {1000, 70000};
+    partmap a, b;
+
+    cr_assert_eq(partmap_build(numel, 2, 3, 4096, &a), FLPS_OK);
+    cr_assert_eq(partmap_build_pieces(numel, 2, 3, 4096, 65536, &b), FLPS_OK);
+    cr_assert_eq(a.nparts, b.nparts);
+    for (uint32_t i = 0; i < a.nparts; i++) {
+        cr_assert_eq(a.parts[i].offset, b.parts[i].offset);
+        cr_assert_eq(a.parts[i].numel, b.parts[i].numel);
+        cr_assert_eq(a.parts[i].shard, b.parts[i].shard);
+    }
+    cr_assert_eq(partmap_build_pieces(numel, 2, 3, 4096, 0, &b), FLPS_EINVAL);
+    partmap_fini(&a);
+    partmap_fini(&b);
+    cr_assert_eq(partmap_piece_size(1, 1u << 24), PARTMAP_DENSE_PIECE);
+    cr_assert_eq(partmap_piece_size(0, 1u << 24), 1u << 24);
+    cr_assert_eq(partmap_piece_size(1, 1000), 1000);
+}
