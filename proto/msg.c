@@ -571,6 +571,13 @@ static int frame_holds4(const proto_frame *f, uint32_t n)
 flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
                           proto_msg *out, char *errbuf, size_t errlen)
 {
+    return proto_msg_decode_ex(frames, nframes, 0, out, errbuf, errlen);
+}
+
+flps_err proto_msg_decode_ex(const proto_frame *frames, size_t nframes,
+                             unsigned flags, proto_msg *out, char *errbuf,
+                             size_t errlen)
+{
     proto_msg m;
     flps_err rc;
     size_t want, nf = 1;
@@ -650,6 +657,9 @@ flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
         }
         {
             const proto_frame *fv = &frames[nf++];
+            const int unchecked =
+                m.op == PROTO_OP_UPDATE && !sparse &&
+                (flags & PROTO_DECODE_UPDATE_VALUES_UNCHECKED) != 0;
             if (!frame_holds4(fv, m.n)) {
                 rc = flps_errbuf_set(
                     errbuf, errlen, FLPS_EPROTO,
@@ -658,7 +668,7 @@ flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
                 goto bad;
             }
             m.val = fv->data;
-            for (uint32_t i = 0; i < m.n; i++) {
+            for (uint32_t i = 0; i < m.n && !unchecked; i++) {
                 if (!isfinite(m.val[i])) {
                     rc = flps_errbuf_set(errbuf, errlen, FLPS_ENONFINITE,
                                          "value %u is not finite", i);

@@ -138,6 +138,20 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
 flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
                           proto_msg *out, char *errbuf, size_t errlen);
 
+/* Flags of proto_msg_decode_ex. */
+enum {
+    /* The values of a DENSE UPDATE are not scanned for NaN and Inf: the
+     * caller checks them in the pass that uses them (a worker applying
+     * its update: one pass over the values, not two). Everything else is
+     * checked as by proto_msg_decode. */
+    PROTO_DECODE_UPDATE_VALUES_UNCHECKED = 1u << 0,
+};
+
+/* proto_msg_decode with flags (PROTO_DECODE_*). */
+flps_err proto_msg_decode_ex(const proto_frame *frames, size_t nframes,
+                             unsigned flags, proto_msg *out, char *errbuf,
+                             size_t errlen);
+
 /* Frees what a decoded message owns (the tensor list). */
 void proto_msg_fini(proto_msg *msg);
 

@@ -24,7 +24,8 @@
  * the update uval, in the payload itself: no accumulator of the part's
  * size. Per element the operations are those of adding each rank into a
  * zeroed accumulator and scaling that, so the results are the same bits. */
-static void sum_dense(const ps_part *p, uint32_t W, float scale, float *uval)
+static void sum_dense(const ps_part *p, uint32_t W, float scale, float *uval,
+                      float *w)
 {
     for (uint32_t lo = 0; lo < p->numel; lo += DENSE_BLOCK) {
         const uint32_t n =
@@ -49,6 +50,13 @@ static void sum_dense(const ps_part *p, uint32_t W, float scale, float *uval)
                 for (uint32_t i = 0; i < n; i++)
                     u[i] = -(scale * (u[i] + v[i]));
             }
+        }
+        /* The block of the update is still in L1: apply it to the part's
+         * values here rather than in a second pass over the part. */
+        if (w != NULL) {
+            float *wl = w + lo;
+            for (uint32_t i = 0; i < n; i++)
+                wl[i] += u[i];
         }
     }
 }
@@ -212,6 +220,7 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
     const float scale =
         (float)(proto_jobcfg_lr_at(&s->jc, p->iter) / (double)W);
     uint32_t nt, nu;
+    int applied;
     size_t pushed = 0, cap;
     proto_buf *payload;
     uint32_t *uidx = NULL, *rej = NULL;
@@ -221,12 +230,16 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
 
     for (uint32_t r = 0; r < W; r++)
         pushed += p->push[r].n;
+    /* Without a write-ahead log nothing has to be made durable between
+     * computing the update and applying it: a dense update is applied
+     * block by block as it is summed. */
+    applied = dense && s->wal_fd < 0;
     if (dense) {
         payload = ps_shard_reply_buf(p, (size_t)p->numel * sizeof(float), 0);
         if (payload == NULL)
             return FLPS_ENOMEM;
         uval = proto_buf_data(payload);
-        sum_dense(p, W, scale, uval);
+        sum_dense(p, W, scale, uval, applied ? p->w : NULL);
         nt = nu = p->numel;
     } else if (!gtopk) {
         /* topk: the update is the union, merged straight into the payload:
@@ -297,8 +310,9 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
     if (rc != FLPS_OK)
         return rc; /* the payload stays in the pool */
     if (dense) {
-        for (uint32_t i = 0; i < nu; i++)
-            p->w[i] += uval[i];
+        if (!applied)
+            for (uint32_t i = 0; i < nu; i++)
+                p->w[i] += uval[i];
     } else {
         /* The part's values are cold by now and the indices sparse enough
          * to skip lines: fetch a few updates ahead. */

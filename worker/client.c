@@ -248,20 +248,37 @@ out:
     flps_free(val);
 }
 
-static void apply_update(flps_client *c, cpart *p, const proto_msg *m)
+/* Apply update m to the replica. A dense update's values were not
+ * scanned when decoded (PROTO_DECODE_UPDATE_VALUES_UNCHECKED): they are
+ * checked in the same pass, and a NaN or Inf is a shard's protocol
+ * violation that ends the client (the replica is no longer the model). */
+static flps_err apply_update(flps_client *c, cpart *p, const proto_msg *m)
 {
     ctensor *t = &c->tensors[p->tensor];
     float *w = t->data + p->offset;
 
     if (m->codec == PROTO_CODEC_DENSE) {
-        for (uint32_t i = 0; i < m->n; i++)
+        uint32_t bad = 0;
+        for (uint32_t i = 0; i < m->n; i++) {
+            uint32_t bits;
+            memcpy(&bits, &m->val[i], sizeof(bits));
+            bad |= (bits & 0x7fffffffu) + 0x00800000u;
             w[i] += m->val[i];
+        }
+        if (bad & 0x80000000u)
+            return set_error(c, FLPS_EPROTO,
+                             "shard %u sent NaN or Inf in its update of part "
+                             "%u; this worker's replica is no longer the "
+                             "model: restart the worker (it pulls the model "
+                             "again)",
+                             p->shard, (unsigned)(p - c->parts));
     } else {
         for (uint32_t j = 0; j < m->n; j++)
             w[m->idx[j]] += m->val[j];
     }
     if (m->nrej > 0 && p->req.payload != NULL && t->ef != NULL)
         add_back_rejected(c, p, m);
+    return FLPS_OK;
 }
 
 /* Handle one reply; returns an error only for a refusal that ends the
@@ -272,8 +289,9 @@ static flps_err on_reply(flps_client *c, const transport_rx *rx)
     char why[256];
     cpart *p = NULL;
     creq *r;
-    flps_err rc =
-        proto_msg_decode(rx->frames, rx->nframes, &m, why, sizeof(why));
+    flps_err rc = proto_msg_decode_ex(rx->frames, rx->nframes,
+                                      PROTO_DECODE_UPDATE_VALUES_UNCHECKED, &m,
+                                      why, sizeof(why));
 
     if (rc != FLPS_OK) {
         log_warn("ignoring a malformed reply from shard %u: %s", rx->peer, why);
@@ -332,7 +350,7 @@ static flps_err on_reply(flps_client *c, const transport_rx *rx)
                            rx->peer, m.part);
             break;
         }
-        apply_update(c, p, &m);
+        rc = apply_update(c, p, &m);
         creq_clear(r);
         break;
     case PROTO_OP_ERROR:

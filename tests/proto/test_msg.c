@@ -1369,3 +1369,58 @@ Test(msg, a_header_declaring_more_elements_than_it_has_bytes_is_refused)
                            err);
     }
 }
+
+/* A dense UPDATE's values may be left for the caller to check
+ * (PROTO_DECODE_UPDATE_VALUES_UNCHECKED); every other check still holds,
+ * and a push's or a sparse update's values are still scanned. */
+Test(msg, update_values_unchecked_only_for_dense_updates)
+{
+    float val[3] = {1.0f, NAN, 2.0f};
+    uint32_t idx[3] = {0, 4, 9};
+    proto_msg m, out;
+    proto_frame f[PROTO_MAX_FRAMES];
+    void *hdr;
+    size_t hl, nf;
+    char why[128];
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_UPDATE;
+    strcpy(m.job, "j");
+    m.codec = PROTO_CODEC_DENSE;
+    m.n = 3;
+    m.val = val;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hl, f, &nf), FLPS_OK);
+    cr_assert_eq(proto_msg_decode(f, nf, &out, why, sizeof(why)),
+                 FLPS_ENONFINITE);
+    cr_assert_eq(proto_msg_decode_ex(f, nf,
+                                     PROTO_DECODE_UPDATE_VALUES_UNCHECKED, &out,
+                                     why, sizeof(why)),
+                 FLPS_OK);
+    cr_assert_eq(out.n, 3);
+    cr_assert(isnan(out.val[1]));
+    /* the frame sizes are still checked */
+    f[1].len -= 4;
+    cr_assert_eq(proto_msg_decode_ex(f, nf,
+                                     PROTO_DECODE_UPDATE_VALUES_UNCHECKED, &out,
+                                     why, sizeof(why)),
+                 FLPS_EPROTO);
+    free(hdr);
+
+    m.codec = PROTO_CODEC_SPARSE;
+    m.idx = idx;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hl, f, &nf), FLPS_OK);
+    cr_assert_eq(proto_msg_decode_ex(f, nf,
+                                     PROTO_DECODE_UPDATE_VALUES_UNCHECKED, &out,
+                                     why, sizeof(why)),
+                 FLPS_ENONFINITE);
+    free(hdr);
+
+    m.op = PROTO_OP_PUSH;
+    m.codec = PROTO_CODEC_DENSE;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hl, f, &nf), FLPS_OK);
+    cr_assert_eq(proto_msg_decode_ex(f, nf,
+                                     PROTO_DECODE_UPDATE_VALUES_UNCHECKED, &out,
+                                     why, sizeof(why)),
+                 FLPS_ENONFINITE);
+    free(hdr);
+}

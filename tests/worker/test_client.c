@@ -783,6 +783,44 @@ Test(client, a_push_nobody_answers_times_out_and_the_error_sticks)
     rig_free(g);
 }
 
+/* The dense update of part 1 carries a NaN. */
+static int nan_update_part_1(fake_net *n, const sent *s)
+{
+    float val[64];
+    proto_msg r;
+
+    if (s->msg.op != PROTO_OP_PUSH || s->msg.part != 1)
+        return 0;
+    cr_assert_leq(s->msg.n, 64);
+    memset(val, 0, sizeof(val));
+    val[s->msg.n - 1] = NAN;
+    reply_base(&r, PROTO_OP_UPDATE, &s->msg);
+    r.codec = PROTO_CODEC_DENSE;
+    r.n = s->msg.n;
+    r.val = val;
+    fake_reply(n, s->peer, &r);
+    return 1;
+}
+
+/* A dense update's values are checked as they are applied (the decode
+ * leaves them to that pass): a NaN from a shard is a protocol violation
+ * that names the shard and part and sticks. */
+Test(client, a_non_finite_dense_update_ends_the_client)
+{
+    rig *g = rig_new("dense");
+
+    rig_start(g);
+    g->net.script = nan_update_part_1;
+    push_all(g, G0, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_EPROTO);
+    cr_assert_not_null(strstr(flps_client_last_error(g->c), "NaN or Inf"), "%s",
+                       flps_client_last_error(g->c));
+    cr_assert_not_null(strstr(flps_client_last_error(g->c), "part 1"), "%s",
+                       flps_client_last_error(g->c));
+    assert_sticky(g, FLPS_EPROTO);
+    rig_free(g);
+}
+
 /* Shard 0 refuses the push of part 2 as if it served another job. */
 static int refuse_part_2(fake_net *n, const sent *s)
 {
