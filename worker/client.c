@@ -8,6 +8,7 @@
 #include "worker/client_internal.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -59,13 +60,13 @@ typedef struct cpart {
     ef *ef;
     /* The dense codec needs neither: each push writes its payload straight
      * from the gradient. With momentum the last payload is the velocity
-     * (it holds m * v + g as sent), so vel keeps a reference to it. */
+     * (it holds m * v + g as sent), so vel keeps a reference to it and the
+     * next push updates it in place. */
     proto_buf *vel;
-    proto_buf *next; /* built by the push under way, not yet sent */
-    /* The payload before last (with momentum: the velocity before last),
-     * kept to be written again once nobody else holds it (the transport
-     * sent it and its request was answered): no fresh buffer, and so no
-     * page faults, per push. */
+    /* The last payload (without momentum, or of a sparse push), kept to be
+     * written again once nobody else holds it (the transport sent it and
+     * its request was answered): no fresh buffer, and so no page faults,
+     * per push. */
     proto_buf *spare;
 } cpart;
 
@@ -77,6 +78,7 @@ typedef struct ctensor {
     codec *cd;
     ef *ef;          /* error feedback + momentum correction */
     float *velocity; /* plain momentum, for codecs without error feedback */
+    double vel_max;  /* dense codec: max |velocity| after the last push */
 } ctensor;
 
 struct flps_client {
@@ -747,7 +749,6 @@ void flps_client_destroy(flps_client *c)
         codec_destroy(c->parts[i].cd);
         ef_destroy(c->parts[i].ef);
         proto_buf_release(c->parts[i].vel);
-        proto_buf_release(c->parts[i].next);
         proto_buf_release(c->parts[i].spare);
     }
     for (uint32_t s = 0; c->shard_req != NULL && s < c->nshards; s++)
@@ -913,69 +914,127 @@ static flps_err push_sparse(flps_client *c, uint32_t pi, uint64_t iter,
     return send_push(c, pi, &m, b, n);
 }
 
+/* The largest |x| of x[0..n) as its bits (an order-preserving integer for
+ * finite values); 0x7f800000 or more when one is NaN or Inf. One read
+ * pass, vectorised: integer max needs no fast-math. */
+static uint32_t max_abs_bits(const float *x, size_t n)
+{
+    uint32_t mx = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, x + i, sizeof(b));
+        b &= 0x7fffffffu;
+        mx = b > mx ? b : mx;
+    }
+    return mx;
+}
+
+/* dst[i] = m * v[i] + g[i] (v may be dst itself: each element is read
+ * before it is written); returns max |dst| as max_abs_bits does. */
+static uint32_t momentum_into(const float *g, const float *v, float m, size_t n,
+                              float *dst)
+{
+    uint32_t mx = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        float x = m * v[i] + g[i];
+        uint32_t b;
+        memcpy(&b, &x, sizeof(b));
+        dst[i] = x;
+        b &= 0x7fffffffu;
+        mx = b > mx ? b : mx;
+    }
+    return mx;
+}
+
+static float bits_to_float(uint32_t b)
+{
+    float f;
+    memcpy(&f, &b, sizeof(f));
+    return f;
+}
+
 /* Push the layer's parts with the dense codec: no error feedback and no
- * codec buffer, each part's payload written in one pass from the gradient
- * (with momentum, from the velocity the last payload holds). Every part is
- * built before any is sent, so a NaN or Inf anywhere sends nothing and
- * moves no velocity (FLPS_ENONFINITE, not sticky). */
-static flps_err push_dense(flps_client *c, const ctensor *t, uint32_t first,
+ * codec buffer. The gradient is checked first (one read pass): a NaN or
+ * Inf anywhere sends nothing and moves no velocity (FLPS_ENONFINITE, not
+ * sticky). Then each part is written and queued at once, so the first
+ * parts travel while the later ones are computed. With momentum the
+ * payload is the velocity itself (it holds m * v + g as sent), updated in
+ * place once the transport and the update are done with it: one copy of
+ * the layer, not two. Finite inputs cannot make it overflow unless
+ * m * max|v| + max|g| comes near FLT_MAX; then (and when the transport
+ * still holds the last payload) the new velocity goes into a fresh buffer
+ * and a part that would overflow stops the push before it is sent. */
+static flps_err push_dense(flps_client *c, ctensor *t, uint32_t first,
                            uint32_t last, const float *grad, uint64_t iter)
 {
     const float mom = (float)c->momentum;
-    flps_err rc = FLPS_OK;
-    uint32_t pi;
+    const uint32_t gbits = max_abs_bits(grad, t->numel);
+    int in_place;
 
-    for (pi = first; pi < last && rc == FLPS_OK; pi++) {
-        cpart *p = &c->parts[pi];
-        if (p->spare != NULL && proto_buf_is_unique(p->spare)) {
-            p->next = p->spare;
-            p->spare = NULL;
-        } else {
-            p->next = proto_buf_create((size_t)p->numel * 4);
+    if (gbits >= 0x7f800000u)
+        return FLPS_ENONFINITE;
+    /* 1 % of slack covers the rounding of m * v + g. */
+    in_place =
+        mom == 0.0f ||
+        ((double)mom * t->vel_max + (double)bits_to_float(gbits)) * 1.01 <
+            (double)FLT_MAX;
+    if (!in_place) {
+        /* Rare: find an overflow before anything moves. */
+        for (uint32_t pi = first; pi < last; pi++) {
+            const cpart *p = &c->parts[pi];
+            const float *v = p->vel ? proto_buf_data(p->vel) : NULL;
+            for (uint32_t i = 0; v != NULL && i < p->numel; i++)
+                if (!isfinite(mom * v[i] + grad[p->offset + i]))
+                    return FLPS_ENONFINITE;
         }
-        if (p->next == NULL) {
-            rc = FLPS_ENOMEM;
-            break;
-        }
-        rc = codec_dense_encode_into(grad + p->offset,
-                                     p->vel ? proto_buf_data(p->vel) : NULL,
-                                     mom, p->numel, proto_buf_data(p->next));
     }
-    if (rc != FLPS_OK) {
-        for (pi = first; pi < last; pi++) {
-            proto_buf_release(c->parts[pi].next);
-            c->parts[pi].next = NULL;
-        }
-        if (rc == FLPS_ENONFINITE)
-            return rc;
-        return set_error(c, rc, "cannot encode %s: %s", t->name,
-                         flps_strerror(rc));
-    }
-    for (pi = first; pi < last; pi++) {
-        cpart *p = &c->parts[pi];
-        proto_buf *b = p->next;
-        proto_msg m;
+    {
+        double vmax = 0.0;
+        for (uint32_t pi = first; pi < last; pi++) {
+            cpart *p = &c->parts[pi];
+            const size_t len = (size_t)p->numel * 4;
+            proto_buf **keep = mom > 0.0f ? &p->vel : &p->spare;
+            proto_buf *b = NULL;
+            proto_msg m;
+            flps_err rc;
 
-        p->next = NULL;
-        proto_buf_release(p->spare);
-        if (mom > 0.0f) {
-            p->spare = p->vel; /* our reference moves with it */
-            p->vel = proto_buf_hold(b);
-        } else {
-            p->spare = proto_buf_hold(b);
-        }
-        msg_base(c, &m, PROTO_OP_PUSH, pi, iter);
-        m.codec = PROTO_CODEC_DENSE;
-        m.n = p->numel;
-        m.val = proto_buf_data(b);
-        rc = send_push(c, pi, &m, b, p->numel);
-        if (rc != FLPS_OK) {
-            for (uint32_t q = pi + 1; q < last; q++) {
-                proto_buf_release(c->parts[q].next);
-                c->parts[q].next = NULL;
+            if (*keep != NULL && proto_buf_is_unique(*keep))
+                b = proto_buf_hold(*keep);
+            else
+                b = proto_buf_create(len);
+            if (b == NULL)
+                return set_error(c, FLPS_ENOMEM,
+                                 "out of memory for a push of %s", t->name);
+            if (mom > 0.0f) {
+                const float *v = p->vel ? proto_buf_data(p->vel) : NULL;
+                uint32_t vb;
+                if (v == NULL) {
+                    memcpy(proto_buf_data(b), grad + p->offset, len);
+                    vb = max_abs_bits(grad + p->offset, p->numel);
+                } else {
+                    vb = momentum_into(grad + p->offset, v, mom, p->numel,
+                                       proto_buf_data(b));
+                }
+                if ((double)bits_to_float(vb) > vmax)
+                    vmax = (double)bits_to_float(vb);
+            } else {
+                memcpy(proto_buf_data(b), grad + p->offset, len);
             }
-            return rc;
+            if (*keep != b) {
+                proto_buf_release(*keep);
+                *keep = proto_buf_hold(b);
+            }
+            msg_base(c, &m, PROTO_OP_PUSH, pi, iter);
+            m.codec = PROTO_CODEC_DENSE;
+            m.n = p->numel;
+            m.val = proto_buf_data(b);
+            rc = send_push(c, pi, &m, b, p->numel); /* takes our b */
+            if (rc != FLPS_OK)
+                return rc;
         }
+        t->vel_max = vmax;
     }
     return FLPS_OK;
 }

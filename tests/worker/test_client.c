@@ -959,6 +959,44 @@ Test(client,
     rig_free(g);
 }
 
+/* The velocity is updated in place; finite gradients that would make it
+ * overflow (m * v + g beyond FLT_MAX) send nothing and leave it as it
+ * was, in every part. */
+Test(client, a_dense_push_whose_velocity_would_overflow_moves_nothing)
+{
+    rig *g = rig_new("dense");
+    float big[MAXNUMEL], zero[MAXNUMEL];
+    uint32_t first = g->pm.first_part[0], last = g->pm.first_part[1];
+    size_t mark;
+
+    g->cfg.momentum = 0.9;
+    rig_start(g);
+    for (uint32_t j = 0; j < MAXNUMEL; j++) {
+        big[j] = j == MAXNUMEL - 1 ? 3e38f : 1.0f;
+        zero[j] = 0.0f;
+    }
+    push_all(g, big, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    mark = g->net.nlog;
+    cr_assert_eq(flps_client_push(g->c, 0, big, 1), FLPS_ENONFINITE);
+    cr_assert_eq(g->net.nlog, mark, "nothing was sent");
+    cr_assert_str_eq(flps_client_last_error(g->c), "", "not sticky");
+    /* The next push sends 0.9 * v: v is the first push's values. */
+    mark = g->net.nlog;
+    push_all(g, zero, 1);
+    for (uint32_t pi = first; pi < last; pi++) {
+        const partmap_part *pp = &g->pm.parts[pi];
+        size_t k = find_sent(&g->net, mark, PROTO_OP_PUSH, pi);
+        cr_assert_neq(k, SIZE_MAX);
+        for (uint32_t j = 0; j < g->net.log[k].msg.n; j++)
+            cr_assert(
+                g->net.log[k].msg.val[j] == 0.9f * big[pp->offset + j] + 0.0f,
+                "part %u [%u]: %g", pi, j, (double)g->net.log[k].msg.val[j]);
+    }
+    cr_assert_eq(flps_client_wait(g->c, 1), FLPS_OK);
+    rig_free(g);
+}
+
 Test(client, a_dense_push_without_momentum_sends_the_gradient_unchanged)
 {
     rig *g = rig_new("dense");
