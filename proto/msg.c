@@ -74,6 +74,18 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
         return FLPS_EINVAL;
     if (sparse && msg->op != PROTO_OP_PUSH && msg->op != PROTO_OP_UPDATE)
         return FLPS_EINVAL;
+    if (msg->nsegs > 0) {
+        uint64_t tn = 0, tr = 0;
+        if (!sparse || msg->nsegs > PROTO_MAX_SEGS || msg->segs == NULL)
+            return FLPS_EINVAL;
+        for (uint32_t i = 0; i < msg->nsegs; i++) {
+            tn += msg->segs[i].n;
+            tr += msg->segs[i].nrej;
+        }
+        if (tn != msg->n || (msg->op == PROTO_OP_UPDATE && tr != msg->nrej))
+            return FLPS_EINVAL;
+        nkeys++;
+    }
     if (msg->op == PROTO_OP_UPDATE || encoded)
         nkeys++;
     if (msg->op == PROTO_OP_ERROR || msg->op == PROTO_OP_ACK)
@@ -99,6 +111,21 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
         pack_u64(&pk, "nrej", msg->nrej);
     if (encoded)
         pack_str(&pk, "spec", msg->spec);
+    if (msg->nsegs > 0) {
+        const int upd = msg->op == PROTO_OP_UPDATE;
+        pack_key(&pk, "segs");
+        msgpack_pack_array(&pk, msg->nsegs);
+        for (uint32_t i = 0; i < msg->nsegs; i++) {
+            const proto_seg *g = &msg->segs[i];
+            msgpack_pack_array(&pk, upd ? 4 : 2);
+            msgpack_pack_uint32(&pk, g->part);
+            msgpack_pack_uint32(&pk, g->n);
+            if (upd) {
+                msgpack_pack_uint32(&pk, g->nrej);
+                msgpack_pack_uint64(&pk, g->version);
+            }
+        }
+    }
     if (msg->op == PROTO_OP_ERROR || msg->op == PROTO_OP_ACK) {
         pack_u64(&pk, "status", msg->status);
         pack_str(&pk, "text", msg->text);
@@ -276,6 +303,50 @@ static flps_err decode_tensors(const msgpack_object *o, proto_msg *m,
     return FLPS_OK;
 }
 
+/* The segs array: [part, n] (PUSH) or [part, n, nrej, version] (UPDATE)
+ * per segment; the arity is checked against the op once it is known
+ * (*arity: 2 or 4, the same for every entry). */
+static flps_err decode_segs(const msgpack_object *o, proto_msg *m,
+                            unsigned *arity, char *errbuf, size_t errlen)
+{
+    uint32_t n;
+
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size == 0 ||
+        o->via.array.size > PROTO_MAX_SEGS)
+        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                               "segs must be an array of 1..%d segments",
+                               PROTO_MAX_SEGS);
+    n = o->via.array.size;
+    m->segs = flps_calloc(n, sizeof(*m->segs));
+    if (m->segs == NULL)
+        return FLPS_ENOMEM;
+    *arity = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const msgpack_object *e = &o->via.array.ptr[i];
+        const msgpack_object *a = e->via.array.ptr;
+        proto_seg *g = &m->segs[i];
+        int ok = e->type == MSGPACK_OBJECT_ARRAY &&
+                 (e->via.array.size == 2 || e->via.array.size == 4) &&
+                 (*arity == 0 || *arity == e->via.array.size);
+        if (ok) {
+            *arity = e->via.array.size;
+            ok = obj_u32(&a[0], &g->part) && obj_u32(&a[1], &g->n) &&
+                 (*arity == 2 ||
+                  (obj_u32(&a[2], &g->nrej) && obj_u64(&a[3], &g->version)));
+        }
+        if (!ok) {
+            flps_free(m->segs);
+            m->segs = NULL;
+            return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                                   "segment %u is not [part, n] or [part, n, "
+                                   "nrej, version] like the others",
+                                   i);
+        }
+    }
+    m->nsegs = n;
+    return FLPS_OK;
+}
+
 /* Required header fields, as bits. */
 enum {
     F_V = 1 << 0,
@@ -292,6 +363,7 @@ enum {
     F_CFG = 1 << 11,
     F_TENSORS = 1 << 12,
     F_SPEC = 1 << 13,
+    F_SEGS = 1 << 14,
     F_BASE = F_V | F_OP | F_JOB | F_RANK | F_PART | F_ITER | F_VER | F_DATA,
 };
 
@@ -415,7 +487,7 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
 {
     msgpack_unpacked up;
     size_t off = 0;
-    unsigned seen = 0;
+    unsigned seen = 0, arity = 0;
     flps_err rc = FLPS_EPROTO;
     const msgpack_object *map;
 
@@ -504,6 +576,15 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
         } else if (key_is(k, "cfg")) {
             bit = F_CFG;
             ok = decode_cfg(v, &m->cfg);
+        } else if (key_is(k, "segs")) {
+            bit = F_SEGS;
+            if (seen & F_SEGS) {
+                ok = 0;
+            } else {
+                rc = decode_segs(v, m, &arity, errbuf, errlen);
+                if (rc != FLPS_OK)
+                    goto out;
+            }
         } else if (key_is(k, "tensors")) {
             bit = F_TENSORS;
             if (seen & F_TENSORS) {
@@ -546,11 +627,23 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
                              proto_op_name(m->op));
         goto out;
     }
+    if ((seen & F_SEGS) &&
+        ((m->op != PROTO_OP_PUSH && m->op != PROTO_OP_UPDATE) ||
+         m->codec != PROTO_CODEC_SPARSE ||
+         arity != (m->op == PROTO_OP_UPDATE ? 4u : 2u))) {
+        rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                             "only a sparse PUSH ([part, n]) or UPDATE "
+                             "([part, n, nrej, version]) carries segs");
+        goto out;
+    }
     rc = FLPS_OK;
 out:
     if (rc != FLPS_OK) {
         flps_free(m->tensors);
         m->tensors = NULL;
+        flps_free(m->segs);
+        m->segs = NULL;
+        m->nsegs = 0;
     }
     msgpack_unpacked_destroy(&up);
     return rc;
@@ -566,6 +659,68 @@ static int is_aligned4(const void *p)
 static int frame_holds4(const proto_frame *f, uint32_t n)
 {
     return f->len == (size_t)n * 4 && (n == 0 || is_aligned4(f->data));
+}
+
+/* Indices strictly ascending (within each segment), segments in strictly
+ * ascending part order whose counts add up to n and nrej. */
+static flps_err check_segs(const proto_msg *m, char *errbuf, size_t errlen)
+{
+    const uint32_t nsegs = m->nsegs > 0 ? m->nsegs : 1;
+    uint64_t at = 0, rej = 0;
+
+    for (uint32_t g = 0; g < nsegs; g++) {
+        const uint64_t n = m->nsegs > 0 ? m->segs[g].n : m->n;
+        const uint32_t *idx = m->idx + at;
+        if (m->nsegs > 0 && g > 0 && m->segs[g].part <= m->segs[g - 1].part)
+            return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                                   "segment %u is for part %u, not after "
+                                   "part %u",
+                                   g, m->segs[g].part, m->segs[g - 1].part);
+        if (n > (uint64_t)m->n - at)
+            return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                                   "segments hold more than the %u pairs "
+                                   "of the message",
+                                   m->n);
+        for (uint32_t i = 1; i < n; i++) {
+            if (idx[i] <= idx[i - 1])
+                return flps_errbuf_set(
+                    errbuf, errlen, FLPS_EPROTO,
+                    "indices are not strictly ascending at position %llu "
+                    "(%u after %u)",
+                    (unsigned long long)(at + i), idx[i], idx[i - 1]);
+        }
+        at += n;
+        if (m->nsegs > 0)
+            rej += m->segs[g].nrej;
+    }
+    if (at != m->n ||
+        (m->nsegs > 0 && m->op == PROTO_OP_UPDATE && rej != m->nrej) ||
+        (m->nsegs > 0 && m->op == PROTO_OP_PUSH && rej != 0))
+        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                               "the segments' counts do not add up to the "
+                               "message's (%u pairs, %u rejected)",
+                               m->n, m->nrej);
+    return FLPS_OK;
+}
+
+void proto_msg_seg_view(const proto_msg *m, uint32_t i, size_t off_pairs,
+                        size_t off_rej, proto_msg *out)
+{
+    const proto_seg *g = &m->segs[i];
+
+    *out = *m;
+    out->nsegs = 0;
+    out->segs = NULL;
+    out->tensors = NULL;
+    out->ntensors = 0;
+    out->part = g->part;
+    out->n = g->n;
+    out->idx = m->idx + off_pairs;
+    out->val = m->val + off_pairs;
+    out->nrej = g->nrej;
+    out->rej = m->rej != NULL ? m->rej + off_rej : NULL;
+    if (m->op == PROTO_OP_UPDATE)
+        out->version = g->version;
 }
 
 flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
@@ -644,16 +799,9 @@ flps_err proto_msg_decode_ex(const proto_frame *frames, size_t nframes,
                 goto bad;
             }
             m.idx = fi->data;
-            for (uint32_t i = 1; i < m.n; i++) {
-                if (m.idx[i] <= m.idx[i - 1]) {
-                    rc =
-                        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                                        "indices are not strictly ascending at "
-                                        "position %u (%u after %u)",
-                                        i, m.idx[i], m.idx[i - 1]);
-                    goto bad;
-                }
-            }
+            rc = check_segs(&m, errbuf, errlen);
+            if (rc != FLPS_OK)
+                goto bad;
         }
         {
             const proto_frame *fv = &frames[nf++];
@@ -702,4 +850,7 @@ void proto_msg_fini(proto_msg *msg)
     flps_free(msg->tensors);
     msg->tensors = NULL;
     msg->ntensors = 0;
+    flps_free(msg->segs);
+    msg->segs = NULL;
+    msg->nsegs = 0;
 }

@@ -8,12 +8,15 @@
 
 #include "common/err.h"
 
-#define PROTO_VERSION 1u
+/* 2: pushes and updates may carry several parts (segs). */
+#define PROTO_VERSION 2u
 #define PROTO_MAX_FRAMES 4
 #define PROTO_JOB_MAX 63
 #define PROTO_NAME_MAX 127
 #define PROTO_MAX_TENSORS 4096
 #define PROTO_ERRMSG_MAX 255
+/* Parts one sparse PUSH or UPDATE may carry. */
+#define PROTO_MAX_SEGS 65536
 
 typedef enum {
     PROTO_OP_REGISTER = 1,    /* worker -> shard: layout + job config */
@@ -90,6 +93,17 @@ typedef struct proto_tensor {
     uint64_t numel;
 } proto_tensor;
 
+/* One part of a message that carries several (a sparse PUSH or UPDATE
+ * with segs): its pairs are n consecutive entries of the message's idx and
+ * val frames, after those of the segments before it; its indices are
+ * relative to its part and strictly ascending. */
+typedef struct proto_seg {
+    uint32_t part;
+    uint32_t n;
+    uint32_t nrej;    /* UPDATE: its entries of the rejected-index frame */
+    uint64_t version; /* UPDATE: the part's version after the update */
+} proto_seg;
+
 /* A decoded message. Pointers into frames are borrowed from the buffers
  * given to proto_msg_decode and valid while those are. The tensor list of
  * a REGISTER is owned by the message: free with proto_msg_fini(). */
@@ -114,7 +128,19 @@ typedef struct proto_msg {
     proto_jobcfg cfg;                /* REGISTER */
     uint32_t ntensors;               /* REGISTER */
     proto_tensor *tensors;
+    /* A sparse PUSH or UPDATE of several parts: nsegs (>= 1) segments in
+     * ascending part order; part is then the first one's, n and nrej the
+     * totals, version unused. 0: one part, as the fields above say. */
+    uint32_t nsegs;
+    proto_seg *segs; /* decoded: owned by the message; encoding: borrowed */
 } proto_msg;
+
+/* The view of segment i of a message with segs as a one-part message
+ * (nsegs 0; idx, val and rej pointing at the segment's entries). off_pairs
+ * and off_rej are the entries of the segments before i: callers walking
+ * the segments in order keep them as running sums. */
+void proto_msg_seg_view(const proto_msg *m, uint32_t i, size_t off_pairs,
+                        size_t off_rej, proto_msg *out);
 
 /* Encode msg's header into *hdr (caller owns, free with free()) and fill
  * frames[0..*nframes) with the header followed by the payload frames, which
@@ -123,6 +149,9 @@ typedef struct proto_msg {
  *   PUSH ENCODED: hdr, enc[0..nenc)
  *   UPDATE DENSE: hdr, val, rej    UPDATE SPARSE: hdr, idx, val, rej
  *   PULL_REPLY: hdr, val           others: hdr
+ * A message with segs (sparse PUSH or UPDATE only) has the same frames,
+ * holding every segment's entries one after another; n and nrej must be
+ * the segments' totals (FLPS_EINVAL otherwise).
  * Errors: FLPS_EINVAL (unknown op, too long strings), FLPS_ENOMEM. */
 flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
                           proto_frame frames[PROTO_MAX_FRAMES],
@@ -130,7 +159,9 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
 
 /* Decode and validate nframes frames into *out: version, known op, the
  * fields each op requires, frame count and sizes matching n, finite values,
- * strictly ascending indices. Index ranges depend on the part and are
+ * strictly ascending indices (within each segment, for a message with
+ * segs; whose parts must be strictly ascending and whose counts must add
+ * up to n and nrej). Index ranges depend on the part and are
  * checked by the shard. Frames whose data is not 4-byte aligned are
  * rejected with FLPS_EPROTO (transports deliver aligned buffers).
  * On error returns FLPS_EPROTO (or FLPS_ENONFINITE for NaN/Inf values,

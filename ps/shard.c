@@ -86,6 +86,125 @@ static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
     return FLPS_OK;
 }
 
+/* ---- replies of several parts ---- */
+
+void ps_shard_send(ps_shard *s, uint32_t peer, const ps_reply *rep)
+{
+    if (s->defer && rep->msg.op == PROTO_OP_UPDATE &&
+        rep->msg.codec == PROTO_CODEC_SPARSE) {
+        if (s->nheld == s->held_cap) {
+            size_t cap = s->held_cap ? 2 * s->held_cap : 64;
+            ps_held_reply *h = flps_realloc(s->held, cap * sizeof(*h));
+            if (h == NULL)
+                goto now; /* it goes alone */
+            s->held = h;
+            s->held_cap = cap;
+        }
+        s->held[s->nheld].peer = peer;
+        s->held[s->nheld].rep = *rep;
+        proto_buf_hold(rep->payload);
+        if (rep->rej != NULL)
+            proto_buf_hold(rep->rej);
+        s->nheld++;
+        return;
+    }
+now:
+    s->cfg.send(s->cfg.send_arg, peer, rep);
+}
+
+static int cmp_held(const void *pa, const void *pb)
+{
+    const ps_held_reply *a = pa, *b = pb;
+
+    if (a->peer != b->peer)
+        return a->peer < b->peer ? -1 : 1;
+    if (a->rep.msg.iter != b->rep.msg.iter)
+        return a->rep.msg.iter < b->rep.msg.iter ? -1 : 1;
+    return a->rep.msg.part < b->rep.msg.part
+               ? -1
+               : (a->rep.msg.part > b->rep.msg.part);
+}
+
+/* Send held[lo, hi) (one peer, one iteration, ascending parts) as one
+ * UPDATE whose segments are the parts' updates, copied into one payload.
+ * Out of memory: each goes alone. */
+static void send_joined(ps_shard *s, const ps_held_reply *h, size_t cnt)
+{
+    size_t n = 0, nrej = 0;
+    proto_seg *segs = flps_malloc(cnt * sizeof(*segs));
+    proto_buf *b;
+    uint32_t *idx, *rej;
+    float *val;
+    ps_reply r;
+
+    for (size_t i = 0; i < cnt; i++) {
+        n += h[i].rep.msg.n;
+        nrej += h[i].rep.msg.nrej;
+    }
+    b = segs != NULL && n <= UINT32_MAX && nrej <= UINT32_MAX
+            ? proto_buf_create(n * 8 + nrej * 4 + 4)
+            : NULL;
+    if (b == NULL) {
+        flps_free(segs);
+        for (size_t i = 0; i < cnt; i++)
+            s->cfg.send(s->cfg.send_arg, h[i].peer, &h[i].rep);
+        return;
+    }
+    idx = proto_buf_data(b);
+    val = (float *)(idx + n);
+    rej = (uint32_t *)(val + n);
+    n = nrej = 0;
+    for (size_t i = 0; i < cnt; i++) {
+        const proto_msg *m = &h[i].rep.msg;
+        memcpy(idx + n, m->idx, (size_t)m->n * sizeof(*idx));
+        memcpy(val + n, m->val, (size_t)m->n * sizeof(*val));
+        if (m->nrej > 0)
+            memcpy(rej + nrej, m->rej, (size_t)m->nrej * sizeof(*rej));
+        segs[i].part = m->part;
+        segs[i].n = m->n;
+        segs[i].nrej = m->nrej;
+        segs[i].version = m->version;
+        n += m->n;
+        nrej += m->nrej;
+    }
+    r = h[0].rep;
+    r.msg.n = (uint32_t)n;
+    r.msg.idx = idx;
+    r.msg.val = val;
+    r.msg.nrej = (uint32_t)nrej;
+    r.msg.rej = rej;
+    r.msg.nsegs = (uint32_t)cnt;
+    r.msg.segs = segs;
+    r.payload = b;
+    r.rej = NULL;
+    s->cfg.send(s->cfg.send_arg, h[0].peer, &r);
+    proto_buf_release(b);
+    flps_free(segs);
+}
+
+void ps_shard_flush_replies(ps_shard *s)
+{
+    size_t lo = 0;
+
+    qsort(s->held, s->nheld, sizeof(*s->held), cmp_held);
+    while (lo < s->nheld) {
+        size_t hi = lo + 1;
+        while (hi < s->nheld && s->held[hi].peer == s->held[lo].peer &&
+               s->held[hi].rep.msg.iter == s->held[lo].rep.msg.iter)
+            hi++;
+        if (hi - lo == 1)
+            s->cfg.send(s->cfg.send_arg, s->held[lo].peer, &s->held[lo].rep);
+        else
+            send_joined(s, &s->held[lo], hi - lo);
+        lo = hi;
+    }
+    for (size_t i = 0; i < s->nheld; i++) {
+        proto_buf_release(s->held[i].rep.payload);
+        proto_buf_release(s->held[i].rep.rej);
+    }
+    s->nheld = 0;
+}
+
 /* ---- parts and layout ---- */
 
 proto_buf *ps_shard_reply_buf(ps_part *p, size_t len, size_t room)
@@ -559,7 +678,12 @@ flps_err ps_shard_handle(ps_shard *s, transport_rx *rx)
         rc = on_pull(s, rx->peer, &m);
         break;
     case PROTO_OP_PUSH:
-        rc = ps_agg_push(s, rx, &m, &kept);
+        if (m.nsegs > 0) {
+            rc = ps_agg_push_segs(s, rx, &m);
+            kept = 1; /* taken */
+        } else {
+            rc = ps_agg_push(s, rx, &m, &kept);
+        }
         break;
     case PROTO_OP_CHECKPOINT:
         rc = ps_shard_checkpoint(s);
@@ -793,6 +917,11 @@ void ps_shard_destroy(ps_shard *s)
 {
     if (s == NULL)
         return;
+    for (size_t i = 0; i < s->nheld; i++) {
+        proto_buf_release(s->held[i].rep.payload);
+        proto_buf_release(s->held[i].rep.rej);
+    }
+    flps_free(s->held);
     shard_drop_layout(s);
     if (s->wal_fd >= 0)
         close(s->wal_fd);

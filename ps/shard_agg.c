@@ -346,7 +346,7 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
         rep.msg.val = uval;
         rep.msg.nrej = nrej;
         rep.payload = payload;
-        s->cfg.send(s->cfg.send_arg, p->peer[r], &rep);
+        ps_shard_send(s, p->peer[r], &rep);
     }
 
     for (uint32_t r = 0; r < W; r++) {
@@ -554,4 +554,120 @@ flps_err ps_agg_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
         }
     }
     return FLPS_OK;
+}
+
+/* ---- pushes of several parts ---- */
+
+/* A received message that several parts keep: views of it, each released
+ * on its own; the message goes when the last does. The shard is one
+ * thread: a plain count. */
+typedef struct rx_share {
+    transport_rx *rx;
+    uint32_t refs;
+} rx_share;
+
+typedef struct rx_view {
+    transport_rx base;
+    rx_share *share;
+} rx_view;
+
+static void rx_share_drop(rx_share *sh)
+{
+    if (--sh->refs == 0) {
+        transport_rx_release(sh->rx);
+        flps_free(sh);
+    }
+}
+
+static void rx_view_release(transport_rx *rx)
+{
+    rx_view *v = (rx_view *)rx;
+
+    rx_share_drop(v->share);
+    flps_free(v);
+}
+
+static transport_rx *rx_view_new(rx_share *sh)
+{
+    rx_view *v = flps_malloc(sizeof(*v));
+
+    if (v == NULL)
+        return NULL;
+    v->base = *sh->rx;
+    v->base.impl = NULL;
+    v->base.release = rx_view_release;
+    v->share = sh;
+    sh->refs++;
+    return &v->base;
+}
+
+flps_err ps_agg_push_segs(ps_shard *s, transport_rx *rx, const proto_msg *m)
+{
+    const uint32_t peer = rx->peer;
+    flps_err rc = FLPS_OK, last = FLPS_OK;
+    rx_share *sh;
+    size_t at = 0;
+
+    if (s->configured && s->jc.agg == PROTO_AGG_DENSE) {
+        ps_shard_reply_error(s, peer, m, FLPS_EPROTO,
+                             "this job aggregates dense pushes, got a sparse "
+                             "one of %u parts",
+                             m->nsegs);
+        transport_rx_release(rx);
+        return FLPS_EPROTO;
+    }
+    /* The layout's checks for every segment before any is taken. */
+    for (uint32_t g = 0; g < m->nsegs; g++) {
+        proto_msg v;
+        ps_part *p;
+        proto_msg_seg_view(m, g, at, 0, &v);
+        at += v.n;
+        p = ps_shard_request_part(s, peer, &v, 1, &rc);
+        if (p == NULL) {
+            transport_rx_release(rx);
+            return rc;
+        }
+        if (v.n > 0 && v.idx[v.n - 1] >= p->numel) {
+            ps_shard_reply_error(s, peer, &v, FLPS_ERANGE,
+                                 "index %u is outside part %u of %u elements",
+                                 v.idx[v.n - 1], p->id, p->numel);
+            transport_rx_release(rx);
+            return FLPS_ERANGE;
+        }
+    }
+    sh = flps_malloc(sizeof(*sh));
+    if (sh == NULL) {
+        ps_shard_reply_error(s, peer, m, FLPS_ENOMEM, "out of memory");
+        transport_rx_release(rx);
+        return FLPS_ENOMEM;
+    }
+    sh->rx = rx;
+    sh->refs = 1; /* ours, dropped at the end */
+    s->defer++;
+    at = 0;
+    for (uint32_t g = 0; g < m->nsegs; g++) {
+        proto_msg v;
+        transport_rx *vr = rx_view_new(sh);
+        int kept = 0;
+
+        proto_msg_seg_view(m, g, at, 0, &v);
+        at += v.n;
+        if (vr == NULL) {
+            ps_shard_reply_error(s, peer, &v, FLPS_ENOMEM, "out of memory");
+            last = FLPS_ENOMEM;
+            break;
+        }
+        rc = ps_agg_push(s, vr, &v, &kept);
+        if (!kept)
+            transport_rx_release(vr);
+        if (rc != FLPS_OK)
+            last = rc;
+        if (rc == FLPS_EIO || rc == FLPS_ENOMEM)
+            break; /* a close failed: the daemon stops */
+    }
+    s->defer--;
+    if (s->defer == 0)
+        ps_shard_flush_replies(s);
+    rx_share_drop(sh);
+    return last;
 }

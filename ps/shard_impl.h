@@ -53,6 +53,13 @@ typedef struct ps_part {
     ps_pull_wait *pulls;  /* pulls waiting for initial values */
 } ps_part;
 
+/* A sparse UPDATE held back while a message of several parts is handled,
+ * to go out with the others for the same peer as one message. */
+typedef struct ps_held_reply {
+    uint32_t peer;
+    ps_reply rep; /* holds its payload and rej */
+} ps_held_reply;
+
 struct ps_shard {
     ps_shard_config cfg;
     char job[PROTO_JOB_MAX + 1];
@@ -82,6 +89,11 @@ struct ps_shard {
     size_t sel_cap;   /* entries of sel */
     float *delta;     /* async: the update of one push */
     size_t delta_cap; /* entries of delta */
+    /* Set while a push of several parts is handled: its sparse UPDATE
+     * replies wait in held and leave as one message per peer. */
+    int defer;
+    ps_held_reply *held;
+    size_t nheld, held_cap;
     ps_shard_stats stats;
 };
 
@@ -122,6 +134,16 @@ proto_buf *ps_shard_reply_buf(ps_part *p, size_t len, size_t room);
  * (buf and *cap unchanged; the caller still owns buf). */
 void *ps_shard_grow(void *buf, size_t *cap, size_t n, size_t elem);
 
+/* Send rep to peer through the configured callback, or hold it while
+ * s->defer is set and it is a sparse UPDATE (ps_shard_flush_replies sends
+ * it with the others of its peer). */
+void ps_shard_send(ps_shard *s, uint32_t peer, const ps_reply *rep);
+
+/* Send what ps_shard_send held: one UPDATE per (peer, iteration) carrying
+ * every part's update as segments, or the reply itself when it is alone.
+ * Drops the held references. */
+void ps_shard_flush_replies(ps_shard *s);
+
 /* Append r to the write-ahead log, when there is one. Errors: those of
  * wal_append; the caller must not acknowledge what failed. */
 flps_err ps_shard_wal(ps_shard *s, const wal_record *r);
@@ -137,5 +159,16 @@ flps_err ps_shard_wal(ps_shard *s, const wal_record *r);
  * durable. */
 flps_err ps_agg_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
                      int *kept);
+
+/* Handle a sparse PUSH of several parts (m->nsegs > 0): every segment is
+ * checked against the layout first (part held, initialised, rank, index
+ * range), and a message with one bad segment is refused whole; then each
+ * segment is handled as ps_agg_push handles a push of one part (its
+ * iteration checks and refusals are its own: a re-sent message finds some
+ * parts already held), the parts keeping views of rx. Updates the
+ * segments close go out as one message per peer. Takes rx. Returns the
+ * first fatal error of a close (FLPS_EIO, FLPS_ENOMEM), else the last
+ * refusal's code, else FLPS_OK. */
+flps_err ps_agg_push_segs(ps_shard *s, transport_rx *rx, const proto_msg *m);
 
 #endif

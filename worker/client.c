@@ -43,7 +43,15 @@ typedef struct creq {
     proto_buf *payload; /* PUSH: idx (part-relative) then values; INIT */
     transport_frame frames[PROTO_MAX_FRAMES];
     size_t nframes;
-    uint32_t n;     /* PUSH: pairs (sparse) or values (dense) */
+    uint32_t n; /* PUSH: pairs (sparse) or values (dense) */
+    /* A sparse PUSH: this part's pairs as sent (into payload), for gtopk's
+     * rejected values. */
+    const uint32_t *sent_idx;
+    const float *sent_val;
+    /* A PUSH of several parts: every member's request shares hdr, payload
+     * and frames, and is answered on its own; a resend sends the whole
+     * message once. */
+    int joined;
     double sent_at; /* seconds, monotonic */
     double first_sent;
     int acked; /* async push: applied, waiting for nothing */
@@ -103,7 +111,11 @@ struct flps_client {
     ctensor *tensors;
     partmap pm;
     cpart *parts;
-    creq *shard_req; /* per shard: REGISTER / CHECKPOINT */
+    /* A push's selection per part: pairs [sel_lo, sel_hi) of the layer's
+     * list; sel_pis the parts of one message being built. */
+    uint32_t *sel_lo, *sel_hi, *sel_pis;
+    size_t push_hdr_bytes; /* a one-part push's header, for dense_bytes */
+    creq *shard_req;       /* per shard: REGISTER / CHECKPOINT */
     uint64_t resume_iter;
     flps_client_stats stats;
     uint64_t push_wire_bytes;  /* what pushes took on the wire (first sends) */
@@ -178,6 +190,10 @@ static flps_err creq_build(creq *r, creq_kind kind, uint32_t shard,
     r->iter = msg->iter;
     r->n = msg->n;
     r->payload = payload ? proto_buf_hold(payload) : NULL;
+    if (kind == CREQ_PUSH && msg->codec == PROTO_CODEC_SPARSE) {
+        r->sent_idx = msg->idx;
+        r->sent_val = msg->val;
+    }
     r->nframes = nf;
     r->frames[0].buf = r->hdr;
     r->frames[0].off = 0;
@@ -221,8 +237,8 @@ static void msg_base(const flps_client *c, proto_msg *m, uint8_t op,
  * lists are ascending: one merge walk finds the values we sent. */
 static void add_back_rejected(flps_client *c, cpart *p, const proto_msg *m)
 {
-    const uint32_t *sent = proto_buf_data(p->req.payload);
-    const float *vals = (const float *)(sent + p->req.n);
+    const uint32_t *sent = p->req.sent_idx;
+    const float *vals = p->req.sent_val;
     uint32_t *idx = flps_malloc((size_t)m->nrej * sizeof(uint32_t));
     float *val = flps_malloc((size_t)m->nrej * sizeof(float));
     uint32_t j = 0, n = 0;
@@ -278,19 +294,21 @@ static flps_err apply_update(flps_client *c, cpart *p, const proto_msg *m)
         for (uint32_t j = 0; j < m->n; j++)
             w[m->idx[j]] += m->val[j];
     }
-    if (m->nrej > 0 && p->req.payload != NULL && t->ef != NULL)
+    if (m->nrej > 0 && p->req.sent_idx != NULL && t->ef != NULL)
         add_back_rejected(c, p, m);
     return FLPS_OK;
 }
 
+static flps_err on_part_reply(flps_client *c, const transport_rx *rx,
+                              proto_msg m);
+
 /* Handle one reply; returns an error only for a refusal that ends the
- * request (stored as the sticky error). */
+ * request (stored as the sticky error). An UPDATE of several parts is
+ * handled part by part. */
 static flps_err on_reply(flps_client *c, const transport_rx *rx)
 {
     proto_msg m;
     char why[256];
-    cpart *p = NULL;
-    creq *r;
     flps_err rc = proto_msg_decode_ex(rx->frames, rx->nframes,
                                       PROTO_DECODE_UPDATE_VALUES_UNCHECKED, &m,
                                       why, sizeof(why));
@@ -299,6 +317,29 @@ static flps_err on_reply(flps_client *c, const transport_rx *rx)
         log_warn("ignoring a malformed reply from shard %u: %s", rx->peer, why);
         return FLPS_OK;
     }
+    if (m.nsegs == 0)
+        return on_part_reply(c, rx, m); /* owns m's allocations */
+    {
+        size_t at = 0, atr = 0;
+        for (uint32_t g = 0; g < m.nsegs && rc == FLPS_OK; g++) {
+            proto_msg v;
+            proto_msg_seg_view(&m, g, at, atr, &v);
+            at += v.n;
+            atr += v.nrej;
+            rc = on_part_reply(c, rx, v);
+        }
+    }
+    proto_msg_fini(&m);
+    return rc;
+}
+
+/* One part's reply m (decoded; what it owns is freed here). */
+static flps_err on_part_reply(flps_client *c, const transport_rx *rx,
+                              proto_msg m)
+{
+    cpart *p = NULL;
+    creq *r;
+    flps_err rc = FLPS_OK;
     if (m.op == PROTO_OP_REGISTER_OK ||
         (m.op == PROTO_OP_ACK &&
          c->shard_req[rx->peer].kind == CREQ_CHECKPOINT) ||
@@ -427,6 +468,18 @@ static flps_err check_timeouts(flps_client *c, creq *r, double now)
     c->stats.resends++;
     log_warn("no answer from shard %u (%s) for %.1f s: sending again", r->shard,
              c->endpoints[r->shard], now - r->sent_at);
+    if (r->joined) {
+        /* The message carries its other members too: their answers are
+         * due again from now (each is answered, or refused as a
+         * duplicate, on its own). */
+        flps_err rc = creq_send(c, r);
+        for (uint32_t i = 0; i < c->pm.nparts && rc == FLPS_OK; i++) {
+            creq *o = &c->parts[i].req;
+            if (o != r && o->kind == CREQ_PUSH && o->hdr == r->hdr)
+                o->sent_at = r->sent_at;
+        }
+        return rc;
+    }
     return creq_send(c, r);
 }
 
@@ -579,8 +632,25 @@ static flps_err client_setup(flps_client *c, const flps_client_config *cfg)
         return rc;
     c->parts = flps_calloc(c->pm.nparts, sizeof(*c->parts));
     c->shard_req = flps_calloc(c->nshards, sizeof(*c->shard_req));
-    if (c->parts == NULL || c->shard_req == NULL)
+    c->sel_lo = flps_calloc(c->pm.nparts, sizeof(*c->sel_lo));
+    c->sel_hi = flps_calloc(c->pm.nparts, sizeof(*c->sel_hi));
+    c->sel_pis = flps_calloc(c->pm.nparts, sizeof(*c->sel_pis));
+    if (c->parts == NULL || c->shard_req == NULL || c->sel_lo == NULL ||
+        c->sel_hi == NULL || c->sel_pis == NULL)
         return FLPS_ENOMEM;
+    {
+        /* The largest part id and an iteration of 5 bytes: within a few
+         * bytes of every one-part push's header. */
+        proto_msg m;
+        void *hdr = NULL;
+        size_t nf;
+        proto_frame pf[PROTO_MAX_FRAMES];
+        msg_base(c, &m, PROTO_OP_PUSH, c->pm.nparts - 1, UINT32_MAX);
+        m.codec = PROTO_CODEC_DENSE;
+        if (proto_msg_encode(&m, &hdr, &c->push_hdr_bytes, pf, &nf) != FLPS_OK)
+            return FLPS_ENOMEM;
+        free(hdr);
+    }
     for (uint32_t i = 0; i < c->pm.nparts; i++) {
         cpart *p = &c->parts[i];
         p->tensor = c->pm.parts[i].tensor;
@@ -765,6 +835,9 @@ void flps_client_destroy(flps_client *c)
     flps_free(c->tensors);
     flps_free(c->parts);
     flps_free(c->shard_req);
+    flps_free(c->sel_lo);
+    flps_free(c->sel_hi);
+    flps_free(c->sel_pis);
     partmap_fini(&c->pm);
     flps_free(c);
 }
@@ -953,6 +1026,154 @@ static float bits_to_float(uint32_t b)
     float f;
     memcpy(&f, &b, sizeof(f));
     return f;
+}
+
+/* Pairs a push of several parts carries at most (256 KiB): small parts of
+ * one shard travel together, while a large selection still goes in
+ * pieces that pipeline. */
+#define JOINED_PAIRS_MAX 32768u
+
+/* Push parts[pis[0..cnt)] (all of one shard, ascending) as one message
+ * of segments: their pairs [sel_lo, sel_hi) of the layer's selection
+ * (tensor coordinates; idx NULL: every element) one after another, indices
+ * relative to each part. Every part gets its own request sharing the
+ * message, answered on its own. */
+static flps_err push_joined(flps_client *c, const uint32_t *pis, uint32_t cnt,
+                            uint64_t iter, const uint32_t *idx,
+                            const float *val)
+{
+    cpart *p0 = &c->parts[pis[0]];
+    size_t total = 0, need, at = 0;
+    proto_seg *segs = flps_malloc((size_t)cnt * sizeof(*segs));
+    proto_buf *b = NULL;
+    uint32_t *ix;
+    float *v;
+    proto_msg m;
+    creq *r0;
+    flps_err rc;
+
+    if (segs == NULL)
+        return set_error(c, FLPS_ENOMEM, "out of memory");
+    for (uint32_t k = 0; k < cnt; k++)
+        total += c->sel_hi[pis[k]] - c->sel_lo[pis[k]];
+    need = total * 8;
+    /* As push_sparse: the first member keeps the payload for next time. */
+    if (p0->spare != NULL && proto_buf_is_unique(p0->spare) &&
+        proto_buf_len(p0->spare) >= need &&
+        proto_buf_len(p0->spare) <= 2 * need + 65536) {
+        b = p0->spare;
+        p0->spare = NULL;
+    } else {
+        b = proto_buf_create(need + need / 4 + 64);
+    }
+    if (b == NULL) {
+        flps_free(segs);
+        return set_error(c, FLPS_ENOMEM, "out of memory");
+    }
+    proto_buf_release(p0->spare);
+    p0->spare = proto_buf_hold(b);
+    ix = proto_buf_data(b);
+    v = (float *)(ix + total);
+    for (uint32_t k = 0; k < cnt; k++) {
+        const cpart *p = &c->parts[pis[k]];
+        const uint32_t lo = c->sel_lo[pis[k]], hi = c->sel_hi[pis[k]];
+        for (uint32_t j = lo; j < hi; j++) {
+            ix[at + j - lo] = (uint32_t)((idx ? idx[j] : j) - p->offset);
+            v[at + j - lo] = val[j];
+        }
+        segs[k].part = pis[k];
+        segs[k].n = hi - lo;
+        segs[k].nrej = 0;
+        segs[k].version = 0;
+        at += hi - lo;
+    }
+    msg_base(c, &m, PROTO_OP_PUSH, pis[0], iter);
+    m.codec = PROTO_CODEC_SPARSE;
+    m.n = (uint32_t)total;
+    m.idx = ix;
+    m.val = v;
+    m.nsegs = cnt;
+    m.segs = segs;
+    r0 = &p0->req;
+    rc = creq_build(r0, CREQ_PUSH, p0->shard, &m, b);
+    proto_buf_release(b);
+    flps_free(segs);
+    if (rc != FLPS_OK)
+        return set_error(c, rc, "cannot push %u parts to shard %u: %s", cnt,
+                         p0->shard, flps_strerror(rc));
+    r0->joined = 1;
+    r0->n = c->sel_hi[pis[0]] - c->sel_lo[pis[0]];
+    at = r0->n;
+    for (uint32_t k = 1; k < cnt; k++) {
+        creq *r = &c->parts[pis[k]].req;
+        creq_clear(r);
+        *r = *r0;
+        r->hdr = proto_buf_hold(r0->hdr);
+        r->payload = proto_buf_hold(r0->payload);
+        r->n = c->sel_hi[pis[k]] - c->sel_lo[pis[k]];
+        r->sent_idx = ix + at;
+        r->sent_val = v + at;
+        at += r->n;
+    }
+    rc = creq_send(c, r0);
+    if (rc != FLPS_OK)
+        return rc;
+    for (uint32_t k = 1; k < cnt; k++) {
+        creq *r = &c->parts[pis[k]].req;
+        r->sent_at = r0->sent_at;
+        r->first_sent = r0->first_sent;
+    }
+    c->stats.pushes++;
+    c->stats.elements_sent += total;
+    for (size_t f = 0; f < r0->nframes; f++)
+        c->push_wire_bytes += transport_zmtp_frame_bytes(r0->frames[f].len);
+    /* The same parts sent dense: one message each, a header like a
+     * one-part push's and the part's f32 values. */
+    for (uint32_t k = 0; k < cnt; k++)
+        c->dense_wire_bytes +=
+            transport_zmtp_frame_bytes(c->push_hdr_bytes) +
+            transport_zmtp_frame_bytes((size_t)c->parts[pis[k]].numel * 4);
+    return FLPS_OK;
+}
+
+/* Push a layer's selection, parts [first, last) with their pairs
+ * [sel_lo, sel_hi): per shard, its parts together in messages of up to
+ * JOINED_PAIRS_MAX pairs (a part alone when it is larger or the shard has
+ * no other). */
+static flps_err push_selection(flps_client *c, uint32_t first, uint32_t last,
+                               uint64_t iter, const uint32_t *idx,
+                               const float *val)
+{
+    for (uint32_t sh = 0; sh < c->nshards; sh++) {
+        uint32_t cnt = 0, pairs = 0;
+        flps_err rc = FLPS_OK;
+        for (uint32_t pi = first; pi <= last; pi++) {
+            uint32_t np = 0;
+            if (pi < last) {
+                if (c->parts[pi].shard != sh)
+                    continue;
+                np = c->sel_hi[pi] - c->sel_lo[pi];
+            }
+            /* Flush the group before a part that would overflow it, and
+             * at the end. */
+            if (cnt > 0 && (pi == last || pairs + np > JOINED_PAIRS_MAX)) {
+                if (cnt == 1)
+                    rc = push_sparse(c, c->sel_pis[0], iter, idx, val,
+                                     c->sel_lo[c->sel_pis[0]],
+                                     c->sel_hi[c->sel_pis[0]]);
+                else
+                    rc = push_joined(c, c->sel_pis, cnt, iter, idx, val);
+                if (rc != FLPS_OK)
+                    return rc;
+                cnt = pairs = 0;
+            }
+            if (pi < last) {
+                c->sel_pis[cnt++] = pi;
+                pairs += np;
+            }
+        }
+    }
+    return FLPS_OK;
 }
 
 /* Push the layer's parts with the dense codec: no error feedback and no
@@ -1145,28 +1366,24 @@ flps_err flps_client_push(flps_client *c, uint32_t tensor, const float *grad,
          * shard's union aggregation takes it like any other push. */
         const float *vals = (const float *)cm.frames[0].data;
         for (uint32_t pi = first; pi < last; pi++) {
-            const cpart *p = &c->parts[pi];
-            rc = push_sparse(c, pi, iter, NULL, vals, (uint32_t)p->offset,
-                             (uint32_t)(p->offset + p->numel));
-            if (rc != FLPS_OK)
-                return rc;
+            c->sel_lo[pi] = (uint32_t)c->parts[pi].offset;
+            c->sel_hi[pi] =
+                (uint32_t)(c->parts[pi].offset + c->parts[pi].numel);
         }
-        return FLPS_OK;
+        return push_selection(c, first, last, iter, NULL, vals);
     }
     {
         const float *vals = (const float *)cm.frames[1].data;
         uint32_t j = 0, count = (uint32_t)cm.count;
         for (uint32_t pi = first; pi < last; pi++) {
             uint64_t end = c->parts[pi].offset + c->parts[pi].numel;
-            uint32_t lo = j;
+            c->sel_lo[pi] = j;
             while (j < count && cm.idx[j] < end)
                 j++;
-            rc = push_sparse(c, pi, iter, cm.idx, vals, lo, j);
-            if (rc != FLPS_OK)
-                return rc;
+            c->sel_hi[pi] = j;
         }
+        return push_selection(c, first, last, iter, cm.idx, vals);
     }
-    return FLPS_OK;
 }
 
 flps_err flps_client_wait(flps_client *c, uint64_t iter)

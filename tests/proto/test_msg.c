@@ -686,7 +686,12 @@ Test(msg, refuses_another_protocol_version)
     hdr_spec s = spec_for(PROTO_OP_PULL);
 
     s.v = PROTO_VERSION + 1;
-    expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, "version 2 is not supported");
+    {
+        char want[64];
+        snprintf(want, sizeof(want), "version %u is not supported",
+                 PROTO_VERSION + 1);
+        expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, want);
+    }
     s.v = 0;
     expect_hdr_refused(&s, NULL, 0, FLPS_EPROTO, "version 0");
 }
@@ -1423,4 +1428,89 @@ Test(msg, update_values_unchecked_only_for_dense_updates)
                                      why, sizeof(why)),
                  FLPS_ENONFINITE);
     free(hdr);
+}
+
+/* ---- messages of several parts ---- */
+
+static flps_err roundtrip_segs(uint8_t op, uint8_t codec, proto_seg *segs,
+                               uint32_t nsegs, const uint32_t *idx,
+                               const float *val, uint32_t n, proto_msg *out,
+                               char *why, size_t whylen)
+{
+    proto_msg m;
+    proto_frame f[PROTO_MAX_FRAMES];
+    void *hdr = NULL;
+    size_t hl, nf;
+    flps_err rc;
+
+    memset(&m, 0, sizeof(m));
+    m.op = op;
+    strcpy(m.job, "j");
+    m.codec = codec;
+    m.n = n;
+    m.idx = idx;
+    m.val = val;
+    m.nsegs = nsegs;
+    m.segs = segs;
+    for (uint32_t i = 0; i < nsegs; i++)
+        m.nrej += segs[i].nrej;
+    m.rej = m.nrej ? idx : NULL;
+    rc = proto_msg_encode(&m, &hdr, &hl, f, &nf);
+    if (rc != FLPS_OK)
+        return rc;
+    rc = proto_msg_decode(f, nf, out, why, whylen);
+    free(hdr);
+    return rc;
+}
+
+Test(msg, segments_round_trip_and_each_has_its_own_ascending_indices)
+{
+    /* part 3: indices 0, 5; part 7: indices 1, 2, 9 (restarting at 1) */
+    const uint32_t idx[5] = {0, 5, 1, 2, 9};
+    const float val[5] = {1, 2, 3, 4, 5};
+    proto_seg segs[2] = {{3, 2, 0, 0}, {7, 3, 0, 0}};
+    proto_msg out, v;
+    char why[160];
+
+    cr_assert_eq(roundtrip_segs(PROTO_OP_PUSH, PROTO_CODEC_SPARSE, segs, 2, idx,
+                                val, 5, &out, why, sizeof(why)),
+                 FLPS_OK, "%s", why);
+    cr_assert_eq(out.nsegs, 2);
+    cr_assert_eq(out.segs[1].part, 7);
+    proto_msg_seg_view(&out, 1, 2, 0, &v);
+    cr_assert_eq(v.part, 7);
+    cr_assert_eq(v.n, 3);
+    cr_assert_eq(v.idx[0], 1);
+    cr_assert_eq(v.val[2], 5.0f);
+    cr_assert_eq(v.nsegs, 0);
+    proto_msg_fini(&out);
+    cr_assert_null(out.segs);
+}
+
+Test(msg, segments_that_do_not_add_up_or_go_backwards_are_refused)
+{
+    const uint32_t idx[5] = {0, 5, 1, 2, 9};
+    const float val[5] = {1, 2, 3, 4, 5};
+    proto_seg back[2] = {{7, 2, 0, 0}, {3, 3, 0, 0}};
+    proto_seg split[2] = {{3, 3, 0, 0}, {7, 2, 0, 0}}; /* 0 5 1: descends */
+    proto_seg short_[2] = {{3, 2, 0, 0}, {7, 2, 0, 0}};
+    proto_msg out;
+    char why[160];
+
+    cr_assert_eq(roundtrip_segs(PROTO_OP_PUSH, PROTO_CODEC_SPARSE, back, 2, idx,
+                                val, 5, &out, why, sizeof(why)),
+                 FLPS_EPROTO);
+    cr_assert_not_null(strstr(why, "not after part"), "%s", why);
+    cr_assert_eq(roundtrip_segs(PROTO_OP_PUSH, PROTO_CODEC_SPARSE, split, 2,
+                                idx, val, 5, &out, why, sizeof(why)),
+                 FLPS_EPROTO);
+    cr_assert_not_null(strstr(why, "ascending"), "%s", why);
+    /* the encoder refuses counts that do not add up */
+    cr_assert_eq(roundtrip_segs(PROTO_OP_PUSH, PROTO_CODEC_SPARSE, short_, 2,
+                                idx, val, 5, &out, why, sizeof(why)),
+                 FLPS_EINVAL);
+    /* only sparse pushes and updates carry segments */
+    cr_assert_eq(roundtrip_segs(PROTO_OP_PUSH, PROTO_CODEC_DENSE, back, 2, idx,
+                                val, 5, &out, why, sizeof(why)),
+                 FLPS_EINVAL);
 }

@@ -101,6 +101,8 @@ static void capture(void *arg, uint32_t peer, const ps_reply *rep)
     c->msg.idx = c->idx;
     c->msg.val = c->val;
     c->msg.rej = c->rej;
+    c->msg.segs =
+        m->nsegs ? copy_of(m->segs, m->nsegs * sizeof(*m->segs)) : NULL;
 }
 
 static void clear_replies(rig *g)
@@ -109,6 +111,7 @@ static void clear_replies(rig *g)
         free(g->r[i].idx);
         free(g->r[i].val);
         free(g->r[i].rej);
+        free(g->r[i].msg.segs);
     }
     g->n = 0;
 }
@@ -1867,5 +1870,126 @@ Test(shard, a_restored_async_shard_still_refuses_a_push_it_already_applied)
     cr_assert_eq(push_dense(g, 1, 0, 0, g0, 4), FLPS_EDUP,
                  "the checkpoint lost which iteration rank 1 pushed");
     cr_assert_eq(push_dense(g, 1, 0, 1, g0, 4), FLPS_OK);
+    rig_free(g);
+}
+
+/* ---- pushes of several parts ---- */
+
+/* Rank r's push of parts 0, 2 and 3 (shard 0's three) in one message:
+ * part 0 gets index r, part 2 index 1, part 3 indices 0 and 3. */
+static flps_err push_joined(rig *g, uint32_t rank, uint64_t iter, int bad)
+{
+    proto_msg m = base_msg(PROTO_OP_PUSH, rank, 0, iter);
+    proto_seg segs[3] = {{0, 1, 0, 0}, {2, 1, 0, 0}, {3, 2, 0, 0}};
+    uint32_t idx[4] = {rank, bad ? 2 : 1, 0, 3};
+    float val[4] = {1.0f + (float)rank, 2.0f, -4.0f, 0.5f * (float)rank};
+
+    m.codec = PROTO_CODEC_SPARSE;
+    m.n = 4;
+    m.idx = idx;
+    m.val = val;
+    m.nsegs = 3;
+    m.segs = segs;
+    return deliver(g, PEER(rank), &m);
+}
+
+Test(shard, a_push_of_several_parts_closes_each_and_each_worker_gets_one_update)
+{
+    rig *g = rig_new(2, PROTO_AGG_TOPK, PROTO_MODE_SSGD);
+    const float scale = (float)(0.1 / 2);
+    snap before, after;
+
+    rig_start(g);
+    register_all(g);
+    for (uint32_t i = 0; i < 3; i++)
+        init_part(g, OWNED[i], OWNED_NUMEL[i]);
+    take_snap(g, &before);
+    clear_replies(g);
+    cr_assert_eq(push_joined(g, 0, 0, 0), FLPS_OK);
+    cr_assert_eq(g->n, 0, "nothing closes with one worker of two");
+    cr_assert_eq(push_joined(g, 1, 0, 0), FLPS_OK);
+    cr_assert_eq(g->n, 2, "one UPDATE per worker for the three parts");
+    for (uint32_t r = 0; r < 2; r++) {
+        const captured *c = &g->r[r];
+        const uint32_t want_idx[5] = {0, 1, 1, 0, 3};
+        const float want_val[5] = {
+            -(scale * 1.0f), -(scale * 2.0f), -(scale * (2.0f + 2.0f)),
+            -(scale * (-4.0f + -4.0f)), -(scale * (0.0f + 0.5f))};
+        cr_assert_eq(c->peer, PEER(r));
+        cr_assert_eq(c->msg.op, PROTO_OP_UPDATE);
+        cr_assert_eq(c->msg.nsegs, 3);
+        cr_assert_eq(c->msg.n, 5);
+        cr_assert_eq(c->msg.segs[0].part, 0);
+        cr_assert_eq(c->msg.segs[0].n, 2, "part 0: the union of 0 and 1");
+        cr_assert_eq(c->msg.segs[1].part, 2);
+        cr_assert_eq(c->msg.segs[1].n, 1);
+        cr_assert_eq(c->msg.segs[2].part, 3);
+        cr_assert_eq(c->msg.segs[2].n, 2);
+        for (uint32_t g2 = 0; g2 < 3; g2++)
+            cr_assert_eq(c->msg.segs[g2].version, 2,
+                         "init is version 1, this update 2");
+        for (uint32_t j = 0; j < 5; j++) {
+            cr_assert_eq(c->idx[j], want_idx[j], "pair %u", j);
+            cr_assert_eq(c->val[j], want_val[j], "pair %u: %g vs %g", j,
+                         (double)c->val[j], (double)want_val[j]);
+        }
+    }
+    take_snap(g, &after);
+    cr_assert_eq(after.iter[0], 1);
+    cr_assert_eq(after.iter[2], 1);
+    cr_assert_eq(after.iter[3], 1);
+    cr_assert_eq(after.v[2][1], before.v[2][1] + -(scale * (2.0f + 2.0f)));
+    rig_free(g);
+}
+
+Test(shard, a_push_of_several_parts_with_one_bad_segment_is_refused_whole)
+{
+    rig *g = rig_new(2, PROTO_AGG_TOPK, PROTO_MODE_SSGD);
+    snap before, after;
+
+    rig_start(g);
+    register_all(g);
+    for (uint32_t i = 0; i < 3; i++)
+        init_part(g, OWNED[i], OWNED_NUMEL[i]);
+    take_snap(g, &before);
+    clear_replies(g);
+    /* index 2 of part 2, which has 2 elements */
+    cr_assert_eq(push_joined(g, 0, 0, 1), FLPS_ERANGE);
+    cr_assert_eq(g->n, 1, "one refusal");
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_ERROR);
+    cr_assert_eq(last(g)->msg.part, 2, "naming the bad segment's part");
+    /* Nothing was taken: the good push is not a duplicate of anything. */
+    clear_replies(g);
+    cr_assert_eq(push_joined(g, 0, 0, 0), FLPS_OK);
+    cr_assert_eq(g->n, 0);
+    /* A re-sent message finds every part held: a duplicate each. */
+    cr_assert_eq(push_joined(g, 0, 0, 0), FLPS_EDUP);
+    cr_assert_eq(g->n, 3);
+    for (uint32_t i = 0; i < 3; i++) {
+        cr_assert_eq(g->r[i].msg.op, PROTO_OP_ERROR);
+        cr_assert_eq(g->r[i].msg.status, FLPS_EDUP);
+        cr_assert_eq(g->r[i].msg.part, OWNED[i]);
+    }
+    take_snap(g, &after);
+    cr_assert_eq(memcmp(&before, &after, sizeof(before)), 0, "no part moved");
+    /* The other worker's push still closes all three exactly once. */
+    clear_replies(g);
+    cr_assert_eq(push_joined(g, 1, 0, 0), FLPS_OK);
+    cr_assert_eq(g->n, 2);
+    rig_free(g);
+    ASSERT_NO_LEAKS();
+}
+
+Test(shard, a_push_of_several_parts_into_a_dense_job_is_refused)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+
+    rig_start(g);
+    register_all(g);
+    for (uint32_t i = 0; i < 3; i++)
+        init_part(g, OWNED[i], OWNED_NUMEL[i]);
+    clear_replies(g);
+    cr_assert_eq(push_joined(g, 0, 0, 0), FLPS_EPROTO);
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_ERROR);
     rig_free(g);
 }

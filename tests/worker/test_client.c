@@ -59,6 +59,8 @@ struct fake_net {
     int destroyed;        /* times the transport was destroyed */
     uint64_t resume_iter; /* what REGISTER_OK says */
     const partmap *pm;    /* the layout, for PULL_REPLY */
+    size_t nsends;        /* messages the client sent (log: per part) */
+    size_t njoined;       /* of them, pushes of several parts */
 };
 
 typedef struct fake_transport {
@@ -169,13 +171,18 @@ static flps_err fake_connect(transport *t, const char *endpoint, uint32_t *peer)
     return FLPS_OK;
 }
 
+static void fake_take(fake_net *n, uint32_t peer, const proto_frame *pf,
+                      size_t nframes);
+
+/* A push of several parts is logged (and answered) as the one-part pushes
+ * of its segments, as a real shard handles it: the tests look at parts. */
 static flps_err fake_send(transport *t, uint32_t peer, const transport_frame *f,
                           size_t nframes)
 {
     fake_net *n = net_of(t);
     proto_frame pf[PROTO_MAX_FRAMES + 1];
     char why[256] = "";
-    sent *s;
+    proto_msg m;
 
     if (peer >= n->npeers)
         return FLPS_ECLOSED;
@@ -183,7 +190,43 @@ static flps_err fake_send(transport *t, uint32_t peer, const transport_frame *f,
     for (size_t i = 0; i < nframes; i++) {
         pf[i].data = (const char *)proto_buf_data(f[i].buf) + f[i].off;
         pf[i].len = f[i].len;
+        t->stats.bytes_sent += transport_zmtp_frame_bytes(f[i].len);
     }
+    t->stats.msgs_sent++;
+    n->nsends++;
+    cr_assert_eq(proto_msg_decode(pf, nframes, &m, why, sizeof(why)), FLPS_OK,
+                 "the client sent an invalid message: %s", why);
+    if (m.nsegs == 0) {
+        proto_msg_fini(&m);
+        fake_take(n, peer, pf, nframes);
+        return FLPS_OK;
+    }
+    cr_assert_eq(m.op, PROTO_OP_PUSH);
+    n->njoined++;
+    {
+        size_t at = 0;
+        for (uint32_t g = 0; g < m.nsegs; g++) {
+            proto_msg v;
+            proto_frame vf[PROTO_MAX_FRAMES];
+            void *hdr = NULL;
+            size_t hl, nf;
+            proto_msg_seg_view(&m, g, at, 0, &v);
+            at += v.n;
+            cr_assert_eq(proto_msg_encode(&v, &hdr, &hl, vf, &nf), FLPS_OK);
+            fake_take(n, peer, vf, nf);
+            free(hdr);
+        }
+    }
+    proto_msg_fini(&m);
+    return FLPS_OK;
+}
+
+static void fake_take(fake_net *n, uint32_t peer, const proto_frame *pf,
+                      size_t nframes)
+{
+    char why[256] = "";
+    sent *s;
+
     if (n->nlog == n->cap) {
         n->cap = n->cap ? 2 * n->cap : 64;
         n->log = realloc(n->log, n->cap * sizeof(*n->log));
@@ -197,11 +240,8 @@ static flps_err fake_send(transport *t, uint32_t peer, const transport_frame *f,
                                   sizeof(why)),
                  FLPS_OK, "the client sent an invalid message: %s", why);
     n->nlog++;
-    t->stats.bytes_sent += s->rx->wire_bytes;
-    t->stats.msgs_sent++;
     if (n->script == NULL || !n->script(n, s))
         fake_shard_answer(n, s);
-    return FLPS_OK;
 }
 
 static flps_err fake_recv(transport *t, int timeout_ms, transport_rx **rx)
@@ -727,7 +767,9 @@ Test(client, an_unanswered_push_is_sent_again_unchanged)
     }
     flps_client_get_stats(g->c, &st);
     cr_assert_eq(st.resends, 1);
-    cr_assert_eq(st.pushes, 6, "pushes count first sends only");
+    /* Six parts in five messages: w0's parts 0 and 2 (both on shard 0)
+     * travel together. */
+    cr_assert_eq(st.pushes, 5, "pushes count messages, first sends only");
     cr_assert_eq(count_sent(&g->net, mark, PROTO_OP_PUSH), 7);
     rig_free(g);
 }
@@ -1046,5 +1088,65 @@ Test(client, a_sparse_push_with_momentum_masks_the_sent_velocity)
         cr_assert_eq(msg->val[1], -9.0f);
     }
     cr_assert_eq(flps_client_wait(g->c, 1), FLPS_OK);
+    rig_free(g);
+}
+
+/* ---- pushes of several parts ---- */
+
+/* A sparse push sends each shard the parts it holds of the layer in one
+ * message: w0's parts 0 and 2 both live on shard 0. */
+Test(client, the_parts_one_shard_holds_of_a_sparse_push_travel_together)
+{
+    rig *g = rig_new("topk:0.5");
+    size_t mark, joined;
+
+    rig_start(g);
+    cr_assert_eq(g->pm.parts[0].shard, g->pm.parts[2].shard);
+    cr_assert_neq(g->pm.parts[0].shard, g->pm.parts[1].shard);
+    mark = g->net.nsends;
+    joined = g->net.njoined;
+    cr_assert_eq(flps_client_push(g->c, 0, G0, 0), FLPS_OK);
+    cr_assert_eq(g->net.nsends - mark, 2, "one message per shard");
+    cr_assert_eq(g->net.njoined - joined, 1);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    rig_free(g);
+}
+
+/* Shard 0 answers w0's parts 0 and 2 with one UPDATE of two segments. */
+static int joined_update(fake_net *n, const sent *s)
+{
+    static const uint32_t idx[] = {1, 0};
+    static const float val[] = {-0.5f, 0.25f};
+    proto_seg segs[2] = {{0, 1, 0, 1}, {2, 1, 0, 1}};
+    proto_msg r;
+
+    if (s->msg.op != PROTO_OP_PUSH || (s->msg.part != 0 && s->msg.part != 2))
+        return 0;
+    if (s->msg.part == 0)
+        return 1; /* answered with part 2's */
+    reply_base(&r, PROTO_OP_UPDATE, &s->msg);
+    r.part = 0;
+    r.codec = PROTO_CODEC_SPARSE;
+    r.n = 2;
+    r.idx = idx;
+    r.val = val;
+    r.nsegs = 2;
+    r.segs = segs;
+    fake_reply(n, s->peer, &r);
+    return 1;
+}
+
+Test(client, an_update_of_several_parts_is_applied_part_by_part)
+{
+    rig *g = rig_new("topk:0.5");
+
+    rig_start(g);
+    g->net.script = joined_update;
+    cr_assert_eq(flps_client_push(g->c, 0, G0, 0), FLPS_OK);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    cr_assert_eq(g->w[0][1], 1.0f - 0.5f, "part 0, element 1");
+    cr_assert_eq(g->w[0][8], 8.0f + 0.25f, "part 2, element 0");
+    cr_assert_eq(g->w[0][9], 9.0f);
+    cr_assert_eq(g->w[0][4], 4.0f, "part 1 had an empty update");
     rig_free(g);
 }
