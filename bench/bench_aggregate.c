@@ -3,8 +3,9 @@
  * ps_shard_handle (decode, validation, the union sum, the update and its
  * replies; no sockets), in pairs per second, against a memcpy of the same
  * bytes measured in the same run. Two layouts: the whole layer as one part,
- * and the client's default parts of 65536 elements (one message per part
- * and worker, as libflps sends today). Last line: one JSON object.
+ * and the client's default parts of 65536 elements, each worker's parts
+ * joined into messages of up to PROTO_JOINED_PAIRS pairs as libflps sends
+ * them. Last line: one JSON object.
  *
  * Usage: bench_aggregate [--quick] [--numel N] [--k K] [--rounds R]
  */
@@ -40,7 +41,7 @@ static void on_send(void *arg, uint32_t peer, const ps_reply *rep)
 
     (void)peer;
     if (rep->msg.op == PROTO_OP_UPDATE) {
-        k->updates++;
+        k->updates += rep->msg.nsegs > 0 ? rep->msg.nsegs : 1; /* parts */
         k->pairs_out += rep->msg.n;
     } else if (rep->msg.op == PROTO_OP_ERROR) {
         k->errors++;
@@ -189,52 +190,83 @@ fail:
     return NULL;
 }
 
-/* Every (worker, part) push of one iteration, encoded and wrapped as
- * received messages before the clock starts. A worker pushes every part,
- * an empty one where it selected nothing (as libflps does). */
-static int build_pushes(const partmap *pm, const contrib *cb, uint32_t P,
-                        size_t k, uint64_t iter, transport_rx **rx,
-                        uint32_t *rel)
+/* Encode parts [p0, p1) of worker r's pairs [lo, hi) (rel: their
+ * part-relative indices, per part from segs) as one received message. */
+static int build_one(uint32_t r, uint32_t p0, uint32_t p1, uint64_t iter,
+                     const uint32_t *rel, const float *val, size_t n,
+                     proto_seg *segs, transport_rx **out)
+{
+    proto_msg m = base_msg(PROTO_OP_PUSH, r, p0, iter);
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf, hlen;
+    void *hdr = NULL;
+    flps_err rc;
+
+    m.codec = PROTO_CODEC_SPARSE;
+    m.n = (uint32_t)n;
+    m.idx = rel;
+    m.val = val;
+    if (p1 - p0 > 1) {
+        m.nsegs = p1 - p0;
+        m.segs = segs;
+    }
+    rc = proto_msg_encode(&m, &hdr, &hlen, f, &nf);
+    if (rc == FLPS_OK)
+        rc = transport_rx_copy(f, nf, 100 + r, out);
+    free(hdr);
+    return rc == FLPS_OK ? 0 : -1;
+}
+
+/* Every worker's pushes of one iteration, encoded and wrapped as received
+ * messages before the clock starts. A worker pushes every part, an empty
+ * one where it selected nothing, its parts joined into messages of up to
+ * PROTO_JOINED_PAIRS pairs (as libflps does). Returns the message count,
+ * or -1. */
+static long build_pushes(const partmap *pm, const contrib *cb, uint32_t P,
+                         size_t k, uint64_t iter, transport_rx **rx,
+                         uint32_t *rel, proto_seg *segs)
 {
     size_t q = 0;
 
     for (uint32_t r = 0; r < P; r++) {
         const uint32_t *idx = cb->idx + (size_t)r * k;
         const float *val = cb->val + (size_t)r * k;
-        size_t j = 0;
-        for (uint32_t p = 0; p < pm->nparts; p++) {
-            const uint64_t off = pm->parts[p].offset,
-                           end = off + pm->parts[p].numel;
-            size_t lo = j;
-            proto_msg m = base_msg(PROTO_OP_PUSH, r, p, iter);
-            proto_frame f[PROTO_MAX_FRAMES];
-            size_t nf, hlen;
-            void *hdr = NULL;
-            flps_err rc;
-
-            while (j < k && idx[j] < end) {
-                rel[j - lo] = (uint32_t)(idx[j] - off);
-                j++;
+        size_t j = 0, lo = 0;
+        uint32_t p0 = 0;
+        for (uint32_t p = 0; p <= pm->nparts; p++) {
+            size_t plo = j;
+            if (p < pm->nparts) {
+                const uint64_t off = pm->parts[p].offset,
+                               end = off + pm->parts[p].numel;
+                while (j < k && idx[j] < end) {
+                    rel[j] = (uint32_t)(idx[j] - off);
+                    j++;
+                }
             }
-            m.codec = PROTO_CODEC_SPARSE;
-            m.n = (uint32_t)(j - lo);
-            m.idx = rel;
-            m.val = val + lo;
-            rc = proto_msg_encode(&m, &hdr, &hlen, f, &nf);
-            if (rc == FLPS_OK)
-                rc = transport_rx_copy(f, nf, 100 + r, &rx[q]);
-            free(hdr);
-            if (rc != FLPS_OK)
-                return -1;
-            q++;
+            if (p > p0 && (p == pm->nparts || j - lo > PROTO_JOINED_PAIRS)) {
+                /* parts [p0, p) make one message */
+                if (build_one(r, p0, p, iter, rel + lo, val + lo, plo - lo,
+                              segs + p0, &rx[q]) != 0)
+                    return -1;
+                q++;
+                p0 = p;
+                lo = plo;
+            }
+            if (p < pm->nparts) {
+                segs[p].part = p;
+                segs[p].n = (uint32_t)(j - plo);
+                segs[p].nrej = 0;
+                segs[p].version = 0;
+            }
         }
     }
-    return 0;
+    return (long)q;
 }
 
 typedef struct agg_result {
     double agg_s, memcpy_s; /* medians per iteration */
     double union_pairs;     /* pairs in each update */
+    size_t messages;        /* pushes per iteration, all workers */
     int ok;
 } agg_result;
 
@@ -248,6 +280,7 @@ static int run_layout(uint32_t P, size_t numel, size_t k, uint32_t part_size,
     ps_shard *s = NULL;
     transport_rx **rx = NULL;
     uint32_t *rel = malloc(k * sizeof(uint32_t));
+    proto_seg *segs = NULL;
     char *src = malloc(bytes), *dst = malloc(bytes);
     double *ta = calloc((size_t)rounds, sizeof(double));
     double *tm = calloc((size_t)rounds, sizeof(double));
@@ -259,10 +292,10 @@ static int run_layout(uint32_t P, size_t numel, size_t k, uint32_t part_size,
     memset(&snk, 0, sizeof(snk));
     if (partmap_build(&n64, 1, 1, part_size, &pm) != FLPS_OK)
         return -1;
-    nmsg = (size_t)P * pm.nparts;
-    rx = calloc(nmsg, sizeof(*rx));
+    rx = calloc((size_t)P * pm.nparts, sizeof(*rx));
+    segs = calloc(pm.nparts, sizeof(*segs));
     if (rel == NULL || src == NULL || dst == NULL || ta == NULL || tm == NULL ||
-        rx == NULL)
+        rx == NULL || segs == NULL)
         goto out;
     memset(src, 1, bytes);
     memset(dst, 0, bytes);
@@ -278,19 +311,25 @@ static int run_layout(uint32_t P, size_t numel, size_t k, uint32_t part_size,
         uint64_t upd0 = snk.updates, out0 = snk.pairs_out;
         double t0, t1;
 
-        if (build_pushes(&pm, cb, P, k, (uint64_t)r, rx, rel) != 0) {
-            fprintf(stderr, "bench_aggregate: out of memory\n");
-            goto out_shard;
+        {
+            long built =
+                build_pushes(&pm, cb, P, k, (uint64_t)r, rx, rel, segs);
+            if (built < 0) {
+                fprintf(stderr, "bench_aggregate: out of memory\n");
+                goto out_shard;
+            }
+            nmsg = (size_t)built;
+            out->messages = nmsg;
         }
         t0 = flps_mono_s();
         for (size_t q = 0; q < nmsg; q++)
             ps_shard_handle(s, rx[q]);
         t1 = flps_mono_s();
-        if (snk.errors > 0 || snk.updates - upd0 != nmsg) {
+        if (snk.errors > 0 || snk.updates - upd0 != (uint64_t)P * pm.nparts) {
             fprintf(stderr,
-                    "bench_aggregate: the shard answered %llu updates for "
-                    "%zu pushes (%llu errors: %s)\n",
-                    (unsigned long long)(snk.updates - upd0), nmsg,
+                    "bench_aggregate: the shard answered %llu part updates "
+                    "for %u workers' pushes of %u parts (%llu errors: %s)\n",
+                    (unsigned long long)(snk.updates - upd0), P, pm.nparts,
                     (unsigned long long)snk.errors, snk.last_error);
             goto out_shard;
         }
@@ -315,6 +354,7 @@ out:
     (void)keep;
     partmap_fini(&pm);
     free(rx);
+    free(segs);
     free(rel);
     free(src);
     free(dst);
@@ -402,12 +442,14 @@ int main(int argc, char **argv)
         free(cb.idx);
         free(cb.val);
         printf("P=%-2u %9.0f pairs in, union %8.0f | one part: %7.2f ms = "
-               "%6.1f M pairs/s = %5.1fx memcpy (%.2f ms) | parts of %u: "
-               "%7.2f ms = %6.1f M pairs/s = %5.1fx memcpy\n",
+               "%6.1f M pairs/s = %5.1fx memcpy (%.2f ms) | parts of %u "
+               "in %zu messages: %7.2f ms = %6.1f M pairs/s = %5.1fx "
+               "memcpy\n",
                P, pairs, one.union_pairs, one.agg_s * 1e3,
                pairs / one.agg_s / 1e6, one.agg_s / one.memcpy_s,
-               one.memcpy_s * 1e3, DEFAULT_PART_SIZE, parts.agg_s * 1e3,
-               pairs / parts.agg_s / 1e6, parts.agg_s / parts.memcpy_s);
+               one.memcpy_s * 1e3, DEFAULT_PART_SIZE, parts.messages,
+               parts.agg_s * 1e3, pairs / parts.agg_s / 1e6,
+               parts.agg_s / parts.memcpy_s);
         fflush(stdout);
         snprintf(key, sizeof(key), "P%u_pairs_per_second", P);
         bench_json_num(&j, key, pairs / one.agg_s);
@@ -419,6 +461,8 @@ int main(int argc, char **argv)
         bench_json_num(&j, key, pairs / parts.agg_s);
         snprintf(key, sizeof(key), "P%u_parts_over_memcpy", P);
         bench_json_num(&j, key, parts.agg_s / parts.memcpy_s);
+        snprintf(key, sizeof(key), "P%u_parts_messages", P);
+        bench_json_num(&j, key, (double)parts.messages);
         snprintf(key, sizeof(key), "P%u_memcpy_seconds", P);
         bench_json_num(&j, key, one.memcpy_s);
     }

@@ -17,6 +17,10 @@
 #define PROTO_ERRMSG_MAX 255
 /* Parts one sparse PUSH or UPDATE may carry. */
 #define PROTO_MAX_SEGS 65536
+/* Pairs libflps puts in one push of several parts (256 KiB): small parts
+ * of a shard travel together, a large selection still goes in pieces that
+ * pipeline. */
+#define PROTO_JOINED_PAIRS 32768u
 
 typedef enum {
     PROTO_OP_REGISTER = 1,    /* worker -> shard: layout + job config */

@@ -397,6 +397,8 @@ static flps_err on_part_reply(flps_client *c, const transport_rx *rx,
         creq_clear(r);
         break;
     case PROTO_OP_ERROR:
+        if (r->kind == CREQ_PUSH && m.iter != r->iter)
+            goto ignore; /* the answer to a resend of an earlier iteration */
         if (r->kind == CREQ_PUSH && m.status == FLPS_EDUP) {
             /* The shard has our push from an earlier send: keep waiting
              * for the update, without re-sending for a while. */
@@ -458,13 +460,16 @@ static int any_pending(const flps_client *c)
 /* Resend what waited too long; fail what waited past the deadline. */
 static flps_err check_timeouts(flps_client *c, creq *r, double now)
 {
-    if (r->kind == CREQ_NONE || now - r->sent_at < c->retry_s)
+    if (r->kind == CREQ_NONE)
         return FLPS_OK;
+    /* The deadline first: it holds whatever the retry interval. */
     if (now - r->first_sent >= c->deadline_s)
         return set_error(c, FLPS_ETIMEDOUT,
                          "shard %u (%s) did not answer within %.0f s; is it "
                          "running and reachable?",
                          r->shard, c->endpoints[r->shard], c->deadline_s);
+    if (now - r->sent_at < c->retry_s)
+        return FLPS_OK;
     c->stats.resends++;
     log_warn("no answer from shard %u (%s) for %.1f s: sending again", r->shard,
              c->endpoints[r->shard], now - r->sent_at);
@@ -773,16 +778,21 @@ flps_err flps_client_create_on(const flps_client_config *cfg, transport *t,
     c->retry_s = (cfg->retry_ms > 0 ? cfg->retry_ms : 2000) / 1000.0;
     c->deadline_s = (cfg->deadline_ms > 0 ? cfg->deadline_ms : 300000) / 1000.0;
     rc = parse_compression(c, cfg->compression);
-    if (rc != FLPS_OK)
+    if (rc != FLPS_OK) {
+        log_error("%s", c->errmsg); /* the caller has no client to ask */
         goto fail;
+    }
     c->endpoints = flps_calloc(c->nshards, sizeof(*c->endpoints));
     if (c->endpoints == NULL) {
         rc = FLPS_ENOMEM;
         goto fail;
     }
     rc = client_setup(c, cfg);
-    if (rc != FLPS_OK)
+    if (rc != FLPS_OK) {
+        log_error("cannot set up the client: %s",
+                  c->errmsg[0] ? c->errmsg : flps_strerror(rc));
         goto fail;
+    }
     c->t = t;
     for (uint32_t s = 0; s < c->nshards; s++) {
         uint32_t peer;
@@ -1028,11 +1038,6 @@ static float bits_to_float(uint32_t b)
     return f;
 }
 
-/* Pairs a push of several parts carries at most (256 KiB): small parts of
- * one shard travel together, while a large selection still goes in
- * pieces that pipeline. */
-#define JOINED_PAIRS_MAX 32768u
-
 /* Push parts[pis[0..cnt)] (all of one shard, ascending) as one message
  * of segments: their pairs [sel_lo, sel_hi) of the layer's selection
  * (tensor coordinates; idx NULL: every element) one after another, indices
@@ -1138,7 +1143,7 @@ static flps_err push_joined(flps_client *c, const uint32_t *pis, uint32_t cnt,
 
 /* Push a layer's selection, parts [first, last) with their pairs
  * [sel_lo, sel_hi): per shard, its parts together in messages of up to
- * JOINED_PAIRS_MAX pairs (a part alone when it is larger or the shard has
+ * PROTO_JOINED_PAIRS pairs (a part alone when it is larger or the shard has
  * no other). */
 static flps_err push_selection(flps_client *c, uint32_t first, uint32_t last,
                                uint64_t iter, const uint32_t *idx,
@@ -1156,7 +1161,7 @@ static flps_err push_selection(flps_client *c, uint32_t first, uint32_t last,
             }
             /* Flush the group before a part that would overflow it, and
              * at the end. */
-            if (cnt > 0 && (pi == last || pairs + np > JOINED_PAIRS_MAX)) {
+            if (cnt > 0 && (pi == last || pairs + np > PROTO_JOINED_PAIRS)) {
                 if (cnt == 1)
                     rc = push_sparse(c, c->sel_pis[0], iter, idx, val,
                                      c->sel_lo[c->sel_pis[0]],

@@ -1150,3 +1150,44 @@ Test(client, an_update_of_several_parts_is_applied_part_by_part)
     cr_assert_eq(g->w[0][4], 4.0f, "part 1 had an empty update");
     rig_free(g);
 }
+
+/* ---- stale answers ---- */
+
+/* When part 1 is pushed for iteration 1, a late refusal of a resend of
+ * its iteration-0 push arrives first (closed: FLPS_ELATE; then a
+ * duplicate), then the real update. */
+static int stale_refusals_for_part_1(fake_net *n, const sent *s)
+{
+    proto_msg r;
+
+    if (s->msg.op != PROTO_OP_PUSH || s->msg.part != 1 || s->msg.iter != 1)
+        return 0;
+    reply_base(&r, PROTO_OP_ERROR, &s->msg);
+    r.iter = 0;
+    r.status = FLPS_ELATE;
+    snprintf(r.text, sizeof(r.text), "iteration 0 of part 1 is closed");
+    fake_reply(n, s->peer, &r);
+    r.status = FLPS_EDUP;
+    snprintf(r.text, sizeof(r.text), "rank 0 already pushed iteration 0");
+    fake_reply(n, s->peer, &r);
+    return 0; /* and the fake shard answers the push itself */
+}
+
+Test(client, a_late_refusal_of_an_earlier_iteration_is_ignored)
+{
+    rig *g = rig_new("topk:0.5");
+    size_t mark;
+
+    rig_start(g);
+    g->net.script = stale_refusals_for_part_1;
+    push_all(g, G0, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    mark = g->net.nlog;
+    push_all(g, G0, 1);
+    cr_assert_eq(flps_client_wait(g->c, 1), FLPS_OK, "%s",
+                 flps_client_last_error(g->c));
+    cr_assert_eq(count_sent(&g->net, mark, PROTO_OP_PULL), 0,
+                 "no pull for a refusal meant for another iteration");
+    cr_assert_str_eq(flps_client_last_error(g->c), "");
+    rig_free(g);
+}
