@@ -72,6 +72,7 @@ static flps_err write_all(int fd, const void *buf, size_t len, const char *what)
 flps_err wal_open(const char *path, int *fd)
 {
     int f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    flps_err rc;
 
     if (f < 0) {
         log_error("cannot open write-ahead log %s: %s", path, strerror(errno));
@@ -79,11 +80,13 @@ flps_err wal_open(const char *path, int *fd)
     }
     /* The file's directory entry must survive a power loss as well as the
      * records fsynced into it. */
-    if (fsync_dir_of(path) != FLPS_OK) {
-        log_error("cannot fsync the directory of write-ahead log %s: %s", path,
-                  strerror(errno));
+    rc = fsync_dir_of(path);
+    if (rc != FLPS_OK) {
+        if (rc == FLPS_EIO)
+            log_error("cannot fsync the directory of write-ahead log %s: %s",
+                      path, strerror(errno));
         close(f);
-        return FLPS_EIO;
+        return rc;
     }
     *fd = f;
     return FLPS_OK;
