@@ -1,7 +1,10 @@
-/* A real flps shard whose write-ahead log fills a real disk (a small
- * tmpfs): it must refuse, never acknowledge, the update it could not log,
- * and a restore from its files on a bigger disk must hold exactly the
- * acknowledged updates. Needs root (mount); skipped otherwise. */
+/* A real flps shard's write-ahead log on disk. A log that fills a real
+ * disk (a small tmpfs): the shard must refuse, never acknowledge, the
+ * update it could not log, and a restore from its files on a bigger disk
+ * must hold exactly the acknowledged updates (needs root to mount; skipped
+ * otherwise). A log with a corrupt record before intact ones: --restore
+ * refuses, naming file and offset, and --restore-truncate-at-corruption
+ * cuts it there and says what it dropped. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdint.h>
@@ -175,4 +178,130 @@ Test(wal_disk, a_full_disk_refuses_the_update_and_a_restore_holds_the_acked,
              (unsigned long long)acked + 1); /* + the initial values */
     cr_assert_not_null(strstr(text, want), "%s", text);
     free(text);
+}
+
+static char cdir[64];
+static test_shard cshard;
+
+static void corrupt_cleanup(void)
+{
+    char cmd[128];
+
+    if (cshard.pid > 0)
+        test_shard_stop(&cshard, SIGKILL);
+    if (cdir[0] != '\0') {
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", cdir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", cdir);
+    }
+}
+
+static off_t size_of(const char *path)
+{
+    struct stat st;
+
+    cr_assert_eq(stat(path, &st), 0, "%s: %s", path, strerror(errno));
+    return st.st_size;
+}
+
+Test(wal_disk, restore_refuses_a_corrupt_log_unless_told_to_cut_it,
+     .fini = corrupt_cleanup, .timeout = 120)
+{
+    /* Records: the initial values, then one per push; each is a 36-byte
+     * header, NUMEL floats and a 4-byte CRC. */
+    const off_t rec = 36 + NUMEL * 4 + 4;
+    char ckdir[128], wal[200], log1[128], log2[128], log3[128], want[512];
+#define SHARD_ARGS "--job", "fulldisk", "--shard", "0", "--shards", "1"
+    const char *first[] = {SHARD_ARGS, "--checkpoint-dir", ckdir, NULL};
+    const char *restore[] = {SHARD_ARGS, "--restore", "--checkpoint-dir", ckdir,
+                             NULL};
+    const char *cut[] = {
+        SHARD_ARGS,         "--restore", "--restore-truncate-at-corruption",
+        "--checkpoint-dir", ckdir,       NULL};
+#undef SHARD_ARGS
+    static float data[NUMEL], grad[NUMEL];
+    flps_client *c;
+    run_result r;
+    char *text;
+    int status;
+    FILE *f;
+
+    strcpy(cdir, "/tmp/flps-corrupt-XXXXXX");
+    cr_assert_not_null(mkdtemp(cdir));
+    snprintf(ckdir, sizeof(ckdir), "%s/ckpt", cdir);
+    snprintf(wal, sizeof(wal), "%s/shard-0.wal", ckdir);
+    snprintf(log1, sizeof(log1), "%s/first.log", cdir);
+    snprintf(log2, sizeof(log2), "%s/refused.log", cdir);
+    snprintf(log3, sizeof(log3), "%s/cut.log", cdir);
+
+    /* Three acknowledged pushes, then a crash. */
+    cr_assert_eq(test_shard_start(&cshard, log1, first), 0);
+    c = connect_worker(cshard.endpoint, data);
+    cr_assert_eq(flps_client_init(c), FLPS_OK);
+    for (size_t i = 0; i < NUMEL; i++)
+        grad[i] = 1.0f;
+    for (uint64_t it = 0; it < 3; it++) {
+        cr_assert_eq(flps_client_push(c, 0, grad, it), FLPS_OK);
+        cr_assert_eq(flps_client_wait(c, it), FLPS_OK);
+    }
+    flps_client_destroy(c);
+    test_shard_stop(&cshard, SIGKILL);
+    cr_assert_eq(size_of(wal), 4 * rec);
+
+    /* Damage a value of the first push's record: two intact ones follow. */
+    f = fopen(wal, "r+b");
+    cr_assert_not_null(f);
+    cr_assert_eq(fseek(f, rec + 40, SEEK_SET), 0);
+    cr_assert_eq(fputc(0x55, f), 0x55);
+    cr_assert_eq(fclose(f), 0);
+
+    cr_assert_eq(test_shard_start(&cshard, log2, restore), -1,
+                 "flps must not start on a log with a corrupt record");
+    cr_assert_eq(waitpid(cshard.pid, &status, 0), cshard.pid);
+    cshard.pid = 0;
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d",
+              status);
+    text = slurp(log2);
+    snprintf(want, sizeof(want),
+             "write-ahead log %s: corrupt record at byte offset %lld, "
+             "followed by 2 intact records from byte offset %lld",
+             wal, (long long)rec, (long long)(2 * rec));
+    cr_assert_not_null(strstr(text, want), "%s", text);
+    cr_assert_not_null(strstr(text, "--restore-truncate-at-corruption"), "%s",
+                       text);
+    free(text);
+    cr_assert_eq(size_of(wal), 4 * rec, "a refused restore changes nothing");
+
+    /* The operator accepts the loss: the log is cut at the corrupt record
+     * and the shard holds the initial values only. */
+    cr_assert_eq(test_shard_start(&cshard, log3, cut), 0, "see %s", log3);
+    text = slurp(log3);
+    snprintf(want, sizeof(want),
+             "cut the log at the corrupt record at byte offset %lld, "
+             "dropping %lld bytes (2 intact records after it are lost)",
+             (long long)rec, (long long)(3 * rec));
+    cr_assert_not_null(strstr(text, want), "%s", text);
+    free(text);
+    cr_assert_eq(size_of(wal), rec);
+    for (size_t i = 0; i < NUMEL; i++)
+        data[i] = -999.0f;
+    c = connect_worker(cshard.endpoint, data);
+    cr_assert_eq(flps_client_init(c), FLPS_OK);
+    for (size_t i = 0; i < NUMEL; i++)
+        cr_assert_eq(data[i], 0.0f, "element %zu: %g", i, (double)data[i]);
+    flps_client_destroy(c);
+    test_shard_stop(&cshard, SIGTERM);
+
+    /* The flag means nothing without --restore: said, exit 2. */
+    snprintf(want, sizeof(want),
+             "%s/flps --job x --shard 0 --shards 1 --checkpoint-dir %s "
+             "--restore-truncate-at-corruption",
+             FLPS_BIN_DIR, ckdir);
+    run_cmd(want, &r);
+    cr_assert_eq(r.status, 2);
+    cr_assert_not_null(
+        strstr(r.err, "--restore-truncate-at-corruption only applies with "
+                      "--restore"),
+        "%s", r.err);
+    run_free(&r);
 }
