@@ -31,14 +31,16 @@ void persist_paths(const char *dir, uint32_t shard, char *ckpt, char *wal,
                    size_t len);
 
 /* Open (create) the log for appending; the new file's directory entry is
- * fsynced. */
+ * fsynced. Errors: FLPS_EIO (logged), FLPS_ENOMEM; *fd set only on
+ * FLPS_OK. */
 flps_err wal_open(const char *path, int *fd);
 
 /* Append one record (one write); fdatasync it if asked. On any error
- * (FLPS_EIO: the write or the fsync failed, e.g. a full disk) the bytes
- * written are cut off again, so the log ends at the last good record, and
- * the caller must not acknowledge the update. If even that cut fails
- * (logged), the log ends in a torn record that wal_restore cuts off. */
+ * (FLPS_EIO: the write or the fsync failed, e.g. a full disk; FLPS_ENOMEM)
+ * the bytes written are cut off again, so the log ends at its last good
+ * record, and the caller must not acknowledge the update. If even that cut
+ * fails (logged), the log ends in a torn record: the caller must append
+ * nothing more (flps stops on FLPS_EIO), and wal_restore cuts it off. */
 flps_err wal_append(int fd, const wal_record *r, int do_fsync);
 
 /* Truncate the log (after a checkpoint made it redundant). */

@@ -766,7 +766,7 @@ flps_err ps_shard_create(const ps_shard_config *cfg, int restore,
                     rc = ckpt_read(s->ckpt_path, &meta, &metalen, restore_part,
                                    s, &missing);
                 if (rc == FLPS_OK) {
-                    wal_restore_info wi;
+                    wal_restore_info wi = {0};
                     free(meta);
                     rc = wal_restore(s->wal_path, wal_flags(cfg), replay_record,
                                      s, &wi);
