@@ -265,6 +265,20 @@ static size_t wal_next_intact(const unsigned char *data, size_t len, size_t bad)
     return 0;
 }
 
+/* The format version of a record at p that this flps does not read (1:
+ * "FWLR", before records carried a rank; 4-9: "FWR4".."FWR9", a newer
+ * flps), or 0 when the bytes there are no such magic. */
+static int wal_unread_version(const unsigned char *p, size_t avail)
+{
+    if (avail < 4)
+        return 0;
+    if (memcmp(p, "FWLR", 4) == 0)
+        return 1;
+    if (memcmp(p, "FWR", 3) == 0 && p[3] >= '4' && p[3] <= '9')
+        return p[3] - '0';
+    return 0;
+}
+
 /* Cut the log at path to len bytes, durably. */
 static flps_err wal_cut(const char *path, size_t len)
 {
@@ -309,6 +323,20 @@ flps_err wal_restore(const char *path, unsigned flags, wal_replay_fn fn,
     for (size_t t; off < len && (t = wal_intact_at(data, len, off, &h)) > 0;
          off += t)
         count++;
+    /* A record of a format this flps does not read is no damage: cutting
+     * it off as a torn tail would drop a whole log of acknowledged
+     * updates. */
+    if (off < len && wal_unread_version(data + off, len - off) > 0) {
+        int v = wal_unread_version(data + off, len - off);
+        log_error("write-ahead log %s: the record at byte offset %zu is in "
+                  "format version %d, which this flps does not read (it "
+                  "reads versions 2 and 3); refusing to restore, nothing "
+                  "changed. Restore with the flps release that wrote it and "
+                  "let it write a checkpoint (SIGTERM does), then upgrade",
+                  path, off, v);
+        rc = FLPS_EPROTO;
+        goto out;
+    }
     if (off < len)
         next = wal_next_intact(data, len, off);
     if (next > 0) {

@@ -78,6 +78,8 @@ typedef struct wal_restore_info {
  *    logged naming path and the byte offset, before fn is called at all
  *    and with the file untouched, unless flags has
  *    WAL_RESTORE_TRUNCATE_AT_CORRUPTION.
+ * A record of a version this flps does not read (1, or 4 and up) gives
+ * FLPS_EPROTO, logged with its version and offset, whatever the flags.
  * A missing file replays nothing. fn's error stops the replay, is
  * returned, and leaves the file untouched. *info is written on FLPS_OK. */
 flps_err wal_restore(const char *path, unsigned flags, wal_replay_fn fn,

@@ -564,6 +564,47 @@ Test(persist, wal_replay_reads_version_2_records_and_new_ones_after_them)
     remove_dir();
 }
 
+Test(persist, wal_restore_refuses_a_log_format_it_does_not_read)
+{
+    /* A version 1 log ("FWLR"), or one from a newer flps, is no torn tail:
+     * cutting it off would drop every update in it. */
+    static const char *const magic[] = {"FWLR", "FWR4"};
+    static const char *const says[] = {"format version 1,",
+                                       "format version 4,"};
+
+    make_dir();
+    for (int i = 0; i < 2; i++) {
+        unsigned char rec1[64];
+        seen s = {.fail_at = -1};
+        wal_restore_info info;
+        char want[600];
+        int fd;
+
+        memset(rec1, 0x11, sizeof(rec1));
+        memcpy(rec1, magic[i], 4);
+        unlink(path);
+        write_three(0);
+        fd = open(path, O_WRONLY | O_APPEND);
+        cr_assert_geq(fd, 0);
+        cr_assert_eq(write(fd, rec1, sizeof(rec1)), (ssize_t)sizeof(rec1));
+        close(fd);
+        log_capture_begin();
+        cr_assert_eq(
+            wal_restore(path,
+                        WAL_RESTORE_REPAIR | WAL_RESTORE_TRUNCATE_AT_CORRUPTION,
+                        collect, &s, &info),
+            FLPS_EPROTO, "%s", magic[i]);
+        log_capture_end();
+        cr_assert_eq(s.n, 0);
+        cr_assert_eq(file_size(path), 176 + 64, "nothing cut");
+        snprintf(want, sizeof(want),
+                 "write-ahead log %s: the record at byte offset 176 is in %s",
+                 path, says[i]);
+        cr_assert_not_null(strstr(logged, want), "logged: %s", logged);
+    }
+    remove_dir();
+}
+
 Test(persist, a_failed_append_leaves_the_log_at_its_last_good_record)
 {
     /* A file size limit makes the kernel write part of the record and
