@@ -63,8 +63,18 @@ static void usage(FILE *f)
             "seconds (0 = only on request and at exit)\n"
             "  --restore                  start from the checkpoint and log "
             "in --checkpoint-dir\n"
-            "  --fsync                    fsync the log before every "
-            "acknowledgement\n"
+            "  --restore-truncate-at-corruption\n"
+            "                             with --restore: when a corrupt "
+            "log record has intact\n"
+            "                             ones after it, cut the log there "
+            "(losing them) and\n"
+            "                             start, instead of refusing to\n"
+            "  --fsync                    fdatasync the log before every "
+            "acknowledgement:\n"
+            "                             acknowledged updates then survive "
+            "a power loss,\n"
+            "                             not only a crash of flps "
+            "(docs/durability.md)\n"
             "  --metrics HOST:PORT        serve Prometheus /metrics and "
             "/healthz over HTTP\n"
             "                             (default off; port 0 picks a free "
@@ -99,6 +109,7 @@ int main(int argc, char **argv)
         {"checkpoint-interval", required_argument, NULL, 'i'},
         {"restore", no_argument, NULL, 'r'},
         {"fsync", no_argument, NULL, 'f'},
+        {"restore-truncate-at-corruption", no_argument, NULL, 'T'},
         {"metrics", required_argument, NULL, 'm'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -106,7 +117,7 @@ int main(int argc, char **argv)
     const char *job = NULL, *listen_ep = "tcp://127.0.0.1:0", *dir = NULL;
     const char *metrics_ep = NULL;
     uint32_t shard = UINT32_MAX, nshards = 0, interval = 0;
-    int restore = 0, do_fsync = 0, c;
+    int restore = 0, do_fsync = 0, cut_corrupt = 0, c;
     char bound[256], comp[64], mbound[128];
     transport *t = NULL;
     ps_shard *s = NULL;
@@ -151,6 +162,9 @@ int main(int argc, char **argv)
         case 'f':
             do_fsync = 1;
             break;
+        case 'T':
+            cut_corrupt = 1;
+            break;
         case 'm':
             metrics_ep = optarg;
             break;
@@ -171,6 +185,11 @@ int main(int argc, char **argv)
     if ((restore || interval > 0) && dir == NULL) {
         fprintf(stderr, "flps: --restore and --checkpoint-interval need "
                         "--checkpoint-dir\n");
+        return 2;
+    }
+    if (cut_corrupt && !restore) {
+        fprintf(stderr, "flps: --restore-truncate-at-corruption only applies "
+                        "with --restore\n");
         return 2;
     }
     snprintf(comp, sizeof(comp), "flps/%u", shard);
@@ -215,6 +234,7 @@ int main(int argc, char **argv)
     cfg.nshards = nshards;
     cfg.ckpt_dir = dir;
     cfg.fsync_wal = do_fsync;
+    cfg.wal_truncate_at_corruption = cut_corrupt;
     cfg.send = ps_net_send;
     cfg.send_arg = t;
     if (pm != NULL) {

@@ -1,5 +1,5 @@
 /* Write-ahead log and checkpoint files of a shard. Both formats are
- * little-endian binary with a CRC-32 so a torn or corrupted file is
+ * little-endian binary with a checksum, so a torn or corrupted file is
  * detected instead of silently loaded. */
 #include "ps/persist.h"
 
@@ -16,12 +16,19 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/strbuf.h"
+#include "ps/crc32c.h"
 
-#define WAL_MAGIC 0x32525746u /* "FWR2": the record carries a rank */
+/* Record formats, told apart by their magic. Version 3 ends each record
+ * with a CRC-32C (ps/crc32c.c); version 2 ended it with zlib's CRC-32 and
+ * is still read, so a shard upgraded in place restores the log it left.
+ * Both have the same header and sizes; new records are always version 3,
+ * so a log may hold version 2 records followed by version 3 ones. */
+#define WAL_MAGIC_V3 0x33525746u /* "FWR3" */
+#define WAL_MAGIC_V2 0x32525746u /* "FWR2": the record carries a rank */
 #define CKPT_MAGIC "FLPSCKP2"
 
-/* On-disk WAL record header; the payload (idx then val) follows, then a
- * CRC-32 of header and payload. */
+/* On-disk WAL record header; the payload (idx then val) follows, then the
+ * checksum of header and payload. */
 typedef struct __attribute__((packed)) wal_disk {
     uint32_t magic;
     uint8_t kind;
@@ -32,6 +39,8 @@ typedef struct __attribute__((packed)) wal_disk {
     uint64_t iter;
     uint64_t version;
 } wal_disk;
+
+static flps_err fsync_dir_of(const char *path);
 
 void persist_paths(const char *dir, uint32_t shard, char *ckpt, char *wal,
                    size_t len)
@@ -63,33 +72,68 @@ static flps_err write_all(int fd, const void *buf, size_t len, const char *what)
 flps_err wal_open(const char *path, int *fd)
 {
     int f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    flps_err rc;
 
     if (f < 0) {
         log_error("cannot open write-ahead log %s: %s", path, strerror(errno));
         return FLPS_EIO;
     }
+    /* The file's directory entry must survive a power loss as well as the
+     * records fsynced into it. */
+    rc = fsync_dir_of(path);
+    if (rc != FLPS_OK) {
+        if (rc == FLPS_EIO)
+            log_error("cannot fsync the directory of write-ahead log %s: %s",
+                      path, strerror(errno));
+        close(f);
+        return rc;
+    }
     *fd = f;
     return FLPS_OK;
 }
 
-static size_t wal_payload_len(const wal_record *r)
+static int wal_kind_is_known(uint8_t kind)
 {
-    return (size_t)r->n * (r->kind == WAL_ADD_SPARSE ? 8 : 4);
+    return kind == WAL_ADD_SPARSE || kind == WAL_ADD_DENSE || kind == WAL_SET;
+}
+
+static size_t wal_payload_len(uint8_t kind, uint32_t n)
+{
+    return (size_t)n * (kind == WAL_ADD_SPARSE ? 8 : 4);
+}
+
+static uint32_t wal_checksum(uint32_t magic, const unsigned char *p, size_t len)
+{
+    if (magic == WAL_MAGIC_V2)
+        return (uint32_t)crc32(0L, p, (uInt)len);
+    return crc32c_update(0, p, len);
+}
+
+/* A failed append must leave no bytes behind: a later append would land
+ * behind them, and the next restore would stop at the torn record and
+ * drop every acknowledged record after it. */
+static void wal_rollback(int fd, off_t start)
+{
+    if (ftruncate(fd, start) != 0)
+        log_error("cannot cut a failed record off the write-ahead log (%s); "
+                  "the log now ends in a torn record from byte %lld, which "
+                  "the next --restore cuts off",
+                  strerror(errno), (long long)start);
 }
 
 flps_err wal_append(int fd, const wal_record *r, int do_fsync)
 {
     wal_disk h;
-    size_t plen = wal_payload_len(r), total = sizeof(h) + plen + 4;
+    size_t plen = wal_payload_len(r->kind, r->n), total = sizeof(h) + plen + 4;
     unsigned char *buf = flps_malloc(total), *p;
-    uLong crc;
-    uint32_t crc32v;
+    uint32_t crc;
+    off_t start;
     flps_err rc;
 
     if (buf == NULL)
         return FLPS_ENOMEM;
     memset(&h, 0, sizeof(h));
-    h.magic = WAL_MAGIC;
+    h.magic = WAL_MAGIC_V3;
     h.kind = r->kind;
     h.part = r->part;
     h.n = r->n;
@@ -105,9 +149,17 @@ flps_err wal_append(int fd, const wal_record *r, int do_fsync)
     }
     memcpy(p, r->val, (size_t)r->n * 4);
     p += (size_t)r->n * 4;
-    crc = crc32(0L, buf, (uInt)(sizeof(h) + plen));
-    crc32v = (uint32_t)crc;
-    memcpy(p, &crc32v, 4);
+    crc = crc32c_update(0, buf, sizeof(h) + plen);
+    memcpy(p, &crc, 4);
+    /* The log is only ever appended to by this thread, so its end is
+     * where this record starts. */
+    start = lseek(fd, 0, SEEK_END);
+    if (start < 0) {
+        log_error("cannot find the end of the write-ahead log: %s",
+                  strerror(errno));
+        flps_free(buf);
+        return FLPS_EIO;
+    }
     /* One write per record: a crash leaves at most one torn record. */
     rc = write_all(fd, buf, total, "write-ahead log");
     flps_free(buf);
@@ -115,6 +167,8 @@ flps_err wal_append(int fd, const wal_record *r, int do_fsync)
         log_error("cannot fsync write-ahead log: %s", strerror(errno));
         rc = FLPS_EIO;
     }
+    if (rc != FLPS_OK)
+        wal_rollback(fd, start);
     return rc;
 }
 
@@ -171,67 +225,205 @@ static flps_err read_file(const char *path, unsigned char **data, size_t *len,
     return FLPS_OK;
 }
 
-flps_err wal_replay(const char *path, wal_replay_fn fn, void *arg,
-                    uint64_t *nrecords)
+/* The length of the intact record at off (off <= len), or 0 when the
+ * bytes there are not one: too short, an unknown magic or kind, a payload
+ * past the end, or a checksum mismatch. Fills *h when it returns > 0. */
+static size_t wal_intact_at(const unsigned char *data, size_t len, size_t off,
+                            wal_disk *h)
+{
+    size_t plen;
+    uint32_t crc;
+
+    if (len - off < sizeof(*h) + 4)
+        return 0;
+    memcpy(h, data + off, sizeof(*h));
+    if ((h->magic != WAL_MAGIC_V3 && h->magic != WAL_MAGIC_V2) ||
+        !wal_kind_is_known(h->kind))
+        return 0;
+    plen = wal_payload_len(h->kind, h->n);
+    if (plen > len - off - sizeof(*h) - 4)
+        return 0;
+    memcpy(&crc, data + off + sizeof(*h) + plen, 4);
+    if (wal_checksum(h->magic, data + off, sizeof(*h) + plen) != crc)
+        return 0;
+    return sizeof(*h) + plen + 4;
+}
+
+/* The first offset after bad where an intact record starts, or 0 if none
+ * does. Every byte offset is tried: a torn record of any length may have
+ * had records appended behind it (logs written before issue 12's fix). */
+static size_t wal_next_intact(const unsigned char *data, size_t len, size_t bad)
+{
+    static const uint32_t magics[2] = {WAL_MAGIC_V3, WAL_MAGIC_V2};
+    wal_disk h;
+
+    for (size_t p = bad + 1; p + sizeof(h) + 4 <= len; p++)
+        for (int i = 0; i < 2; i++)
+            if (memcmp(data + p, &magics[i], 4) == 0 &&
+                wal_intact_at(data, len, p, &h) > 0)
+                return p;
+    return 0;
+}
+
+/* The format version of a record at p that this flps does not read (1:
+ * "FWLR", before records carried a rank; 4-9: "FWR4".."FWR9", a newer
+ * flps), or 0 when the bytes there are no such magic. */
+static int wal_unread_version(const unsigned char *p, size_t avail)
+{
+    if (avail < 4)
+        return 0;
+    if (memcmp(p, "FWLR", 4) == 0)
+        return 1;
+    if (memcmp(p, "FWR", 3) == 0 && p[3] >= '4' && p[3] <= '9')
+        return p[3] - '0';
+    return 0;
+}
+
+/* Cut the log at path to len bytes, durably. */
+static flps_err wal_cut(const char *path, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    flps_err rc = FLPS_OK;
+
+    if (fd < 0) {
+        log_error("cannot open write-ahead log %s to cut it: %s", path,
+                  strerror(errno));
+        return FLPS_EIO;
+    }
+    if (ftruncate(fd, (off_t)len) != 0 || fsync(fd) != 0) {
+        log_error("cannot cut write-ahead log %s at byte %zu: %s", path, len,
+                  strerror(errno));
+        rc = FLPS_EIO;
+    }
+    close(fd);
+    return rc;
+}
+
+flps_err wal_restore(const char *path, unsigned flags, wal_replay_fn fn,
+                     void *arg, wal_restore_info *info)
 {
     unsigned char *data = NULL;
-    size_t len = 0, off = 0;
+    size_t len = 0, off = 0, next = 0;
     int missing;
-    uint64_t count = 0;
+    uint64_t count = 0, later = 0;
+    wal_restore_info res;
+    wal_disk h;
     flps_err rc = read_file(path, &data, &len, &missing);
 
+    memset(&res, 0, sizeof(res));
+    res.corrupt_at = UINT64_MAX;
     if (rc != FLPS_OK) {
-        if (missing) {
-            *nrecords = 0;
-            return FLPS_OK;
-        }
-        return rc;
+        if (!missing)
+            return rc;
+        *info = res;
+        return FLPS_OK;
     }
-    while (off + sizeof(wal_disk) + 4 <= len) {
-        wal_disk h;
+    /* Check the whole log before replaying any of it, so a log that is
+     * refused changes nothing. */
+    for (size_t t; off < len && (t = wal_intact_at(data, len, off, &h)) > 0;
+         off += t)
+        count++;
+    /* A record of a format this flps does not read is no damage: cutting
+     * it off as a torn tail would drop a whole log of acknowledged
+     * updates. */
+    if (off < len && wal_unread_version(data + off, len - off) > 0) {
+        int v = wal_unread_version(data + off, len - off);
+        log_error("write-ahead log %s: the record at byte offset %zu is in "
+                  "format version %d, which this flps does not read (it "
+                  "reads versions 2 and 3); refusing to restore, nothing "
+                  "changed. Restore with the flps release that wrote it and "
+                  "let it write a checkpoint (SIGTERM does), then upgrade",
+                  path, off, v);
+        rc = FLPS_EPROTO;
+        goto out;
+    }
+    if (off < len)
+        next = wal_next_intact(data, len, off);
+    if (next > 0) {
+        for (size_t p = next, t;
+             p < len && (t = wal_intact_at(data, len, p, &h)) > 0; p += t)
+            later++;
+        if (!(flags & WAL_RESTORE_TRUNCATE_AT_CORRUPTION)) {
+            log_error("write-ahead log %s: corrupt record at byte offset %zu, "
+                      "followed by %llu intact records from byte offset %zu "
+                      "(%zu bytes from the corrupt record to the end); "
+                      "refusing to restore, nothing changed. Restore the file "
+                      "from a backup, or accept losing those updates: restart "
+                      "with --restore-truncate-at-corruption to cut the log "
+                      "at byte %zu",
+                      path, off, (unsigned long long)later, next, len - off,
+                      off);
+            rc = FLPS_EPROTO;
+            goto out;
+        }
+        res.corrupt_at = off;
+        res.records_dropped = later;
+    }
+    /* Replay: every record up to off was checked above. The header is 36
+     * bytes and records are multiples of 4, so the payload is 4-byte
+     * aligned in the malloc'd buffer. */
+    for (size_t p = 0, t; p < off; p += t) {
         wal_record r;
-        size_t plen, total;
-        uint32_t crc;
 
-        memcpy(&h, data + off, sizeof(h));
-        if (h.magic != WAL_MAGIC ||
-            (h.kind != WAL_ADD_SPARSE && h.kind != WAL_ADD_DENSE &&
-             h.kind != WAL_SET))
-            break;
-        plen = (size_t)h.n * (h.kind == WAL_ADD_SPARSE ? 8 : 4);
-        total = sizeof(h) + plen + 4;
-        if (off + total > len)
-            break;
-        memcpy(&crc, data + off + sizeof(h) + plen, 4);
-        if ((uint32_t)crc32(0L, data + off, (uInt)(sizeof(h) + plen)) != crc)
-            break;
+        t = wal_intact_at(data, len, p, &h);
         r.kind = h.kind;
         r.part = h.part;
         r.iter = h.iter;
         r.version = h.version;
         r.n = h.n;
         r.rank = h.rank;
-        /* The record header is 36 bytes and records are multiples of 4,
-         * so the payload is 4-byte aligned in the malloc'd buffer. */
         if (h.kind == WAL_ADD_SPARSE) {
-            r.idx = (const uint32_t *)(data + off + sizeof(h));
-            r.val = (const float *)(data + off + sizeof(h) + (size_t)h.n * 4);
+            r.idx = (const uint32_t *)(data + p + sizeof(h));
+            r.val = (const float *)(data + p + sizeof(h) + (size_t)h.n * 4);
         } else {
             r.idx = NULL;
-            r.val = (const float *)(data + off + sizeof(h));
+            r.val = (const float *)(data + p + sizeof(h));
         }
         rc = fn(arg, &r);
         if (rc != FLPS_OK)
-            break;
-        count++;
-        off += total;
+            goto out;
     }
-    if (rc == FLPS_OK && off != len)
-        log_warn("write-ahead log %s: ignoring %zu bytes of torn or corrupt "
-                 "tail (never acknowledged)",
-                 path, len - off);
+    res.records = count;
+    res.kept_bytes = off;
+    res.dropped_bytes = len - off;
+    if (off == len)
+        goto done;
+    if (!(flags & WAL_RESTORE_REPAIR)) {
+        log_warn("write-ahead log %s: ignoring %zu bytes of torn tail from "
+                 "byte offset %zu",
+                 path, len - off, off);
+        res.kept_bytes = len;
+        goto done;
+    }
+    /* Cut before anything is appended: a record written behind the
+     * garbage would be lost at the next restore. */
+    rc = wal_cut(path, off);
+    if (rc != FLPS_OK)
+        goto out;
+    if (next > 0)
+        log_warn("write-ahead log %s: --restore-truncate-at-corruption: cut "
+                 "the log at the corrupt record at byte offset %zu, dropping "
+                 "%zu bytes (%llu intact records after it are lost)",
+                 path, off, len - off, (unsigned long long)later);
+    else
+        log_warn("write-ahead log %s: cut a torn last record at byte offset "
+                 "%zu (%zu bytes; an update that was never acknowledged)",
+                 path, off, len - off);
+done:
+    *info = res;
+out:
     flps_free(data);
-    *nrecords = count;
+    return rc;
+}
+
+flps_err wal_replay(const char *path, wal_replay_fn fn, void *arg,
+                    uint64_t *nrecords)
+{
+    wal_restore_info info;
+    flps_err rc = wal_restore(path, 0, fn, arg, &info);
+
+    if (rc == FLPS_OK)
+        *nrecords = info.records;
     return rc;
 }
 

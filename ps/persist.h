@@ -30,20 +30,62 @@ typedef struct wal_record {
 void persist_paths(const char *dir, uint32_t shard, char *ckpt, char *wal,
                    size_t len);
 
-/* Open (create) the log for appending. */
+/* Open (create) the log for appending; the new file's directory entry is
+ * fsynced. Errors: FLPS_EIO (logged), FLPS_ENOMEM; *fd set only on
+ * FLPS_OK. */
 flps_err wal_open(const char *path, int *fd);
 
-/* Append one record (one write); fsync it if asked. A failed write leaves
- * a torn tail that replay ignores, and the caller must not acknowledge. */
+/* Append one record (one write); fdatasync it if asked. On any error
+ * (FLPS_EIO: the write or the fsync failed, e.g. a full disk; FLPS_ENOMEM)
+ * the bytes written are cut off again, so the log ends at its last good
+ * record, and the caller must not acknowledge the update. If even that cut
+ * fails (logged), the log ends in a torn record: the caller must append
+ * nothing more (flps stops on FLPS_EIO), and wal_restore cuts it off. */
 flps_err wal_append(int fd, const wal_record *r, int do_fsync);
 
 /* Truncate the log (after a checkpoint made it redundant). */
 flps_err wal_truncate(int fd);
 
-/* Call fn for every intact record of the log at path, in order; stops
- * quietly at a torn or corrupt tail (never acknowledged). A missing file
- * replays nothing. */
 typedef flps_err (*wal_replay_fn)(void *arg, const wal_record *r);
+
+/* What wal_restore found. */
+typedef struct wal_restore_info {
+    uint64_t records;         /* intact records replayed */
+    uint64_t kept_bytes;      /* the log's length afterwards */
+    uint64_t dropped_bytes;   /* bytes after the intact records */
+    uint64_t corrupt_at;      /* byte offset of a corrupt record that intact
+                                 records follow; UINT64_MAX when none */
+    uint64_t records_dropped; /* intact records after corrupt_at, lost */
+} wal_restore_info;
+
+/* Cut what follows the intact records off the file (ftruncate + fsync)
+ * before returning, so records appended next follow the last good one. */
+#define WAL_RESTORE_REPAIR 1u
+/* Accept a corrupt record followed by intact ones: replay up to it and
+ * (with WAL_RESTORE_REPAIR) cut the log there, losing the records after
+ * it, instead of refusing. */
+#define WAL_RESTORE_TRUNCATE_AT_CORRUPTION 2u
+
+/* Read the log at path and call fn for every intact record, in order.
+ * Records are version 3 (CRC-32C) or version 2 (zlib CRC-32, the format
+ * before) in any mix. What follows the last intact record is either
+ *  - a torn tail: an incomplete or checksum-failing last record, with no
+ *    intact record anywhere after it. An update is acknowledged only once
+ *    its record is written whole, so this was never acknowledged; it is
+ *    skipped, and cut off with WAL_RESTORE_REPAIR (logged with its offset
+ *    and size); or
+ *  - a corrupt record followed by intact ones: FLPS_EPROTO with an error
+ *    logged naming path and the byte offset, before fn is called at all
+ *    and with the file untouched, unless flags has
+ *    WAL_RESTORE_TRUNCATE_AT_CORRUPTION.
+ * A record of a version this flps does not read (1, or 4 and up) gives
+ * FLPS_EPROTO, logged with its version and offset, whatever the flags.
+ * A missing file replays nothing. fn's error stops the replay, is
+ * returned, and leaves the file untouched. *info is written on FLPS_OK. */
+flps_err wal_restore(const char *path, unsigned flags, wal_replay_fn fn,
+                     void *arg, wal_restore_info *info);
+
+/* wal_restore without flags (reads only), giving the record count. */
 flps_err wal_replay(const char *path, wal_replay_fn fn, void *arg,
                     uint64_t *nrecords);
 

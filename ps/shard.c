@@ -826,6 +826,14 @@ static flps_err replay_record(void *arg, const wal_record *r)
     return FLPS_OK;
 }
 
+/* A torn tail is always cut off before the log is appended to again. */
+static unsigned wal_flags(const ps_shard_config *cfg)
+{
+    return WAL_RESTORE_REPAIR |
+           (cfg->wal_truncate_at_corruption ? WAL_RESTORE_TRUNCATE_AT_CORRUPTION
+                                            : 0u);
+}
+
 static flps_err meta_only(void *arg, const ckpt_part *cp)
 {
     (void)arg;
@@ -884,8 +892,11 @@ flps_err ps_shard_create(const ps_shard_config *cfg, int restore,
                     rc = ckpt_read(s->ckpt_path, &meta, &metalen, restore_part,
                                    s, &missing);
                 if (rc == FLPS_OK) {
+                    wal_restore_info wi = {0};
                     free(meta);
-                    rc = wal_replay(s->wal_path, replay_record, s, &nrec);
+                    rc = wal_restore(s->wal_path, wal_flags(cfg), replay_record,
+                                     s, &wi);
+                    nrec = wi.records;
                 }
                 if (rc != FLPS_OK)
                     goto fail;

@@ -35,6 +35,10 @@ typedef struct ps_shard_config {
     uint32_t nshards;
     const char *ckpt_dir; /* NULL: no write-ahead log, no checkpoints */
     int fsync_wal;        /* fsync the log before every acknowledgement */
+    /* On restore, a corrupt log record followed by intact ones makes
+     * ps_shard_create fail (FLPS_EPROTO, logged with file and offset);
+     * non-zero accepts the loss and cuts the log at the corrupt record. */
+    int wal_truncate_at_corruption;
     ps_send_fn send;
     void *send_arg;
     /* Optional (NULL: not called): called on the shard's thread each time

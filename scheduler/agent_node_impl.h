@@ -63,6 +63,7 @@ struct agent_task {
     agent_event progress, eval;
     int report_progress, report_eval;
     int report_exit;
+    int job_gone_logged; /* "the job's hash is gone" said */
     uint64_t exit_seq;
     int exit_code, exit_signal;
     char exited_at[32];
@@ -184,6 +185,15 @@ void agent_plan_check(agent_node *n, agent_plan *pl);
 /* Follow the plan of every job with a worker task on this node (waiting
  * or running), each at most every AGENT_PLAN_CHECK_S; forget the others. */
 void agent_plan_follow(agent_node *n);
+
+/* ---- agent_report.c: reports into Redis ---- */
+
+/* The Lua script every job-hash report of flagent (progress, eval,
+ * profile) runs: KEYS the job hash; ARGV field/value pairs. It sets them
+ * only if the hash exists and returns 1, else 0 without creating it: a
+ * report that arrives after the job is gone must not leave a hash of
+ * progress fields with no state. */
+extern const char agent_job_report_lua[];
 
 /* ---- agent_reconcile.c: the desired set ---- */
 

@@ -177,23 +177,55 @@ static const char exit_lua[] =
     "redis.call('RPUSH', KEYS[2], KEYS[1])\n"
     "return 1\n";
 
-static int hset_event(agent_node *n, const char *job, const agent_event *ev)
+const char agent_job_report_lua[] =
+    "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end\n"
+    "redis.call('HSET', KEYS[1], unpack(ARGV))\n"
+    "return 1\n";
+
+/* Set fields of t's job hash through agent_job_report_lua: 1 when done
+ * (or when the job is gone: said once per task, and the report dropped),
+ * 0 when Redis failed (kept for the next flush). */
+static int report_to_job(agent_node *n, agent_task *t, const char *what,
+                         int nargs, const char **args)
 {
     char key[128];
-    const char *argv[2 + 2 * AGENT_EVENT_MAX_FIELDS];
-    int argc = 0;
+    const char *argv[4 + 2 * AGENT_EVENT_MAX_FIELDS + 4];
+    redisReply *r = NULL;
+    int argc = 0, set;
+
+    /* Callers pass an event's fields or the profile's four. */
+    snprintf(key, sizeof(key), "flps:job:%s", t->id.job);
+    argv[argc++] = "EVAL";
+    argv[argc++] = agent_job_report_lua;
+    argv[argc++] = "1";
+    argv[argc++] = key;
+    for (int i = 0; i < nargs; i++)
+        argv[argc++] = args[i];
+    if (!agent_node_redis_cmd(n, &r, what, argc, argv))
+        return 0;
+    set = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    if (!set && !t->job_gone_logged) {
+        log_warn("task %s: job %s has no hash in Redis any more; its "
+                 "reports are dropped, not written into a new one",
+                 t->key, t->id.job);
+        t->job_gone_logged = 1;
+    }
+    return 1;
+}
+
+static int hset_event(agent_node *n, agent_task *t, const agent_event *ev)
+{
+    const char *args[2 * AGENT_EVENT_MAX_FIELDS];
+    int nargs = 0;
 
     if (ev->nfields == 0)
         return 1;
-    snprintf(key, sizeof(key), "flps:job:%s", job);
-    argv[argc++] = "HSET";
-    argv[argc++] = key;
     for (int i = 0; i < ev->nfields; i++) {
-        argv[argc++] = ev->fields[i];
-        argv[argc++] = ev->values[i];
+        args[nargs++] = ev->fields[i];
+        args[nargs++] = ev->values[i];
     }
-    return agent_node_redis_cmd(n, NULL, "storing the job's progress", argc,
-                                argv);
+    return report_to_job(n, t, "storing the job's progress", nargs, args);
 }
 
 /* Everything but the exit, which goes in exit order. 1 when all done. */
@@ -211,27 +243,26 @@ static int flush_task(agent_node *n, agent_task *t)
         t->report_running = 0;
     }
     if (t->report_progress) {
-        if (!hset_event(n, t->id.job, &t->progress))
+        if (!hset_event(n, t, &t->progress))
             return 0;
         t->report_progress = 0;
     }
     if (t->report_eval) {
-        if (!hset_event(n, t->id.job, &t->eval))
+        if (!hset_event(n, t, &t->eval))
             return 0;
         t->report_eval = 0;
     }
     if (t->report_profile) {
-        char key[128], attempt[16];
-        const char *argv[] = {
-            "HSET", key, "profile", t->profile, "profile_attempt", attempt};
-        snprintf(key, sizeof(key), "flps:job:%s", t->id.job);
+        char attempt[16];
+        const char *args[] = {"profile", t->profile, "profile_attempt",
+                              attempt};
         snprintf(attempt, sizeof(attempt), "%u", t->id.attempt);
-        if (!agent_node_redis_cmd(n, NULL, "storing the job's profile", 6,
-                                  argv))
+        if (!report_to_job(n, t, "storing the job's profile", 4, args))
             return 0;
         t->report_profile = 0;
-        log_info("task %s: profile stored in %s (attempt %u)", t->key, key,
-                 t->id.attempt);
+        if (!t->job_gone_logged)
+            log_info("task %s: profile stored in flps:job:%s (attempt %u)",
+                     t->key, t->id.job, t->id.attempt);
     }
     if (t->report_done) {
         const char *argv[] = {"HSET", t->key, "done", t->done};

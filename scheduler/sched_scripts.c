@@ -38,8 +38,12 @@
     "  return string.format('%.17g', -num(p) * 4294967296 + num(s))\n"         \
     "end\n"
 
+/* An event for a job that is gone (a late one: node_lost after the job
+ * hash went) is dropped: HINCRBY would create a hash holding only
+ * event_seq, which reads as a job with no state. */
 static const char event_lua[] =
-    LUA_PRELUDE "return event(KEYS[1], KEYS[2], ARGV[1], ARGV[2])\n";
+    LUA_PRELUDE "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end\n"
+                "return event(KEYS[1], KEYS[2], ARGV[1], ARGV[2])\n";
 
 /* The INCR and the job's keys in one step: numbers have no gaps and a
  * refused job takes none. */

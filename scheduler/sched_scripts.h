@@ -6,7 +6,9 @@
 #define FLPS_SCHED_SCRIPTS_H
 
 typedef enum {
-    /* KEYS job, events; ARGV event JSON without seq, list cap. */
+    /* KEYS job, events; ARGV event JSON without seq, list cap. Returns
+     * the event's seq, or 0 (nothing written) when the job hash does not
+     * exist. */
     SCHED_SCRIPT_EVENT = 0,
     /* KEYS seq, jobs, queue; ARGV event JSON, cap, priority, then the
      * hash's field/value pairs (id and seq filled in by the script).

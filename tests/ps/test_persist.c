@@ -4,13 +4,18 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include "common/alloc.h"
+#include "ps/crc32c.h"
 
 /* ---- helpers ---- */
 
@@ -253,24 +258,73 @@ Test(persist, wal_replay_ignores_a_torn_tail)
     remove_dir();
 }
 
-Test(persist, wal_replay_stops_at_a_record_with_a_bad_crc)
+/* Log lines, captured through the library's logger hook. */
+static char logged[8192];
+
+static void capture_log(void *arg, flps_log_level level, const char *line)
+{
+    size_t n = strlen(logged);
+
+    (void)arg;
+    (void)level;
+    snprintf(logged + n, sizeof(logged) - n, "%s\n", line);
+}
+
+static void log_capture_begin(void)
+{
+    logged[0] = '\0';
+    flps_set_logger(capture_log, NULL);
+}
+
+static void log_capture_end(void)
+{
+    flps_set_logger(NULL, NULL);
+}
+
+static void read_all(const char *p, unsigned char *buf, size_t len)
+{
+    int fd = open(p, O_RDONLY);
+
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(read(fd, buf, len), (ssize_t)len);
+    close(fd);
+}
+
+Test(persist, wal_replay_refuses_a_bad_crc_record_with_intact_records_after)
 {
     seen s = {.fail_at = -1};
     uint64_t n = 99;
-    const off_t second = 36 + 24 + 4;
+    const off_t second = 36 + 16 + 4; /* after the SET */
+    unsigned char before[256], after[256];
+    off_t size;
+    char want[600];
 
     make_dir();
     write_three(0);
     flip_byte(path, second + 36 + 2); /* a value byte of record 2 */
-    cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
-    cr_assert_eq(n, 1, "nothing after the corrupt record is replayed");
-    assert_first_records(&s, 1);
+    size = file_size(path);
+    read_all(path, before, (size_t)size);
+    log_capture_begin();
+    cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_EPROTO,
+                 "an intact record follows the corrupt one");
+    log_capture_end();
+    cr_assert_eq(n, 99, "no count on error");
+    cr_assert_eq(s.n, 0, "nothing replayed: the log is checked first");
+    snprintf(want, sizeof(want),
+             "write-ahead log %s: corrupt record at byte offset %lld", path,
+             (long long)second);
+    cr_assert_not_null(strstr(logged, want), "logged: %s", logged);
+    cr_assert_not_null(strstr(logged, "--restore-truncate-at-corruption"),
+                       "says what to do: %s", logged);
+    cr_assert_eq(file_size(path), size, "the file is untouched");
+    read_all(path, after, (size_t)size);
+    cr_assert_eq(memcmp(before, after, (size_t)size), 0);
     remove_dir();
 }
 
-Test(persist, wal_replay_stops_at_a_record_with_a_bad_magic_or_kind)
+Test(persist, wal_replay_refuses_a_bad_magic_or_kind_with_records_after)
 {
-    const off_t second = 36 + 24 + 4;
+    const off_t second = 36 + 16 + 4; /* after the SET */
 
     make_dir();
     for (int field = 0; field < 2; field++) {
@@ -279,10 +333,306 @@ Test(persist, wal_replay_stops_at_a_record_with_a_bad_magic_or_kind)
         unlink(path);
         write_three(0);
         flip_byte(path, second + (field == 0 ? 0 : 4)); /* magic, kind */
-        cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
-        cr_assert_eq(n, 1);
-        assert_first_records(&s, 1);
+        cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_EPROTO);
+        cr_assert_eq(s.n, 0);
     }
+    remove_dir();
+}
+
+Test(persist, wal_replay_treats_a_bad_crc_last_record_as_a_torn_tail)
+{
+    seen s = {.fail_at = -1};
+    uint64_t n = 99;
+    off_t size;
+
+    make_dir();
+    write_three(0);
+    size = file_size(path);
+    flip_byte(path, size - 6); /* a value byte of the last record */
+    cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
+    cr_assert_eq(n, 2);
+    assert_first_records(&s, 2);
+    cr_assert_eq(file_size(path), size, "a plain replay only reads");
+    remove_dir();
+}
+
+Test(persist, wal_restore_cuts_a_torn_tail_so_new_records_follow_the_last)
+{
+    const off_t two = (36 + 24 + 4) + (36 + 16 + 4);
+    wal_record d = rec(WAL_ADD_SPARSE, 5, 2, 3);
+    wal_restore_info info;
+    char want[600];
+    int fd;
+
+    make_dir();
+    /* Cut the last record anywhere, as a crash in its write does. */
+    for (off_t keep = 1; keep < 36 + 16 + 4; keep += 5) {
+        seen s = {.fail_at = -1}, again = {.fail_at = -1};
+        uint64_t n = 0;
+        unlink(path);
+        write_three(0);
+        cr_assert_eq(truncate(path, two + keep), 0);
+        log_capture_begin();
+        cr_assert_eq(wal_restore(path, WAL_RESTORE_REPAIR, collect, &s, &info),
+                     FLPS_OK);
+        log_capture_end();
+        cr_assert_eq(info.records, 2, "kept %lld", (long long)keep);
+        cr_assert_eq(info.kept_bytes, (uint64_t)two);
+        cr_assert_eq(info.dropped_bytes, (uint64_t)keep);
+        cr_assert_eq(info.corrupt_at, UINT64_MAX);
+        assert_first_records(&s, 2);
+        cr_assert_eq(file_size(path), two, "the torn tail is cut off");
+        snprintf(want, sizeof(want),
+                 "cut a torn last record at byte offset %lld (%lld bytes",
+                 (long long)two, (long long)keep);
+        cr_assert_not_null(strstr(logged, want), "logged: %s", logged);
+
+        /* An acknowledged append, then a second restore: all of it. */
+        cr_assert_eq(wal_open(path, &fd), FLPS_OK);
+        cr_assert_eq(wal_append(fd, &d, 1), FLPS_OK);
+        close(fd);
+        cr_assert_eq(wal_replay(path, collect, &again, &n), FLPS_OK);
+        cr_assert_eq(n, 3);
+        assert_prefix(&again, 2);
+        assert_record(&again, 2, &d);
+    }
+    remove_dir();
+}
+
+Test(persist, wal_restore_with_the_flag_cuts_at_a_corrupt_record_and_reports)
+{
+    const off_t second = 36 + 16 + 4; /* after the SET */
+    wal_restore_info info;
+    seen s = {.fail_at = -1};
+    uint64_t n = 0;
+    wal_record d = rec(WAL_ADD_DENSE, 9, 13, 41);
+    off_t size;
+    char want[600];
+    int fd;
+
+    make_dir();
+    write_three(0);
+    size = file_size(path);
+    flip_byte(path, second + 36 + 2);
+    cr_assert_eq(wal_restore(path, WAL_RESTORE_REPAIR, collect, &s, &info),
+                 FLPS_EPROTO, "the repair alone does not accept the loss");
+    cr_assert_eq(s.n, 0);
+    cr_assert_eq(file_size(path), size);
+
+    log_capture_begin();
+    cr_assert_eq(
+        wal_restore(path,
+                    WAL_RESTORE_REPAIR | WAL_RESTORE_TRUNCATE_AT_CORRUPTION,
+                    collect, &s, &info),
+        FLPS_OK);
+    log_capture_end();
+    cr_assert_eq(info.records, 1);
+    cr_assert_eq(info.corrupt_at, (uint64_t)second);
+    cr_assert_eq(info.records_dropped, 1, "the intact third record is lost");
+    cr_assert_eq(info.dropped_bytes, (uint64_t)(size - second));
+    cr_assert_eq(info.kept_bytes, (uint64_t)second);
+    assert_first_records(&s, 1);
+    cr_assert_eq(file_size(path), second);
+    snprintf(want, sizeof(want),
+             "cut the log at the corrupt record at byte offset %lld, "
+             "dropping %lld bytes (1 intact records after it are lost)",
+             (long long)second, (long long)(size - second));
+    cr_assert_not_null(strstr(logged, want), "logged: %s", logged);
+
+    /* What is appended next is found by the next restore. */
+    cr_assert_eq(wal_open(path, &fd), FLPS_OK);
+    cr_assert_eq(wal_append(fd, &d, 0), FLPS_OK);
+    close(fd);
+    memset(&s, 0, sizeof(s));
+    s.fail_at = -1;
+    cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
+    cr_assert_eq(n, 2);
+    assert_prefix(&s, 1);
+    assert_record(&s, 1, &d);
+    remove_dir();
+}
+
+Test(persist, wal_restore_refuses_records_appended_behind_a_torn_one)
+{
+    /* The log issue 12 found: a torn record with acknowledged records
+     * appended behind it by an older flps. Found at any length of the torn
+     * piece, and refused: those records were acknowledged. */
+    const off_t one = 36 + 16 + 4;
+    wal_record c = rec(WAL_ADD_DENSE, 9, 12, 40);
+
+    make_dir();
+    for (off_t piece = 1; piece < 36 + 24 + 4; piece += 7) {
+        seen s = {.fail_at = -1};
+        wal_restore_info info;
+        int fd;
+        unlink(path);
+        write_three(0);
+        /* Keep record 1, a piece of record 2, then record 3 again. */
+        cr_assert_eq(truncate(path, one + piece), 0);
+        cr_assert_eq(wal_open(path, &fd), FLPS_OK);
+        cr_assert_eq(wal_append(fd, &c, 0), FLPS_OK);
+        close(fd);
+        log_capture_begin();
+        cr_assert_eq(wal_restore(path, WAL_RESTORE_REPAIR, collect, &s, &info),
+                     FLPS_EPROTO, "piece of %lld bytes", (long long)piece);
+        log_capture_end();
+        cr_assert_eq(s.n, 0);
+        cr_assert_not_null(strstr(logged, "corrupt record at byte offset 56, "
+                                          "followed by 1 intact records"),
+                           "logged: %s", logged);
+        cr_assert_eq(file_size(path), one + piece + 36 + 16 + 4);
+    }
+    remove_dir();
+}
+
+Test(persist, wal_append_writes_version_3_records_with_a_crc32c)
+{
+    wal_record a = rec(WAL_SET, 5, 0, 1);
+    unsigned char buf[36 + 16 + 4];
+    uint32_t magic, crc;
+    int fd;
+
+    make_dir();
+    cr_assert_eq(wal_open(path, &fd), FLPS_OK);
+    cr_assert_eq(wal_append(fd, &a, 0), FLPS_OK);
+    close(fd);
+    cr_assert_eq(file_size(path), sizeof(buf));
+    read_all(path, buf, sizeof(buf));
+    memcpy(&magic, buf, 4);
+    memcpy(&crc, buf + 36 + 16, 4);
+    cr_assert_eq(memcmp(buf, "FWR3", 4), 0, "magic %08x", magic);
+    cr_assert_eq(crc, crc32c_update(0, buf, 36 + 16));
+    remove_dir();
+}
+
+/* A version 2 record (the format before CRC-32C) as an older flps wrote
+ * it: same header and sizes, magic "FWR2", zlib's CRC-32. */
+static void append_v2(const wal_record *r)
+{
+    unsigned char buf[36 + 8 * 8 + 4];
+    size_t plen = (size_t)r->n * (r->kind == WAL_ADD_SPARSE ? 8 : 4);
+    uint32_t u32, crc;
+    int fd;
+
+    cr_assert_leq(plen, 64);
+    memset(buf, 0, 36);
+    memcpy(buf, "FWR2", 4);
+    buf[4] = r->kind;
+    memcpy(buf + 8, &r->part, 4);
+    memcpy(buf + 12, &r->n, 4);
+    u32 = r->rank;
+    memcpy(buf + 16, &u32, 4);
+    memcpy(buf + 20, &r->iter, 8);
+    memcpy(buf + 28, &r->version, 8);
+    if (r->kind == WAL_ADD_SPARSE) {
+        memcpy(buf + 36, r->idx, (size_t)r->n * 4);
+        memcpy(buf + 36 + (size_t)r->n * 4, r->val, (size_t)r->n * 4);
+    } else {
+        memcpy(buf + 36, r->val, (size_t)r->n * 4);
+    }
+    crc = (uint32_t)crc32(0L, buf, (uInt)(36 + plen));
+    memcpy(buf + 36 + plen, &crc, 4);
+    fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, buf, 36 + plen + 4), (ssize_t)(36 + plen + 4));
+    close(fd);
+}
+
+Test(persist, wal_replay_reads_version_2_records_and_new_ones_after_them)
+{
+    seen s = {.fail_at = -1};
+    uint64_t n = 0;
+    wal_record a = rec(WAL_SET, 5, 0, 1), b = rec(WAL_ADD_SPARSE, 5, 1, 2);
+    wal_record c = rec(WAL_ADD_DENSE, 9, 12, 40);
+    int fd;
+
+    make_dir();
+    append_v2(&a);
+    append_v2(&b);
+    cr_assert_eq(wal_open(path, &fd), FLPS_OK);
+    cr_assert_eq(wal_append(fd, &c, 0), FLPS_OK);
+    close(fd);
+    cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
+    cr_assert_eq(n, 3);
+    assert_first_records(&s, 3);
+
+    /* A corrupt version 2 record is found like a version 3 one. */
+    flip_byte(path, 36 + 2);
+    memset(&s, 0, sizeof(s));
+    s.fail_at = -1;
+    cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_EPROTO);
+    remove_dir();
+}
+
+Test(persist, wal_restore_refuses_a_log_format_it_does_not_read)
+{
+    /* A version 1 log ("FWLR"), or one from a newer flps, is no torn tail:
+     * cutting it off would drop every update in it. */
+    static const char *const magic[] = {"FWLR", "FWR4"};
+    static const char *const says[] = {"format version 1,",
+                                       "format version 4,"};
+
+    make_dir();
+    for (int i = 0; i < 2; i++) {
+        unsigned char rec1[64];
+        seen s = {.fail_at = -1};
+        wal_restore_info info;
+        char want[600];
+        int fd;
+
+        memset(rec1, 0x11, sizeof(rec1));
+        memcpy(rec1, magic[i], 4);
+        unlink(path);
+        write_three(0);
+        fd = open(path, O_WRONLY | O_APPEND);
+        cr_assert_geq(fd, 0);
+        cr_assert_eq(write(fd, rec1, sizeof(rec1)), (ssize_t)sizeof(rec1));
+        close(fd);
+        log_capture_begin();
+        cr_assert_eq(
+            wal_restore(path,
+                        WAL_RESTORE_REPAIR | WAL_RESTORE_TRUNCATE_AT_CORRUPTION,
+                        collect, &s, &info),
+            FLPS_EPROTO, "%s", magic[i]);
+        log_capture_end();
+        cr_assert_eq(s.n, 0);
+        cr_assert_eq(file_size(path), 176 + 64, "nothing cut");
+        snprintf(want, sizeof(want),
+                 "write-ahead log %s: the record at byte offset 176 is in %s",
+                 path, says[i]);
+        cr_assert_not_null(strstr(logged, want), "logged: %s", logged);
+    }
+    remove_dir();
+}
+
+Test(persist, a_failed_append_leaves_the_log_at_its_last_good_record)
+{
+    /* A file size limit makes the kernel write part of the record and
+     * fail the rest (EFBIG), as a full disk does (ENOSPC): the part must
+     * not stay, or the next good record would land behind it. */
+    const off_t three = (36 + 24 + 4) + (36 + 16 + 4) * 2;
+    wal_record a = rec(WAL_SET, 5, 0, 1), d = rec(WAL_ADD_DENSE, 9, 13, 41);
+    struct rlimit lim = {.rlim_cur = (rlim_t)three + 20,
+                         .rlim_max = RLIM_INFINITY};
+    seen s = {.fail_at = -1};
+    uint64_t n = 0;
+    int fd;
+
+    make_dir();
+    write_three(0);
+    signal(SIGXFSZ, SIG_IGN);
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    cr_assert_eq(wal_open(path, &fd), FLPS_OK);
+    cr_assert_eq(wal_append(fd, &a, 1), FLPS_EIO);
+    cr_assert_eq(file_size(path), three, "the 20 bytes written are cut off");
+    lim.rlim_cur = RLIM_INFINITY;
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    cr_assert_eq(wal_append(fd, &d, 1), FLPS_OK);
+    close(fd);
+    cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_OK);
+    cr_assert_eq(n, 4, "the record after the failed one is found");
+    assert_prefix(&s, 3);
+    assert_record(&s, 3, &d);
     remove_dir();
 }
 

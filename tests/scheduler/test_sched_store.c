@@ -371,6 +371,23 @@ Test(sched_store, events_carry_increasing_seqs_and_keep_the_last_thousand)
     sched_job_fini(&j);
 }
 
+Test(sched_store, a_late_event_never_recreates_the_hash_of_a_job_that_is_gone)
+{
+    sched_job j = submit("name: a\nmodel: mlp\n", 10);
+
+    /* An event for a job that never existed writes nothing. */
+    cr_assert_eq(sched_store_event(st, "j9", 11, "node_lost", "n1"), FLPS_OK);
+    cr_assert_str_eq(S("EXISTS flps:job:j9", NULL, NULL), "0");
+    cr_assert_str_eq(S("EXISTS flps:job:j9:events", NULL, NULL), "0");
+    /* Nor one for a job whose hash went (e.g. a Redis that lost it). */
+    S("DEL flps:job:j1 flps:job:j1:events", NULL, NULL);
+    cr_assert_eq(sched_store_event(st, "j1", 12, "node_lost", "n1"), FLPS_OK);
+    cr_assert_str_eq(S("EXISTS flps:job:j1", NULL, NULL), "0",
+                     "no hash holding only event_seq");
+    cr_assert_str_eq(S("EXISTS flps:job:j1:events", NULL, NULL), "0");
+    sched_job_fini(&j);
+}
+
 Test(sched_store, reads_log_lines_after_an_id_up_to_a_limit)
 {
     char **ids, **tasks, **lines;
