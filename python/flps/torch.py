@@ -26,8 +26,8 @@ from .errors import ConfigError, InvalidArgumentError, StateError
 __all__ = ["Config", "init", "DistributedOptimizer", "ENVIRONMENT",
            "HAS_POST_ACCUMULATE_HOOK"]
 
-#: The environment variables init() reads (flrun and flagent set them for
-#: a job's own command).
+#: The environment variables init() reads (set them for each worker process;
+#: no flps launcher sets them yet).
 ENVIRONMENT = {
     "FLPS_JOB": "the job id the shards serve",
     "FLPS_RANK": "this worker's rank, 0..FLPS_WORKERS-1",
@@ -60,8 +60,8 @@ def _env_int(env, name, low):
     text = env.get(name)
     if text is None or text.strip() == "":
         raise ConfigError(
-            "%s is not set; it is %s (flrun and flagent set it for a job's "
-            "command)" % (name, ENVIRONMENT[name]))
+            "%s is not set; it is %s: set it in each worker's environment"
+            % (name, ENVIRONMENT[name]))
     try:
         value = int(text)
     except ValueError:

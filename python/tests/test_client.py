@@ -323,3 +323,9 @@ def test_a_library_of_another_major_version_is_refused():
 
     with pytest.raises(flps.VersionMismatchError, match="needs 0.x"):
         _native._check_version(Fake(), "/x/libflps.so")
+
+
+def test_the_package_version_is_written_alike_in_pyproject():
+    with open(os.path.join(PYTHON_DIR, "pyproject.toml")) as f:
+        assert 'version = "%s"' % flps.__version__ in f.read()
+    assert int(flps.__version__.split(".")[0]) == flps.EXPECTED_MAJOR

@@ -172,3 +172,39 @@ def test_an_unreachable_shard_fails_the_optimizer_within_the_deadline():
     with pytest.raises(flps.TimedOutError, match="127.0.0.1:9"):
         ft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                 config=cfg, deadline_ms=300, retry_ms=100)
+
+
+def test_one_worker_in_process_equals_plain_sgd_with_a_scheduler(shards):
+    s = shards("one")[0]
+    cfg = ft.Config("one", 0, 1, (s.endpoint,))
+    model, ref = tc.make_model(7), tc.make_model(7)
+    inner = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+    opt = ft.DistributedOptimizer(inner, model.named_parameters(),
+                                  config=cfg, deadline_ms=20000)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.5)
+    ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=2,
+                                                gamma=0.5)
+    x, y = tc.make_data(1, 6)
+    try:
+        for step in range(6):
+            xb, yb = tc.batch(x, y, 1, step, 0)
+
+            def closure():
+                opt.zero_grad()
+                loss = tc.loss_of(model, xb, yb)
+                loss.backward()
+                return loss
+
+            loss = opt.step(closure)
+            assert loss is not None
+            ref_opt.zero_grad()
+            tc.loss_of(ref, xb, yb).backward()
+            ref_opt.step()
+            sched.step()
+            ref_sched.step()
+        assert inner.param_groups[0]["lr"] == pytest.approx(0.0125)
+        assert opt.iteration == 6
+        assert torch.equal(tc.flat(model), tc.flat(ref))
+    finally:
+        opt.close()
