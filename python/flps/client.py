@@ -182,6 +182,8 @@ class Client:
         self.workers = workers
         self.servers = servers
         self.compression = compression or "dense"
+        self.retry_ms = retry_ms
+        self.deadline_ms = deadline_ms
         out = ctypes.c_void_p()
         _native.take_logged_error()
         rc = lib.flps_client_create(ctypes.byref(cfg), ctypes.byref(out))

@@ -188,13 +188,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
             # after every step so the update is read back without rounding.
             self._replicas = [torch.zeros(p.numel(), dtype=torch.float32)
                               for _, p in self._named]
-        if mode == "gradient" and retry_ms == 0:
+        if retry_ms == 0:
             # A re-sent push whose late refusal (FLPS_ELATE) arrives after
-            # the next iteration's push makes libflps pull that part into
-            # the replica (worker/client.c does not compare the refusal's
-            # iteration), which here would turn a step's gradient into the
-            # model. Without resends that cannot happen; the deadline
-            # still bounds every wait.
+            # the next iteration's push makes libflps pull that part
+            # (worker/client.c does not compare the refusal's iteration):
+            # in gradient mode that turns a step's gradient into the model,
+            # and the pull, asked for the closed iteration, is refused with
+            # a sticky FLPS_ELATE. Without resends neither can happen; the
+            # deadline still bounds every wait.
             retry_ms = deadline_ms or 300000
         layout = [(name, r) for (name, _), r in zip(self._named,
                                                     self._replicas)]

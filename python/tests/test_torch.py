@@ -181,6 +181,7 @@ def test_one_worker_in_process_equals_plain_sgd_with_a_scheduler(shards):
     inner = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
     opt = ft.DistributedOptimizer(inner, model.named_parameters(),
                                   config=cfg, deadline_ms=20000)
+    assert opt.client.retry_ms == 20000, "no resends unless asked for"
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.5)
     ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=2,
