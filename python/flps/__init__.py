@@ -14,10 +14,32 @@ is an FlpsError subclass (flps.errors).  flps.torch wraps a PyTorch
 optimizer.
 """
 
-from .client import Client, ClientStats, connect, version
-from .errors import *  # noqa: F401,F403 - the exception classes
-from .errors import ERROR_CLASSES, FlpsError, error_class
 from ._native import EXPECTED_MAJOR, library_path
+from .client import Client, ClientStats, connect, version
+from .errors import (
+    ERROR_CLASSES,
+    FlpsError,
+    LibraryNotFoundError,
+    VersionMismatchError,
+    error_class,
+    OutOfMemoryError,
+    InvalidArgumentError,
+    ProtocolError,
+    TimedOutError,
+    SystemCallError,
+    RangeError,
+    NonFiniteError,
+    LateError,
+    DuplicatePushError,
+    FutureIterationError,
+    JobError,
+    LayoutError,
+    StateError,
+    IOFailedError,
+    ConfigError,
+    RemoteError,
+    ConnectionClosedError,
+)
 
 __version__ = "0.2.0"
 
@@ -29,9 +51,25 @@ __all__ = [
     "library_path",
     "EXPECTED_MAJOR",
     "FlpsError",
-    "ERROR_CLASSES",
-    "error_class",
-] + [cls.__name__ for cls in ERROR_CLASSES.values()] + [
     "LibraryNotFoundError",
     "VersionMismatchError",
+    "ERROR_CLASSES",
+    "error_class",
+    "OutOfMemoryError",
+    "InvalidArgumentError",
+    "ProtocolError",
+    "TimedOutError",
+    "SystemCallError",
+    "RangeError",
+    "NonFiniteError",
+    "LateError",
+    "DuplicatePushError",
+    "FutureIterationError",
+    "JobError",
+    "LayoutError",
+    "StateError",
+    "IOFailedError",
+    "ConfigError",
+    "RemoteError",
+    "ConnectionClosedError",
 ]

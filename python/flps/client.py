@@ -132,6 +132,20 @@ class Client:
         self._lib = lib
         self._handle = None
         self._lock = threading.Lock()
+        if not isinstance(job, str) or not job:
+            raise InvalidArgumentError("job must be the job id, a non-empty "
+                                       "string (got %r)" % (job,))
+        for what, value, top in (("rank", rank, 2**32), ("workers", workers,
+                                                         2**32),
+                                 ("part_size", part_size, 2**32),
+                                 ("iterations", iterations, 2**64),
+                                 ("retry_ms", retry_ms, 2**31),
+                                 ("deadline_ms", deadline_ms, 2**31)):
+            if isinstance(value, bool) or not isinstance(value, int) or not (
+                    0 <= value < top):
+                raise InvalidArgumentError(
+                    "%s must be a whole number in [0, %d) (got %r)"
+                    % (what, top, value))
         if isinstance(servers, str):
             servers = [s for s in servers.split(",") if s]
         servers = list(servers)

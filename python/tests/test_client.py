@@ -163,6 +163,11 @@ def test_settings_out_of_range_are_refused_with_what_they_must_be():
     with pytest.raises(flps.InvalidArgumentError, match="twice"):
         flps.connect("j", 0, 1, ["tcp://127.0.0.1:1"],
                      [("x", buf), ("x", np.zeros(2, np.float32))], lr=1.0)
+    with pytest.raises(flps.InvalidArgumentError, match="deadline_ms"):
+        flps.connect("j", 0, 1, ["tcp://127.0.0.1:1"], {"x": buf}, lr=1.0,
+                     deadline_ms=-1)
+    with pytest.raises(flps.InvalidArgumentError, match="job id"):
+        flps.connect(None, 0, 1, ["tcp://127.0.0.1:1"], {"x": buf}, lr=1.0)
     with pytest.raises(flps.ConfigError, match="not a codec"):
         flps.connect("j", 0, 1, ["tcp://127.0.0.1:1"], {"x": buf}, lr=1.0,
                      compression="zip")
