@@ -81,10 +81,16 @@ def replica_buffer(obj, what):
         "(it writes into it, so no copy can be made)" % (what, _describe(obj)))
 
 
+_F32 = np.dtype(np.float32)
+
+
 def _gradient(obj, numel, what):
     """(address, keep-alive) of obj as numel contiguous float32 values;
     copies only when obj is not already such a buffer."""
-    if _is_torch_tensor(obj):
+    if (type(obj) is np.ndarray and obj.dtype == _F32
+            and obj.flags.c_contiguous):
+        buf, n, ptr = obj, obj.size, obj.ctypes.data  # the common case
+    elif _is_torch_tensor(obj):
         if (obj.device.type == "cpu" and str(obj.dtype) == "torch.float32"
                 and obj.is_contiguous()):
             buf = obj
