@@ -46,7 +46,7 @@ def _describe(obj):
     return "%s.%s" % (type(obj).__module__, type(obj).__qualname__)
 
 
-def replica_buffer(obj, what):
+def _replica_buffer(obj, what):
     """(address, numel) of a float32 buffer libflps may write into: a
     C-contiguous, writeable numpy array or a contiguous torch CPU tensor.
     Raises InvalidArgumentError saying what is wrong with obj."""
@@ -171,7 +171,7 @@ class Client:
             if not isinstance(name, str) or not name:
                 raise InvalidArgumentError(
                     "tensor %d of the layout has no name (got %r)" % (i, name))
-            ptr, numel = replica_buffer(buf, "tensor %r of the layout" % name)
+            ptr, numel = _replica_buffer(buf, "tensor %r of the layout" % name)
             if numel == 0:
                 raise InvalidArgumentError(
                     "tensor %r of the layout is empty" % name)

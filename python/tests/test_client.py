@@ -334,3 +334,14 @@ def test_the_package_version_is_written_alike_in_pyproject():
     with open(os.path.join(PYTHON_DIR, "pyproject.toml")) as f:
         assert 'version = "%s"' % flps.__version__ in f.read()
     assert int(flps.__version__.split(".")[0]) == flps.EXPECTED_MAJOR
+
+
+def test_libflps_log_lines_go_to_the_flps_logger(caplog):
+    x = np.zeros(3, dtype=np.float32)
+    with caplog.at_level("WARNING", logger="flps"):
+        with pytest.raises(flps.TimedOutError):
+            flps.connect("logs", 0, 1, ["tcp://127.0.0.1:9"], {"x": x},
+                         lr=1.0, deadline_ms=300, retry_ms=100)
+    lines = [r for r in caplog.records if r.name == "flps"]
+    assert any(r.levelname == "ERROR" and "did not answer" in r.getMessage()
+               for r in lines), [r.getMessage() for r in lines]
