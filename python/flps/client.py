@@ -277,7 +277,8 @@ class Client:
         """Rank 0 offers its buffers as the initial model (shards restored
         from a checkpoint keep theirs); then every rank pulls the model into
         its buffers.  Blocks."""
-        self._call("cannot fetch the initial model", self._lib.flps_client_init)
+        self._call("cannot fetch the initial model",
+                   self._lib.flps_client_init)
 
     def push(self, layer, grad, iteration):
         """Push the gradient of `layer` (index or name) for `iteration`.

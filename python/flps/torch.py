@@ -1,7 +1,7 @@
 """flps.torch: train a PyTorch model with flps shards doing the all-reduce.
 
     import flps.torch as ft
-    cfg = ft.init()                    # FLPS_JOB, FLPS_RANK, FLPS_WORKERS, FLPS_SERVERS
+    cfg = ft.init()          # FLPS_JOB, FLPS_RANK, FLPS_WORKERS, FLPS_SERVERS
     opt = ft.DistributedOptimizer(torch.optim.Adam(model.parameters()),
                                   named_parameters=model.named_parameters(),
                                   compression="gtopk:0.01")
@@ -327,7 +327,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.client.close()
 
     def __repr__(self):
-        return "DistributedOptimizer(%s, mode=%r, compression=%r, rank %d/%d)" \
-            % (type(self.optimizer).__name__, self.mode,
-               self.client.compression, self.config.rank,
-               self.config.workers)
+        return ("DistributedOptimizer(%s, mode=%r, compression=%r, "
+                "rank %d/%d)" % (type(self.optimizer).__name__, self.mode,
+                                 self.client.compression, self.config.rank,
+                                 self.config.workers))

@@ -86,8 +86,8 @@ def shards(tmp_path):
     def make(job, n=1, extra=()):
         out = []
         for i in range(n):
-            s = start_shard(job, i, n, str(tmp_path / ("%s-s%d.log" % (job, i))),
-                            extra)
+            log = str(tmp_path / ("%s-s%d.log" % (job, i)))
+            s = start_shard(job, i, n, log, extra)
             started.append(s)
             out.append(s)
         return out
