@@ -209,3 +209,59 @@ def test_one_worker_in_process_equals_plain_sgd_with_a_scheduler(shards):
         assert torch.equal(tc.flat(model), tc.flat(ref))
     finally:
         opt.close()
+
+
+def _emulated_post_accumulate_hook(monkeypatch):
+    """Give torch < 2.1 a register_post_accumulate_grad_hook for the test:
+    a post-hook on the parameter's AccumulateGrad node runs right after
+    p.grad was written, which is when torch 2.1's hook runs."""
+    if ft.HAS_POST_ACCUMULATE_HOOK:
+        return  # the real one is there
+    nodes = []  # an AccumulateGrad node lives only while referenced
+
+    class Handle:
+        def remove(self):
+            pass
+
+    def register(p, hook):
+        node = p.expand_as(p).grad_fn.next_functions[0][0]
+        node.register_hook(lambda *_: hook(p))
+        nodes.append(node)
+        return Handle()
+
+    monkeypatch.setattr(torch.Tensor, "register_post_accumulate_grad_hook",
+                        register, raising=False)
+    monkeypatch.setattr(ft, "HAS_POST_ACCUMULATE_HOOK", True)
+
+
+def test_with_post_accumulate_hooks_backward_pushes_each_gradient(
+        shards, monkeypatch):
+    _emulated_post_accumulate_hook(monkeypatch)
+    s = shards("hooks")[0]
+    cfg = ft.Config("hooks", 0, 1, (s.endpoint,))
+    model, ref = tc.make_model(3), tc.make_model(3)
+    opt = ft.DistributedOptimizer(torch.optim.SGD(model.parameters(),
+                                                  lr=0.1),
+                                  model.named_parameters(), config=cfg,
+                                  deadline_ms=20000)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    x, y = tc.make_data(1, 3)
+    try:
+        for step in range(3):
+            xb, yb = tc.batch(x, y, 1, step, 0)
+            opt.zero_grad()
+            pushes = opt.client.stats().pushes
+            tc.loss_of(model, xb, yb).backward()
+            assert all(opt._pushed), "backward should have pushed them all"
+            assert opt.client.stats().pushes > pushes
+            opt.step()
+            ref_opt.zero_grad()
+            tc.loss_of(ref, xb, yb).backward()
+            ref_opt.step()
+        assert torch.equal(tc.flat(model), tc.flat(ref))
+        # A second backward before step() would push a gradient twice.
+        tc.loss_of(model, xb, yb).backward()
+        with pytest.raises(flps.StateError, match="produced twice"):
+            tc.loss_of(model, xb, yb).backward()
+    finally:
+        opt.close()
