@@ -158,7 +158,7 @@ def _pkg_config_candidates():
     libdir = out.stdout.strip()
     if out.returncode != 0 or not libdir:
         return []
-    return [os.path.join(libdir, SONAME)]
+    return [os.path.normpath(os.path.join(libdir, SONAME))]
 
 
 def _candidates():

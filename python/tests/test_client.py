@@ -321,6 +321,16 @@ def test_flps_build_dir_finds_the_library():
     assert r.stdout.strip() == os.path.join(BUILD_DIR, "lib", _native.SONAME)
 
 
+def test_pkg_config_finds_an_installed_library(tmp_path):
+    prefix = tmp_path / "prefix"
+    subprocess.run(["cmake", "--install", BUILD_DIR, "--prefix", str(prefix)],
+                   check=True, capture_output=True, timeout=120)
+    r = _run_isolated({"PKG_CONFIG_PATH": str(prefix / "lib" / "pkgconfig")},
+                      "import flps; print(flps.library_path())")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(prefix / "lib" / _native.SONAME)
+
+
 def test_a_library_of_another_major_version_is_refused():
     class Fake:
         def flps_version(self):
