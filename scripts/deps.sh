@@ -9,6 +9,7 @@ PKGS=(
   libopenblas-dev libopenblas0 libhiredis-dev libmicrohttpd-dev
   libcurl4-openssl-dev libcriterion-dev prometheus
   redis-server dataset-fashion-mnist
+  python3-torch python3-numpy python3-pytest
 )
 
 missing=()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what is missing, build warnings-as-errors, run every test (unit,
-# integration, training acceptance), then the unit tests again under
-# AddressSanitizer + UndefinedBehaviorSanitizer, and the format check.
+# integration, training acceptance, the Python binding), then the unit
+# tests again under AddressSanitizer + UndefinedBehaviorSanitizer, and the
+# format check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -20,6 +21,9 @@ if [ "${FLPS_CNN_ACCEPTANCE:-0}" = 1 ]; then
 else
   ctest --test-dir build --output-on-failure --timeout 1200 -LE cnn
 fi
+
+echo "== Python binding (python/, against build/)"
+FLPS_BUILD_DIR="$PWD/build" /usr/bin/python3 -m pytest -q python
 
 echo "== sanitizer build (ASan + UBSan) and unit + integration tests"
 cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DFLPS_SANITIZE=ON \

@@ -1,0 +1,420 @@
+"""flps.Client: one libflps client (flps_client_*) from Python.
+
+The layout's buffers are the caller's float32 arrays (numpy arrays or torch
+CPU tensors).  They are registered without a copy: libflps writes the
+shards' model and every update straight into them, and the Client keeps a
+reference to each so they live as long as the client does.  Do not resize
+or reallocate them while the client is open.
+"""
+
+import ctypes
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _native
+from .errors import ConfigError, InvalidArgumentError, StateError, error_class
+
+__all__ = ["Client", "ClientStats", "connect", "version"]
+
+
+@dataclass(frozen=True)
+class ClientStats:
+    """Counters of a client since it was created (flps_client_stats)."""
+
+    bytes_sent: int  #: put on the wire, framing included
+    bytes_received: int  #: taken off the wire, likewise
+    dense_bytes: int  #: what bytes_sent would be, had every push been dense
+    pushes: int  #: push messages sent (first attempts)
+    resends: int  #: requests sent again after a timeout
+    elements_sent: int  #: index/value pairs (or dense values) pushed
+
+    @property
+    def sent_share(self):
+        """bytes_sent / dense_bytes (the compression's saving); 0 before
+        the first push."""
+        return self.bytes_sent / self.dense_bytes if self.dense_bytes else 0.0
+
+
+def _is_torch_tensor(obj):
+    return type(obj).__module__.startswith("torch") and hasattr(
+        obj, "data_ptr")
+
+
+def _describe(obj):
+    return "%s.%s" % (type(obj).__module__, type(obj).__qualname__)
+
+
+def _replica_buffer(obj, what):
+    """(address, numel) of a float32 buffer libflps may write into: a
+    C-contiguous, writeable numpy array or a contiguous torch CPU tensor.
+    Raises InvalidArgumentError saying what is wrong with obj."""
+    if isinstance(obj, np.ndarray):
+        if obj.dtype != np.float32:
+            raise InvalidArgumentError(
+                "%s is a numpy array of %s; flps needs float32 (make it with "
+                "dtype=numpy.float32)" % (what, obj.dtype))
+        if not obj.flags.c_contiguous:
+            raise InvalidArgumentError(
+                "%s is not C-contiguous; pass numpy.ascontiguousarray(...) "
+                "and keep that array" % what)
+        if not obj.flags.writeable:
+            raise InvalidArgumentError(
+                "%s is read-only; libflps writes the model into it" % what)
+        return obj.ctypes.data, obj.size
+    if _is_torch_tensor(obj):
+        if obj.device.type != "cpu":
+            raise InvalidArgumentError(
+                "%s is on %s; flps needs a CPU tensor" % (what, obj.device))
+        if str(obj.dtype) != "torch.float32":
+            raise InvalidArgumentError(
+                "%s is a tensor of %s; flps needs torch.float32"
+                % (what, obj.dtype))
+        if not obj.is_contiguous():
+            raise InvalidArgumentError(
+                "%s is not contiguous; pass tensor.contiguous() and keep "
+                "that tensor" % what)
+        return obj.data_ptr(), obj.numel()
+    raise InvalidArgumentError(
+        "%s is a %s; flps needs a float32 numpy array or torch CPU tensor "
+        "(it writes into it, so no copy can be made)" % (what, _describe(obj)))
+
+
+_F32 = np.dtype(np.float32)
+
+
+def _gradient(obj, numel, what):
+    """(address, keep-alive) of obj as numel contiguous float32 values;
+    copies only when obj is not already such a buffer."""
+    if (type(obj) is np.ndarray and obj.dtype == _F32
+            and obj.flags.c_contiguous):
+        buf, n, ptr = obj, obj.size, obj.ctypes.data  # the common case
+    elif _is_torch_tensor(obj):
+        if (obj.device.type == "cpu" and str(obj.dtype) == "torch.float32"
+                and obj.is_contiguous()):
+            buf = obj
+        else:
+            import torch
+
+            buf = obj.detach().to("cpu", torch.float32).contiguous()
+        n, ptr = buf.numel(), buf.data_ptr()
+    else:
+        buf = np.ascontiguousarray(obj, dtype=np.float32)
+        n, ptr = buf.size, buf.ctypes.data
+    if n != numel:
+        raise InvalidArgumentError(
+            "%s has %d elements; the layout says %d" % (what, n, numel))
+    return ptr, buf
+
+
+def _layout_items(layout):
+    if hasattr(layout, "items"):
+        return list(layout.items())
+    items = list(layout)
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise InvalidArgumentError(
+                "layout must be a mapping of name to buffer or a sequence of "
+                "(name, buffer) pairs; got an element %r" % (item,))
+    return items
+
+
+class Client:
+    """A connection of one worker to the shards of a job.
+
+    Made by :func:`connect`; see there for the arguments.  Methods block
+    as the flps_client_* calls do (the GIL is released while they run).
+    One client may be used from several threads, one call at a time (calls
+    are serialized by a lock).  Use it as a context manager, or call
+    :meth:`close`.
+    """
+
+    def __init__(self, job, rank, workers, servers, layout, *, lr,
+                 compression="dense", momentum=0.0, part_size=0,
+                 asynchronous=False, lr_cosine=False, iterations=0,
+                 retry_ms=0, deadline_ms=0):
+        lib = _native.lib()
+        self._lib = lib
+        self._handle = None
+        self._lock = threading.Lock()
+        if not isinstance(job, str) or not job:
+            raise InvalidArgumentError("job must be the job id, a non-empty "
+                                       "string (got %r)" % (job,))
+        for what, value, top in (("rank", rank, 2**32), ("workers", workers,
+                                                         2**32),
+                                 ("part_size", part_size, 2**32),
+                                 ("iterations", iterations, 2**64),
+                                 ("retry_ms", retry_ms, 2**31),
+                                 ("deadline_ms", deadline_ms, 2**31)):
+            if isinstance(value, bool) or not isinstance(value, int) or not (
+                    0 <= value < top):
+                raise InvalidArgumentError(
+                    "%s must be a whole number in [0, %d) (got %r)"
+                    % (what, top, value))
+        if isinstance(servers, str):
+            servers = [s for s in servers.split(",") if s]
+        servers = list(servers)
+        if not servers:
+            raise InvalidArgumentError(
+                "no shard endpoints given; pass servers=['tcp://host:port', "
+                "...], one per shard")
+        items = _layout_items(layout)
+        if not items:
+            raise InvalidArgumentError("the layout has no tensors")
+        self.names = []
+        self.numels = []
+        self._buffers = []  # keeps the caller's memory alive
+        tensors = (_native.FlpsTensor * len(items))()
+        names_b = []
+        for i, (name, buf) in enumerate(items):
+            if not isinstance(name, str) or not name:
+                raise InvalidArgumentError(
+                    "tensor %d of the layout has no name (got %r)" % (i, name))
+            ptr, numel = _replica_buffer(buf, "tensor %r of the layout" % name)
+            if numel == 0:
+                raise InvalidArgumentError(
+                    "tensor %r of the layout is empty" % name)
+            names_b.append(name.encode())
+            tensors[i].name = names_b[-1]
+            tensors[i].numel = numel
+            tensors[i].data = ptr
+            self.names.append(name)
+            self.numels.append(numel)
+            self._buffers.append(buf)
+        if len(set(self.names)) != len(self.names):
+            raise InvalidArgumentError(
+                "the layout names a tensor twice: %s" % self.names)
+        self._index = {n: i for i, n in enumerate(self.names)}
+        servers_b = [s.encode() for s in servers]
+        cservers = (ctypes.c_char_p * len(servers_b))(*servers_b)
+        job_b = job.encode()
+        comp_b = compression.encode() if compression else None
+        cfg = _native.FlpsClientConfig(
+            job=job_b, rank=rank, workers=workers, servers=cservers,
+            nservers=len(servers_b), tensors=tensors, ntensors=len(items),
+            part_size=part_size, async_=1 if asynchronous else 0,
+            compression=comp_b, lr=lr, lr_cosine=1 if lr_cosine else 0,
+            iterations=iterations, momentum=momentum, retry_ms=retry_ms,
+            deadline_ms=deadline_ms)
+        self.job = job
+        self.rank = rank
+        self.workers = workers
+        self.servers = servers
+        self.compression = compression or "dense"
+        self.retry_ms = retry_ms
+        self.deadline_ms = deadline_ms
+        out = ctypes.c_void_p()
+        _native.take_logged_error()
+        rc = lib.flps_client_create(ctypes.byref(cfg), ctypes.byref(out))
+        if rc != 0:
+            why = _native.take_logged_error()
+            if rc == InvalidArgumentError.code and not why:
+                why = ("a setting is out of its range: job 1..63 characters, "
+                       "0 <= rank < workers, lr > 0, 0 <= momentum < 1 (got "
+                       "job=%r rank=%r workers=%r lr=%r momentum=%r)"
+                       % (job, rank, workers, lr, momentum))
+            elif rc == ConfigError.code and not why:
+                # libflps does not log a codec it cannot parse.
+                why = ("compression %r is not a codec; use dense, fp16, "
+                       "topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, sign or "
+                       "auto" % (compression,))
+            raise self._error(rc, "cannot join job %r at %s" %
+                              (job, ",".join(servers)), why)
+        self._handle = out
+
+    # -- errors --
+
+    def _error(self, rc, what, why=None):
+        lib = self._lib
+        if why is None:
+            why = ""
+            if self._handle is not None:
+                why = lib.flps_client_last_error(self._handle).decode(
+                    "utf-8", "replace")
+        if not why:
+            why = lib.flps_strerror(rc).decode()
+        name = lib.flps_errname(rc).decode()
+        return error_class(rc)("%s: %s" % (what, why), code=rc, name=name)
+
+    def _live(self):
+        if self._handle is None:
+            raise StateError("the client of job %r is closed; make a new one "
+                             "with flps.connect" % self.job)
+        return self._handle
+
+    def _call(self, what, fn, *args, hints=None):
+        """fn(handle, *args), raising its error; hints: code -> advice added
+        to the message of that code."""
+        with self._lock:
+            rc = fn(self._live(), *args)
+            if rc != 0:
+                err = self._error(rc, what)
+                if hints and rc in hints:
+                    err = type(err)("%s (%s)" % (err.message, hints[rc]),
+                                    code=err.code, name=err.name)
+                raise err
+
+    def layer(self, layer):
+        """The index of `layer` (an index or a tensor's name)."""
+        if isinstance(layer, str):
+            try:
+                return self._index[layer]
+            except KeyError:
+                raise InvalidArgumentError(
+                    "no tensor %r in the layout (it has %s)"
+                    % (layer, ", ".join(self.names))) from None
+        if isinstance(layer, bool) or not isinstance(layer, int) or not (
+                0 <= layer < len(self.names)):
+            raise InvalidArgumentError(
+                "layer %r is not a tensor of the layout (0..%d or a name)"
+                % (layer, len(self.names) - 1))
+        return layer
+
+    # -- the calls --
+
+    def init(self):
+        """Rank 0 offers its buffers as the initial model (shards restored
+        from a checkpoint keep theirs); then every rank pulls the model into
+        its buffers.  Blocks."""
+        self._call("cannot fetch the initial model",
+                   self._lib.flps_client_init)
+
+    def push(self, layer, grad, iteration):
+        """Push the gradient of `layer` (index or name) for `iteration`.
+
+        grad: the layer's numel float32 values (any array-like; a
+        contiguous float32 numpy array or CPU tensor is used without a
+        copy).  Returns at once; the update arrives in :meth:`wait`."""
+        i = self.layer(layer)
+        ptr, keep = _gradient(grad, self.numels[i],
+                              "the gradient of %r" % self.names[i])
+        self._call("cannot push the gradient of %r for iteration %d"
+                   % (self.names[i], iteration), self._lib.flps_client_push,
+                   i, ptr, iteration)
+        del keep
+
+    def wait(self, iteration):
+        """Block until every part pushed for `iteration` has its update and
+        add the updates into the buffers."""
+        self._call("iteration %d did not complete" % iteration,
+                   self._lib.flps_client_wait, iteration)
+
+    def pull(self):
+        """Replace the buffers' contents with the shards' model.  Blocks."""
+        self._call("cannot pull the model", self._lib.flps_client_pull)
+
+    def checkpoint(self):
+        """Ask every shard to write a checkpoint now.  Blocks."""
+        self._call("cannot checkpoint", self._lib.flps_client_checkpoint,
+                   hints={StateError.code: "a shard writes checkpoints only "
+                          "when started with --checkpoint-dir"})
+
+    def set_layer_codec(self, layer, spec):
+        """Auto jobs (compression "auto") only: send `layer` as "dense" or
+        "topk:D" from its next push on."""
+        i = self.layer(layer)
+        self._call("cannot set the codec of %r to %r" % (self.names[i], spec),
+                   self._lib.flps_client_set_layer_codec, i, spec.encode(),
+                   hints={
+                       StateError.code: "not an auto job: only a client made "
+                       "with compression=\"auto\" takes a codec per layer, "
+                       "this one has %r" % self.compression,
+                       InvalidArgumentError.code: "use \"dense\" or "
+                       "\"topk:D\" with 0 < D <= 1"})
+
+    def measure_network(self):
+        """(alpha seconds, beta seconds per byte) to the shards, measured
+        with a few pulls that replace the buffers as pull() does."""
+        alpha, beta = ctypes.c_double(), ctypes.c_double()
+        self._call("cannot measure the network",
+                   self._lib.flps_client_measure_network, ctypes.byref(alpha),
+                   ctypes.byref(beta))
+        return alpha.value, beta.value
+
+    @property
+    def resume_iteration(self):
+        """The first iteration the shards have not closed yet."""
+        with self._lock:
+            return self._lib.flps_client_resume_iteration(self._live())
+
+    def stats(self):
+        """The client's counters, as a :class:`ClientStats`."""
+        st = _native.FlpsClientStats()
+        with self._lock:
+            self._lib.flps_client_get_stats(self._live(), ctypes.byref(st))
+        return ClientStats(*(getattr(st, f) for f, _ in st._fields_))
+
+    @property
+    def last_error(self):
+        """The client's sticky error message, "" while it is healthy."""
+        with self._lock:
+            return self._lib.flps_client_last_error(self._live()).decode(
+                "utf-8", "replace")
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def close(self):
+        """Close the connections and free the client; the buffers stay the
+        caller's.  Closing twice does nothing."""
+        with self._lock:
+            if self._handle is not None:
+                self._lib.flps_client_destroy(self._handle)
+                self._handle = None
+                self._buffers = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            self.close()
+
+    def __repr__(self):
+        return "<flps.Client job=%r rank=%d/%d %d tensors %s>" % (
+            self.job, self.rank, self.workers, len(self.names),
+            "closed" if self.closed else "open")
+
+
+def connect(job, rank, workers, servers, layout, *, lr,
+            compression="dense", momentum=0.0, part_size=0,
+            asynchronous=False, lr_cosine=False, iterations=0, retry_ms=0,
+            deadline_ms=0):
+    """Join job `job` as worker `rank` of `workers` and register `layout`.
+
+    servers: the shard endpoints, shard i first (a list, or one
+        comma-separated string), e.g. ["tcp://10.0.0.7:5555"].
+    layout: the model, first layer first: a mapping of tensor name to its
+        buffer, or a sequence of (name, buffer) pairs.  Each buffer is a
+        C-contiguous float32 numpy array or a contiguous float32 torch CPU
+        tensor; libflps writes the model into it (no copy is made) and the
+        client keeps it alive.
+    lr: the shards' learning rate (> 0); they apply
+        w -= lr / workers * sum of the pushed gradients.
+    compression: "dense", "fp16", "topk:D", "gtopk:D", "randk:D", "dgc:D",
+        "qsgd:BITS", "sign" or "auto".
+    momentum: worker-side momentum in [0, 1).
+    part_size, asynchronous, lr_cosine, iterations, retry_ms, deadline_ms:
+        as flps_client_config's fields (0 = the library's default; the
+        deadline bounds every blocking call, 300 s by default).
+
+    Blocks until every shard accepted the layout, and returns the
+    :class:`Client`; call its init() next.  Raises an FlpsError subclass
+    (TimedOutError for a shard that does not answer within the deadline,
+    LayoutError for a layout other workers registered differently, ...).
+    """
+    return Client(job, rank, workers, servers, layout, lr=lr,
+                  compression=compression, momentum=momentum,
+                  part_size=part_size, asynchronous=asynchronous,
+                  lr_cosine=lr_cosine, iterations=iterations,
+                  retry_ms=retry_ms, deadline_ms=deadline_ms)
+
+
+def version():
+    """The version of the libflps loaded, "MAJOR.MINOR.PATCH"."""
+    return _native.lib().flps_version().decode()

@@ -1,0 +1,267 @@
+"""flps.torch against a real shard and two real worker processes: the
+broadcast, dense SGD equal to single-process SGD on the averaged
+gradients, identical workers under Adam, and the configuration errors."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flps  # noqa: E402
+import flps.torch as ft  # noqa: E402
+import train_common as tc  # noqa: E402
+
+from conftest import HERE, PYTHON_DIR  # noqa: E402
+
+torch.set_num_threads(1)
+W = 2
+
+
+def run_workers(shard, job, tmp_path, steps, optimizer, mode="gradient",
+                compression="dense"):
+    """Train on W worker processes against shard; their saved results."""
+    procs, outs = [], []
+    for rank in range(W):
+        out = tmp_path / ("%s-%d.pt" % (job, rank))
+        env = dict(os.environ,
+                   PYTHONPATH=os.pathsep.join([PYTHON_DIR, HERE]),
+                   FLPS_JOB=job, FLPS_RANK=str(rank), FLPS_WORKERS=str(W),
+                   FLPS_SERVERS=shard.endpoint, TEST_STEPS=str(steps),
+                   TEST_OPTIMIZER=optimizer, TEST_MODE=mode,
+                   TEST_COMPRESSION=compression, OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "torch_worker.py"), str(out)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True))
+        outs.append(out)
+    logs = []
+    for p in procs:
+        try:
+            logs.append(p.communicate(timeout=150)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("a worker of %s hung; shard log:\n%s"
+                        % (job, shard.log()))
+    for rank, p in enumerate(procs):
+        assert p.returncode == 0, "worker %d failed:\n%s" % (rank, logs[rank])
+    return [torch.load(o) for o in outs]
+
+
+def reference(steps, optimizer):
+    """Single-process training of rank 0's model on the average of the
+    W workers' gradients of the same batches."""
+    model = tc.make_model(100)
+    opt = tc.make_optimizer(optimizer, model.parameters())
+    x, y = tc.make_data(W, steps)
+    for step in range(steps):
+        grads = []
+        for rank in range(W):
+            model.zero_grad()
+            tc.loss_of(model, *tc.batch(x, y, W, step, rank)).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        for i, p in enumerate(model.parameters()):
+            p.grad = (grads[0][i] + grads[1][i]) / W
+        opt.step()
+    return tc.flat(model)
+
+
+def check_broadcast(results):
+    assert not torch.equal(results[0]["before"], results[1]["before"]), \
+        "the ranks should start from different values"
+    for r in results:
+        assert torch.equal(r["synced"], results[0]["before"]), \
+            "every worker starts from rank 0's parameters"
+
+
+@pytest.mark.parametrize("mode", ["gradient", "server"])
+def test_dense_sgd_equals_single_process_sgd_on_averaged_gradients(
+        shards, tmp_path, mode):
+    steps = 20
+    job = "sgd-" + mode
+    s = shards(job)[0]
+    results = run_workers(s, job, tmp_path, steps, "sgd", mode=mode)
+    check_broadcast(results)
+    want = reference(steps, "sgd")
+    assert (want - results[0]["synced"]).abs().max() > 1e-2, \
+        "training should move the parameters"
+    for rank, r in enumerate(results):
+        diff = (r["final"] - want).abs().max().item()
+        assert diff < 1e-5, "rank %d is %.3g from the reference" % (rank,
+                                                                    diff)
+
+
+def test_adam_keeps_every_worker_identical_after_50_steps(shards, tmp_path):
+    s = shards("adam")[0]
+    results = run_workers(s, "adam", tmp_path, 50, "adam")
+    check_broadcast(results)
+    assert torch.equal(results[0]["final"], results[1]["final"])
+    want = reference(50, "adam")
+    assert (results[0]["final"] - want).abs().max() < 1e-4
+    assert (results[0]["final"] - results[0]["synced"]).abs().max() > 1e-2
+
+
+def test_adam_with_gtopk_keeps_workers_identical_and_sends_less(shards,
+                                                                 tmp_path):
+    s = shards("gtopk")[0]
+    results = run_workers(s, "gtopk", tmp_path, 30, "adam",
+                          compression="gtopk:0.1")
+    assert torch.equal(results[0]["final"], results[1]["final"])
+    assert (results[0]["final"] - results[0]["synced"]).abs().max() > 1e-3
+    for r in results:
+        assert r["bytes_sent"] < 0.5 * r["dense_bytes"]
+
+
+ENV = {"FLPS_JOB": "j", "FLPS_RANK": "1", "FLPS_WORKERS": "2",
+       "FLPS_SERVERS": "tcp://a:1, tcp://b:2"}
+
+
+def test_init_reads_the_environment():
+    cfg = ft.init(ENV)
+    assert cfg == ft.Config("j", 1, 2, ("tcp://a:1", "tcp://b:2"))
+
+
+@pytest.mark.parametrize("var, value, why", [
+    ("FLPS_JOB", "", "FLPS_JOB is not set"),
+    ("FLPS_RANK", None, "FLPS_RANK is not set"),
+    ("FLPS_RANK", "x", "FLPS_RANK='x' is not a whole number"),
+    ("FLPS_RANK", "2", "not below FLPS_WORKERS=2"),
+    ("FLPS_WORKERS", "0", "FLPS_WORKERS=0 is below 1"),
+    ("FLPS_SERVERS", " , ", "FLPS_SERVERS is not set"),
+])
+def test_init_names_the_variable_that_is_wrong(var, value, why):
+    env = dict(ENV)
+    if value is None:
+        del env[var]
+    else:
+        env[var] = value
+    with pytest.raises(flps.ConfigError, match=why):
+        ft.init(env)
+
+
+def test_server_mode_refuses_what_the_shards_cannot_run():
+    model = tc.make_model(1)
+    cfg = ft.Config("j", 0, 1, ("tcp://127.0.0.1:1",))
+    with pytest.raises(flps.ConfigError, match="torch.optim.SGD only"):
+        ft.DistributedOptimizer(torch.optim.Adam(model.parameters()),
+                                mode="server", config=cfg)
+    with pytest.raises(flps.ConfigError, match="nesterov"):
+        ft.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9,
+                            nesterov=True), mode="server", config=cfg)
+    with pytest.raises(flps.ConfigError, match="mode='sync'"):
+        ft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                mode="sync", config=cfg)
+
+
+def test_parameters_must_be_named_when_names_are_given():
+    model = tc.make_model(1)
+    cfg = ft.Config("j", 0, 1, ("tcp://127.0.0.1:1",))
+    named = list(model.named_parameters())[:-1]
+    with pytest.raises(flps.InvalidArgumentError, match="not in named_"):
+        ft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                named_parameters=named, config=cfg)
+
+
+def test_an_unreachable_shard_fails_the_optimizer_within_the_deadline():
+    model = tc.make_model(1)
+    cfg = ft.Config("j", 0, 1, ("tcp://127.0.0.1:9",))
+    with pytest.raises(flps.TimedOutError, match="127.0.0.1:9"):
+        ft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                config=cfg, deadline_ms=300, retry_ms=100)
+
+
+def test_one_worker_in_process_equals_plain_sgd_with_a_scheduler(shards):
+    s = shards("one")[0]
+    cfg = ft.Config("one", 0, 1, (s.endpoint,))
+    model, ref = tc.make_model(7), tc.make_model(7)
+    inner = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+    opt = ft.DistributedOptimizer(inner, model.named_parameters(),
+                                  config=cfg, deadline_ms=20000)
+    assert opt.client.retry_ms == 20000, "no resends unless asked for"
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.5)
+    ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=2,
+                                                gamma=0.5)
+    x, y = tc.make_data(1, 6)
+    try:
+        for step in range(6):
+            xb, yb = tc.batch(x, y, 1, step, 0)
+
+            def closure():
+                opt.zero_grad()
+                loss = tc.loss_of(model, xb, yb)
+                loss.backward()
+                return loss
+
+            loss = opt.step(closure)
+            assert loss is not None
+            ref_opt.zero_grad()
+            tc.loss_of(ref, xb, yb).backward()
+            ref_opt.step()
+            sched.step()
+            ref_sched.step()
+        assert inner.param_groups[0]["lr"] == pytest.approx(0.0125)
+        assert opt.iteration == 6
+        assert torch.equal(tc.flat(model), tc.flat(ref))
+    finally:
+        opt.close()
+
+
+def _emulated_post_accumulate_hook(monkeypatch):
+    """Give torch < 2.1 a register_post_accumulate_grad_hook for the test:
+    a post-hook on the parameter's AccumulateGrad node runs right after
+    p.grad was written, which is when torch 2.1's hook runs."""
+    if ft.HAS_POST_ACCUMULATE_HOOK:
+        return  # the real one is there
+    nodes = []  # an AccumulateGrad node lives only while referenced
+
+    class Handle:
+        def remove(self):
+            pass
+
+    def register(p, hook):
+        node = p.expand_as(p).grad_fn.next_functions[0][0]
+        node.register_hook(lambda *_: hook(p))
+        nodes.append(node)
+        return Handle()
+
+    monkeypatch.setattr(torch.Tensor, "register_post_accumulate_grad_hook",
+                        register, raising=False)
+    monkeypatch.setattr(ft, "HAS_POST_ACCUMULATE_HOOK", True)
+
+
+def test_with_post_accumulate_hooks_backward_pushes_each_gradient(
+        shards, monkeypatch):
+    _emulated_post_accumulate_hook(monkeypatch)
+    s = shards("hooks")[0]
+    cfg = ft.Config("hooks", 0, 1, (s.endpoint,))
+    model, ref = tc.make_model(3), tc.make_model(3)
+    opt = ft.DistributedOptimizer(torch.optim.SGD(model.parameters(),
+                                                  lr=0.1),
+                                  model.named_parameters(), config=cfg,
+                                  deadline_ms=20000)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    x, y = tc.make_data(1, 3)
+    try:
+        for step in range(3):
+            xb, yb = tc.batch(x, y, 1, step, 0)
+            opt.zero_grad()
+            pushes = opt.client.stats().pushes
+            tc.loss_of(model, xb, yb).backward()
+            assert all(opt._pushed), "backward should have pushed them all"
+            assert opt.client.stats().pushes > pushes
+            opt.step()
+            ref_opt.zero_grad()
+            tc.loss_of(ref, xb, yb).backward()
+            ref_opt.step()
+        assert torch.equal(tc.flat(model), tc.flat(ref))
+        # A second backward before step() would push a gradient twice.
+        tc.loss_of(model, xb, yb).backward()
+        with pytest.raises(flps.StateError, match="produced twice"):
+            tc.loss_of(model, xb, yb).backward()
+    finally:
+        opt.close()

@@ -1,0 +1,45 @@
+"""One worker process of the torch tests: trains train_common's model with
+flps.torch.DistributedOptimizer and saves its parameters.
+
+usage: torch_worker.py OUT.pt  (settings in FLPS_* and TEST_* variables)
+"""
+
+import os
+import sys
+
+import torch
+
+import flps.torch as ft
+import train_common as tc
+
+
+def main():
+    torch.set_num_threads(1)
+    cfg = ft.init()
+    steps = int(os.environ["TEST_STEPS"])
+    model = tc.make_model(100 + cfg.rank)  # each rank starts elsewhere
+    before = tc.flat(model).clone()
+    opt = ft.DistributedOptimizer(
+        tc.make_optimizer(os.environ["TEST_OPTIMIZER"], model.parameters()),
+        named_parameters=model.named_parameters(),
+        compression=os.environ.get("TEST_COMPRESSION", "dense"),
+        mode=os.environ.get("TEST_MODE", "gradient"), deadline_ms=60000)
+    synced = tc.flat(model).clone()
+    x, y = tc.make_data(cfg.workers, steps)
+    losses = []
+    for step in range(steps):
+        xb, yb = tc.batch(x, y, cfg.workers, step, cfg.rank)
+        opt.zero_grad()
+        loss = tc.loss_of(model, xb, yb)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    stats = opt.client.stats()
+    opt.close()
+    torch.save({"before": before, "synced": synced, "final": tc.flat(model),
+                "losses": losses, "bytes_sent": stats.bytes_sent,
+                "dense_bytes": stats.dense_bytes}, sys.argv[1])
+
+
+if __name__ == "__main__":
+    main()
