@@ -52,7 +52,8 @@ up() {
     { echo "cluster: flsched did not start; see $DIR/flsched.log" >&2; down; exit 1; }
   for n in n1 n2; do
     "$BIN/flagent" --redis "$url" --name "$n" --cpus "$CPUS" --memory "$MEM" \
-      --gpus 0 --work-dir "$DIR/$n" --checkpoint-root "$DIR/checkpoints" >"$DIR/flagent-$n.out" 2>"$DIR/flagent-$n.log" &
+      --gpus 0 --work-dir "$DIR/$n" --checkpoint-root "$DIR/checkpoints" \
+      --metrics 127.0.0.1:0 >"$DIR/flagent-$n.out" 2>"$DIR/flagent-$n.log" &
     echo "flagent-$n $!" >>"$DIR/pids"
   done
   echo "http://$api" >"$DIR/scheduler"
@@ -62,6 +63,7 @@ up() {
     sleep 0.1
   done
   echo "cluster: redis $url, flsched http://$api, agents n1 n2 ($CPUS CPUs, $MEM each); logs in $DIR" >&2
+  echo "cluster: Prometheus targets (http_sd) at http://$api/v1/metrics/targets" >&2
   echo "export FLPS_SCHEDULER=http://$api"
 }
 
