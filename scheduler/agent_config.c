@@ -185,10 +185,12 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
                 return FLPS_ECONFIG;
             break;
         case 'M':
-            if (strlen(optarg) >= sizeof(cfg.metrics))
+            /* httpd_start checks the address itself when it binds. */
+            if (optarg[0] == '\0' || strlen(optarg) >= sizeof(cfg.metrics))
                 return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
-                                       "--metrics: '%s' is too long for "
-                                       "HOST:PORT",
+                                       "--metrics: '%.40s' is not HOST:PORT "
+                                       "(e.g. 127.0.0.1:9101; port 0 picks a "
+                                       "free one)",
                                        optarg);
             snprintf(cfg.metrics, sizeof(cfg.metrics), "%s", optarg);
             break;
