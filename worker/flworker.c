@@ -78,8 +78,12 @@ static void on_grad_ready(void *arg, size_t ti)
 
             flps_client_get_stats(pc->client, &after);
             pc->push_s += dt;
+            /* Only this push sends during the call (resends happen in
+             * flps_client_wait), so the deltas are this layer's. */
             flw_metrics_push(pc->fm, ti, dt,
-                             after.elements_sent - before.elements_sent);
+                             after.elements_sent - before.elements_sent,
+                             after.bytes_sent - before.bytes_sent,
+                             after.dense_bytes - before.dense_bytes);
         }
     }
     if (pc->tb_sum != NULL)

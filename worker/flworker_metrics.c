@@ -17,7 +17,7 @@ struct flw_metrics {
     httpd *http;
     metrics_family *iter, *iters, *bytes_out, *bytes_in, *dense, *pushes,
         *resends, *elems, *push_s, *wait_s, *compute, *comm, *loss, *acc,
-        *tloss, *ratio, *density;
+        *tloss, *ratio, *density, *layer_ratio;
     char **names;
     size_t *numel, nlayers;
 };
@@ -112,6 +112,9 @@ flps_err flw_metrics_create(const char *listen, const char *const *names,
                        "Elements the layer's last push sent over the "
                        "layer's elements.",
                        layer, 1, &m->density));
+    REG_(metrics_gauge(m->reg, "flworker_layer_compression_ratio",
+                       "Dense bytes over bytes sent in the layer's last push.",
+                       layer, 1, &m->layer_ratio));
     REG_(metrics_proc_register(m->reg, "flworker"));
     REG_(metrics_serve(m->reg, listen, &m->http, bound, boundlen));
 #undef REG_
@@ -139,7 +142,7 @@ void flw_metrics_destroy(flw_metrics *m)
 }
 
 void flw_metrics_push(flw_metrics *m, size_t layer, double seconds,
-                      uint64_t elements)
+                      uint64_t elements, uint64_t bytes, uint64_t dense_bytes)
 {
     metrics_histogram_observe(m->push_s, NULL, seconds);
     if (layer < m->nlayers && m->numel[layer] > 0) {
@@ -147,6 +150,9 @@ void flw_metrics_push(flw_metrics *m, size_t layer, double seconds,
 
         metrics_gauge_set(m->density, v,
                           (double)elements / (double)m->numel[layer]);
+        if (bytes > 0)
+            metrics_gauge_set(m->layer_ratio, v,
+                              (double)dense_bytes / (double)bytes);
     }
 }
 

@@ -23,10 +23,11 @@ flps_err flw_metrics_create(const char *listen, const char *const *names,
 /* Stop serving (waits for a scrape in progress) and free m. NULL ok. */
 void flw_metrics_destroy(flw_metrics *m);
 
-/* One push of layer `layer`: it took seconds and sent elements of the
- * layer's numel (the achieved density). Call from the training thread. */
+/* One push of layer `layer`: it took seconds, sent elements of the
+ * layer's numel (the achieved density) in bytes on the wire, where a dense
+ * push would have taken dense_bytes. Call from the training thread. */
 void flw_metrics_push(flw_metrics *m, size_t layer, double seconds,
-                      uint64_t elements);
+                      uint64_t elements, uint64_t bytes, uint64_t dense_bytes);
 
 /* One finished iteration: it, the loop's iteration (0-based), compute and
  * comm seconds (comm: inside push and wait; compute: the rest of the

@@ -317,6 +317,11 @@ Test(metrics_cluster, every_daemon_serves_linted_metrics_whose_counters_move)
                  *l);
         d = sample(w1, series);
         cr_assert(d > 0.008 && d < 0.012, "%s is %g, not ~0.01", series, d);
+        snprintf(series, sizeof(series),
+                 "flworker_layer_compression_ratio{layer=\"%s\"}", *l);
+        d = sample(w1, series);
+        /* An index and a value per pair: 1% costs ~2% of dense. */
+        cr_assert(d > 30 && d < 60, "%s is %g, not ~50", series, d);
     }
     cr_assert_gt(sample(w1, "flworker_compression_ratio"), 10,
                  "1%% of the pairs must cost far less than dense");
