@@ -38,9 +38,9 @@ flps_err metrics_proc_parse_stat(const char *text, double ticks_per_s,
  * when absent. No I/O. */
 flps_err metrics_proc_parse_btime(const char *text, double *btime);
 
-/* Read the calling process's sample from /proc. Fields that cannot be read
- * are left at 0 (logged once at debug level is not worth it: /proc is
- * there on every Linux the daemons run on). Never fails. */
+/* Read the calling process's sample from /proc. A field that cannot be
+ * read is 0, silently: /proc is there on every Linux the daemons run on,
+ * and a scrape must not fail for one missing value. Never fails. */
 void metrics_proc_read(metrics_proc_sample *out);
 
 #endif
