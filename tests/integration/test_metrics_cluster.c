@@ -545,3 +545,44 @@ Test(metrics_cluster, a_real_prometheus_finds_every_target_through_flsched)
     cr_assert_eq(v, 1);
     free(id);
 }
+
+Test(metrics_cluster,
+     a_worker_whose_metrics_port_is_taken_stops_before_training)
+{
+    char path[128], cmd[512], taken[64];
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    run_result r;
+    FILE *f;
+
+    memset(&cl, 0, sizeof(cl));
+    snprintf(cl.dir, sizeof(cl.dir), "/tmp/flps-mcl-XXXXXX");
+    cr_assert_not_null(mkdtemp(cl.dir));
+    /* Hold a port: bound and listening, as another daemon would. */
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(fd, 1), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    snprintf(taken, sizeof(taken), "127.0.0.1:%d", ntohs(a.sin_port));
+    snprintf(path, sizeof(path), "%s/job.yaml", cl.dir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(LONG_JOB, f);
+    fclose(f);
+    /* No shard listens at the endpoint: a worker that went on would wait
+     * for it, not exit 1 at once. */
+    snprintf(cmd, sizeof(cmd),
+             "timeout 60 %s/flworker --job %s --rank 0 --servers "
+             "tcp://127.0.0.1:1 --metrics %s",
+             FLPS_BIN_DIR, path, taken);
+    run_cmd(cmd, &r);
+    close(fd);
+    cr_assert_eq(r.status, 1, "flworker exited %d:\n%s%s", r.status, r.out,
+                 r.err);
+    cr_assert_not_null(strstr(r.err, "cannot serve metrics on"), "%s", r.err);
+    cr_assert_null(strstr(r.out, "metrics on"), "it must not claim to serve");
+    run_free(&r);
+}
