@@ -150,6 +150,20 @@ static void start_cluster(void)
     snprintf(agent_metrics, sizeof(agent_metrics), "127.0.0.1:0");
     cl.agent = test_spawn("flagent", aargs, log, NULL, NULL, 0);
     cr_assert_gt(cl.agent, 0);
+    /* The node registered before anything is submitted (flsched refuses
+     * a job no registered node could ever run). */
+    for (int i = 0; i < 150; i++) {
+        char *text = http_get(cl.api, "/v1/nodes");
+        json_t *o = text ? json_loads(text, 0, NULL) : NULL;
+        size_t n = json_array_size(json_object_get(o, "nodes"));
+
+        free(text);
+        json_decref(o);
+        if (n == 1)
+            return;
+        sleep_ms(100);
+    }
+    cr_assert_fail("flagent did not register; see %s", log);
 }
 
 static void stop(pid_t *pid)
