@@ -548,20 +548,7 @@ int main(int argc, char **argv)
     }
 
     if (metrics_ep != NULL) {
-        const char **names =
-            flps_calloc(model_num_tensors(m) + 1, sizeof(*names));
-        size_t *numel = flps_calloc(model_num_tensors(m) + 1, sizeof(*numel));
-
-        for (size_t i = 0; names && numel && i < model_num_tensors(m); i++) {
-            names[i] = model_tensor_at(m, i)->name;
-            numel[i] = model_tensor_at(m, i)->numel;
-        }
-        rc = names && numel ? flw_metrics_create(metrics_ep, names, numel,
-                                                 model_num_tensors(m), &fm,
-                                                 mbound, sizeof(mbound))
-                            : FLPS_ENOMEM;
-        flps_free(names);
-        flps_free(numel);
+        rc = flw_metrics_create(metrics_ep, m, &fm, mbound, sizeof(mbound));
         if (rc != FLPS_OK) {
             log_error("cannot serve metrics on %s (%s); fix or drop "
                       "--metrics",

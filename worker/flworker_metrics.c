@@ -22,11 +22,11 @@ struct flw_metrics {
     size_t *numel, nlayers;
 };
 
-flps_err flw_metrics_create(const char *listen, const char *const *names,
-                            const size_t *numel, size_t nlayers,
-                            flw_metrics **out, char *bound, size_t boundlen)
+flps_err flw_metrics_create(const char *listen, model *mod, flw_metrics **out,
+                            char *bound, size_t boundlen)
 {
     static const char *const layer[] = {"layer"};
+    size_t nlayers = model_num_tensors(mod);
     flw_metrics *m = flps_calloc(1, sizeof(*m));
     const double *b;
     size_t nb;
@@ -40,10 +40,12 @@ flps_err flw_metrics_create(const char *listen, const char *const *names,
         goto fail;
     m->nlayers = nlayers;
     for (size_t i = 0; i < nlayers; i++) {
-        m->names[i] = flps_strdup(names[i]);
+        const model_tensor *t = model_tensor_at(mod, i);
+
+        m->names[i] = flps_strdup(t->name);
         if (m->names[i] == NULL)
             goto fail;
-        m->numel[i] = numel[i];
+        m->numel[i] = t->numel;
     }
     rc = metrics_create(&m->reg);
     if (rc != FLPS_OK)

@@ -8,17 +8,16 @@
 
 #include "common/err.h"
 #include "flps.h"
+#include "worker/model.h"
 
 typedef struct flw_metrics flw_metrics;
 
-/* Register flworker's families for a model of nlayers tensors (names[i]
- * borrowed for the call, numel[i] elements each) and serve them with
- * /healthz on listen ("HOST:PORT", see httpd_start); bound gets the
- * address bound. Errors as httpd_start (logged), FLPS_ENOMEM. Caller owns
- * *out. */
-flps_err flw_metrics_create(const char *listen, const char *const *names,
-                            const size_t *numel, size_t nlayers,
-                            flw_metrics **out, char *bound, size_t boundlen);
+/* Register flworker's families for m's tensors (their names and sizes are
+ * copied; m is borrowed for the call) and serve them with /healthz on
+ * listen ("HOST:PORT", see httpd_start); bound gets the address bound.
+ * Errors as httpd_start (logged), FLPS_ENOMEM. Caller owns *out. */
+flps_err flw_metrics_create(const char *listen, model *m, flw_metrics **out,
+                            char *bound, size_t boundlen);
 
 /* Stop serving (waits for a scrape in progress) and free m. NULL ok. */
 void flw_metrics_destroy(flw_metrics *m);
