@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "services/httpd.h"
 #include "services/metrics.h"
+#include "services/metrics_proc.h"
 
 /* The family handles are written once by ps_metrics_create and then only
  * read; the values behind them are guarded by the registry's own lock, so
@@ -88,6 +89,9 @@ flps_err ps_metrics_create(const char *listen, ps_metrics **out, char *bound,
                            "Time from the first push of a synchronous "
                            "iteration of a part to its close.",
                            NULL, 0, b, nb, &m->close);
+    if (rc != FLPS_OK)
+        goto fail_reg;
+    rc = metrics_proc_register(m->reg, "flps");
     if (rc != FLPS_OK)
         goto fail_reg;
     rc = metrics_serve(m->reg, listen, &m->http, bound, boundlen);

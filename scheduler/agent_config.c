@@ -37,6 +37,9 @@ static const char usage_text[] =
     "                    node shares so a job restarted elsewhere restores\n"
     "  --heartbeat SEC   seconds between heartbeats (default 2); the node\n"
     "                    is LOST 2 heartbeats after the last one\n"
+    "  --metrics HOST:PORT  serve flagent's Prometheus /metrics and /healthz\n"
+    "                    (port 0: a free one; default off). Every task gets\n"
+    "                    --metrics ADDRESS:0 whatever this says\n"
     "flps and flworker are taken from $FLPS_BIN_DIR when set, else from\n"
     "the directory flagent is in. See docs/flagent.md.\n";
 
@@ -76,6 +79,7 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
         {"heartbeat", required_argument, NULL, 'b'},
         {"checkpoint-root", required_argument, NULL, 'k'},
         {"redis-password-file", required_argument, NULL, 'p'},
+        {"metrics", required_argument, NULL, 'M'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -179,6 +183,16 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
             if (flps_parse_double("--heartbeat", optarg, 0.1, 3600,
                                   &cfg.heartbeat, errbuf, errlen) != FLPS_OK)
                 return FLPS_ECONFIG;
+            break;
+        case 'M':
+            /* httpd_start checks the address itself when it binds. */
+            if (optarg[0] == '\0' || strlen(optarg) >= sizeof(cfg.metrics))
+                return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                                       "--metrics: '%.40s' is not HOST:PORT "
+                                       "(e.g. 127.0.0.1:9101; port 0 picks a "
+                                       "free one)",
+                                       optarg);
+            snprintf(cfg.metrics, sizeof(cfg.metrics), "%s", optarg);
             break;
         case 'h':
             memset(out, 0, sizeof(*out));

@@ -27,7 +27,9 @@ typedef struct agent_config {
                                        another node restore. Default
                                        work_dir */
     double heartbeat;               /* --heartbeat seconds, default 2 */
-    int help;                       /* --help was given: print usage, exit 0 */
+    char metrics[128]; /* --metrics HOST:PORT for flagent's own /metrics;
+                          "" = off */
+    int help;          /* --help was given: print usage, exit 0 */
 } agent_config;
 
 /* Parse flagent's arguments (argv[0] is the program). On FLPS_ECONFIG

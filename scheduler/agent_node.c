@@ -131,6 +131,8 @@ static void node_register(agent_node *n, const char *why)
         return;
     n->registered = 1;
     n->next_heartbeat = flps_mono_s() + n->cfg.heartbeat;
+    agent_metrics_heartbeat(n->metrics, flps_wall_s());
+    n->metrics_published = 0; /* the hash may be new: say it again */
     log_info("registered node %s%s: %g cpus, %llu bytes of memory, %u gpus, "
              "address %s, with Redis at %s (alive key TTL %lld ms)",
              n->cfg.name, why, n->cfg.cpus, (unsigned long long)n->cfg.memory,
@@ -149,6 +151,7 @@ static void node_heartbeat(agent_node *n)
     if (!agent_node_redis_cmd(n, &r, "heartbeat", 7, argv))
         return;
     n->next_heartbeat = flps_mono_s() + n->cfg.heartbeat;
+    agent_metrics_heartbeat(n->metrics, flps_wall_s());
     if (r->type != REDIS_REPLY_STRING)
         node_register(n, " again (its hash was missing)");
     else if (strcmp(r->str, "READY") != 0) {
@@ -217,6 +220,7 @@ void agent_node_task_set_exited(agent_node *n, agent_task *t, int exit_code,
     agent_node_wall_text(t->exited_at, sizeof(t->exited_at));
     t->exit_seq = ++n->exit_counter;
     t->report_exit = 1;
+    agent_metrics_exited(n->metrics, t->id.role, exit_code, sig);
 }
 
 int agent_node_write_file(const char *path, const char *tmp, const char *data,
@@ -283,6 +287,8 @@ static void sync_redis(agent_node *n)
         node_heartbeat(n);
     }
     agent_report_flush(n);
+    if (n->redis_ok)
+        agent_metrics_flush_node(n);
     if (n->redis_ok && now >= n->next_reconcile) {
         n->next_reconcile = now + AGENT_LOOP_MS / 1000.0;
         agent_reconcile_run(n);
@@ -325,6 +331,7 @@ flps_err agent_node_run(agent_node *n, volatile sig_atomic_t *stop)
         if (n->redis_ok)
             sync_redis(n);
         agent_reconcile_kills(n);
+        agent_metrics_tasks(n->metrics, n);
         agent_report_pump(n, AGENT_LOOP_MS);
     }
     shut_down(n, (int)*stop);
@@ -406,6 +413,19 @@ flps_err agent_node_create(const agent_config *cfg, const char *bin_dir,
     rc = rconn_create(cfg->redis_url, AGENT_REDIS_TIMEOUT_MS, &n->rc);
     if (rc != FLPS_OK)
         goto fail;
+    if (cfg->metrics[0] != '\0') {
+        rc = agent_metrics_create(cfg, &n->metrics, n->metrics_addr,
+                                  sizeof(n->metrics_addr));
+        if (rc != FLPS_OK) {
+            log_error("cannot serve metrics on %s (%s); fix or drop "
+                      "--metrics",
+                      cfg->metrics, flps_strerror(rc));
+            rconn_destroy(n->rc);
+            goto fail;
+        }
+        log_info("metrics on http://%s/metrics (health: /healthz)",
+                 n->metrics_addr);
+    }
     *out = n;
     return FLPS_OK;
 
@@ -432,6 +452,7 @@ void agent_node_destroy(agent_node *n)
         n->plans = pl->next;
         flps_free(pl);
     }
+    agent_metrics_destroy(n->metrics);
     rconn_destroy(n->rc);
     flps_free(n->pfds);
     flps_free(n->pfd_task);

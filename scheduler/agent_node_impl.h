@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "scheduler/agent_config.h"
+#include "scheduler/agent_metrics.h"
 #include "scheduler/agent_node.h"
 #include "scheduler/agent_task.h"
 #include "scheduler/rconn.h"
@@ -50,6 +51,8 @@ struct agent_task {
     proc *p; /* while it has a process (large: two line buffers) */
     FILE *log;
     char endpoint[256];
+    char metrics[128];  /* "HOST:PORT" its /metrics is on; "" until told */
+    int report_metrics; /* metrics not yet in the task hash */
     char started_at[32];
     pid_t pid;             /* of its process, kept after it exited */
     int waiting_logged;    /* "waiting for the endpoints" said */
@@ -109,6 +112,10 @@ struct agent_node {
     struct pollfd *pfds;
     agent_task **pfd_task;
     size_t pfd_cap;
+    agent_metrics *metrics; /* --metrics; NULL when off */
+    char metrics_addr[128]; /* where it serves, "" when off */
+    int metrics_published;  /* metrics_addr in the node hash since the
+                               last registration */
 };
 
 /* ---- agent_node.c: what every part uses ---- */

@@ -148,6 +148,7 @@ static int task_spawn(agent_node *n, agent_task *t, char *const argv[])
     }
     agent_node_wall_text(t->started_at, sizeof(t->started_at));
     t->pid = t->p->pid;
+    agent_metrics_started(n->metrics, t->id.role);
     log_info("task %s: started %s, pid %d", t->key,
              strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0],
              (int)t->p->pid);
@@ -156,8 +157,8 @@ static int task_spawn(agent_node *n, agent_task *t, char *const argv[])
 
 static void start_server(agent_node *n, agent_task *t)
 {
-    char shard[16], shards[16], listen_ep[96], ckpt[PATH_MAX];
-    char *argv[16];
+    char shard[16], shards[16], listen_ep[96], ckpt[PATH_MAX], mlisten[96];
+    char *argv[18];
     int a = 0;
 
     if (job_info(n, t, &t->servers, NULL) != 1)
@@ -184,6 +185,9 @@ static void start_server(agent_node *n, agent_task *t)
     argv[a++] = ckpt;
     argv[a++] = "--checkpoint-interval";
     argv[a++] = AGENT_CKPT_INTERVAL;
+    agent_metrics_task_listen(n, mlisten, sizeof(mlisten));
+    argv[a++] = "--metrics";
+    argv[a++] = mlisten;
     if (t->id.attempt > 0)
         argv[a++] = "--restore";
     argv[a] = NULL;
@@ -217,6 +221,7 @@ static int write_job_file(agent_node *n, agent_task *t, const char *spec,
 static void try_start_worker(agent_node *n, agent_task *t)
 {
     char key[160], job_path[PATH_MAX], rank[16], plan_file[PATH_MAX];
+    char mlisten[96];
     flps_strbuf list = FLPS_STRBUF_INIT; /* the servers' endpoints */
     char *spec = NULL;
 
@@ -250,10 +255,10 @@ static void try_start_worker(agent_node *n, agent_task *t)
     if (job_info(n, t, &t->servers, &spec) != 1)
         goto out;
     if (write_job_file(n, t, spec, job_path, sizeof(job_path))) {
-        char *argv[] = {n->flworker_bin, "--job",    job_path,
-                        "--rank",        rank,       "--servers",
-                        list.data,       "--job-id", t->id.job,
-                        "--plan",        plan_file,  NULL};
+        char *argv[] = {
+            n->flworker_bin, "--job",     job_path,   "--rank",  rank,
+            "--servers",     list.data,   "--job-id", t->id.job, "--plan",
+            plan_file,       "--metrics", mlisten,    NULL};
         agent_plan *pl = agent_plan_find(n, t->id.job);
 
         /* The plan file, when there is a plan, is there before the
@@ -262,6 +267,7 @@ static void try_start_worker(agent_node *n, agent_task *t)
         if (pl != NULL && pl->written == 0)
             agent_plan_check(n, pl);
         agent_plan_path(n, t->id.job, plan_file, sizeof(plan_file));
+        agent_metrics_task_listen(n, mlisten, sizeof(mlisten));
         snprintf(rank, sizeof(rank), "%u", t->id.index);
         if (task_spawn(n, t, argv)) {
             t->phase = AGENT_TASK_RUNNING;

@@ -58,6 +58,8 @@ static void on_stdout(void *arg, proc *p, const char *line)
 
     (void)p;
     agent_report_line(n, t, line);
+    if (agent_metrics_task_line(t, line))
+        return;
     if (t->id.role == AGENT_ROLE_SERVER) {
         if (t->phase == AGENT_TASK_STARTING &&
             strncmp(line, "listening on ", 13) == 0) {
@@ -242,6 +244,8 @@ static int flush_task(agent_node *n, agent_task *t)
             return 0;
         t->report_running = 0;
     }
+    if (!agent_metrics_flush_task(n, t))
+        return 0;
     if (t->report_progress) {
         if (!hset_event(n, t, &t->progress))
             return 0;

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/numparse.h"
 #include "scheduler/sched_jobhash.h"
+#include "scheduler/sched_metrics.h"
 #include "scheduler/sched_place.h"
 #include "scheduler/sched_store.h"
 #include "services/jobspec.h"
@@ -31,6 +32,7 @@ struct sched_api {
     metrics_family *m_requests, *m_seconds, *m_jobs, *m_queue, *m_nodes,
         *m_leader, *m_placements, *m_backfills, *m_failures, *m_restarts,
         *m_succeeded, *m_failed, *m_lost;
+    sched_metrics *sm; /* per-job series, placements, target list */
 };
 
 flps_err sched_api_create(const sched_api_cfg *cfg, sched_api **out)
@@ -106,6 +108,7 @@ flps_err sched_api_create(const sched_api_cfg *cfg, sched_api **out)
     REG(metrics_counter(a->reg, "flsched_nodes_lost_total",
                         "nodes this scheduler marked LOST", NULL, 0,
                         &a->m_lost));
+    REG(sched_metrics_create(a->reg, a->stats, &a->sm));
 #undef REG
     *out = a;
     return FLPS_OK;
@@ -124,6 +127,7 @@ void sched_api_destroy(sched_api *a)
 {
     if (a == NULL)
         return;
+    sched_metrics_destroy(a->sm);
     pthread_mutex_destroy(&a->lock);
     sched_store_destroy(a->st);
     flps_free(a->token);
@@ -560,6 +564,7 @@ static void refresh_metrics(sched_api *a)
     size_t nj = 0, nn = 0;
     double count[5] = {0};
     double ready = 0, lost = 0;
+    int jobs_ok, nodes_ok;
 
     metrics_gauge_set(a->m_leader, NULL, atomic_load(&s->leader));
     metrics_counter_set(a->m_placements, NULL,
@@ -573,7 +578,12 @@ static void refresh_metrics(sched_api *a)
     metrics_counter_set(a->m_failed, NULL,
                         (double)atomic_load(&s->jobs_failed));
     metrics_counter_set(a->m_lost, NULL, (double)atomic_load(&s->nodes_lost));
-    if (sched_store_jobs(a->st, &jobs, &nj) == FLPS_OK) {
+    jobs_ok = sched_store_jobs(a->st, &jobs, &nj) == FLPS_OK;
+    nodes_ok = sched_store_nodes(a->st, &nodes, &nn) == FLPS_OK;
+
+    sched_metrics_refresh(a->sm, jobs, jobs_ok ? nj : 0, nodes,
+                          nodes_ok ? nn : 0);
+    if (jobs_ok) {
         for (size_t i = 0; i < nj; i++)
             count[jobs[i].state]++;
         for (size_t i = 0; i < 5; i++) {
@@ -584,7 +594,7 @@ static void refresh_metrics(sched_api *a)
         metrics_gauge_set(a->m_queue, NULL, count[SCHED_QUEUED]);
         sched_jobs_free(jobs, nj);
     }
-    if (sched_store_nodes(a->st, &nodes, &nn) == FLPS_OK) {
+    if (nodes_ok) {
         const char *r[] = {"READY"}, *l[] = {"LOST"};
 
         for (size_t i = 0; i < nn; i++) {
@@ -597,6 +607,29 @@ static void refresh_metrics(sched_api *a)
         metrics_gauge_set(a->m_nodes, l, lost);
         sched_nodes_free(nodes, nn);
     }
+}
+
+/* GET /v1/metrics/targets: Prometheus http_sd_configs reads this. */
+static void serve_targets(sched_api *a, httpd_response *resp)
+{
+    sched_job *jobs = NULL;
+    sched_node *nodes = NULL;
+    size_t nj = 0, nn = 0;
+    char *text = NULL;
+
+    if (sched_store_jobs(a->st, &jobs, &nj) != FLPS_OK ||
+        sched_store_nodes(a->st, &nodes, &nn) != FLPS_OK) {
+        sched_jobs_free(jobs, nj);
+        reply_store_error(a, resp);
+        return;
+    }
+    if (sched_metrics_targets_json(jobs, nj, nodes, nn, &text) != FLPS_OK ||
+        httpd_respond(resp, 200, "application/json", text, strlen(text)) !=
+            FLPS_OK)
+        reply_error(resp, 500, "out of memory");
+    free(text);
+    sched_jobs_free(jobs, nj);
+    sched_nodes_free(nodes, nn);
 }
 
 static void serve_metrics(sched_api *a, httpd_response *resp)
@@ -649,6 +682,15 @@ static void route(sched_api *a, const httpd_request *req, httpd_response *resp)
     if (strcmp(p, "/metrics") == 0) {
         if (get)
             serve_metrics(a, resp);
+        else
+            method_not_allowed(resp, "GET");
+        return;
+    }
+    /* Like /metrics, without the token: Prometheus scrapes both, and the
+     * list holds only addresses and job ids. */
+    if (strcmp(p, "/v1/metrics/targets") == 0) {
+        if (get)
+            serve_targets(a, resp);
         else
             method_not_allowed(resp, "GET");
         return;

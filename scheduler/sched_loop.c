@@ -636,6 +636,8 @@ static flps_err loop_place(sched_loop *l, double now)
             continue;
         }
         atomic_fetch_add(&l->stats.placements, 1);
+        if (l->stats.on_place != NULL)
+            l->stats.on_place(l->stats.on_place_arg, now - job->submitted_at);
         if (dec[j].how == SCHED_PLACE_BACKFILL)
             atomic_fetch_add(&l->stats.backfills, 1);
         {

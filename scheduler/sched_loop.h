@@ -29,6 +29,11 @@ typedef struct sched_loop_stats {
     atomic_ulong jobs_failed;    /* jobs that ended FAILED */
     atomic_ulong jobs_succeeded; /* jobs that ended SUCCEEDED */
     atomic_ulong nodes_lost;     /* READY -> LOST */
+    /* Called on the loop's thread for each job placed with the seconds
+     * it waited since it was queued; NULL: nobody listens. Set before the
+     * first step, then only read. */
+    void (*on_place)(void *arg, double seconds);
+    void *on_place_arg;
 } sched_loop_stats;
 
 /* st is borrowed until destroy and used only by the loop's thread.

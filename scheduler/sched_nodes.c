@@ -42,6 +42,7 @@ static flps_err load_node(sched_store *st, const char *name, sched_node *nd)
     if (rc != FLPS_OK)
         return sched_store_rerr(st, rc);
     sched_store_hcopy(r, "address", nd->address, sizeof(nd->address));
+    sched_store_hcopy(r, "metrics", nd->metrics, sizeof(nd->metrics));
     sched_store_hcopy(r, "state", nd->state, sizeof(nd->state));
     {
         const char *mem = sched_store_hget(r, "memory");

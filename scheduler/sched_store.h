@@ -46,6 +46,7 @@ typedef struct sched_task {
     char node[64];
     char state[16]; /* ASSIGNED, RUNNING, EXITED */
     char endpoint[256];
+    char metrics[128]; /* HOST:PORT of its /metrics; "" until flagent says */
     int exited;        /* exit_code or signal given */
     long exit_code;    /* -1 when the agent lost the process */
     long signal;       /* 0 when it exited by itself */
@@ -92,6 +93,7 @@ void sched_jobs_free(sched_job *jobs, size_t n);
 typedef struct sched_node {
     char name[64];
     char address[128];
+    char metrics[128]; /* HOST:PORT of flagent's /metrics; "" if none */
     sched_res cap;
     char state[16]; /* READY, LOST ("" when the hash is missing) */
     double last_heartbeat, registered_at;

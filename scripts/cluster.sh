@@ -102,7 +102,8 @@ up() {
   for n in n1 n2; do
     "$BIN/flagent" --redis "$url" --redis-password-file "$PWFILE" \
       --name "$n" --cpus "$CPUS" --memory "$MEM" \
-      --gpus 0 --work-dir "$DIR/$n" --checkpoint-root "$DIR/checkpoints" >"$DIR/flagent-$n.out" 2>"$DIR/flagent-$n.log" &
+      --gpus 0 --work-dir "$DIR/$n" --checkpoint-root "$DIR/checkpoints" \
+      --metrics 127.0.0.1:0 >"$DIR/flagent-$n.out" 2>"$DIR/flagent-$n.log" &
     echo "flagent-$n $!" >>"$DIR/pids"
   done
   echo "http://$api" >"$DIR/scheduler"
@@ -112,6 +113,7 @@ up() {
     sleep 0.1
   done
   echo "cluster: redis $url (data in $DIR/redis, password in $PWFILE), flsched http://$api, agents n1 n2 ($CPUS CPUs, $MEM each); logs in $DIR" >&2
+  echo "cluster: Prometheus targets (http_sd) at http://$api/v1/metrics/targets" >&2
   echo "export FLPS_SCHEDULER=http://$api"
 }
 

@@ -55,6 +55,11 @@ struct metrics {
     pthread_mutex_t lock;
     metrics_family *families;
     metrics_family **families_tail;
+    /* Called at the start of every render, before the lock is taken (it
+     * updates families itself); set once before the registry is served. */
+    metrics_collect_fn collect;
+    void *collect_arg;
+    void (*collect_free)(void *arg);
 };
 
 static const double seconds_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025,
@@ -122,6 +127,8 @@ void metrics_destroy(metrics *reg)
         next = f->next;
         family_free(f);
     }
+    if (reg->collect_free != NULL)
+        reg->collect_free(reg->collect_arg);
     pthread_mutex_destroy(&reg->lock);
     flps_free(reg);
 }
@@ -544,6 +551,16 @@ static void render_family(flps_strbuf *b, const metrics_family *f)
     }
 }
 
+void metrics_set_collect(metrics *reg, metrics_collect_fn fn, void *arg,
+                         void (*free_arg)(void *arg))
+{
+    if (reg->collect_free != NULL)
+        reg->collect_free(reg->collect_arg);
+    reg->collect = fn;
+    reg->collect_arg = arg;
+    reg->collect_free = free_arg;
+}
+
 flps_err metrics_render(metrics *reg, char **text, size_t *len)
 {
     flps_strbuf b = FLPS_STRBUF_INIT;
@@ -552,6 +569,8 @@ flps_err metrics_render(metrics *reg, char **text, size_t *len)
 
     if (reg == NULL || text == NULL || len == NULL)
         return FLPS_EINVAL;
+    if (reg->collect != NULL)
+        reg->collect(reg->collect_arg);
     pthread_mutex_lock(&reg->lock);
     for (const metrics_family *f = reg->families; f != NULL; f = f->next)
         render_family(&b, f);

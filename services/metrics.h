@@ -80,6 +80,19 @@ flps_err metrics_gauge_add(metrics_family *f, const char *const *values,
 flps_err metrics_histogram_observe(metrics_family *f, const char *const *values,
                                    double v);
 
+/* A function that brings families up to date just before a render (values
+ * read on demand, such as the process's CPU time). Called on the rendering
+ * thread, without the registry's lock held, so it may update families. */
+typedef void (*metrics_collect_fn)(void *arg);
+
+/* Have every metrics_render call fn(arg) first; NULL removes it. One per
+ * registry (a second call replaces the first, freeing its arg). Not
+ * thread-safe: set it before the registry is served. Ownership: the
+ * registry owns arg and calls free_arg(arg) (when not NULL) on replacement
+ * and in metrics_destroy. */
+void metrics_set_collect(metrics *reg, metrics_collect_fn fn, void *arg,
+                         void (*free_arg)(void *arg));
+
 /* Render every family, in registration order, series in creation order,
  * as Prometheus text format 0.0.4 (METRICS_CONTENT_TYPE). On FLPS_OK the
  * caller owns *text (NUL-terminated, flps_free) and *len is its length;

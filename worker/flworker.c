@@ -22,6 +22,7 @@
 #include "flps.h"
 #include "services/jobspec.h"
 #include "worker/dataset.h"
+#include "worker/flworker_metrics.h"
 #include "worker/model.h"
 
 #define FLW_MAX_SERVERS 256
@@ -41,6 +42,10 @@ typedef struct push_ctx {
      * times; last = when the computation of the next gradient began. */
     double *tb_sum;
     double last;
+    /* --metrics (NULL when off): each push is timed and its elements
+     * counted; push_s sums this iteration's push time. */
+    flw_metrics *fm;
+    double push_s;
 } push_ctx;
 
 /* Called by backprop as each tensor's gradient is final: the push starts
@@ -57,10 +62,29 @@ static void on_grad_ready(void *arg, size_t ti)
     if (pc->tb_sum != NULL)
         pc->tb_sum[ti] += flps_mono_s() - pc->last;
     if (pc->err == FLPS_OK) {
+        flps_client_stats before, after;
+        double t0 = 0;
+
+        if (pc->fm != NULL) {
+            flps_client_get_stats(pc->client, &before);
+            t0 = flps_mono_s();
+        }
         t = model_tensor_at(pc->m, ti);
         rc = flps_client_push(pc->client, (uint32_t)ti, t->grad, pc->iter);
         if (rc != FLPS_OK)
             pc->err = rc;
+        if (pc->fm != NULL) {
+            double dt = flps_mono_s() - t0;
+
+            flps_client_get_stats(pc->client, &after);
+            pc->push_s += dt;
+            /* Only this push sends during the call (resends happen in
+             * flps_client_wait), so the deltas are this layer's. */
+            flw_metrics_push(pc->fm, ti, dt,
+                             after.elements_sent - before.elements_sent,
+                             after.bytes_sent - before.bytes_sent,
+                             after.dense_bytes - before.dense_bytes);
+        }
     }
     if (pc->tb_sum != NULL)
         pc->last = flps_mono_s();
@@ -342,7 +366,11 @@ static void usage(FILE *f)
                "file's name)\n"
                "  [--plan FILE]  compression auto: per-layer plan (JSON) to "
                "follow, re-read\n"
-               "                 whenever it changes\n");
+               "                 whenever it changes\n"
+               "  [--metrics HOST:PORT]  serve Prometheus /metrics and "
+               "/healthz (port 0: a\n"
+               "                 free one); prints 'metrics on HOST:PORT' "
+               "on stdout\n");
 }
 
 int main(int argc, char **argv)
@@ -353,10 +381,13 @@ int main(int argc, char **argv)
         {"servers", required_argument, NULL, 's'},
         {"job-id", required_argument, NULL, 'i'},
         {"plan", required_argument, NULL, 'p'},
+        {"metrics", required_argument, NULL, 'm'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *job_file = NULL, *job_id = NULL;
+    const char *job_file = NULL, *job_id = NULL, *metrics_ep = NULL;
+    flw_metrics *fm = NULL;
+    char mbound[128];
     const char *servers[FLW_MAX_SERVERS];
     char *server_list = NULL, errbuf[512], comp[64], logname[32];
     uint32_t nservers = 0;
@@ -410,6 +441,9 @@ int main(int argc, char **argv)
             break;
         case 'p':
             pw.path = optarg;
+            break;
+        case 'm':
+            metrics_ep = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -513,6 +547,18 @@ int main(int argc, char **argv)
         tensors[i].data = t->param;
     }
 
+    if (metrics_ep != NULL) {
+        rc = flw_metrics_create(metrics_ep, m, &fm, mbound, sizeof(mbound));
+        if (rc != FLPS_OK) {
+            log_error("cannot serve metrics on %s (%s); fix or drop "
+                      "--metrics",
+                      metrics_ep, flps_strerror(rc));
+            goto out;
+        }
+        log_info("metrics on http://%s/metrics (health: /healthz)", mbound);
+        printf("metrics on %s\n", mbound);
+        fflush(stdout);
+    }
     memset(&cc, 0, sizeof(cc));
     cc.job = job_id;
     cc.rank = (uint32_t)rank;
@@ -574,8 +620,9 @@ int main(int argc, char **argv)
     t0 = flps_mono_s();
     for (uint64_t it = start_iter; it < spec.iterations; it++) {
         uint64_t local = it - start_iter;
-        push_ctx pc = {client, m, it, FLPS_OK, NULL, 0};
+        push_ctx pc = {client, m, it, FLPS_OK, NULL, 0, fm, 0};
         float loss = 0;
+        double step_t0, wait_t0 = 0, wait_dt;
 
         if (!plan_check(&pw, client, m, it))
             goto out;
@@ -598,6 +645,7 @@ int main(int argc, char **argv)
             yb[b] = train.y[s];
         }
         pc.last = flps_mono_s();
+        step_t0 = pc.last;
         rc = model_train_step(m, xb, yb, spec.batch_size, &loss, on_grad_ready,
                               &pc);
         if (rc != FLPS_OK) {
@@ -605,12 +653,19 @@ int main(int argc, char **argv)
                       (unsigned long long)it, flps_strerror(rc));
             goto out;
         }
+        wait_t0 = flps_mono_s();
         if (pc.err != FLPS_OK || flps_client_wait(client, it) != FLPS_OK) {
             log_error("iteration %llu: %s", (unsigned long long)it,
                       flps_client_last_error(client)[0]
                           ? flps_client_last_error(client)
                           : flps_strerror(pc.err));
             goto out;
+        }
+        wait_dt = flps_mono_s() - wait_t0;
+        if (fm != NULL) {
+            flps_client_get_stats(client, &st);
+            flw_metrics_iteration(fm, it, wait_t0 - step_t0 - pc.push_s,
+                                  pc.push_s + wait_dt, wait_dt, loss, &st);
         }
         if (pc.tb_sum != NULL && local + 1 == FLW_PROFILE_TO)
             print_profile(m, it + 1, spec.workers, alpha, beta, tb_sum,
@@ -639,6 +694,8 @@ int main(int argc, char **argv)
                        "\"test_accuracy\":%.4f,\"test_loss\":%.4f}\n",
                        (unsigned long long)(it + 1), acc, tloss);
                 fflush(stdout);
+                if (fm != NULL)
+                    flw_metrics_eval(fm, acc, tloss);
             }
         }
     }
@@ -647,6 +704,8 @@ int main(int argc, char **argv)
             log_error("final evaluation failed");
             goto out;
         }
+        if (fm != NULL)
+            flw_metrics_eval(fm, acc, tloss);
         printf("{\"event\":\"eval\",\"iter\":%llu,\"test_accuracy\":%.4f,"
                "\"test_loss\":%.4f}\n",
                (unsigned long long)spec.iterations, acc, tloss);
@@ -670,6 +729,7 @@ int main(int argc, char **argv)
              (unsigned long long)st.dense_bytes);
     status = 0;
 out:
+    flw_metrics_destroy(fm);
     flps_client_destroy(client);
     model_destroy(m);
     dataset_fini(&train);

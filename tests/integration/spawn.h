@@ -85,7 +85,7 @@ static inline pid_t test_spawn(const char *bin, const char *const *args,
                                const char *log_path, const char *ready_prefix,
                                char *ready, size_t readylen)
 {
-    pid_t pid;
+    pid_t pid = -1; /* test_spawn_pid leaves it when pipe() fails */
 
     if (test_spawn_pid(bin, args, log_path, ready_prefix, ready, readylen,
                        &pid) == 0)

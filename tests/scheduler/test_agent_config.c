@@ -239,3 +239,22 @@ Test(agent_config, says_what_a_flag_accepts)
     refuses_flag("--checkpoint-root", "",
                  "--checkpoint-root: give a directory path shorter than 896");
 }
+
+Test(agent_config, serves_its_own_metrics_only_when_asked)
+{
+    char *off[] = {"flagent", "--redis",  "redis://h", "--name", "n1", "--cpus",
+                   "1",       "--memory", "1Gi",       "--gpus", "0"};
+    char *on[] = {"flagent", "--redis",   "redis://h",    "--name", "n1",
+                  "--cpus",  "1",         "--memory",     "1Gi",    "--gpus",
+                  "0",       "--metrics", "10.0.0.7:9101"};
+    agent_config cfg;
+    char err[512];
+
+    cr_assert_eq(parse(ARGC(off), off, &cfg, err), FLPS_OK, "%s", err);
+    cr_assert_str_eq(cfg.metrics, "", "off by default");
+    cr_assert_eq(parse(ARGC(on), on, &cfg, err), FLPS_OK, "%s", err);
+    cr_assert_str_eq(cfg.metrics, "10.0.0.7:9101");
+    refuses_flag("--metrics", "",
+                 "--metrics: '' is not HOST:PORT (e.g. 127.0.0.1:9101; port "
+                 "0 picks a free one)");
+}
