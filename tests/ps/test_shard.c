@@ -1993,135 +1993,133 @@ Test(shard, a_push_of_several_parts_into_a_dense_job_is_refused)
     clear_replies(g);
     cr_assert_eq(push_joined(g, 0, 0, 0), FLPS_EPROTO);
     cr_assert_eq(last(g)->msg.op, PROTO_OP_ERROR);
+    rig_free(g);
+}
 
-    /* ---- issue 12: the write-ahead log after a torn or corrupt record ---- */
+/* ---- issue 12: the write-ahead log after a torn or corrupt record ---- */
 
-    static off_t wal_size(const rig *g)
-    {
-        char ck[256], wl[256];
-        struct stat st;
+static off_t wal_size(const rig *g)
+{
+    char ck[256], wl[256];
+    struct stat st;
 
-        ckpt_path_of(g, ck, wl);
-        cr_assert_eq(stat(wl, &st), 0);
-        return st.st_size;
+    ckpt_path_of(g, ck, wl);
+    cr_assert_eq(stat(wl, &st), 0);
+    return st.st_size;
+}
+
+static char shard_logged[8192];
+
+static void shard_capture_log(void *arg, flps_log_level level, const char *line)
+{
+    size_t n = strlen(shard_logged);
+
+    (void)arg;
+    (void)level;
+    snprintf(shard_logged + n, sizeof(shard_logged) - n, "%s\n", line);
+}
+
+Test(shard, a_torn_last_record_is_cut_so_later_acknowledged_updates_survive)
+{
+    rig *a = durable_rig(PROTO_AGG_GTOPK), *b = durable_rig(PROTO_AGG_GTOPK);
+    uint64_t sa = 5, sb = 5, retry_seed;
+    char ck[256], wl[256];
+    snap x, y;
+    off_t good;
+
+    for (uint64_t it = 0; it < 3; it++) {
+        iterate_all(a, it, &sa);
+        iterate_all(b, it, &sb);
     }
+    take_snap(b, &x);
+    good = wal_size(b);
+    /* b dies 30 bytes into writing iteration 3's first record: that
+     * iteration was never acknowledged. */
+    retry_seed = sb;
+    iterate_all(b, 3, &sb);
+    ps_shard_destroy(b->s);
+    b->s = NULL;
+    ckpt_path_of(b, ck, wl);
+    cr_assert_eq(truncate(wl, good + 30), 0);
+    cr_assert_eq(rig_create(b, 1, &b->s), FLPS_OK);
+    take_snap(b, &y);
+    assert_snap_eq(b, &x, &y);
+    cr_assert_eq(wal_size(b), good,
+                 "the torn record is cut off before anything is appended");
 
-    static char shard_logged[8192];
-
-    static void shard_capture_log(void *arg, flps_log_level level,
-                                  const char *line)
-    {
-        size_t n = strlen(shard_logged);
-
-        (void)arg;
-        (void)level;
-        snprintf(shard_logged + n, sizeof(shard_logged) - n, "%s\n", line);
+    /* The workers push iteration 3 again, and more: all acknowledged. */
+    clear_replies(b);
+    register_all(b);
+    sb = retry_seed;
+    for (uint64_t it = 3; it < 6; it++) {
+        iterate_all(a, it, &sa);
+        iterate_all(b, it, &sb);
     }
+    crash_and_restore(b);
+    /* Exactly the updates of a shard that never crashed: every
+     * acknowledged one, none applied twice. */
+    take_snap(a, &x);
+    take_snap(b, &y);
+    cr_assert_eq(y.iter[0], 6);
+    assert_snap_eq(a, &x, &y);
+    rig_free(a);
+    rig_free(b);
+}
 
-    Test(shard, a_torn_last_record_is_cut_so_later_acknowledged_updates_survive)
-    {
-        rig *a = durable_rig(PROTO_AGG_GTOPK),
-            *b = durable_rig(PROTO_AGG_GTOPK);
-        uint64_t sa = 5, sb = 5, retry_seed;
-        char ck[256], wl[256];
-        snap x, y;
-        off_t good;
+Test(shard, a_corrupt_record_before_intact_ones_stops_the_restore)
+{
+    rig *g = durable_rig(PROTO_AGG_DENSE);
+    uint64_t seed = 8;
+    char ck[256], wl[256], want[600];
+    unsigned char byte;
+    snap s0, got;
+    off_t at, size;
+    ps_shard *s = NULL;
+    int fd;
 
-        for (uint64_t it = 0; it < 3; it++) {
-            iterate_all(a, it, &sa);
-            iterate_all(b, it, &sb);
-        }
-        take_snap(b, &x);
-        good = wal_size(b);
-        /* b dies 30 bytes into writing iteration 3's first record: that
-         * iteration was never acknowledged. */
-        retry_seed = sb;
-        iterate_all(b, 3, &sb);
-        ps_shard_destroy(b->s);
-        b->s = NULL;
-        ckpt_path_of(b, ck, wl);
-        cr_assert_eq(truncate(wl, good + 30), 0);
-        cr_assert_eq(rig_create(b, 1, &b->s), FLPS_OK);
-        take_snap(b, &y);
-        assert_snap_eq(b, &x, &y);
-        cr_assert_eq(wal_size(b), good,
-                     "the torn record is cut off before anything is appended");
+    cr_assert_eq(ps_shard_checkpoint(g->s), FLPS_OK);
+    iterate_all(g, 0, &seed);
+    take_snap(g, &s0);
+    at = wal_size(g);
+    iterate_all(g, 1, &seed); /* three records, one per part */
+    size = wal_size(g);
+    ps_shard_destroy(g->s);
+    g->s = NULL;
+    /* Corrupt a value of iteration 1's first record; two intact records
+     * (acknowledged updates) follow it. */
+    ckpt_path_of(g, ck, wl);
+    fd = open(wl, O_RDWR);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(pread(fd, &byte, 1, at + 40), 1);
+    byte ^= 0x10;
+    cr_assert_eq(pwrite(fd, &byte, 1, at + 40), 1);
+    close(fd);
 
-        /* The workers push iteration 3 again, and more: all acknowledged. */
-        clear_replies(b);
-        register_all(b);
-        sb = retry_seed;
-        for (uint64_t it = 3; it < 6; it++) {
-            iterate_all(a, it, &sa);
-            iterate_all(b, it, &sb);
-        }
-        crash_and_restore(b);
-        /* Exactly the updates of a shard that never crashed: every
-         * acknowledged one, none applied twice. */
-        take_snap(a, &x);
-        take_snap(b, &y);
-        cr_assert_eq(y.iter[0], 6);
-        assert_snap_eq(a, &x, &y);
-        rig_free(a);
-        rig_free(b);
-    }
+    shard_logged[0] = '\0';
+    flps_set_logger(shard_capture_log, NULL);
+    cr_assert_eq(rig_create(g, 1, &s), FLPS_EPROTO);
+    flps_set_logger(NULL, NULL);
+    cr_assert_null(s);
+    snprintf(want, sizeof(want),
+             "write-ahead log %s: corrupt record at byte offset %lld, "
+             "followed by 2 intact records",
+             wl, (long long)at);
+    cr_assert_not_null(strstr(shard_logged, want), "logged: %s", shard_logged);
+    cr_assert_eq(wal_size(g), size, "a refused restore changes nothing");
 
-    Test(shard, a_corrupt_record_before_intact_ones_stops_the_restore)
-    {
-        rig *g = durable_rig(PROTO_AGG_DENSE);
-        uint64_t seed = 8;
-        char ck[256], wl[256], want[600];
-        unsigned char byte;
-        snap s0, got;
-        off_t at, size;
-        ps_shard *s = NULL;
-        int fd;
-
-        cr_assert_eq(ps_shard_checkpoint(g->s), FLPS_OK);
-        iterate_all(g, 0, &seed);
-        take_snap(g, &s0);
-        at = wal_size(g);
-        iterate_all(g, 1, &seed); /* three records, one per part */
-        size = wal_size(g);
-        ps_shard_destroy(g->s);
-        g->s = NULL;
-        /* Corrupt a value of iteration 1's first record; two intact records
-         * (acknowledged updates) follow it. */
-        ckpt_path_of(g, ck, wl);
-        fd = open(wl, O_RDWR);
-        cr_assert_geq(fd, 0);
-        cr_assert_eq(pread(fd, &byte, 1, at + 40), 1);
-        byte ^= 0x10;
-        cr_assert_eq(pwrite(fd, &byte, 1, at + 40), 1);
-        close(fd);
-
-        shard_logged[0] = '\0';
-        flps_set_logger(shard_capture_log, NULL);
-        cr_assert_eq(rig_create(g, 1, &s), FLPS_EPROTO);
-        flps_set_logger(NULL, NULL);
-        cr_assert_null(s);
-        snprintf(want, sizeof(want),
-                 "write-ahead log %s: corrupt record at byte offset %lld, "
-                 "followed by 2 intact records",
-                 wl, (long long)at);
-        cr_assert_not_null(strstr(shard_logged, want), "logged: %s",
-                           shard_logged);
-        cr_assert_eq(wal_size(g), size, "a refused restore changes nothing");
-
-        /* The operator accepts the loss. */
-        g->cut_corrupt = 1;
-        shard_logged[0] = '\0';
-        flps_set_logger(shard_capture_log, NULL);
-        cr_assert_eq(rig_create(g, 1, &g->s), FLPS_OK);
-        flps_set_logger(NULL, NULL);
-        snprintf(want, sizeof(want),
-                 "cut the log at the corrupt record at byte offset %lld, "
-                 "dropping %lld bytes (2 intact records after it are lost)",
-                 (long long)at, (long long)(size - at));
-        cr_assert_not_null(strstr(shard_logged, want), "logged: %s",
-                           shard_logged);
-        take_snap(g, &got);
-        assert_snap_eq(g, &s0, &got);
-        cr_assert_eq(wal_size(g), at);
-        rig_free(g);
-    }
+    /* The operator accepts the loss. */
+    g->cut_corrupt = 1;
+    shard_logged[0] = '\0';
+    flps_set_logger(shard_capture_log, NULL);
+    cr_assert_eq(rig_create(g, 1, &g->s), FLPS_OK);
+    flps_set_logger(NULL, NULL);
+    snprintf(want, sizeof(want),
+             "cut the log at the corrupt record at byte offset %lld, "
+             "dropping %lld bytes (2 intact records after it are lost)",
+             (long long)at, (long long)(size - at));
+    cr_assert_not_null(strstr(shard_logged, want), "logged: %s", shard_logged);
+    take_snap(g, &got);
+    assert_snap_eq(g, &s0, &got);
+    cr_assert_eq(wal_size(g), at);
+    rig_free(g);
+}
