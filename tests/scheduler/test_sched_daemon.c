@@ -867,3 +867,59 @@ Test(sched_daemon, a_malformed_profile_gives_an_event_and_no_plan)
     json_decref(j);
     wait_state("j1", "RUNNING");
 }
+
+static double mono_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+Test(sched_daemon, a_deeply_nested_body_is_refused_at_once_and_healthz_answers)
+{
+    size_t n = ((size_t)1 << 20) - 64;
+    char *deep = malloc(n + 1), before[16384];
+    json_t *j = NULL;
+    double t0;
+
+    cr_assert_not_null(deep);
+    memset(deep, '[', n);
+    deep[n] = '\0';
+    start_sched(&fls, NULL);
+    add_node("n1", 8, 30000);
+    wait_leader(&fls);
+    snprintf(before, sizeof(before), "%s", sorted("KEYS %s", "flps:*"));
+    t0 = mono_s();
+    cr_assert_eq(http(&fls, "POST", "/v1/jobs", deep, n, NULL, &j), 400);
+    cr_assert_lt(mono_s() - t0, 2.0, "the refusal took %.2f s", mono_s() - t0);
+    cr_assert_neq(strstr(str(j, "error"), "nests lists or mappings"), NULL,
+                  "%s", str(j, "error"));
+    cr_assert_eq(json_integer_value(json_object_get(j, "line")), 1);
+    json_decref(j);
+    t0 = mono_s();
+    cr_assert_eq(get("/healthz", NULL), 200);
+    cr_assert_lt(mono_s() - t0, 1.0);
+    cr_assert_str_eq(sorted("KEYS %s", "flps:*"), before,
+                     "a refused job leaves Redis as it was");
+    free(deep);
+}
+
+Test(sched_daemon, an_unauthenticated_submission_is_refused_before_parsing)
+{
+    const char *const args[] = {"--token-file", "/tmp/flps-test-token2", NULL};
+    FILE *f = fopen("/tmp/flps-test-token2", "w");
+    json_t *j = NULL;
+
+    cr_assert_not_null(f);
+    fputs("s3cret\n", f);
+    fclose(f);
+    start_sched(&fls, args);
+    /* A broken body without the token is 401, not a parse error. */
+    cr_assert_eq(http(&fls, "POST", "/v1/jobs", "[[[[", 4, NULL, &j), 401);
+    json_decref(j);
+    cr_assert_eq(http(&fls, "POST", "/v1/jobs", "[[[[", 4, "Bearer s3cret", &j),
+                 400);
+    json_decref(j);
+    unlink("/tmp/flps-test-token2");
+}

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
@@ -1117,4 +1118,65 @@ Test(jobspec, rejects_a_real_that_underflows)
 {
     expect_error("name: a\nmodel: mlp\nlr: 1e-400\n",
                  "line 3: lr: '1e-400' is out of range", NULL);
+}
+
+Test(jobspec, refuses_a_mebibyte_of_nested_brackets_at_once)
+{
+    size_t n = ((size_t)1 << 20) - 16;
+    char *s = malloc(n + 1), err[ERRLEN] = "";
+    jobspec spec;
+    jobspec_where where;
+    struct timespec t0, t1;
+
+    cr_assert_not_null(s);
+    memset(s, '[', n);
+    s[n] = '\0';
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cr_assert_eq(jobspec_parse_where(s, n, &spec, err, sizeof(err), &where),
+                 FLPS_ECONFIG);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    /* libyaml alone took minutes on this text. */
+    cr_assert_lt((double)(t1.tv_sec - t0.tv_sec) +
+                     (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9,
+                 0.5);
+    cr_assert_neq(strstr(err, "nests lists or mappings ('[', '{') 1048560 "
+                              "deep; at most 8 levels are accepted"),
+                  NULL, "%s", err);
+    cr_assert_eq(where.line, 1);
+    free(s);
+}
+
+Test(jobspec, refuses_nesting_the_byte_scan_cannot_see)
+{
+    /* The scan does not follow single quotes, so each ']' in quotes
+     * closes a '[' and it counts depth 1 here; the parser still stops at
+     * the limit. */
+    expect_error("name: a\nmodel: mlp\n"
+                 "y: [']', [']', [']', [']', [']', [']', [']', [']', [']', "
+                 "[']', 1]]]]]]]]]]\n",
+                 "line 3: lists or mappings nested more than 8 deep", NULL);
+    expect_error("name: a\nmodel: mlp\nx: \"\\\"\" # '\n"
+                 "y: [[[[[[[[[[1]]]]]]]]]]\n",
+                 "line 4: the job file nests lists or mappings", NULL);
+}
+
+Test(jobspec, refuses_text_over_one_mebibyte_before_parsing)
+{
+    size_t n = ((size_t)1 << 20) + 1;
+    char *s = malloc(n), err[ERRLEN] = "";
+    jobspec spec;
+
+    cr_assert_not_null(s);
+    memset(s, '#', n);
+    cr_assert_eq(jobspec_parse(s, n, &spec, err, sizeof(err)), FLPS_ECONFIG);
+    cr_assert_str_eq(err, "the job file is 1048577 bytes; at most 1048576 are "
+                          "accepted");
+    free(s);
+}
+
+Test(jobspec, a_list_value_still_gets_its_own_message)
+{
+    expect_error("name: a\nmodel: [mlp]\n",
+                 "line 2: model: found a list where a single value belongs",
+                 NULL);
 }
