@@ -201,9 +201,30 @@ static void reply_json(httpd_response *resp, int status, json_t *o)
     free(text);
 }
 
+/* A JSON string of text; bytes that are not UTF-8 (a message quoting what
+ * a client sent, cut somewhere) become '?' rather than failing the whole
+ * answer with a misleading 500. */
+static json_t *json_text(const char *text)
+{
+    json_t *s = json_string(text);
+    char *copy;
+
+    if (s != NULL || text == NULL)
+        return s;
+    copy = flps_strdup(text);
+    if (copy == NULL)
+        return NULL;
+    for (char *p = copy; *p != '\0'; p++)
+        if ((unsigned char)*p >= 0x80)
+            *p = '?';
+    s = json_string(copy);
+    flps_free(copy);
+    return s;
+}
+
 static void reply_error(httpd_response *resp, int status, const char *msg)
 {
-    reply_json(resp, status, json_pack("{s:s}", "error", msg));
+    reply_json(resp, status, json_pack("{s:o}", "error", json_text(msg)));
 }
 
 /* A Redis failure: 503, the API is there but its state is not. */
@@ -233,7 +254,7 @@ static int submit_parse(const httpd_request *req, httpd_response *resp,
     rc = jobspec_parse_where(req->body, req->body_len, spec, err, sizeof(err),
                              &where);
     if (rc == FLPS_ECONFIG) {
-        json_t *o = json_pack("{s:s}", "error", err);
+        json_t *o = json_pack("{s:o}", "error", json_text(err));
 
         if (o != NULL) {
             json_object_set_new(o, "line",
@@ -241,7 +262,7 @@ static int submit_parse(const httpd_request *req, httpd_response *resp,
                                     ? json_integer((json_int_t)where.line)
                                     : json_null());
             json_object_set_new(o, "field",
-                                where.field[0] ? json_string(where.field)
+                                where.field[0] ? json_text(where.field)
                                                : json_null());
         }
         log_info("job refused: %s", err);
@@ -308,8 +329,9 @@ static void submit(sched_api *a, const httpd_request *req, const jobspec *spec,
         snprintf(err, sizeof(err), "job '%s' can never be placed: %s",
                  spec->name, why);
         log_info("job refused: %s", err);
-        reply_json(resp, 422,
-                   json_pack("{s:s,s:s}", "error", err, "field", field));
+        reply_json(
+            resp, 422,
+            json_pack("{s:o,s:s}", "error", json_text(err), "field", field));
     }
     flps_free(pn);
     sched_nodes_free(nodes, nn);

@@ -923,3 +923,55 @@ Test(sched_daemon, an_unauthenticated_submission_is_refused_before_parsing)
     json_decref(j);
     unlink("/tmp/flps-test-token2");
 }
+
+Test(sched_daemon, a_non_ascii_name_is_a_400_that_quotes_it_never_a_500)
+{
+    json_t *j = NULL;
+
+    start_sched(&fls, NULL);
+    add_node("n1", 8, 30000);
+    cr_assert_eq(post("name: j\xc3\xb6\x62\nmodel: mlp\n", &j), 400);
+    cr_assert_str_eq(str(j, "field"), "name");
+    cr_assert_neq(
+        strstr(str(j, "error"), "contains the non-ASCII character '\xc3\xb6'"),
+        NULL, "%s", str(j, "error"));
+    json_decref(j);
+    /* An unknown key of non-ASCII bytes cut at 63 bytes is quoted too. */
+    {
+        char body[256];
+        size_t n = 0;
+
+        for (int i = 0; i < 40; i++)
+            n += (size_t)snprintf(body + n, sizeof(body) - n, "\xc3\xb6");
+        snprintf(body + n, sizeof(body) - n, ": 1\nname: a\nmodel: mlp\n");
+        cr_assert_eq(post(body, &j), 400);
+        cr_assert(json_is_string(json_object_get(j, "error")));
+        cr_assert(json_is_string(json_object_get(j, "field")));
+        json_decref(j);
+    }
+}
+
+Test(sched_daemon, a_cpu_share_that_would_round_to_nothing_is_refused)
+{
+    char before[16384];
+    json_t *j = NULL;
+
+    start_sched(&fls, NULL);
+    add_node("n1", 1, 30000);
+    wait_leader(&fls);
+    snprintf(before, sizeof(before), "%s", sorted("KEYS %s", "flps:*"));
+    expect_refusal("name: a\nmodel: mlp\nworkers: 1000\n"
+                   "cpus_per_worker: 0.0001\n",
+                   400, "cpus_per_worker", 4);
+    /* The smallest share counts: 1000 workers need 1 CPU, the server
+     * another, and the node has 1. */
+    cr_assert_eq(post("name: a\nmodel: mlp\nworkers: 1000\n"
+                      "cpus_per_worker: 0.001\ncpus_per_server: 0.001\n"
+                      "memory_per_worker: 1\nmemory_per_server: 1\n",
+                      &j),
+                 422);
+    cr_assert_str_eq(str(j, "field"), "workers");
+    json_decref(j);
+    cr_assert_str_eq(sorted("KEYS %s", "flps:*"), before,
+                     "a refused job leaves Redis as it was");
+}

@@ -1180,3 +1180,60 @@ Test(jobspec, a_list_value_still_gets_its_own_message)
                  "line 2: model: found a list where a single value belongs",
                  NULL);
 }
+
+Test(jobspec, refuses_a_name_that_is_a_path_or_an_option)
+{
+    expect_error("name: ..\nmodel: mlp\n",
+                 "line 1: name: '..' must start "
+                 "with a letter or digit and hold no '..'",
+                 NULL);
+    expect_error("name: a..b\nmodel: mlp\n", "hold no '..'", NULL);
+    expect_error("name: -rf\nmodel: mlp\n", "must start with a letter", NULL);
+    expect_error("name: .hidden\nmodel: mlp\n", "must start with a letter",
+                 NULL);
+}
+
+Test(jobspec, quotes_a_non_ascii_character_of_a_name_whole)
+{
+    expect_error("name: j\xc3\xb6\x62\nmodel: mlp\n",
+                 "line 1: name: 'j\xc3\xb6\x62' contains the non-ASCII "
+                 "character '\xc3\xb6'; expected a name of",
+                 NULL);
+    expect_error("name: \xe2\x82\xac\nmodel: mlp\n",
+                 "contains the non-ASCII character '\xe2\x82\xac'", NULL);
+}
+
+Test(jobspec, a_long_value_is_never_cut_inside_a_character)
+{
+    char text[400], err[ERRLEN] = "";
+    jobspec spec;
+    size_t n = 0;
+
+    n += (size_t)snprintf(text, sizeof(text), "name: ");
+    for (int i = 0; i < 60; i++)
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "\xc3\xb6");
+    snprintf(text + n, sizeof(text) - n, "\nmodel: mlp\n");
+    cr_assert_eq(parse(text, &spec, err), FLPS_ECONFIG);
+    /* Every byte of the message is ASCII or part of a whole "ö". */
+    for (const unsigned char *p = (const unsigned char *)err; *p; p++) {
+        if (*p == 0xc3) {
+            cr_assert_eq(p[1], 0xb6, "a cut character in: %s", err);
+            p++;
+        } else {
+            cr_assert_lt(*p, 0x80, "a stray byte in: %s", err);
+        }
+    }
+}
+
+Test(jobspec, refuses_a_cpu_share_below_what_placement_counts)
+{
+    jobspec s;
+
+    expect_error("name: a\nmodel: mlp\ncpus_per_worker: 0.0001\n",
+                 "line 3: cpus_per_worker: '0.0001' is out of range",
+                 "at least 0.001", NULL);
+    expect_error("name: a\nmodel: mlp\ncpus_per_server: 0.0009\n",
+                 "line 3: cpus_per_server: '0.0009' is out of range", NULL);
+    parse_ok("name: a\nmodel: mlp\ncpus_per_worker: 0.001\n", &s);
+    cr_assert_eq(s.cpus_per_worker, 0.001);
+}
