@@ -1243,3 +1243,41 @@ Test(agent, refuses_a_worker_whose_server_endpoint_is_not_an_endpoint,
               "the refusal is not in the job's logs");
     fx_fini(&fx);
 }
+
+static unsigned mode_of(const char *path)
+{
+    struct stat st;
+
+    if (stat(path, &st) != 0)
+        return 0;
+    return (unsigned)(st.st_mode & 07777);
+}
+
+Test(agent, creates_job_files_logs_and_checkpoints_private, .timeout = 120)
+{
+    char w[2][64], p[256];
+    mode_t old = umask(022); /* inherited by flagent */
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    umask(old);
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    place_job(&fx, "j20", quick_job, 1, 2);
+    task_key(w[0], sizeof(w[0]), "j20", "worker-0");
+    task_key(w[1], sizeof(w[1]), "j20", "worker-1");
+    WAIT_UNTIL(all_have(&fx, w, 2, "state", "EXITED"), 60);
+    CHECK(&fx, all_have(&fx, w, 2, "exit_code", "0"), "the job did not run");
+    snprintf(p, sizeof(p), "%s/j20", fx.work);
+    cr_assert_eq(mode_of(p), 0700, "%s: %o", p, mode_of(p));
+    snprintf(p, sizeof(p), "%s/j20/attempt-0", fx.work);
+    cr_assert_eq(mode_of(p), 0700, "%s: %o", p, mode_of(p));
+    snprintf(p, sizeof(p), "%s/j20/job.yaml", fx.work);
+    cr_assert_eq(mode_of(p), 0600, "%s: %o", p, mode_of(p));
+    snprintf(p, sizeof(p), "%s/j20/attempt-0/worker-0.log", fx.work);
+    cr_assert_eq(mode_of(p), 0600, "%s: %o", p, mode_of(p));
+    snprintf(p, sizeof(p), "%s/j20/attempt-0/server-0.log", fx.work);
+    cr_assert_eq(mode_of(p), 0600, "%s: %o", p, mode_of(p));
+    snprintf(p, sizeof(p), "%s/j20/ckpt", fx.work);
+    cr_assert_eq(mode_of(p), 0700, "%s: %o", p, mode_of(p));
+    fx_fini(&fx);
+}
