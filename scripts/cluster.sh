@@ -45,6 +45,7 @@ up() {
     sleep 0.1
   done
   local url="redis://127.0.0.1:$rport"
+  # Loopback only: flsched refuses every interface without --listen-any.
   "$BIN/flsched" --redis "$url" --listen 127.0.0.1:0 >"$DIR/flsched.out" 2>"$DIR/flsched.log" &
   echo "flsched $!" >>"$DIR/pids"
   local api

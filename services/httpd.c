@@ -438,7 +438,7 @@ static flps_err split_listen(const char *where, char *host, size_t hostlen,
     n = (size_t)(he - hs);
     if (n >= hostlen)
         return FLPS_EINVAL;
-    if (n == 0)
+    if (n == 0 || (n == 1 && hs[0] == '*'))
         snprintf(host, hostlen, "%s", "0.0.0.0");
     else
         snprintf(host, hostlen, "%.*s", (int)n, hs);
@@ -448,6 +448,36 @@ static flps_err split_listen(const char *where, char *host, size_t hostlen,
         return FLPS_EINVAL;
     snprintf(port, portlen, "%s", colon + 1);
     return FLPS_OK;
+}
+
+int httpd_listen_is_any(const char *where)
+{
+    char host[256], port[8];
+    struct addrinfo hints, *res = NULL;
+    int any = 0;
+
+    if (where == NULL ||
+        split_listen(where, host, sizeof(host), port, sizeof(port)) != FLPS_OK)
+        return 0;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    /* Resolved as httpd_start will: "0", "0.0.0.0", "::" and "[::0]" are
+     * all the wildcard address. */
+    if (getaddrinfo(host, port, &hints, &res) != 0)
+        return 0;
+    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+        if (ai->ai_family == AF_INET) {
+            const struct sockaddr_in *a = (const void *)ai->ai_addr;
+            any |= a->sin_addr.s_addr == htonl(INADDR_ANY);
+        } else if (ai->ai_family == AF_INET6) {
+            const struct sockaddr_in6 *a = (const void *)ai->ai_addr;
+            any |= IN6_IS_ADDR_UNSPECIFIED(&a->sin6_addr);
+        }
+    }
+    freeaddrinfo(res);
+    return any;
 }
 
 static const char *bind_hint(int err)

@@ -239,3 +239,12 @@ Test(agent_config, says_what_a_flag_accepts)
     refuses_flag("--checkpoint-root", "",
                  "--checkpoint-root: give a directory path shorter than 896");
 }
+
+Test(agent_config, refuses_a_node_name_that_is_a_path_or_an_option)
+{
+    refuses_flag("--name", "..",
+                 "--name: '..' is not a node name; use 1 to 63 characters "
+                 "from A-Z a-z 0-9 _ . -, starting with a letter or digit, "
+                 "without '..'");
+    refuses_flag("--name", "-n1", "--name: '-n1' is not a node name");
+}

@@ -975,3 +975,60 @@ Test(sched_daemon, a_cpu_share_that_would_round_to_nothing_is_refused)
     cr_assert_str_eq(sorted("KEYS %s", "flps:*"), before,
                      "a refused job leaves Redis as it was");
 }
+
+/* Run flsched with argv (NULL-terminated, after the binary); its exit
+ * status, and its stderr in err. */
+static int run_sched(const char *const *args, char *err, size_t len)
+{
+    int pfd[2], status = 0;
+    char *argv[16];
+    int a = 0;
+    pid_t pid;
+    size_t n = 0;
+    ssize_t got;
+
+    cr_assert_eq(pipe(pfd), 0);
+    argv[a++] = (char *)FLPS_BIN_DIR "/flsched";
+    for (int i = 0; args[i] != NULL && a < 15; i++)
+        argv[a++] = (char *)args[i];
+    argv[a] = NULL;
+    pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(pfd[1], STDERR_FILENO);
+        close(pfd[0]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    while (n < len - 1 && (got = read(pfd[0], err + n, len - 1 - n)) > 0)
+        n += (size_t)got;
+    err[n] = '\0';
+    close(pfd[0]);
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(sched_daemon, refuses_to_listen_on_every_interface_unless_asked)
+{
+    static const char *const wild[] = {"0.0.0.0:0", ":0", "*:0", "[::]:0"};
+    const char *const any[] = {"--listen", "0.0.0.0:0", "--listen-any", NULL};
+    char err[2048];
+    json_t *j = NULL;
+
+    for (size_t i = 0; i < sizeof(wild) / sizeof(wild[0]); i++) {
+        const char *const args[] = {"--redis", srv.url, "--listen", wild[i],
+                                    NULL};
+
+        cr_assert_eq(run_sched(args, err, sizeof(err)), 2, "%s", wild[i]);
+        cr_assert_neq(strstr(err, "listens on every interface"), NULL, "%s",
+                      err);
+        cr_assert_neq(strstr(err, "add --listen-any"), NULL, "%s", err);
+    }
+    cr_assert_str_eq(sorted("KEYS %s", "flps:*"), "",
+                     "a refused start writes nothing");
+    start_sched(&fls, any);
+    cr_assert_eq(strncmp(fls.base, "http://0.0.0.0:", 15), 0, "%s", fls.base);
+    cr_assert_eq(get("/healthz", &j), 200);
+    json_decref(j);
+}
