@@ -6,6 +6,8 @@
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1031,4 +1033,121 @@ Test(sched_daemon, refuses_to_listen_on_every_interface_unless_asked)
     cr_assert_eq(strncmp(fls.base, "http://0.0.0.0:", 15), 0, "%s", fls.base);
     cr_assert_eq(get("/healthz", &j), 200);
     json_decref(j);
+}
+
+/* ---- slow and many clients against the real daemon ---- */
+
+static int dial_sched(const sched_proc *p)
+{
+    struct sockaddr_in a;
+    const char *colon = strrchr(p->base, ':');
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    cr_assert_geq(fd, 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)atoi(colon + 1));
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* GET /healthz on a raw socket: the status answered (0: none) and, in
+ * *reset, whether the connection was reset instead of closed. */
+static int raw_healthz(const sched_proc *p, int *reset)
+{
+    static const char req[] =
+        "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    char ans[1024];
+    size_t len = 0;
+    int fd = dial_sched(p), status = 0;
+
+    *reset = 0;
+    if (fd < 0)
+        return 0;
+    if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) == sizeof(req) - 1) {
+        for (;;) {
+            struct pollfd pf = {fd, POLLIN, 0};
+            ssize_t n;
+
+            if (poll(&pf, 1, 10000) <= 0)
+                break;
+            n = recv(fd, ans + len, sizeof(ans) - 1 - len, 0);
+            if (n < 0)
+                *reset = 1;
+            if (n <= 0 || (len += (size_t)n) == sizeof(ans) - 1)
+                break;
+        }
+    }
+    ans[len] = '\0';
+    if (strncmp(ans, "HTTP/1.1 ", 9) == 0)
+        status = atoi(ans + 9);
+    close(fd);
+    return status;
+}
+
+typedef struct par_req {
+    pthread_barrier_t *go;
+    int status, reset;
+} par_req;
+
+static void *par_main(void *arg)
+{
+    par_req *q = arg;
+
+    pthread_barrier_wait(q->go);
+    q->status = raw_healthz(&fls, &q->reset);
+    return NULL;
+}
+
+Test(sched_daemon, slow_clients_do_not_hold_the_api_and_a_burst_is_all_answered,
+     .timeout = 120)
+{
+    enum { SLOW = 64, BURST = 200 };
+    int slow[SLOW], reset;
+    static par_req q[BURST];
+    pthread_t th[BURST];
+    pthread_barrier_t go;
+    json_t *j = NULL;
+    double t0;
+
+    start_sched(&fls, NULL);
+    /* 64 clients that each sent part of a request and go on a byte at a
+     * time: they held every connection slot for ever. */
+    for (int i = 0; i < SLOW; i++) {
+        slow[i] = dial_sched(&fls);
+        cr_assert_geq(slow[i], 0);
+        cr_assert_eq(
+            send(slow[i], "GET /healthz HTTP/1.1\r\nX-A: ", 29, MSG_NOSIGNAL),
+            29);
+    }
+    for (int k = 0; k < 3; k++) {
+        sleep_ms(500);
+        for (int i = 0; i < SLOW; i++)
+            send(slow[i], "a", 1, MSG_NOSIGNAL);
+    }
+    t0 = mono_s();
+    cr_assert_eq(get("/healthz", &j), 200);
+    cr_assert_lt(mono_s() - t0, 2.0, "healthz took %.2f s", mono_s() - t0);
+    json_decref(j);
+    cr_assert_eq(raw_healthz(&fls, &reset), 200);
+    /* 200 at once, beside the slow ones: every one gets an answer. */
+    pthread_barrier_init(&go, NULL, BURST);
+    for (int i = 0; i < BURST; i++) {
+        q[i] = (par_req){&go, 0, 0};
+        cr_assert_eq(pthread_create(&th[i], NULL, par_main, &q[i]), 0);
+    }
+    for (int i = 0; i < BURST; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&go);
+    for (int i = 0; i < BURST; i++) {
+        cr_assert(q[i].status == 200 || q[i].status == 503,
+                  "request %d got no HTTP answer (%d)", i, q[i].status);
+        cr_assert_not(q[i].reset, "request %d was reset", i);
+    }
+    for (int i = 0; i < SLOW; i++)
+        close(slow[i]);
 }
