@@ -3,6 +3,7 @@
  * progress, stops everything cleanly, and prints one JSON summary as its
  * last line. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -130,12 +131,18 @@ static int write_atomically(const char *path, const char *text)
 {
     char tmp[PATH_MAX + 32];
     FILE *f;
-    int ok;
+    int ok, fd;
 
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    f = fopen(tmp, "w");
-    if (f == NULL)
+    /* 0600: the job's files are its owner's alone. */
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
         return 0;
+    f = fdopen(fd, "w");
+    if (f == NULL) {
+        close(fd);
+        return 0;
+    }
     ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
     ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, path) != 0) {
@@ -405,7 +412,7 @@ int main(int argc, char **argv)
                     strerror(errno));
             return 1;
         }
-    } else if (mkdir(logdir, 0755) != 0 && errno != EEXIST) {
+    } else if (mkdir(logdir, 0700) != 0 && errno != EEXIST) {
         fprintf(stderr, "flrun: cannot create %s: %s\n", logdir,
                 strerror(errno));
         return 1;

@@ -71,7 +71,7 @@ static flps_err write_all(int fd, const void *buf, size_t len, const char *what)
 
 flps_err wal_open(const char *path, int *fd)
 {
-    int f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     flps_err rc;
 
     if (f < 0) {
@@ -475,7 +475,7 @@ flps_err ckpt_write(const char *path, const void *meta, size_t metalen,
     uint32_t u32, crc;
 
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (w.fd < 0) {
         log_error("cannot create checkpoint %s: %s", tmp, strerror(errno));
         return FLPS_EIO;

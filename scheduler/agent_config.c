@@ -12,6 +12,7 @@
 #include "scheduler/agent_task.h"
 #include "scheduler/rconn.h"
 #include "services/jobspec.h"
+#include "services/safeid.h"
 
 static const char usage_text[] =
     "usage: flagent --redis redis://HOST:PORT --name NAME --cpus N\n"
@@ -22,7 +23,8 @@ static const char usage_text[] =
     "  --redis-password-file FILE  the Redis password, first line of FILE\n"
     "                    (keeps it off the command line; or set\n"
     "                    FLPS_REDIS_PASSWORD_FILE / FLPS_REDIS_PASSWORD)\n"
-    "  --name NAME       this node's name ([A-Za-z0-9_.-], 1..63 chars)\n"
+    "  --name NAME       this node's name ([A-Za-z0-9_.-], 1..63 chars,\n"
+    "                    starting with a letter or digit, no '..')\n"
     "  --cpus N          CPUs the node offers (> 0; 0.5 is half a CPU)\n"
     "  --memory SIZE     memory it offers: bytes, or K/M/G/T (powers of "
     "1000)\n"
@@ -121,8 +123,7 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
             if (!agent_task_name_is_valid(optarg, strlen(optarg)))
                 return flps_errbuf_set(
                     errbuf, errlen, FLPS_ECONFIG,
-                    "--name: '%s' is not a node name; use 1..63 of "
-                    "A-Z a-z 0-9 _ . -",
+                    "--name: '%s' is not a node name; use " SAFEID_RULE,
                     optarg);
             snprintf(cfg.name, sizeof(cfg.name), "%s", optarg);
             break;

@@ -226,7 +226,7 @@ void agent_node_task_set_exited(agent_node *n, agent_task *t, int exit_code,
 int agent_node_write_file(const char *path, const char *tmp, const char *data,
                           size_t len)
 {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), e;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), e;
 
     if (fd >= 0 && write(fd, data, len) == (ssize_t)len && close(fd) == 0) {
         fd = -1;

@@ -5,12 +5,14 @@
 #include "scheduler/agent_node_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/clock.h"
@@ -21,6 +23,7 @@
 #include "services/fsutil.h"
 #include "services/jobspec.h"
 #include "services/procs.h"
+#include "services/safeid.h"
 
 /* ---- Starting tasks ---- */
 
@@ -111,6 +114,21 @@ static int job_info(agent_node *n, agent_task *t, uint32_t *servers,
     return 1;
 }
 
+/* A task's log, readable only by the agent's user (it holds what the job
+ * prints); NULL with errno on failure. */
+static FILE *open_log(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    FILE *f;
+
+    if (fd < 0)
+        return NULL;
+    f = fdopen(fd, "a");
+    if (f == NULL)
+        close(fd);
+    return f;
+}
+
 /* Start the task's process; its output is read by agent_report_pump(). */
 static int task_spawn(agent_node *n, agent_task *t, char *const argv[])
 {
@@ -124,7 +142,7 @@ static int task_spawn(agent_node *n, agent_task *t, char *const argv[])
         return 0;
     }
     snprintf(path, sizeof(path), "%s/%s.log", dir, t->id.name);
-    t->log = fopen(path, "a");
+    t->log = open_log(path);
     if (t->log == NULL)
         log_warn("task %s: cannot open %s: %s (output goes to Redis only)",
                  t->key, path, strerror(errno));
@@ -245,6 +263,16 @@ static void try_start_worker(agent_node *n, agent_task *t)
             t->waiting_logged = 1;
             goto out;
         }
+        if (!agent_task_endpoint_is_valid(r->str)) {
+            /* It becomes the worker's argument: never pass on what a
+             * server could not have printed. */
+            freeReplyObject(r);
+            task_fail(n, t,
+                      "the endpoint of server %u in Redis (%s) is not "
+                      "tcp://HOST:PORT; the task is refused",
+                      i, key);
+            goto out;
+        }
         flps_strbuf_printf(&list, "%s%s", i ? "," : "", r->str);
         freeReplyObject(r);
     }
@@ -305,6 +333,24 @@ void agent_reconcile_kills(agent_node *n)
     }
 }
 
+/* A key of the desired set that names no task this agent may run (a job
+ * id such as ".." would become a directory and an argument): logged once,
+ * as the task stays known while it is in the set, and, when the key is in
+ * the task namespace, reported as exited with exit_code -1 so flsched
+ * does not wait for it. Never run. */
+static void task_refuse(agent_node *n, agent_task *t)
+{
+    int report = strncmp(t->key, "flps:task:", 10) == 0;
+
+    t->phase = AGENT_TASK_IGNORED;
+    log_warn("task key %s in %s is not "
+             "flps:task:{job}:{attempt}:{server|worker}-{index} with a job id "
+             "of " SAFEID_RULE ": refused%s",
+             t->key, n->tasks_key, report ? ", reported as exited" : "");
+    if (report)
+        agent_node_task_set_exited(n, t, -1, 0);
+}
+
 /* A key of the desired set this agent does not know yet. */
 static void task_consider(agent_node *n, const char *key)
 {
@@ -323,10 +369,7 @@ static void task_consider(agent_node *n, const char *key)
         return;
     t->desired = 1;
     if (agent_task_key_parse(key, &t->id) != FLPS_OK) {
-        t->phase = AGENT_TASK_IGNORED;
-        log_warn("task key %s in %s is not "
-                 "flps:task:{job}:{attempt}:{server|worker}-{index}: ignored",
-                 key, n->tasks_key);
+        task_refuse(n, t);
         return;
     }
     if (strcmp(state, "EXITED") == 0) {

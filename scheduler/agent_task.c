@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include "common/numparse.h"
+#include "services/safeid.h"
 
 #define KEY_PREFIX "flps:task:"
 
@@ -30,15 +31,37 @@ static int parse_u32(const char *s, size_t n, uint32_t *out)
 
 int agent_task_name_is_valid(const char *s, size_t n)
 {
-    if (n == 0 || n > AGENT_TASK_NAME_MAX)
+    /* A job id from a key becomes a directory and an argument: ".." made
+     * an agent write outside its work directory. */
+    return safeid_is_valid(s, n);
+}
+
+int agent_task_endpoint_is_valid(const char *s)
+{
+    static const char host_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                     "abcdefghijklmnopqrstuvwxyz0123456789.-";
+    const char *host, *colon;
+    size_t hl, n;
+    uint32_t port;
+
+    if (s == NULL || strncmp(s, "tcp://", 6) != 0 || strlen(s) > 200)
         return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
+    host = s + 6;
+    colon = strrchr(host, ':');
+    if (colon == NULL || colon == host)
+        return 0;
+    hl = (size_t)(colon - host);
+    if (host[0] == '[') {
+        /* An IPv6 address in brackets: hex digits, ':' and '.'. */
+        if (hl < 3 || host[hl - 1] != ']' ||
+            strspn(host + 1, "0123456789abcdefABCDEF:.") != hl - 2)
             return 0;
+    } else if (strspn(host, host_chars) != hl || host[0] == '-') {
+        return 0;
     }
-    return 1;
+    n = strlen(colon + 1);
+    return n > 0 && n <= 5 && parse_u32(colon + 1, n, &port) && port > 0 &&
+           port <= 65535;
 }
 
 flps_err agent_task_key_parse(const char *key, agent_task_id *out)

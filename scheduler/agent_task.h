@@ -17,9 +17,16 @@ typedef enum {
 #define AGENT_TASK_NAME_MAX 63
 
 /* Whether the n bytes at s (not necessarily NUL-terminated) are a job or
- * node name: 1..AGENT_TASK_NAME_MAX of [A-Za-z0-9_.-], so never a ':'
- * that would split a key. */
+ * node name: services/safeid.h's rule ([A-Za-z0-9][A-Za-z0-9._-]{0,62},
+ * no ".."), so never a ':' that would split a key, never a path of its
+ * own and never an option. */
 int agent_task_name_is_valid(const char *s, size_t n);
+
+/* Whether s is a server endpoint a worker may be given as an argument:
+ * "tcp://HOST:PORT" with HOST a name or IPv4 address of [A-Za-z0-9.-]
+ * (not starting with '-') or an IPv6 address in brackets, and PORT
+ * 1..65535; at most 200 bytes. */
+int agent_task_endpoint_is_valid(const char *s);
 
 /* The parts of a task key "flps:task:{job}:{attempt}:{role}-{index}". */
 typedef struct agent_task_id {
@@ -30,7 +37,7 @@ typedef struct agent_task_id {
     char name[32]; /* "{role}-{index}", the logs stream's task field */
 } agent_task_id;
 
-/* Split a task key. The job id is 1..63 of [A-Za-z0-9_.-]; attempt and
+/* Split a task key. The job id follows agent_task_name_is_valid; attempt and
  * index are decimal. Errors: FLPS_EINVAL for any other text (*out is
  * written only on FLPS_OK). */
 flps_err agent_task_key_parse(const char *key, agent_task_id *out);

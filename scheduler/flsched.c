@@ -38,6 +38,7 @@ static void on_signal(int sig)
 typedef struct flsched_cfg {
     const char *redis;
     const char *listen;
+    int listen_any; /* --listen-any: every interface was asked for */
     char id[128];
     char *token;
     int node_ttl;
@@ -48,14 +49,19 @@ static void usage(FILE *f)
 {
     fprintf(
         f, "usage: flsched --redis redis://HOST:PORT --listen HOST:PORT\n"
-           "               [--id NAME] [--token-file FILE] [--node-ttl SEC]\n"
+           "               [--listen-any] [--id NAME] [--token-file FILE] "
+           "[--node-ttl SEC]\n"
            "               [--lease-ms MS]\n"
            "  --redis URL        Redis holding the cluster's state\n"
            "                     (redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])\n"
            "  --redis-password-file FILE  the Redis password, first line\n"
            "                     of FILE (or FLPS_REDIS_PASSWORD_FILE /\n"
            "                     FLPS_REDIS_PASSWORD): off the command line\n"
-           "  --listen HOST:PORT where the HTTP API listens (PORT 0: any)\n"
+           "  --listen HOST:PORT where the HTTP API listens (PORT 0: any);\n"
+           "                     every interface (0.0.0.0, ::, *, :PORT)\n"
+           "                     only with --listen-any\n"
+           "  --listen-any       allow --listen on every interface (in a\n"
+           "                     container, behind a Service)\n"
            "  --id NAME          this scheduler's name in the leader lease\n"
            "                     (default HOSTNAME:PID)\n"
            "  --token-file FILE  require 'Authorization: Bearer TOKEN' with\n"
@@ -111,6 +117,7 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
     static const struct option opts[] = {
         {"redis", required_argument, NULL, 'r'},
         {"listen", required_argument, NULL, 'l'},
+        {"listen-any", no_argument, NULL, 'A'},
         {"id", required_argument, NULL, 'i'},
         {"token-file", required_argument, NULL, 't'},
         {"redis-password-file", required_argument, NULL, 'p'},
@@ -136,6 +143,9 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
             break;
         case 'l':
             cfg->listen = optarg;
+            break;
+        case 'A':
+            cfg->listen_any = 1;
             break;
         case 'i':
             if (optarg[0] == '\0' || strlen(optarg) >= sizeof(cfg->id)) {
@@ -183,6 +193,18 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
     if (cfg->redis == NULL || cfg->listen == NULL) {
         fprintf(stderr, "flsched: --redis and --listen are required\n");
         usage(stderr);
+        return 2;
+    }
+    if (!cfg->listen_any && httpd_listen_is_any(cfg->listen)) {
+        /* The API places jobs that run programs: reachable from every
+         * network only when that is what the operator means. */
+        fprintf(stderr,
+                "flsched: --listen %s listens on every interface, so "
+                "anyone who can reach this machine can reach the API; give "
+                "one of its addresses (127.0.0.1 for this machine only), or "
+                "add --listen-any if every interface is meant (e.g. in a "
+                "pod behind a Service)\n",
+                cfg->listen);
         return 2;
     }
     if (cfg->id[0] == '\0') {

@@ -205,9 +205,30 @@ static void reply_json(httpd_response *resp, int status, json_t *o)
     free(text);
 }
 
+/* A JSON string of text; bytes that are not UTF-8 (a message quoting what
+ * a client sent, cut somewhere) become '?' rather than failing the whole
+ * answer with a misleading 500. */
+static json_t *json_text(const char *text)
+{
+    json_t *s = json_string(text);
+    char *copy;
+
+    if (s != NULL || text == NULL)
+        return s;
+    copy = flps_strdup(text);
+    if (copy == NULL)
+        return NULL;
+    for (char *p = copy; *p != '\0'; p++)
+        if ((unsigned char)*p >= 0x80)
+            *p = '?';
+    s = json_string(copy);
+    flps_free(copy);
+    return s;
+}
+
 static void reply_error(httpd_response *resp, int status, const char *msg)
 {
-    reply_json(resp, status, json_pack("{s:s}", "error", msg));
+    reply_json(resp, status, json_pack("{s:o}", "error", json_text(msg)));
 }
 
 /* A Redis failure: 503, the API is there but its state is not. */
@@ -223,10 +244,53 @@ static void reply_store_error(sched_api *a, httpd_response *resp)
 
 /* ---- Endpoints ---- */
 
-static void submit(sched_api *a, const httpd_request *req, httpd_response *resp)
+/* Parse a submitted job file. Runs before the API-wide lock is taken, so
+ * a large or hostile body costs only its own connection's time (the
+ * parser refuses deep nesting first: services/textguard.h). 1 when *spec
+ * holds the job; 0 when resp holds the refusal. */
+static int submit_parse(const httpd_request *req, httpd_response *resp,
+                        jobspec *spec)
 {
-    jobspec spec;
     jobspec_where where;
+    char err[1024];
+    flps_err rc;
+
+    rc = jobspec_parse_where(req->body, req->body_len, spec, err, sizeof(err),
+                             &where);
+    if (rc == FLPS_ECONFIG) {
+        json_t *o = json_pack("{s:o}", "error", json_text(err));
+
+        if (o != NULL) {
+            json_object_set_new(o, "line",
+                                where.line > 0
+                                    ? json_integer((json_int_t)where.line)
+                                    : json_null());
+            json_object_set_new(o, "field",
+                                where.field[0] ? json_text(where.field)
+                                               : json_null());
+        }
+        log_info("job refused: %s", err);
+        reply_json(resp, 400, o);
+        return 0;
+    }
+    if (rc != FLPS_OK) {
+        reply_error(resp, 500, flps_strerror(rc));
+        return 0;
+    }
+    return 1;
+}
+
+static int is_submit(const httpd_request *req)
+{
+    return strcmp(req->method, "POST") == 0 &&
+           (strcmp(req->path, "/v1/jobs") == 0 ||
+            strcmp(req->path, "/v1/jobs/") == 0);
+}
+
+/* spec: the body, parsed by submit_parse; NULL if it was not. */
+static void submit(sched_api *a, const httpd_request *req, const jobspec *spec,
+                   httpd_response *resp)
+{
     char err[1024];
     sched_node *nodes = NULL;
     sched_pnode *pn = NULL;
@@ -236,26 +300,8 @@ static void submit(sched_api *a, const httpd_request *req, httpd_response *resp)
     int fits = 0;
     flps_err rc;
 
-    rc = jobspec_parse_where(req->body, req->body_len, &spec, err, sizeof(err),
-                             &where);
-    if (rc == FLPS_ECONFIG) {
-        json_t *o = json_pack("{s:s}", "error", err);
-
-        if (o != NULL) {
-            json_object_set_new(o, "line",
-                                where.line > 0
-                                    ? json_integer((json_int_t)where.line)
-                                    : json_null());
-            json_object_set_new(o, "field",
-                                where.field[0] ? json_string(where.field)
-                                               : json_null());
-        }
-        log_info("job refused: %s", err);
-        reply_json(resp, 400, o);
-        return;
-    }
-    if (rc != FLPS_OK) {
-        reply_error(resp, 500, flps_strerror(rc));
+    if (spec == NULL) {
+        reply_error(resp, 500, "internal error: the job was not parsed");
         return;
     }
     if (sched_store_nodes(a->st, &nodes, &nn) != FLPS_OK) {
@@ -271,13 +317,13 @@ static void submit(sched_api *a, const httpd_request *req, httpd_response *resp)
     for (size_t i = 0; i < nn; i++)
         pn[i].cap = nodes[i].cap;
     memset(&pj, 0, sizeof(pj));
-    pj.servers = spec.servers;
-    pj.workers = spec.workers;
-    pj.per_server.mcpus = sched_res_mcpus(spec.cpus_per_server);
-    pj.per_server.memory = spec.memory_per_server;
-    pj.per_worker.mcpus = sched_res_mcpus(spec.cpus_per_worker);
-    pj.per_worker.memory = spec.memory_per_worker;
-    pj.per_worker.gpus = spec.gpus_per_worker;
+    pj.servers = spec->servers;
+    pj.workers = spec->workers;
+    pj.per_server.mcpus = sched_res_mcpus(spec->cpus_per_server);
+    pj.per_server.memory = spec->memory_per_server;
+    pj.per_worker.mcpus = sched_res_mcpus(spec->cpus_per_worker);
+    pj.per_worker.memory = spec->memory_per_worker;
+    pj.per_worker.gpus = spec->gpus_per_worker;
     rc = sched_place_fits_ever(pn, nn, &pj, &fits);
     if (rc == FLPS_OK && !fits) {
         const char *field = "workers";
@@ -285,10 +331,11 @@ static void submit(sched_api *a, const httpd_request *req, httpd_response *resp)
 
         sched_place_explain(pn, nn, &pj, &field, why, sizeof(why));
         snprintf(err, sizeof(err), "job '%s' can never be placed: %s",
-                 spec.name, why);
+                 spec->name, why);
         log_info("job refused: %s", err);
-        reply_json(resp, 422,
-                   json_pack("{s:s,s:s}", "error", err, "field", field));
+        reply_json(
+            resp, 422,
+            json_pack("{s:o,s:s}", "error", json_text(err), "field", field));
     }
     flps_free(pn);
     sched_nodes_free(nodes, nn);
@@ -298,8 +345,8 @@ static void submit(sched_api *a, const httpd_request *req, httpd_response *resp)
     }
     if (!fits)
         return;
-    if (sched_store_submit(a->st, &spec, req->body, req->body_len,
-                           flps_wall_s(), &job) != FLPS_OK) {
+    if (sched_store_submit(a->st, spec, req->body, req->body_len, flps_wall_s(),
+                           &job) != FLPS_OK) {
         reply_store_error(a, resp);
         return;
     }
@@ -664,7 +711,8 @@ static void method_not_allowed(httpd_response *resp, const char *allowed)
     reply_error(resp, 405, msg);
 }
 
-static void route(sched_api *a, const httpd_request *req, httpd_response *resp)
+static void route(sched_api *a, const httpd_request *req, const jobspec *spec,
+                  httpd_response *resp)
 {
     const char *m = req->method, *p = req->path;
     int get = strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0;
@@ -703,7 +751,7 @@ static void route(sched_api *a, const httpd_request *req, httpd_response *resp)
     }
     if (strcmp(p, "/v1/jobs") == 0 || strcmp(p, "/v1/jobs/") == 0) {
         if (strcmp(m, "POST") == 0)
-            submit(a, req, resp);
+            submit(a, req, spec, resp);
         else if (get)
             list_jobs(a, resp);
         else
@@ -756,10 +804,19 @@ void sched_api_handle(void *arg, const httpd_request *req, httpd_response *resp)
     double t0 = flps_mono_s();
     char code[8];
     const char *v[] = {code};
+    jobspec spec;
+    int parsed = 0;
 
+    /* The lock serializes Redis; parsing a body needs none of it. */
+    if (is_submit(req) && (a->token == NULL || token_ok(a, req))) {
+        if (!submit_parse(req, resp, &spec))
+            goto out;
+        parsed = 1;
+    }
     pthread_mutex_lock(&a->lock);
-    route(a, req, resp);
+    route(a, req, parsed ? &spec : NULL, resp);
     pthread_mutex_unlock(&a->lock);
+out:
     snprintf(code, sizeof(code), "%d", resp->status);
     metrics_counter_add(a->m_requests, v, 1);
     metrics_histogram_observe(a->m_seconds, NULL, flps_mono_s() - t0);

@@ -11,8 +11,10 @@
 #include <jansson.h>
 
 #include "common/alloc.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "scheduler/sched_store_int.h"
+#include "services/safeid.h"
 
 void sched_nodes_free(sched_node *nodes, size_t n)
 {
@@ -107,6 +109,24 @@ static flps_err load_node(sched_store *st, const char *name, sched_node *nd)
     return FLPS_OK;
 }
 
+/* A member of flps:nodes that no agent could have registered (flagent's
+ * --name follows services/safeid.h) is left out: nothing is placed there,
+ * and its name never reaches a key. Said at most once a minute. */
+static int node_name_ok(sched_store *st, const char *name)
+{
+    double now = flps_mono_s();
+
+    if (safeid_is_valid_str(name))
+        return 1;
+    if (st->bad_node_warned == 0 || now - st->bad_node_warned >= 60) {
+        st->bad_node_warned = now;
+        log_warn("node '%.80s' in flps:nodes is not a node name (" SAFEID_RULE
+                 "): ignored",
+                 name);
+    }
+    return 0;
+}
+
 flps_err sched_store_nodes(sched_store *st, sched_node **out, size_t *n)
 {
     redisReply *r = NULL;
@@ -122,6 +142,8 @@ flps_err sched_store_nodes(sched_store *st, sched_node **out, size_t *n)
         return sched_store_seterr(st, FLPS_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < r->elements; i++) {
+        if (!node_name_ok(st, r->element[i]->str))
+            continue;
         rc = load_node(st, r->element[i]->str, &nodes[k++]);
         if (rc != FLPS_OK)
             break;

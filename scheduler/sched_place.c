@@ -15,6 +15,10 @@ uint64_t sched_res_mcpus(double cpus)
         return 0;
     if (cpus >= 1e15)
         return (uint64_t)1e18;
+    /* A positive amount is never nothing: 0.0001 CPUs per worker rounded
+     * to 0 and placed 1000 workers on a 1-CPU node. */
+    if (cpus < 0.001)
+        return 1;
     return (uint64_t)llround(cpus * 1000.0);
 }
 

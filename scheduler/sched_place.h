@@ -18,7 +18,8 @@ typedef struct sched_res {
     uint64_t gpus;
 } sched_res;
 
-/* 1.5 -> 1500 thousandths, rounded to the nearest; negative or non-finite
+/* 1.5 -> 1500 thousandths, rounded to the nearest, except that a positive
+ * amount below 0.001 gives 1 (never 0); zero, negative or non-finite
  * values give 0. */
 uint64_t sched_res_mcpus(double cpus);
 

@@ -20,6 +20,7 @@ struct sched_store {
     rconn *rc;
     int script[SCHED_SCRIPT_COUNT]; /* rconn's id of each script */
     char err[512];                  /* sticky message of the last failure */
+    double bad_node_warned; /* flps_mono_s() of the last "bad node" line */
 };
 
 /* Set the store's sticky message; evaluates to rc. */

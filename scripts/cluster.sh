@@ -93,6 +93,7 @@ up() {
   rpid=$(redis_start) || exit 1
   echo "redis $rpid" >"$DIR/pids"
   local url="redis://127.0.0.1:$rport"
+  # Loopback only: flsched refuses every interface without --listen-any.
   "$BIN/flsched" --redis "$url" --redis-password-file "$PWFILE" \
     --listen 127.0.0.1:0 >"$DIR/flsched.out" 2>"$DIR/flsched.log" &
   echo "flsched $!" >>"$DIR/pids"

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* 0700: the directories hold checkpoints, logs and job files, which are
+ * the job's and its owner's alone. */
 int flps_mkdirs(const char *path)
 {
     char buf[PATH_MAX];
@@ -20,11 +22,11 @@ int flps_mkdirs(const char *path)
         if (*p != '/')
             continue;
         *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
             return -1;
         *p = '/';
     }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+    if (mkdir(buf, 0700) != 0 && errno != EEXIST)
         return -1;
     return 0;
 }

@@ -6,6 +6,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/numparse.h"
 #include "common/strbuf.h"
@@ -25,21 +27,51 @@
  * are cheap, and a handler that blocks (the scheduler talks to Redis) then
  * stalls only its own client, which a fixed thread pool would not give us.
  * HTTPD_MAX_CONNS bounds the threads. poll() rather than select() because
- * daemons hold many other descriptors (ZeroMQ) and may pass FD_SETSIZE. */
-#define HTTPD_MAX_CONNS 64
+ * daemons hold many other descriptors (ZeroMQ) and may pass FD_SETSIZE.
+ *
+ * Slow clients: MHD's own timeout restarts on every byte, so a client that
+ * sends one byte every few seconds would hold its thread for ever and 64
+ * of them took every slot. Each connection therefore gets a deadline for
+ * its whole request (headers and body), which a watchdog thread enforces
+ * with a 408 and a shutdown of the socket; and above a soft limit, well
+ * below MHD's hard cap, a connection is answered 503 at once instead of
+ * being reset by MHD at the cap. */
+#define HTTPD_MAX_CONNS 512
 #define HTTPD_IDLE_TIMEOUT_S 60
-#define HTTPD_BACKLOG 64
+#define HTTPD_BACKLOG 512
 #define HTTPD_TOO_LARGE 413
+#define HTTPD_WATCH_MS 100
+#define HTTPD_REAP_LOG_S 1.0 /* at most one "closed slow clients" line */
 
-/* Every field is written by httpd_start before MHD starts its threads and
- * only read afterwards (until httpd_stop has joined them), so connection
- * threads read them without a lock. */
+/* One open connection, as the watchdog sees it. */
+typedef struct httpd_conn {
+    int in_use;
+    int fd;
+    int over;        /* opened above the soft limit: answered 503 */
+    int answering;   /* a response is queued: the deadline is off */
+    int reaped;      /* the watchdog shut the socket down */
+    double deadline; /* flps_mono_s() by which the request must be in */
+} httpd_conn;
+
+/* The fields above lock are written by httpd_start before MHD starts its
+ * threads and only read afterwards (until httpd_stop has joined them), so
+ * connection threads read them without a lock. lock guards conns, nconns,
+ * stopping and the reap counters. */
 struct httpd {
     struct MHD_Daemon *mhd;
     httpd_handler handler;
     void *arg;
     size_t max_body;
+    httpd_limits lim;
     char bound[128];
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t watchdog;
+    int stopping;
+    httpd_conn conns[HTTPD_MAX_CONNS];
+    size_t nconns;
+    unsigned long reaped, busy; /* not yet logged */
+    double last_reap_log, last_busy_log;
 };
 
 /* One request's state; owned by the connection's thread, which is the only
@@ -60,6 +92,28 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
         line[--n] = '\0';
     log_warn("http: %s", line);
+}
+
+/* The watchdog's record of conn (NULL when it has none). */
+static httpd_conn *conn_slot(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+    return ci != NULL ? ci->socket_context : NULL;
+}
+
+/* A response is about to be queued on conn: the request is in, so its
+ * deadline no longer applies (the handler may take its time). */
+static void conn_answering(httpd *h, struct MHD_Connection *conn)
+{
+    httpd_conn *c = conn_slot(conn);
+
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&h->lock);
+    c->answering = 1;
+    pthread_mutex_unlock(&h->lock);
 }
 
 static enum MHD_Result queue(struct MHD_Connection *conn, int status,
@@ -104,6 +158,43 @@ static enum MHD_Result too_large(httpd *h, struct MHD_Connection *conn,
                        "{\"error\":\"request body too large\"}");
 }
 
+/* Above the soft limit of connections: a short 503 that tells the client
+ * to come back, then MHD closes the connection. Logged at most once a
+ * second (with the count), as a flood is what causes it. */
+static enum MHD_Result busy(httpd *h, struct MHD_Connection *conn)
+{
+    static const char msg[] = "{\"error\":\"the server is busy (too many "
+                              "open connections); retry in a second\"}";
+    struct MHD_Response *r;
+    enum MHD_Result ret;
+    unsigned long n = 0;
+    double now = flps_mono_s();
+
+    pthread_mutex_lock(&h->lock);
+    h->busy++;
+    if (now - h->last_busy_log >= HTTPD_REAP_LOG_S) {
+        n = h->busy;
+        h->busy = 0;
+        h->last_busy_log = now;
+    }
+    pthread_mutex_unlock(&h->lock);
+    if (n > 0)
+        log_warn("http: answered 503 to %lu connection(s) over the limit of "
+                 "%u open connections",
+                 n, h->lim.soft_conns);
+    r = MHD_create_response_from_buffer(sizeof(msg) - 1, (void *)msg,
+                                        MHD_RESPMEM_PERSISTENT);
+    if (r == NULL)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "application/json");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    ret = MHD_queue_response(conn, MHD_HTTP_SERVICE_UNAVAILABLE, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 /* Append a chunk of the body, or mark the request too large. A failed
  * allocation sticks in the buffer and is answered with 500 at the end. */
 static void append_body(httpd *h, httpd_req_state *rs, const char *data,
@@ -136,10 +227,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
          * "100 Continue" and closes the connection afterwards). */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      "Content-Length");
+        httpd_conn *c = conn_slot(conn);
+
         rs = flps_calloc(1, sizeof(*rs));
         if (rs == NULL)
             return MHD_NO;
         *con_cls = rs;
+        if (c == NULL || c->over) {
+            conn_answering(h, conn);
+            return busy(h, conn);
+        }
         if (cl != NULL) {
             uint64_t v;
             /* A malformed length is left to MHD, which refuses it. */
@@ -147,6 +244,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                0) == FLPS_OK &&
                 v > h->max_body) {
                 rs->too_large = 1;
+                conn_answering(h, conn);
                 return too_large(h, conn, url);
             }
         }
@@ -157,6 +255,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         *upload_size = 0;
         return MHD_YES;
     }
+    conn_answering(h, conn);
     if (rs->too_large)
         return too_large(h, conn, url);
     if (flps_strbuf_error(&rs->body) != FLPS_OK) {
@@ -192,15 +291,126 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     httpd_req_state *rs = *con_cls;
+    httpd *h = cls;
+    httpd_conn *c = conn_slot(conn);
 
-    (void)cls;
-    (void)conn;
     (void)toe;
+    if (c != NULL) {
+        /* A kept-alive connection has as long for its next request. */
+        pthread_mutex_lock(&h->lock);
+        c->answering = 0;
+        c->deadline = flps_mono_s() + h->lim.request_deadline_s;
+        pthread_mutex_unlock(&h->lock);
+    }
     if (rs != NULL) {
         flps_strbuf_fini(&rs->body);
         flps_free(rs);
         *con_cls = NULL;
     }
+}
+
+/* MHD opens and closes connections: keep the watchdog's table. CLOSED
+ * comes before MHD closes the descriptor (and under h->lock here), so the
+ * watchdog never shuts down a descriptor that was reused meanwhile. */
+static void on_connection(void *cls, struct MHD_Connection *conn,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    httpd *h = cls;
+    httpd_conn *c = *socket_context;
+
+    pthread_mutex_lock(&h->lock);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        double now = flps_mono_s();
+
+        c = NULL;
+        for (size_t i = 0; i < HTTPD_MAX_CONNS && ci != NULL; i++) {
+            if (!h->conns[i].in_use) {
+                c = &h->conns[i];
+                break;
+            }
+        }
+        if (c != NULL) {
+            memset(c, 0, sizeof(*c));
+            c->in_use = 1;
+            c->fd = ci->connect_fd;
+            c->over = h->nconns >= h->lim.soft_conns;
+            /* One over the limit is answered at once or not at all. */
+            c->deadline = now + (c->over ? 1.0 : h->lim.request_deadline_s);
+            h->nconns++;
+        }
+        *socket_context = c; /* NULL: answered 503 (no slot) */
+    } else if (c != NULL) {
+        c->in_use = 0;
+        h->nconns--;
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&h->lock);
+}
+
+/* Shut down every connection past its deadline whose request is not in.
+ * The 408 is written here because MHD is only reading on that socket; the
+ * shutdown then wakes MHD's thread, which closes the connection. */
+static void *watchdog_main(void *arg)
+{
+    static const char r408[] =
+        "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+        "Content-Type: application/json\r\nContent-Length: 59\r\n\r\n"
+        "{\"error\":\"the request was not sent in time; send it whole\"}";
+    httpd *h = arg;
+
+    pthread_mutex_lock(&h->lock);
+    while (!h->stopping) {
+        struct timespec ts;
+        double now = flps_mono_s();
+        unsigned long n = 0;
+
+        for (size_t i = 0; i < HTTPD_MAX_CONNS; i++) {
+            httpd_conn *c = &h->conns[i];
+
+            if (!c->in_use || c->answering || c->reaped || now < c->deadline)
+                continue;
+            if (send(c->fd, r408, sizeof(r408) - 1,
+                     MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+                /* The client is gone or not reading: just close. */
+            }
+            shutdown(c->fd, SHUT_RDWR);
+            c->reaped = 1;
+            h->reaped++;
+        }
+        if (h->reaped > 0 && now - h->last_reap_log >= HTTPD_REAP_LOG_S) {
+            n = h->reaped;
+            h->reaped = 0;
+            h->last_reap_log = now;
+        }
+        if (n > 0) {
+            pthread_mutex_unlock(&h->lock);
+            log_warn("http: closed %lu connection(s) that had not sent a "
+                     "whole request within %.1f s",
+                     n, h->lim.request_deadline_s);
+            pthread_mutex_lock(&h->lock);
+        }
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += HTTPD_WATCH_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&h->wake, &h->lock, &ts);
+    }
+    pthread_mutex_unlock(&h->lock);
+    return NULL;
+}
+
+static void watchdog_stop(httpd *h)
+{
+    pthread_mutex_lock(&h->lock);
+    h->stopping = 1;
+    pthread_cond_signal(&h->wake);
+    pthread_mutex_unlock(&h->lock);
+    pthread_join(h->watchdog, NULL);
 }
 
 /* Split "HOST:PORT" / "[V6]:PORT" / ":PORT" into host and port. */
@@ -228,7 +438,7 @@ static flps_err split_listen(const char *where, char *host, size_t hostlen,
     n = (size_t)(he - hs);
     if (n >= hostlen)
         return FLPS_EINVAL;
-    if (n == 0)
+    if (n == 0 || (n == 1 && hs[0] == '*'))
         snprintf(host, hostlen, "%s", "0.0.0.0");
     else
         snprintf(host, hostlen, "%.*s", (int)n, hs);
@@ -238,6 +448,36 @@ static flps_err split_listen(const char *where, char *host, size_t hostlen,
         return FLPS_EINVAL;
     snprintf(port, portlen, "%s", colon + 1);
     return FLPS_OK;
+}
+
+int httpd_listen_is_any(const char *where)
+{
+    char host[256], port[8];
+    struct addrinfo hints, *res = NULL;
+    int any = 0;
+
+    if (where == NULL ||
+        split_listen(where, host, sizeof(host), port, sizeof(port)) != FLPS_OK)
+        return 0;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    /* Resolved as httpd_start will: "0", "0.0.0.0", "::" and "[::0]" are
+     * all the wildcard address. */
+    if (getaddrinfo(host, port, &hints, &res) != 0)
+        return 0;
+    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+        if (ai->ai_family == AF_INET) {
+            const struct sockaddr_in *a = (const void *)ai->ai_addr;
+            any |= a->sin_addr.s_addr == htonl(INADDR_ANY);
+        } else if (ai->ai_family == AF_INET6) {
+            const struct sockaddr_in6 *a = (const void *)ai->ai_addr;
+            any |= IN6_IS_ADDR_UNSPECIFIED(&a->sin6_addr);
+        }
+    }
+    freeaddrinfo(res);
+    return any;
 }
 
 static const char *bind_hint(int err)
@@ -327,14 +567,34 @@ static flps_err open_listener(const char *where, int *fd_out, char *bound,
     return FLPS_OK;
 }
 
+const httpd_limits *httpd_default_limits(void)
+{
+    static const httpd_limits def = {
+        .request_deadline_s = HTTPD_REQUEST_DEADLINE_S,
+        .soft_conns = HTTPD_SOFT_CONNS,
+    };
+
+    return &def;
+}
+
 flps_err httpd_start(const char *where, size_t max_body, httpd_handler h,
                      void *arg, httpd **out, char *bound, size_t boundlen)
+{
+    return httpd_start_limits(where, max_body, httpd_default_limits(), h, arg,
+                              out, bound, boundlen);
+}
+
+flps_err httpd_start_limits(const char *where, size_t max_body,
+                            const httpd_limits *lim, httpd_handler h, void *arg,
+                            httpd **out, char *bound, size_t boundlen)
 {
     httpd *d;
     int fd = -1;
     flps_err rc;
 
-    if (where == NULL || h == NULL || out == NULL)
+    if (where == NULL || h == NULL || out == NULL || lim == NULL ||
+        !(lim->request_deadline_s > 0) || lim->soft_conns == 0 ||
+        lim->soft_conns >= HTTPD_MAX_CONNS)
         return FLPS_EINVAL;
     d = flps_calloc(1, sizeof(*d));
     if (d == NULL)
@@ -342,15 +602,26 @@ flps_err httpd_start(const char *where, size_t max_body, httpd_handler h,
     d->handler = h;
     d->arg = arg;
     d->max_body = max_body;
+    d->lim = *lim;
     rc = open_listener(where, &fd, d->bound, sizeof(d->bound));
     if (rc != FLPS_OK)
         goto fail_d;
+    rc = FLPS_ESYS;
+    if (pthread_mutex_init(&d->lock, NULL) != 0)
+        goto fail_fd;
+    if (pthread_cond_init(&d->wake, NULL) != 0)
+        goto fail_lock;
+    if (pthread_create(&d->watchdog, NULL, watchdog_main, d) != 0) {
+        log_error("http: cannot start the connection watchdog thread");
+        goto fail_cond;
+    }
     d->mhd = MHD_start_daemon(
         MHD_USE_ERROR_LOG | MHD_USE_POLL_INTERNAL_THREAD |
             MHD_USE_THREAD_PER_CONNECTION,
         0, NULL, NULL, on_request, d, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
         NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, d,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, d,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTPD_MAX_CONNS,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTPD_IDLE_TIMEOUT_S,
         MHD_OPTION_END);
@@ -358,8 +629,7 @@ flps_err httpd_start(const char *where, size_t max_body, httpd_handler h,
         log_error("http: cannot start the server on %s (libmicrohttpd "
                   "refused; see its message above)",
                   d->bound);
-        rc = FLPS_ESYS;
-        goto fail_fd;
+        goto fail_watchdog;
     }
     log_info("http: listening on %s", d->bound);
     if (bound != NULL && boundlen > 0)
@@ -367,6 +637,12 @@ flps_err httpd_start(const char *where, size_t max_body, httpd_handler h,
     *out = d;
     return FLPS_OK;
 
+fail_watchdog:
+    watchdog_stop(d);
+fail_cond:
+    pthread_cond_destroy(&d->wake);
+fail_lock:
+    pthread_mutex_destroy(&d->lock);
 fail_fd:
     close(fd);
 fail_d:
@@ -379,8 +655,12 @@ void httpd_stop(httpd *h)
     if (h == NULL)
         return;
     /* Joins the polling thread and every connection thread, so no handler
-     * runs after this; MHD closes the listening socket we gave it. */
+     * runs after this; MHD closes the listening socket we gave it. Then no
+     * connection is left for the watchdog. */
     MHD_stop_daemon(h->mhd);
+    watchdog_stop(h);
+    pthread_cond_destroy(&h->wake);
+    pthread_mutex_destroy(&h->lock);
     flps_free(h);
 }
 

@@ -32,16 +32,48 @@ typedef struct httpd_response {
 typedef void (*httpd_handler)(void *arg, const httpd_request *req,
                               httpd_response *resp);
 
-/* Listen on listen, "HOST:PORT" ("127.0.0.1:9100", "[::1]:0", ":9100" for
- * every interface; PORT 0 picks a free port) and serve every request with
- * h(arg, ...). If bound is not NULL it gets the "HOST:PORT" actually bound
- * (numeric host). Requests whose body is over max_body bytes get 413
- * without calling the handler. Logs "http: listening on HOST:PORT", or why
- * it could not (FLPS_ESYS, e.g. the port is taken). FLPS_EINVAL: listen is
+/* What a slow or greedy client may hold. A connection must deliver each
+ * whole request (headers and body) within request_deadline_s of opening
+ * (or of its previous answer, when kept alive): one byte at a time does
+ * not extend it. Past it the server answers 408 and closes the connection
+ * (logged at most once a second, with a count). While soft_conns
+ * connections are open, a new one is answered 503 with Retry-After: 1 and
+ * closed, instead of being reset; soft_conns must be below the server's
+ * hard cap of 512 connections (one thread each). */
+typedef struct httpd_limits {
+    double request_deadline_s; /* > 0 */
+    unsigned int soft_conns;   /* 1..511 */
+} httpd_limits;
+
+#define HTTPD_REQUEST_DEADLINE_S 10.0
+#define HTTPD_SOFT_CONNS 256
+
+/* The defaults: HTTPD_REQUEST_DEADLINE_S and HTTPD_SOFT_CONNS. Static. */
+const httpd_limits *httpd_default_limits(void);
+
+/* Listen on listen, "HOST:PORT" ("127.0.0.1:9100", "[::1]:0", ":9100" or
+ * "*:9100" for every interface; PORT 0 picks a free port) and serve every
+ * request with h(arg, ...). If bound is not NULL it gets the "HOST:PORT"
+ * actually bound (numeric host). Requests whose body is over max_body bytes get
+ * 413 without calling the handler. Slow clients are bounded as httpd_limits
+ * says, with httpd_default_limits(). Logs "http: listening on HOST:PORT", or
+ * why it could not (FLPS_ESYS, e.g. the port is taken). FLPS_EINVAL: listen is
  * not HOST:PORT or HOST does not resolve. Caller owns *out (httpd_stop);
  * arg is borrowed until httpd_stop returns. */
 flps_err httpd_start(const char *listen, size_t max_body, httpd_handler h,
                      void *arg, httpd **out, char *bound, size_t boundlen);
+
+/* Whether listen ("HOST:PORT" as for httpd_start) names every interface:
+ * an empty HOST, "*", or an address that resolves to 0.0.0.0 or ::. 0 for
+ * anything else, including text httpd_start would refuse. May resolve a
+ * host name (blocks). */
+int httpd_listen_is_any(const char *listen);
+
+/* httpd_start with limits other than the defaults (lim is copied).
+ * FLPS_EINVAL also for limits outside the ranges above. */
+flps_err httpd_start_limits(const char *listen, size_t max_body,
+                            const httpd_limits *lim, httpd_handler h, void *arg,
+                            httpd **out, char *bound, size_t boundlen);
 
 /* Stop listening, close every connection and wait for running handlers,
  * then free h. NULL is ignored. Do not call from a handler. */

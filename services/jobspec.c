@@ -15,10 +15,17 @@
 #include "common/alloc.h"
 #include "common/strbuf.h"
 #include "services/jobspec_keys.h"
+#include "services/textguard.h"
 
 /* A job file is a short list of settings; anything bigger is a mistake
  * (a dataset or a log passed by accident) and is refused before parsing. */
 #define JOBSPEC_MAX_FILE ((size_t)1 << 20)
+
+/* A job file is one flat mapping (depth 1); a little more lets a value
+ * given as a list or mapping get its own message. Deeper text is refused
+ * before libyaml sees it: libyaml's time grows with the square of the
+ * depth of nested "[" (a 1 MiB body of them took minutes). */
+#define JOBSPEC_MAX_DEPTH 8
 
 #define JP_U32_MAX_TEXT "4294967295"
 
@@ -314,6 +321,7 @@ static flps_err jp_check_syntax(jp *p, const char *text, size_t len)
     yaml_event_t ev;
     flps_err rc;
     bool done = false;
+    int depth = 0;
 
     if (!yaml_parser_initialize(&yp)) {
         return flps_errbuf_set(p->errbuf, p->errlen, FLPS_ENOMEM,
@@ -325,6 +333,25 @@ static flps_err jp_check_syntax(jp *p, const char *text, size_t len)
         if (rc != FLPS_OK)
             break;
         done = ev.type == YAML_STREAM_END_EVENT;
+        if (ev.type == YAML_SEQUENCE_START_EVENT ||
+            ev.type == YAML_MAPPING_START_EVENT)
+            depth++;
+        else if (ev.type == YAML_SEQUENCE_END_EVENT ||
+                 ev.type == YAML_MAPPING_END_EVENT)
+            depth--;
+        /* The byte scan bounds it already; this is exact (the scan does
+         * not follow single quotes) and stops libyaml early. */
+        if (depth > JOBSPEC_MAX_DEPTH) {
+            unsigned long line = jp_line(&ev.start_mark);
+
+            jp_at(p, line, "", 0);
+            rc = JP_FAIL(p,
+                         "line %lu: lists or mappings nested more than %d "
+                         "deep; a job file is one flat mapping of keys to "
+                         "values",
+                         line, JOBSPEC_MAX_DEPTH);
+            done = true;
+        }
         yaml_event_delete(&ev);
     }
     yaml_parser_delete(&yp);
@@ -351,6 +378,15 @@ static flps_err jp_parse(const char *text, size_t len, jobspec *out,
     p.errlen = errlen;
     if (errbuf != NULL && errlen > 0)
         errbuf[0] = '\0';
+    rc = textguard_check(text, len, JOBSPEC_MAX_FILE, JOBSPEC_MAX_DEPTH,
+                         "the job file", errbuf, errlen);
+    if (rc != FLPS_OK) {
+        size_t depth;
+
+        textguard_depth(text, len > JOBSPEC_MAX_FILE ? 0 : len, &depth,
+                        &p.at_line);
+        goto fail;
+    }
     rc = jp_check_syntax(&p, text, len);
     if (rc != FLPS_OK)
         goto fail;

@@ -117,6 +117,9 @@ typedef struct jobspec_where {
  * and client_fraction are accepted in every mode but used only by fedavg,
  * which needs rounds >= 1. Integers are decimal digits only; reals are
  * plain decimals (no nan, inf or hex).
+ * Text over 1 MiB, or with lists or mappings nested more than 8 deep, is
+ * refused before it is parsed (FLPS_ECONFIG), so parsing untrusted text
+ * takes time linear in its size.
  * Returns FLPS_OK, FLPS_ECONFIG (message in errbuf), FLPS_ENOMEM, or
  * FLPS_EINVAL when text (with len > 0) or out is NULL. errbuf may be NULL
  * or errlen 0; the message is then dropped; a long one is cut to errlen. */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/numparse.h"
+#include "services/safeid.h"
 
 #define JP_U32_MAX_TEXT "4294967295"
 #define JP_SIZE_TEXT                                                           \
@@ -156,12 +157,16 @@ static const jp_param *const jp_codec_params[] = {
     NULL,     &jp_density, &jp_density, &jp_density, &jp_density,
     &jp_bits, NULL,        NULL,        NULL};
 
+/* Placement counts CPUs in thousandths (scheduler/sched_place.h): less
+ * than one would round to nothing and a job of any size would fit. */
+#define JP_CPUS_TEXT                                                           \
+    "a number of CPUs > 0 (at least 0.001: the scheduler counts thousandths)"
+
 #define JP_SECONDS(note) "a number of seconds >= 0 (" note ")"
 
 static const jp_keydef jp_keys[JOBSPEC_KEY_COUNT] = {
     [JOBSPEC_KEY_NAME] = {JP_ROW(name, JP_TEXT, NULL),
-                          .expect = "a name of 1 to 63 characters from A-Z a-z "
-                                    "0-9 _ . -",
+                          .expect = "a name of " SAFEID_RULE,
                           .chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                    "abcdefghijklmnopqrstuvwxyz0123456789_.-"},
     [JOBSPEC_KEY_MODEL] = {JP_ROW(model, JP_WORD, NULL), JP_WORDS(jp_models)},
@@ -226,16 +231,16 @@ static const jp_keydef jp_keys[JOBSPEC_KEY_COUNT] = {
     [JOBSPEC_KEY_PRIORITY] = {JP_ROW(priority, JP_UINT, "0"), .umin = 0,
                               .umax = UINT32_MAX},
     [JOBSPEC_KEY_CPUS_PER_WORKER] = {JP_ROW(cpus_per_worker, JP_REAL, "1"),
-                                     .expect = "a number of CPUs > 0",
-                                     .range = {0, INFINITY, true, false}},
+                                     .expect = JP_CPUS_TEXT,
+                                     .range = {0.001, INFINITY, false, false}},
     [JOBSPEC_KEY_MEMORY_PER_WORKER] = {JP_ROW(memory_per_worker, JP_SIZE,
                                               "1Gi"),
                                        .expect = JP_SIZE_TEXT},
     [JOBSPEC_KEY_GPUS_PER_WORKER] = {JP_ROW(gpus_per_worker, JP_UINT, "0"),
                                      .umin = 0, .umax = 1024},
     [JOBSPEC_KEY_CPUS_PER_SERVER] = {JP_ROW(cpus_per_server, JP_REAL, "1"),
-                                     .expect = "a number of CPUs > 0",
-                                     .range = {0, INFINITY, true, false}},
+                                     .expect = JP_CPUS_TEXT,
+                                     .range = {0.001, INFINITY, false, false}},
     [JOBSPEC_KEY_MEMORY_PER_SERVER] = {JP_ROW(memory_per_server, JP_SIZE,
                                               "512Mi"),
                                        .expect = JP_SIZE_TEXT},
@@ -287,6 +292,10 @@ void jobspec_key_show(const char *v, size_t n, char out[JOBSPEC_SHOW_MAX + 4])
 {
     size_t i;
     size_t m = n > JOBSPEC_SHOW_MAX ? JOBSPEC_SHOW_MAX : n;
+
+    /* Never cut a UTF-8 character in two. */
+    while (m < n && m > 0 && ((unsigned char)v[m] & 0xc0) == 0x80)
+        m--;
 
     for (i = 0; i < m; i++) {
         unsigned char c = (unsigned char)v[i];
@@ -579,10 +588,30 @@ static flps_err jp_set_text(jp *p, const jp_val *v, jobspec *s)
         jobspec_key_show(v->s, v->n, shown);
         if ((unsigned char)c < 0x20 || c == 0x7f)
             return jp_bad(p, v, "contains a control character");
+        if ((unsigned char)c >= 0x80) {
+            /* libyaml passed only UTF-8: quote the whole character, as a
+             * lone byte would make the message (and a JSON answer holding
+             * it) invalid UTF-8. */
+            size_t cl = (unsigned char)c >= 0xf0   ? 4
+                        : (unsigned char)c >= 0xe0 ? 3
+                                                   : 2;
+
+            if (cl > v->n - ok)
+                cl = v->n - ok;
+            return JP_FAIL(p,
+                           "line %lu: %s: '%s' contains the non-ASCII "
+                           "character '%.*s'; expected %s",
+                           v->line, k->name, shown, (int)cl, v->s + ok,
+                           jobspec_key_expect(v->key, ex));
+        }
         return JP_FAIL(p, "line %lu: %s: '%s' contains '%c'; expected %s",
                        v->line, k->name, shown, c,
                        jobspec_key_expect(v->key, ex));
     }
+    /* The name becomes part of paths and keys (services/safeid.h). */
+    if (v->key == JOBSPEC_KEY_NAME && !safeid_is_valid(v->s, v->n))
+        return jp_bad(p, v,
+                      "must start with a letter or digit and hold no '..'");
     memcpy((char *)s + k->offset, v->s, v->n + 1);
     return FLPS_OK;
 }

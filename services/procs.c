@@ -62,7 +62,7 @@ flps_err proc_start_opts(proc *p, const char *name, char *const argv[],
     if (o->log_path != NULL && !o->pipe_stderr) {
         snprintf(p->log_path, sizeof(p->log_path), "%s", o->log_path);
         logfd =
-            open(o->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+            open(o->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
         if (logfd < 0) {
             log_error("cannot open log file %s: %s", o->log_path,
                       strerror(errno));

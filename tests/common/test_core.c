@@ -574,3 +574,19 @@ Test(log, a_very_long_line_on_stderr_still_ends_with_a_newline)
     cr_assert_eq(strchr(out, '\n'), out + n - 1, "one line");
     free(out);
 }
+
+Test(log, control_characters_in_a_message_are_escaped)
+{
+    seen s = {0};
+    char *out;
+
+    unsetenv("FLPS_LOG");
+    flps_set_logger(record, &s);
+    flps_log(FLPS_LOG_WARN, "job %s refused", "j1\nERROR forged\r\t\x1b[31m");
+    flps_set_logger(NULL, NULL);
+    cr_assert_str_eq(s.line, "job j1\\nERROR forged\\r\\t\\x1b[31m refused");
+    out = stderr_of_warn("a\nb");
+    cr_assert_not_null(strstr(out, "a\\nb\n"), "%s", out);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "one line: %s", out);
+    free(out);
+}

@@ -122,7 +122,7 @@ function checkServiceMonitor(o) {
 const FLPS_CONTAINERS = new Set(["flsched", "flagent", "flsubmit"]);
 // The flags of the binaries (flsched --help, flagent --help, docs/scheduler.md, docs/flagent.md).
 const FLAGS = {
-  flsched: new Set(["--redis", "--listen", "--id", "--token-file", "--node-ttl", "--lease-ms"]),
+  flsched: new Set(["--redis", "--listen", "--listen-any", "--id", "--token-file", "--node-ttl", "--lease-ms"]),
   flagent: new Set(["--redis", "--name", "--cpus", "--memory", "--gpus", "--address", "--work-dir", "--checkpoint-root", "--heartbeat"]),
   flsubmit: new Set(["--scheduler", "--json"]),
 };
@@ -298,6 +298,8 @@ async function validateScenario(scenario, file) {
     check(P(`flsched replicas ${exp.replicas}`), dep.spec.replicas === exp.replicas);
     const port = c.ports?.find((p) => p.name === "http");
     check(P("flsched port http 8080"), port?.containerPort === 8080 && flagValue(c.args, "--listen") === "0.0.0.0:8080");
+    // flsched refuses every interface unless it is asked for explicitly.
+    check(P("flsched --listen-any with 0.0.0.0"), c.args.includes("--listen-any"));
     for (const pr of ["readinessProbe", "livenessProbe"])
       check(P(`flsched ${pr} GET /healthz on http`), c[pr]?.httpGet?.path === "/healthz" && c[pr]?.httpGet?.port === "http");
     check(P("flsched --id is the pod name"), flagValue(c.args, "--id") === "$(POD_NAME)" && c.env.some((e) => e.name === "POD_NAME" && e.valueFrom?.fieldRef?.fieldPath === "metadata.name"));

@@ -86,3 +86,38 @@ Test(flrun, a_synthetic_job_learns_its_test_set)
     cr_assert_geq(num(r.summary, "test_accuracy"), 0.95);
     run_free(&r);
 }
+
+Test(flrun, writes_logs_plans_and_checkpoints_only_its_user_can_read)
+{
+    char dir[] = "/tmp/flrun-modes-XXXXXX", job[128], cmd[768], logs[160];
+    run_result r;
+    mode_t old = umask(022); /* the usual umask, inherited by flrun */
+    struct stat st;
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(job, sizeof(job), "%s/job.yaml", dir);
+    snprintf(logs, sizeof(logs), "%s/logs", dir);
+    write_file(job, "name: modes\nmodel: mlp\ndataset: synthetic\nworkers: 2\n"
+                    "servers: 1\niterations: 300\ncompression: auto\n"
+                    "checkpoint_interval: 0.2\neval_every: 0\n");
+    snprintf(cmd, sizeof(cmd), "%s/flrun --quiet --log-dir %s %s", FLPS_BIN_DIR,
+             logs, job);
+    run_cmd(cmd, &r);
+    umask(old);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_eq(stat(logs, &st), 0);
+    cr_assert_eq(st.st_mode & 07777, 0700, "%s: %o", logs,
+                 (unsigned)(st.st_mode & 07777));
+    /* Something was written: logs of every process, and the plan. */
+    snprintf(cmd, sizeof(cmd), "test -n \"$(find %s -type f)\"", logs);
+    cr_assert_eq(system(cmd), 0, "no file under %s", logs);
+    snprintf(cmd, sizeof(cmd),
+             "test -z \"$(find %s -perm /077)\" || find %s -perm /077 -ls "
+             ">&2",
+             logs, logs);
+    cr_assert_eq(system(cmd), 0,
+                 "a file or directory under %s is readable by others", logs);
+    run_free(&r);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}

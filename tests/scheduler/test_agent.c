@@ -1139,3 +1139,145 @@ Test(agent, gives_the_workers_the_endpoints_of_every_server, .timeout = 120)
           "a worker failed: it did not reach both servers");
     fx_fini(&fx);
 }
+
+/* Names in fx->dir, sorted and space-separated. */
+static void list_dir(const char *dir, char *out, size_t len)
+{
+    char cmd[256];
+    FILE *p;
+    size_t n;
+
+    snprintf(cmd, sizeof(cmd), "ls -A %s | sort | tr '\\n' ' '", dir);
+    p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    n = fread(out, 1, len - 1, p);
+    out[n] = '\0';
+    pclose(p);
+}
+
+Test(agent, refuses_a_job_id_that_would_leave_the_work_directory, .timeout = 30)
+{
+    char s0[64], w0[64], names[512];
+    redisReply *r = NULL;
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    place_job(&fx, "..", quick_job, 1, 1);
+    task_key(s0, sizeof(s0), "..", "server-0");
+    task_key(w0, sizeof(w0), "..", "worker-0");
+    WAIT_UNTIL(hget_is(&fx, s0, "state", "EXITED") &&
+                   hget_is(&fx, w0, "state", "EXITED"),
+               10);
+    CHECK(&fx, hget_is(&fx, s0, "exit_code", "-1"), "server-0 not reported");
+    cr_assert(hget_is(&fx, w0, "exit_code", "-1"), "worker-0 not reported");
+    sleep_ms(600); /* a few more loops: still refused once */
+    cr_assert_eq(integer_cmd(&fx, "LLEN %s", "flps:exits"), 2,
+                 "each refused task is reported once");
+    CHECK(&fx, count_in_file(fx.log, ": refused, reported as exited") == 2,
+          "not logged once per task");
+    CHECK(&fx, count_in_file(fx.log, "started") == 0, "something was started");
+    /* Nothing was written beside the work directory (where "work/.."
+     * points) nor inside it. */
+    list_dir(fx.dir, names, sizeof(names));
+    cr_assert_str_eq(names, "flagent.log work ");
+    list_dir(fx.work, names, sizeof(names));
+    cr_assert_str_eq(names, "");
+    cr_assert_eq(rconn_cmd(fx.rc, &r, "EXISTS flps:job:..:logs"), FLPS_OK);
+    cr_assert_eq(r->integer, 0, "no log stream for the refused job");
+    freeReplyObject(r);
+    fx_fini(&fx);
+}
+
+Test(agent, escapes_a_newline_in_a_task_key_in_its_log, .timeout = 30)
+{
+    redisReply *r = NULL;
+    const char *k = "flps:task:j1\n2026-01-01T00:00:00Z ERROR forged:0:"
+                    "worker-0";
+
+    fx_init(&fx, 1);
+    must(&fx, rconn_cmd(fx.rc, &r, "SADD flps:node:n1:tasks %s", k), &r);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(count_in_file(fx.log, "forged") > 0, 10);
+    CHECK(&fx,
+          count_in_file(fx.log, "j1\\n2026-01-01T00:00:00Z ERROR forged") == 1,
+          "the key is not logged escaped");
+    CHECK(&fx,
+          count_in_file(fx.log, "\n2026-01-01T00:00:00Z ERROR forged") == 0,
+          "the key's newline forged a line");
+    fx_fini(&fx);
+}
+
+Test(agent, refuses_a_worker_whose_server_endpoint_is_not_an_endpoint,
+     .timeout = 30)
+{
+    redisReply *r = NULL;
+    const char *w0 = "flps:task:j11:0:worker-0";
+
+    fx_init(&fx, 1);
+    must(&fx,
+         rconn_cmd(fx.rc, &r,
+                   "HSET flps:job:j11 id j11 name x state RUNNING attempt 0 "
+                   "servers 1 workers 1 spec %s",
+                   quick_job),
+         &r);
+    must(&fx,
+         rconn_cmd(fx.rc, &r,
+                   "HSET flps:task:j11:0:server-0 state RUNNING endpoint %s",
+                   "tcp://127.0.0.1:5 --job /etc/passwd"),
+         &r);
+    must(&fx,
+         rconn_cmd(fx.rc, &r,
+                   "HSET %s job j11 attempt 0 role worker index 0 node n1 "
+                   "state ASSIGNED",
+                   w0),
+         &r);
+    must(&fx, rconn_cmd(fx.rc, &r, "SADD flps:node:n1:tasks %s", w0), &r);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(hget_is(&fx, w0, "state", "EXITED"), 10);
+    CHECK(&fx, hget_is(&fx, w0, "exit_code", "-1"), "worker-0 not refused");
+    CHECK(&fx, count_in_file(fx.log, "is not tcp://HOST:PORT") == 1,
+          "the refusal is not logged once");
+    CHECK(&fx, count_in_file(fx.log, "started") == 0, "something was started");
+    cr_assert(logs_have(&fx, "j11", "worker-0", "is not tcp://HOST:PORT"),
+              "the refusal is not in the job's logs");
+    fx_fini(&fx);
+}
+
+static unsigned mode_of(const char *path)
+{
+    struct stat st;
+
+    if (stat(path, &st) != 0)
+        return 0;
+    return (unsigned)(st.st_mode & 07777);
+}
+
+Test(agent, creates_job_files_logs_and_checkpoints_private, .timeout = 120)
+{
+    char w[2][64], p[256];
+    mode_t old = umask(022); /* inherited by flagent */
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    umask(old);
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    place_job(&fx, "j20", quick_job, 1, 2);
+    task_key(w[0], sizeof(w[0]), "j20", "worker-0");
+    task_key(w[1], sizeof(w[1]), "j20", "worker-1");
+    WAIT_UNTIL(all_have(&fx, w, 2, "state", "EXITED"), 60);
+    CHECK(&fx, all_have(&fx, w, 2, "exit_code", "0"), "the job did not run");
+    snprintf(p, sizeof(p), "%s/j20", fx.work);
+    cr_assert_eq(mode_of(p), 0700, "%s: %o", p, mode_of(p));
+    snprintf(p, sizeof(p), "%s/j20/attempt-0", fx.work);
+    cr_assert_eq(mode_of(p), 0700, "%s: %o", p, mode_of(p));
+    snprintf(p, sizeof(p), "%s/j20/job.yaml", fx.work);
+    cr_assert_eq(mode_of(p), 0600, "%s: %o", p, mode_of(p));
+    snprintf(p, sizeof(p), "%s/j20/attempt-0/worker-0.log", fx.work);
+    cr_assert_eq(mode_of(p), 0600, "%s: %o", p, mode_of(p));
+    snprintf(p, sizeof(p), "%s/j20/attempt-0/server-0.log", fx.work);
+    cr_assert_eq(mode_of(p), 0600, "%s: %o", p, mode_of(p));
+    snprintf(p, sizeof(p), "%s/j20/ckpt", fx.work);
+    cr_assert_eq(mode_of(p), 0700, "%s: %o", p, mode_of(p));
+    fx_fini(&fx);
+}

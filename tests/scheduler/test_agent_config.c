@@ -258,3 +258,12 @@ Test(agent_config, serves_its_own_metrics_only_when_asked)
                  "--metrics: '' is not HOST:PORT (e.g. 127.0.0.1:9101; port "
                  "0 picks a free one)");
 }
+
+Test(agent_config, refuses_a_node_name_that_is_a_path_or_an_option)
+{
+    refuses_flag("--name", "..",
+                 "--name: '..' is not a node name; use 1 to 63 characters "
+                 "from A-Z a-z 0-9 _ . -, starting with a letter or digit, "
+                 "without '..'");
+    refuses_flag("--name", "-n1", "--name: '-n1' is not a node name");
+}

@@ -177,3 +177,49 @@ Test(agent_task, names_are_1_to_63_of_the_key_safe_characters)
     cr_assert(agent_task_name_is_valid(longest, AGENT_TASK_NAME_MAX));
     cr_assert_not(agent_task_name_is_valid(longest, AGENT_TASK_NAME_MAX + 1));
 }
+
+Test(agent_task, names_that_are_paths_or_options_are_refused)
+{
+    cr_assert_not(agent_task_name_is_valid("..", 2));
+    cr_assert_not(agent_task_name_is_valid(".", 1));
+    cr_assert_not(agent_task_name_is_valid("a..b", 4));
+    cr_assert_not(agent_task_name_is_valid(".hidden", 7));
+    cr_assert_not(agent_task_name_is_valid("-x", 2));
+    cr_assert_not(agent_task_name_is_valid("_x", 2));
+    cr_assert_not(agent_task_name_is_valid("j\n1", 3));
+    cr_assert(agent_task_name_is_valid("a.b-c_d", 7));
+    cr_assert(agent_task_name_is_valid("7", 1));
+}
+
+Test(agent_task, a_key_whose_job_id_is_a_path_is_refused)
+{
+    agent_task_id id;
+
+    memset(&id, 0x5a, sizeof(id));
+    cr_assert_eq(agent_task_key_parse("flps:task:..:0:worker-0", &id),
+                 FLPS_EINVAL);
+    cr_assert_eq(agent_task_key_parse("flps:task:-rf:0:server-0", &id),
+                 FLPS_EINVAL);
+    cr_assert_eq(agent_task_key_parse("flps:task:a\nb:0:server-0", &id),
+                 FLPS_EINVAL);
+    cr_assert_eq(id.job[0], 0x5a, "a refused key writes nothing");
+}
+
+Test(agent_task, endpoints_are_tcp_host_and_port_only)
+{
+    cr_assert(agent_task_endpoint_is_valid("tcp://127.0.0.1:5555"));
+    cr_assert(agent_task_endpoint_is_valid("tcp://node-1.example:1"));
+    cr_assert(agent_task_endpoint_is_valid("tcp://[::1]:65535"));
+    cr_assert_not(agent_task_endpoint_is_valid(NULL));
+    cr_assert_not(agent_task_endpoint_is_valid(""));
+    cr_assert_not(agent_task_endpoint_is_valid("127.0.0.1:5555"));
+    cr_assert_not(agent_task_endpoint_is_valid("tcp://127.0.0.1:0"));
+    cr_assert_not(agent_task_endpoint_is_valid("tcp://127.0.0.1:65536"));
+    cr_assert_not(agent_task_endpoint_is_valid("tcp://127.0.0.1:"));
+    cr_assert_not(agent_task_endpoint_is_valid("tcp://:5555"));
+    cr_assert_not(agent_task_endpoint_is_valid("tcp://a b:1"));
+    cr_assert_not(agent_task_endpoint_is_valid("tcp://-x:1"));
+    cr_assert_not(agent_task_endpoint_is_valid("tcp://h:1 --job x"));
+    cr_assert_not(agent_task_endpoint_is_valid("tcp://h:1,tcp://k:2"));
+    cr_assert_not(agent_task_endpoint_is_valid("tcp://[::1;]:1"));
+}

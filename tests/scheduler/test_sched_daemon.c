@@ -6,6 +6,8 @@
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -866,4 +868,286 @@ Test(sched_daemon, a_malformed_profile_gives_an_event_and_no_plan)
     j = wait_plan("j1", 1);
     json_decref(j);
     wait_state("j1", "RUNNING");
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+Test(sched_daemon, a_deeply_nested_body_is_refused_at_once_and_healthz_answers)
+{
+    size_t n = ((size_t)1 << 20) - 64;
+    char *deep = malloc(n + 1), before[16384];
+    json_t *j = NULL;
+    double t0;
+
+    cr_assert_not_null(deep);
+    memset(deep, '[', n);
+    deep[n] = '\0';
+    start_sched(&fls, NULL);
+    add_node("n1", 8, 30000);
+    wait_leader(&fls);
+    snprintf(before, sizeof(before), "%s", sorted("KEYS %s", "flps:*"));
+    t0 = mono_s();
+    cr_assert_eq(http(&fls, "POST", "/v1/jobs", deep, n, NULL, &j), 400);
+    cr_assert_lt(mono_s() - t0, 2.0, "the refusal took %.2f s", mono_s() - t0);
+    cr_assert_neq(strstr(str(j, "error"), "nests lists or mappings"), NULL,
+                  "%s", str(j, "error"));
+    cr_assert_eq(json_integer_value(json_object_get(j, "line")), 1);
+    json_decref(j);
+    t0 = mono_s();
+    cr_assert_eq(get("/healthz", NULL), 200);
+    cr_assert_lt(mono_s() - t0, 1.0);
+    cr_assert_str_eq(sorted("KEYS %s", "flps:*"), before,
+                     "a refused job leaves Redis as it was");
+    free(deep);
+}
+
+Test(sched_daemon, an_unauthenticated_submission_is_refused_before_parsing)
+{
+    const char *const args[] = {"--token-file", "/tmp/flps-test-token2", NULL};
+    FILE *f = fopen("/tmp/flps-test-token2", "w");
+    json_t *j = NULL;
+
+    cr_assert_not_null(f);
+    fputs("s3cret\n", f);
+    fclose(f);
+    start_sched(&fls, args);
+    /* A broken body without the token is 401, not a parse error. */
+    cr_assert_eq(http(&fls, "POST", "/v1/jobs", "[[[[", 4, NULL, &j), 401);
+    json_decref(j);
+    cr_assert_eq(http(&fls, "POST", "/v1/jobs", "[[[[", 4, "Bearer s3cret", &j),
+                 400);
+    json_decref(j);
+    unlink("/tmp/flps-test-token2");
+}
+
+Test(sched_daemon, a_non_ascii_name_is_a_400_that_quotes_it_never_a_500)
+{
+    json_t *j = NULL;
+
+    start_sched(&fls, NULL);
+    add_node("n1", 8, 30000);
+    cr_assert_eq(post("name: j\xc3\xb6\x62\nmodel: mlp\n", &j), 400);
+    cr_assert_str_eq(str(j, "field"), "name");
+    cr_assert_neq(
+        strstr(str(j, "error"), "contains the non-ASCII character '\xc3\xb6'"),
+        NULL, "%s", str(j, "error"));
+    json_decref(j);
+    /* An unknown key of non-ASCII bytes cut at 63 bytes is quoted too. */
+    {
+        char body[256];
+        size_t n = 0;
+
+        for (int i = 0; i < 40; i++)
+            n += (size_t)snprintf(body + n, sizeof(body) - n, "\xc3\xb6");
+        snprintf(body + n, sizeof(body) - n, ": 1\nname: a\nmodel: mlp\n");
+        cr_assert_eq(post(body, &j), 400);
+        cr_assert(json_is_string(json_object_get(j, "error")));
+        cr_assert(json_is_string(json_object_get(j, "field")));
+        json_decref(j);
+    }
+}
+
+Test(sched_daemon, a_cpu_share_that_would_round_to_nothing_is_refused)
+{
+    char before[16384];
+    json_t *j = NULL;
+
+    start_sched(&fls, NULL);
+    add_node("n1", 1, 30000);
+    wait_leader(&fls);
+    snprintf(before, sizeof(before), "%s", sorted("KEYS %s", "flps:*"));
+    expect_refusal("name: a\nmodel: mlp\nworkers: 1000\n"
+                   "cpus_per_worker: 0.0001\n",
+                   400, "cpus_per_worker", 4);
+    /* The smallest share counts: 1000 workers need 1 CPU, the server
+     * another, and the node has 1. */
+    cr_assert_eq(post("name: a\nmodel: mlp\nworkers: 1000\n"
+                      "cpus_per_worker: 0.001\ncpus_per_server: 0.001\n"
+                      "memory_per_worker: 1\nmemory_per_server: 1\n",
+                      &j),
+                 422);
+    cr_assert_str_eq(str(j, "field"), "workers");
+    json_decref(j);
+    cr_assert_str_eq(sorted("KEYS %s", "flps:*"), before,
+                     "a refused job leaves Redis as it was");
+}
+
+/* Run flsched with argv (NULL-terminated, after the binary); its exit
+ * status, and its stderr in err. */
+static int run_sched(const char *const *args, char *err, size_t len)
+{
+    int pfd[2], status = 0;
+    char *argv[16];
+    int a = 0;
+    pid_t pid;
+    size_t n = 0;
+    ssize_t got;
+
+    cr_assert_eq(pipe(pfd), 0);
+    argv[a++] = (char *)FLPS_BIN_DIR "/flsched";
+    for (int i = 0; args[i] != NULL && a < 15; i++)
+        argv[a++] = (char *)args[i];
+    argv[a] = NULL;
+    pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(pfd[1], STDERR_FILENO);
+        close(pfd[0]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    while (n < len - 1 && (got = read(pfd[0], err + n, len - 1 - n)) > 0)
+        n += (size_t)got;
+    err[n] = '\0';
+    close(pfd[0]);
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(sched_daemon, refuses_to_listen_on_every_interface_unless_asked)
+{
+    static const char *const wild[] = {"0.0.0.0:0", ":0", "*:0", "[::]:0"};
+    const char *const any[] = {"--listen", "0.0.0.0:0", "--listen-any", NULL};
+    char err[2048];
+    json_t *j = NULL;
+
+    for (size_t i = 0; i < sizeof(wild) / sizeof(wild[0]); i++) {
+        const char *const args[] = {"--redis", srv.url, "--listen", wild[i],
+                                    NULL};
+
+        cr_assert_eq(run_sched(args, err, sizeof(err)), 2, "%s", wild[i]);
+        cr_assert_neq(strstr(err, "listens on every interface"), NULL, "%s",
+                      err);
+        cr_assert_neq(strstr(err, "add --listen-any"), NULL, "%s", err);
+    }
+    cr_assert_str_eq(sorted("KEYS %s", "flps:*"), "",
+                     "a refused start writes nothing");
+    start_sched(&fls, any);
+    cr_assert_eq(strncmp(fls.base, "http://0.0.0.0:", 15), 0, "%s", fls.base);
+    cr_assert_eq(get("/healthz", &j), 200);
+    json_decref(j);
+}
+
+/* ---- slow and many clients against the real daemon ---- */
+
+static int dial_sched(const sched_proc *p)
+{
+    struct sockaddr_in a;
+    const char *colon = strrchr(p->base, ':');
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    cr_assert_geq(fd, 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)atoi(colon + 1));
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* GET /healthz on a raw socket: the status answered (0: none) and, in
+ * *reset, whether the connection was reset instead of closed. */
+static int raw_healthz(const sched_proc *p, int *reset)
+{
+    static const char req[] =
+        "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    char ans[1024];
+    size_t len = 0;
+    int fd = dial_sched(p), status = 0;
+
+    *reset = 0;
+    if (fd < 0)
+        return 0;
+    if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) == sizeof(req) - 1) {
+        for (;;) {
+            struct pollfd pf = {fd, POLLIN, 0};
+            ssize_t n;
+
+            if (poll(&pf, 1, 10000) <= 0)
+                break;
+            n = recv(fd, ans + len, sizeof(ans) - 1 - len, 0);
+            if (n < 0)
+                *reset = 1;
+            if (n <= 0 || (len += (size_t)n) == sizeof(ans) - 1)
+                break;
+        }
+    }
+    ans[len] = '\0';
+    if (strncmp(ans, "HTTP/1.1 ", 9) == 0)
+        status = atoi(ans + 9);
+    close(fd);
+    return status;
+}
+
+typedef struct par_req {
+    pthread_barrier_t *go;
+    int status, reset;
+} par_req;
+
+static void *par_main(void *arg)
+{
+    par_req *q = arg;
+
+    pthread_barrier_wait(q->go);
+    q->status = raw_healthz(&fls, &q->reset);
+    return NULL;
+}
+
+Test(sched_daemon, slow_clients_do_not_hold_the_api_and_a_burst_is_all_answered,
+     .timeout = 120)
+{
+    enum { SLOW = 64, BURST = 200 };
+    int slow[SLOW], reset;
+    static par_req q[BURST];
+    pthread_t th[BURST];
+    pthread_barrier_t go;
+    json_t *j = NULL;
+    double t0;
+
+    start_sched(&fls, NULL);
+    /* 64 clients that each sent part of a request and go on a byte at a
+     * time: they held every connection slot for ever. */
+    for (int i = 0; i < SLOW; i++) {
+        slow[i] = dial_sched(&fls);
+        cr_assert_geq(slow[i], 0);
+        cr_assert_eq(
+            send(slow[i], "GET /healthz HTTP/1.1\r\nX-A: ", 29, MSG_NOSIGNAL),
+            29);
+    }
+    for (int k = 0; k < 3; k++) {
+        sleep_ms(500);
+        for (int i = 0; i < SLOW; i++)
+            send(slow[i], "a", 1, MSG_NOSIGNAL);
+    }
+    t0 = mono_s();
+    cr_assert_eq(get("/healthz", &j), 200);
+    cr_assert_lt(mono_s() - t0, 2.0, "healthz took %.2f s", mono_s() - t0);
+    json_decref(j);
+    cr_assert_eq(raw_healthz(&fls, &reset), 200);
+    /* 200 at once, beside the slow ones: every one gets an answer. */
+    pthread_barrier_init(&go, NULL, BURST);
+    for (int i = 0; i < BURST; i++) {
+        q[i] = (par_req){&go, 0, 0};
+        cr_assert_eq(pthread_create(&th[i], NULL, par_main, &q[i]), 0);
+    }
+    for (int i = 0; i < BURST; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&go);
+    for (int i = 0; i < BURST; i++) {
+        cr_assert(q[i].status == 200 || q[i].status == 503,
+                  "request %d got no HTTP answer (%d)", i, q[i].status);
+        cr_assert_not(q[i].reset, "request %d was reset", i);
+    }
+    for (int i = 0; i < SLOW; i++)
+        close(slow[i]);
 }

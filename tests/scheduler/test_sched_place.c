@@ -435,3 +435,27 @@ Test(sched_place, reports_a_failed_allocation_and_changes_nothing)
     cr_assert_eq(sched_place_gang(NULL, free, 2, &j, srv, wrk, &placed),
                  FLPS_EINVAL);
 }
+
+Test(sched_place, a_tiny_cpu_share_never_rounds_to_nothing)
+{
+    cr_assert_eq(sched_res_mcpus(0.0001), 1);
+    cr_assert_eq(sched_res_mcpus(1e-300), 1);
+    cr_assert_eq(sched_res_mcpus(0.001), 1);
+    cr_assert_eq(sched_res_mcpus(0.0016), 2);
+}
+
+Test(sched_place, a_thousand_workers_of_a_tiny_share_do_not_fit_one_small_node)
+{
+    /* 1000 workers at 0.0001 CPUs were 0 CPUs and fitted anywhere; each is
+     * now 0.001, so with the server's 1 CPU they need 2 CPUs. */
+    sched_pnode n = node(1.5, 1024 * GI, 0);
+    sched_pjob j = job(1, 1000, 0.0001, 0);
+    int fits = 1;
+
+    j.per_worker.memory = 1;
+    cr_assert_eq(sched_place_fits_ever(&n, 1, &j, &fits), FLPS_OK);
+    cr_assert_eq(fits, 0, "placed on a node of 1.5 CPUs");
+    n = node(2, 1024 * GI, 0);
+    cr_assert_eq(sched_place_fits_ever(&n, 1, &j, &fits), FLPS_OK);
+    cr_assert_eq(fits, 1, "fits exactly on 2 CPUs");
+}

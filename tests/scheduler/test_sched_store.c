@@ -596,3 +596,18 @@ Test(sched_store, runs_its_scripts_again_after_redis_forgets_them)
     cr_assert_null(strstr(stats, "cmdstat_eval:"), "%s", stats);
     sched_job_fini(&j);
 }
+
+Test(sched_store, leaves_out_nodes_whose_names_no_agent_could_have)
+{
+    sched_node *nodes = NULL;
+    size_t n = 0;
+
+    S("SADD flps:nodes %s %s", "n1", "..");
+    S("SADD flps:nodes %s %s", "a:b", "-x");
+    S("HSET flps:node:n1 cpus 8 memory %s gpus 0 state READY", "8Gi", NULL);
+    S("HSET flps:node:.. cpus 64 memory %s gpus 0 state READY", "64Gi", NULL);
+    cr_assert_eq(sched_store_nodes(st, &nodes, &n), FLPS_OK);
+    cr_assert_eq(n, 1, "only n1 can be placed on");
+    cr_assert_str_eq(nodes[0].name, "n1");
+    sched_nodes_free(nodes, n);
+}

@@ -601,3 +601,31 @@ Test(httpd, stop_releases_the_port_and_every_descriptor)
     cr_assert_str_eq(again, bound);
     httpd_stop(h);
 }
+
+Test(httpd, tells_a_listen_address_on_every_interface)
+{
+    cr_assert(httpd_listen_is_any("0.0.0.0:8080"));
+    cr_assert(httpd_listen_is_any(":8080"));
+    cr_assert(httpd_listen_is_any("*:8080"));
+    cr_assert(httpd_listen_is_any("[::]:8080"));
+    cr_assert(httpd_listen_is_any("[::0]:0"));
+    cr_assert(httpd_listen_is_any("0:80"), "0 is 0.0.0.0 to the resolver");
+    cr_assert_not(httpd_listen_is_any("127.0.0.1:8080"));
+    cr_assert_not(httpd_listen_is_any("[::1]:8080"));
+    cr_assert_not(httpd_listen_is_any("localhost:8080"));
+    cr_assert_not(httpd_listen_is_any("0.0.0.0"), "not HOST:PORT");
+    cr_assert_not(httpd_listen_is_any(NULL));
+}
+
+Test(httpd, a_star_host_listens_on_every_interface)
+{
+    echo_state st = {0};
+    char bound[64];
+    httpd *h = NULL;
+
+    cr_assert_eq(
+        httpd_start("*:0", 1024, echo_handler, &st, &h, bound, sizeof(bound)),
+        FLPS_OK);
+    cr_assert_eq(strncmp(bound, "0.0.0.0:", 8), 0, "bound %s", bound);
+    httpd_stop(h);
+}

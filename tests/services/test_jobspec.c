@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
@@ -1117,4 +1118,122 @@ Test(jobspec, rejects_a_real_that_underflows)
 {
     expect_error("name: a\nmodel: mlp\nlr: 1e-400\n",
                  "line 3: lr: '1e-400' is out of range", NULL);
+}
+
+Test(jobspec, refuses_a_mebibyte_of_nested_brackets_at_once)
+{
+    size_t n = ((size_t)1 << 20) - 16;
+    char *s = malloc(n + 1), err[ERRLEN] = "";
+    jobspec spec;
+    jobspec_where where;
+    struct timespec t0, t1;
+
+    cr_assert_not_null(s);
+    memset(s, '[', n);
+    s[n] = '\0';
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cr_assert_eq(jobspec_parse_where(s, n, &spec, err, sizeof(err), &where),
+                 FLPS_ECONFIG);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    /* libyaml alone took minutes on this text. */
+    cr_assert_lt((double)(t1.tv_sec - t0.tv_sec) +
+                     (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9,
+                 0.5);
+    cr_assert_neq(strstr(err, "nests lists or mappings ('[', '{') 1048560 "
+                              "deep; at most 8 levels are accepted"),
+                  NULL, "%s", err);
+    cr_assert_eq(where.line, 1);
+    free(s);
+}
+
+Test(jobspec, refuses_nesting_the_byte_scan_cannot_see)
+{
+    /* The scan does not follow single quotes, so each ']' in quotes
+     * closes a '[' and it counts depth 1 here; the parser still stops at
+     * the limit. */
+    expect_error("name: a\nmodel: mlp\n"
+                 "y: [']', [']', [']', [']', [']', [']', [']', [']', [']', "
+                 "[']', 1]]]]]]]]]]\n",
+                 "line 3: lists or mappings nested more than 8 deep", NULL);
+    expect_error("name: a\nmodel: mlp\nx: \"\\\"\" # '\n"
+                 "y: [[[[[[[[[[1]]]]]]]]]]\n",
+                 "line 4: the job file nests lists or mappings", NULL);
+}
+
+Test(jobspec, refuses_text_over_one_mebibyte_before_parsing)
+{
+    size_t n = ((size_t)1 << 20) + 1;
+    char *s = malloc(n), err[ERRLEN] = "";
+    jobspec spec;
+
+    cr_assert_not_null(s);
+    memset(s, '#', n);
+    cr_assert_eq(jobspec_parse(s, n, &spec, err, sizeof(err)), FLPS_ECONFIG);
+    cr_assert_str_eq(err, "the job file is 1048577 bytes; at most 1048576 are "
+                          "accepted");
+    free(s);
+}
+
+Test(jobspec, a_list_value_still_gets_its_own_message)
+{
+    expect_error("name: a\nmodel: [mlp]\n",
+                 "line 2: model: found a list where a single value belongs",
+                 NULL);
+}
+
+Test(jobspec, refuses_a_name_that_is_a_path_or_an_option)
+{
+    expect_error("name: ..\nmodel: mlp\n",
+                 "line 1: name: '..' must start "
+                 "with a letter or digit and hold no '..'",
+                 NULL);
+    expect_error("name: a..b\nmodel: mlp\n", "hold no '..'", NULL);
+    expect_error("name: -rf\nmodel: mlp\n", "must start with a letter", NULL);
+    expect_error("name: .hidden\nmodel: mlp\n", "must start with a letter",
+                 NULL);
+}
+
+Test(jobspec, quotes_a_non_ascii_character_of_a_name_whole)
+{
+    expect_error("name: j\xc3\xb6\x62\nmodel: mlp\n",
+                 "line 1: name: 'j\xc3\xb6\x62' contains the non-ASCII "
+                 "character '\xc3\xb6'; expected a name of",
+                 NULL);
+    expect_error("name: \xe2\x82\xac\nmodel: mlp\n",
+                 "contains the non-ASCII character '\xe2\x82\xac'", NULL);
+}
+
+Test(jobspec, a_long_value_is_never_cut_inside_a_character)
+{
+    char text[400], err[ERRLEN] = "";
+    jobspec spec;
+    size_t n = 0;
+
+    n += (size_t)snprintf(text, sizeof(text), "name: ");
+    for (int i = 0; i < 60; i++)
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "\xc3\xb6");
+    snprintf(text + n, sizeof(text) - n, "\nmodel: mlp\n");
+    cr_assert_eq(parse(text, &spec, err), FLPS_ECONFIG);
+    /* Every byte of the message is ASCII or part of a whole "ö". */
+    for (const unsigned char *p = (const unsigned char *)err; *p; p++) {
+        if (*p == 0xc3) {
+            cr_assert_eq(p[1], 0xb6, "a cut character in: %s", err);
+            p++;
+        } else {
+            cr_assert_lt(*p, 0x80, "a stray byte in: %s", err);
+        }
+    }
+}
+
+Test(jobspec, refuses_a_cpu_share_below_what_placement_counts)
+{
+    jobspec s;
+
+    expect_error("name: a\nmodel: mlp\ncpus_per_worker: 0.0001\n",
+                 "line 3: cpus_per_worker: '0.0001' is out of range",
+                 "at least 0.001", NULL);
+    expect_error("name: a\nmodel: mlp\ncpus_per_server: 0.0009\n",
+                 "line 3: cpus_per_server: '0.0009' is out of range", NULL);
+    parse_ok("name: a\nmodel: mlp\ncpus_per_worker: 0.001\n", &s);
+    cr_assert_eq(s.cpus_per_worker, 0.001);
 }
