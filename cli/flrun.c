@@ -584,6 +584,8 @@ int main(int argc, char **argv)
                 "flrun: %u of %u workers reported their results; see "
                 "%s\n",
                 r.done, r.spec.workers, logdir);
+        json_decref(r.samples);
+        free(r.procs);
         return 1;
     }
     if (!r.quiet)

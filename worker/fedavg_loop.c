@@ -8,7 +8,6 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "common/rng.h"
 #include "worker/fedavg.h"
 
 /* test_accuracy_last5 is the mean of this many final evaluations. */
@@ -23,19 +22,6 @@ typedef struct fl_data {
     uint64_t *epoch; /* per client */
 } fl_data;
 
-static void fl_reshuffle(uint32_t *a, size_t n, uint64_t seed)
-{
-    uint64_t s = seed;
-
-    for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)(flps_splitmix64(&s) % i);
-        uint32_t t = a[i - 1];
-
-        a[i - 1] = a[j];
-        a[j] = t;
-    }
-}
-
 /* The next batch of client c into x, y. */
 static void fl_batch(const fedavg_loop_args *a, fl_data *d, uint32_t c,
                      float *x, uint8_t *y)
@@ -48,11 +34,11 @@ static void fl_batch(const fedavg_loop_args *a, fl_data *d, uint32_t c,
         uint32_t s;
 
         if (d->cursor[c] == len) {
+            uint64_t rng = a->spec->seed * 0x100000001b3ull ^
+                           ((uint64_t)c << 32) ^ ++d->epoch[c];
+
             d->cursor[c] = 0;
-            d->epoch[c]++;
-            fl_reshuffle(list, len,
-                         a->spec->seed * 0x100000001b3ull ^
-                             ((uint64_t)c << 32) ^ d->epoch[c]);
+            partition_shuffle(list, len, &rng);
         }
         s = list[d->cursor[c]++];
         memcpy(x + (size_t)b * tr->dim, tr->x + (size_t)s * tr->dim,

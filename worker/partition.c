@@ -59,7 +59,7 @@ static double rng_gamma(uint64_t *s, double a)
     }
 }
 
-static void shuffle_u32(uint32_t *a, size_t n, uint64_t *s)
+void partition_shuffle(uint32_t *a, size_t n, uint64_t *s)
 {
     for (size_t i = n; i > 1; i--) {
         size_t j = rng_below(s, i);
@@ -88,27 +88,29 @@ flps_err partition_iid(size_t n, uint32_t clients, uint64_t seed,
                        partition *out)
 {
     partition p;
+    uint32_t *perm = NULL;
+    size_t len = 0;
     flps_err rc;
 
     if (out == NULL || clients == 0 || clients > n ||
         (uint64_t)n > (uint64_t)UINT32_MAX + 1)
         return FLPS_EINVAL;
-    rc = partition_alloc(n, clients, &p);
+    /* One worker's slice is the whole permutation the worker split cuts,
+     * so cutting it the same way gives every client its slice with one
+     * shuffle instead of one per client. */
+    rc = dataset_split_iid(n, 1, 0, seed, &perm, &len);
     if (rc != FLPS_OK)
         return rc;
-    for (uint32_t c = 0; c < clients; c++) {
-        uint32_t *slice = NULL;
-        size_t len = 0;
-
-        rc = dataset_split_iid(n, clients, c, seed, &slice, &len);
-        if (rc != FLPS_OK) {
-            partition_fini(&p);
-            return rc;
-        }
-        memcpy(p.idx + p.off[c], slice, len * sizeof(*slice));
-        p.off[c + 1] = p.off[c] + len;
-        flps_free(slice);
+    p.idx = perm;
+    p.off = flps_calloc((size_t)clients + 1, sizeof(*p.off));
+    if (p.off == NULL) {
+        flps_free(perm);
+        return FLPS_ENOMEM;
     }
+    p.clients = clients;
+    p.n = n;
+    for (uint32_t c = 0; c < clients; c++)
+        p.off[c + 1] = p.off[c] + n / clients + (c < n % clients);
     *out = p;
     return FLPS_OK;
 }
@@ -127,7 +129,7 @@ static void dirichlet_draw(const uint32_t *byclass, const size_t *cls_off,
         double sum = 0, cum = 0;
 
         memcpy(work, byclass + cls_off[k], len * sizeof(*work));
-        shuffle_u32(work, len, s);
+        partition_shuffle(work, len, s);
         for (uint32_t j = 0; j < clients; j++) {
             double g = rng_gamma(s, alpha);
 
@@ -222,7 +224,7 @@ flps_err partition_dirichlet(const uint8_t *y, size_t n, size_t classes,
     for (size_t i = 0; i < n; i++)
         p.idx[p.off[owner[i]] + fill[owner[i]]++] = (uint32_t)i;
     for (uint32_t j = 0; j < clients; j++)
-        shuffle_u32(p.idx + p.off[j], count[j], &s);
+        partition_shuffle(p.idx + p.off[j], count[j], &s);
     *out = p;
     rc = FLPS_OK;
 out:

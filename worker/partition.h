@@ -50,6 +50,10 @@ size_t partition_count(const partition *p, uint32_t c);
  * mean. Returns 0 for an empty partition (or when out of memory). */
 double partition_skew(const partition *p, const uint8_t *y, size_t classes);
 
+/* Shuffle a[0..n) (Fisher-Yates) with the splitmix64 generator state *s,
+ * which it advances. */
+void partition_shuffle(uint32_t *a, size_t n, uint64_t *s);
+
 /* Frees what p owns; p may be zeroed or NULL. */
 void partition_fini(partition *p);
 
