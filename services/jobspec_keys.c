@@ -197,6 +197,10 @@ static const jp_keydef jp_keys[JOBSPEC_KEY_COUNT] = {
     [JOBSPEC_KEY_CLIENTS] = {JP_ROW(clients, JP_UINT, "0"),
                              .note = "0 = one per worker", .umin = 0,
                              .umax = 10000},
+    [JOBSPEC_KEY_ROUND_DEADLINE] = {JP_ROW(round_deadline, JP_REAL, "0"),
+                                    .expect =
+                                        JP_SECONDS("0 = wait for every client"),
+                                    .range = {0, INFINITY, false, false}},
     [JOBSPEC_KEY_BATCH_SIZE] = {JP_ROW(batch_size, JP_UINT, "32"), .umin = 1,
                                 .umax = 65536},
     [JOBSPEC_KEY_LR] = {JP_ROW(lr, JP_REAL, "0.05"), .expect = "a number > 0",

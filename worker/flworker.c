@@ -475,6 +475,15 @@ int main(int argc, char **argv)
                   nclients, spec.workers);
         return 2;
     }
+    if (is_fedavg && spec.round_deadline > 0) {
+        /* A round closes at the shards when every worker process has
+         * pushed; leaving late clients out needs the shards to close it
+         * without them. */
+        log_error("round_deadline: leaving late clients out of a round is "
+                  "not available in this build (the servers wait for every "
+                  "worker's push); leave the key out or set it to 0");
+        return 2;
+    }
     if (is_fedavg && spec.compression == JOBSPEC_COMP_AUTO) {
         log_error("compression: auto plans per-iteration gradients; fedavg "
                   "pushes one delta per round: use a fixed codec");

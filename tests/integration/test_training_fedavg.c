@@ -147,3 +147,20 @@ Test(flrun_fedavg, the_result_does_not_depend_on_the_number_of_workers,
     run_free(&one);
     run_free(&five);
 }
+
+Test(flrun_fedavg, a_round_deadline_is_refused_with_the_reason)
+{
+    static const char *const from[] = {"rounds: 30"};
+    static const char *const to[] = {"rounds: 30\nround_deadline: 5"};
+    run_result r;
+    char cmd[1024];
+
+    snprintf(cmd, sizeof(cmd), "%s/flrun --quiet %s", FLPS_BIN_DIR,
+             variant(0, from, to, 1));
+    run_cmd(cmd, &r);
+    cr_assert_neq(r.status, 0, "a deadline cannot be kept yet:\n%s", r.out);
+    cr_assert_not_null(strstr(r.err, "round_deadline: leaving late clients "
+                                     "out of a round is not available"),
+                       "%s", r.err);
+    run_free(&r);
+}
