@@ -598,7 +598,6 @@ int main(int argc, char **argv)
         /* One synchronous iteration per round, pushing pre-scaled deltas
          * (worker/fedavg.h): lr 1 makes the shards apply the weighted mean;
          * momentum and the schedule are the clients' local business. */
-        cc.async = 0;
         cc.lr = 1.0;
         cc.momentum = 0;
         cc.lr_cosine = 0;
@@ -635,26 +634,6 @@ int main(int argc, char **argv)
         }
     }
     start_iter = flps_client_resume_iteration(client);
-    if (is_fedavg) {
-        fedavg_loop_args fa = {&spec, (uint32_t)rank, &train, &test,     &part,
-                               m,     client,         global, start_iter};
-
-        log_info("rank %ld of %u: %u of %u clients (%zu samples), model %s "
-                 "with %zu parameters, compression %s, starting at round "
-                 "%llu",
-                 rank, spec.workers,
-                 (nclients - (uint32_t)rank + spec.workers - 1) / spec.workers,
-                 nclients, nmine, jobspec_model_name(spec.model),
-                 model_num_params(m), comp, (unsigned long long)start_iter);
-        printf("{\"event\":\"start\",\"rank\":%ld,\"samples\":%zu,"
-               "\"params\":%zu,\"start_iteration\":%llu}\n",
-               rank, nmine, model_num_params(m),
-               (unsigned long long)start_iter);
-        fflush(stdout);
-        if (fedavg_loop_run(&fa) == FLPS_OK)
-            status = 0;
-        goto out;
-    }
     log_info("rank %ld of %u: %zu training samples, model %s with %zu "
              "parameters, compression %s, starting at iteration %llu",
              rank, spec.workers, nmine, jobspec_model_name(spec.model),
@@ -663,6 +642,15 @@ int main(int argc, char **argv)
            "\"params\":%zu,\"start_iteration\":%llu}\n",
            rank, nmine, model_num_params(m), (unsigned long long)start_iter);
     fflush(stdout);
+    if (is_fedavg) {
+        /* The shards' iterations are the rounds. */
+        fedavg_loop_args fa = {&spec, (uint32_t)rank, &train, &test,     &part,
+                               m,     client,         global, start_iter};
+
+        if (fedavg_loop_run(&fa) == FLPS_OK)
+            status = 0;
+        goto out;
+    }
 
     memcpy(xb_idx, mine, nmine * sizeof(uint32_t));
     shuffle(xb_idx, nmine, mix64(spec.seed * 1000003ULL + (uint64_t)rank));
