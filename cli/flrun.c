@@ -50,6 +50,15 @@ typedef struct run {
     double last_loss;
     uint64_t last_sent, last_dense;
     int need_newline;
+    /* Iterations, or rounds for fedavg (the shards close one synchronous
+     * iteration a round): what progress counts to and the summary says. */
+    uint64_t total;
+    /* Rank 0's report of the data split: samples is a JSON array (owned). */
+    json_t *samples;
+    double skew;
+    /* fedavg: rank 0's mean of the last five rounds' evaluations. */
+    double acc_last5;
+    int have_last5;
     /* compression: auto: the plan file the workers watch (empty
      * otherwise) and the version written to it (0 = none yet). */
     char plan_path[PATH_MAX + 16];
@@ -71,9 +80,7 @@ static void show_progress(run *r)
 {
     char sent[32];
     double el = flps_mono_s() - r->t0;
-    double frac = r->spec.iterations
-                      ? (double)r->last_iter / (double)r->spec.iterations
-                      : 0;
+    double frac = r->total ? (double)r->last_iter / (double)r->total : 0;
     double eta = frac > 0 ? el / frac - el : 0;
     int width = 24, fill = (int)(frac * width);
     char bar[32];
@@ -89,7 +96,7 @@ static void show_progress(run *r)
                 "\r[%s] iter %llu/%llu  loss %.4f  sent %s (%.2f%% of "
                 "dense)  %.0fs, eta %.0fs ",
                 bar, (unsigned long long)r->last_iter,
-                (unsigned long long)r->spec.iterations, r->last_loss, sent,
+                (unsigned long long)r->total, r->last_loss, sent,
                 r->last_dense
                     ? 100.0 * (double)r->last_sent / (double)r->last_dense
                     : 0.0,
@@ -99,8 +106,8 @@ static void show_progress(run *r)
         fprintf(stderr,
                 "iter %llu/%llu  loss %.4f  sent %s (%.2f%% of dense)  "
                 "%.1fs\n",
-                (unsigned long long)r->last_iter,
-                (unsigned long long)r->spec.iterations, r->last_loss, sent,
+                (unsigned long long)r->last_iter, (unsigned long long)r->total,
+                r->last_loss, sent,
                 r->last_dense
                     ? 100.0 * (double)r->last_sent / (double)r->last_dense
                     : 0.0,
@@ -229,9 +236,8 @@ static void on_worker_line(void *arg, proc *p, const char *line)
         r->last_loss = json_real_value(json_object_get(o, "loss"));
         r->last_sent = json_u64(o, "bytes_sent");
         r->last_dense = json_u64(o, "dense_bytes");
-        if (r->tty || r->spec.iterations < 10 ||
-            it % (r->spec.iterations / 10 ? r->spec.iterations / 10 : 1) == 0 ||
-            it == r->spec.iterations)
+        if (r->tty || r->total < 10 ||
+            it % (r->total / 10 ? r->total / 10 : 1) == 0 || it == r->total)
             show_progress(r);
     } else if (strcmp(ev, "eval") == 0) {
         r->test_accuracy = json_real_value(json_object_get(o, "test_accuracy"));
@@ -246,7 +252,21 @@ static void on_worker_line(void *arg, proc *p, const char *line)
     } else if (strcmp(ev, "profile") == 0) {
         if (p == &r->procs[r->nservers]) /* rank 0 speaks for all */
             on_profile(r, line);
+    } else if (strcmp(ev, "partition") == 0) {
+        json_t *samples = json_object_get(o, "samples");
+
+        if (p == &r->procs[r->nservers] && json_is_array(samples)) {
+            json_decref(r->samples);
+            r->samples = json_incref(samples);
+            r->skew = json_number_value(json_object_get(o, "skew"));
+        }
     } else if (strcmp(ev, "done") == 0) {
+        json_t *last5 = json_object_get(o, "test_accuracy_last5");
+
+        if (json_is_number(last5)) {
+            r->acc_last5 = json_number_value(last5);
+            r->have_last5 = 1;
+        }
         r->done++;
         r->bytes_sent += json_u64(o, "bytes_sent");
         r->bytes_received += json_u64(o, "bytes_received");
@@ -430,6 +450,8 @@ int main(int argc, char **argv)
         }
     }
     r.tty = isatty(STDERR_FILENO);
+    r.total =
+        r.spec.mode == JOBSPEC_MODE_FEDAVG ? r.spec.rounds : r.spec.iterations;
 
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
@@ -446,11 +468,13 @@ int main(int argc, char **argv)
     if (!r.quiet)
         fprintf(stderr,
                 "flrun: job %s: %s on %s, %u workers, %u servers, mode %s, "
-                "compression %s, %llu iterations; logs in %s\n",
+                "compression %s, %llu %s; logs in %s\n",
                 r.spec.name, jobspec_model_name(r.spec.model),
                 jobspec_dataset_name(r.spec.dataset), r.spec.workers,
                 r.spec.servers, jobspec_mode_name(r.spec.mode), comp,
-                (unsigned long long)r.spec.iterations, logdir);
+                (unsigned long long)r.total,
+                r.spec.mode == JOBSPEC_MODE_FEDAVG ? "rounds" : "iterations",
+                logdir);
     r.t0 = flps_mono_s();
 
     /* Servers first; each reports the port it bound. */
@@ -567,6 +591,8 @@ int main(int argc, char **argv)
                 "flrun: %u of %u workers reported their results; see "
                 "%s\n",
                 r.done, r.spec.workers, logdir);
+        json_decref(r.samples);
+        free(r.procs);
         return 1;
     }
     if (!r.quiet)
@@ -580,12 +606,26 @@ int main(int argc, char **argv)
                 (unsigned long long)r.dense_bytes);
     printf("{\"test_accuracy\":%.4f,\"iterations\":%llu,\"bytes_sent\":%llu,"
            "\"bytes_received\":%llu,\"dense_bytes\":%llu,"
-           "\"wall_seconds\":%.3f}\n",
-           r.test_accuracy, (unsigned long long)r.spec.iterations,
+           "\"wall_seconds\":%.3f",
+           r.test_accuracy, (unsigned long long)r.total,
            (unsigned long long)r.bytes_sent,
            (unsigned long long)r.bytes_received,
            (unsigned long long)r.dense_bytes, wall);
+    if (r.samples != NULL) {
+        char *samples = json_dumps(r.samples, JSON_COMPACT);
+
+        printf(",\"partition_skew\":%.6f,\"samples_per_client\":%s", r.skew,
+               samples ? samples : "[]");
+        free(samples);
+    }
+    if (r.spec.mode == JOBSPEC_MODE_FEDAVG)
+        printf(",\"rounds\":%u,\"test_accuracy_last5\":%.4f,"
+               "\"bytes_per_round\":%.0f",
+               r.spec.rounds, r.have_last5 ? r.acc_last5 : r.test_accuracy,
+               (double)r.bytes_sent / (double)r.spec.rounds);
+    printf("}\n");
     fflush(stdout);
+    json_decref(r.samples);
     free(r.procs);
     return 0;
 
@@ -597,6 +637,7 @@ stop:
     else
         fprintf(stderr, "flrun: stopping the job; logs are in %s\n", logdir);
     proc_stop_all(r.procs, r.nprocs, 5000);
+    json_decref(r.samples);
     free(r.procs);
     status = interrupted ? 130 : 1;
     return status;

@@ -71,6 +71,10 @@ typedef struct jobspec {
     uint32_t rounds;                 /* fedavg, default 10 */
     uint32_t local_steps;            /* fedavg, default 10 */
     double client_fraction;          /* fedavg, (0, 1], default 1 */
+    uint32_t clients;                /* fedavg, 0..10000, default 0 = one
+                                        per worker */
+    double round_deadline;           /* fedavg, seconds, 0 = wait for every
+                                        client; default 0 */
     uint32_t batch_size;             /* 1..65536, default 32 */
     double lr;                       /* > 0, default 0.05 */
     double momentum;                 /* [0, 1), default 0.9 */

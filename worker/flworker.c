@@ -22,8 +22,10 @@
 #include "flps.h"
 #include "services/jobspec.h"
 #include "worker/dataset.h"
+#include "worker/fedavg_loop.h"
 #include "worker/flworker_metrics.h"
 #include "worker/model.h"
+#include "worker/partition.h"
 
 #define FLW_MAX_SERVERS 256
 /* Auto jobs: the backward time of each layer is averaged over the local
@@ -359,6 +361,21 @@ static flps_err synthetic_split(uint64_t seed, dataset *train, dataset *test)
     return FLPS_OK;
 }
 
+/* Rank 0 reports the split of the training set (every rank computes the
+ * same one): its skew and each client's sample count. The counts add up to
+ * the training set, so with at most 10,000 clients (jobspec.h) the line
+ * stays within the 64 KiB flrun reads as one. */
+static void print_partition(const partition *part, const dataset *train)
+{
+    printf("{\"event\":\"partition\",\"clients\":%u,\"skew\":%.6f,"
+           "\"samples\":[",
+           part->clients, partition_skew(part, train->y, train->classes));
+    for (uint32_t c = 0; c < part->clients; c++)
+        printf("%s%zu", c ? "," : "", partition_count(part, c));
+    printf("]}\n");
+    fflush(stdout);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: flworker --job FILE --rank R --servers EP[,EP...]\n"
@@ -394,7 +411,11 @@ int main(int argc, char **argv)
     long rank = -1;
     jobspec spec;
     dataset train, test;
-    uint32_t *mine = NULL, *xb_idx = NULL;
+    uint32_t *mine = NULL, *xb_idx = NULL, nclients;
+    partition part;
+    float **global = NULL; /* fedavg: the replica, apart from the model */
+    size_t nglobal = 0;
+    int is_fedavg;
     size_t nmine = 0, cursor = 0, epoch = 0;
     float *xb = NULL;
     uint8_t *yb = NULL;
@@ -416,6 +437,7 @@ int main(int argc, char **argv)
     if (flps_cli_version(argc, argv, "flworker"))
         return 0;
     memset(&pw, 0, sizeof(pw));
+    memset(&part, 0, sizeof(part));
     memset(&train, 0, sizeof(train));
     memset(&test, 0, sizeof(test));
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -472,14 +494,33 @@ int main(int argc, char **argv)
                   rank, nservers, spec.workers, spec.servers);
         return 2;
     }
-    if (spec.mode != JOBSPEC_MODE_SSGD && spec.mode != JOBSPEC_MODE_ASYNC) {
-        log_error("mode: '%s' is not available in this build; use ssgd or "
-                  "async",
+    if (spec.mode == JOBSPEC_MODE_SSP) {
+        log_error("mode: '%s' is not available in this build; use ssgd, "
+                  "async or fedavg",
                   jobspec_mode_name(spec.mode));
         return 2;
     }
-    if (spec.partition != JOBSPEC_PARTITION_IID) {
-        log_error("partition: only iid is available in this build");
+    is_fedavg = spec.mode == JOBSPEC_MODE_FEDAVG;
+    /* In the other modes each worker is one client of the partition. */
+    nclients = is_fedavg && spec.clients ? spec.clients : spec.workers;
+    if (nclients < spec.workers) {
+        log_error("clients: %u is fewer than workers: %u; each worker "
+                  "process plays at least one client",
+                  nclients, spec.workers);
+        return 2;
+    }
+    if (is_fedavg && spec.round_deadline > 0) {
+        /* A round closes at the shards when every worker process has
+         * pushed; leaving late clients out needs the shards to close it
+         * without them. */
+        log_error("round_deadline: leaving late clients out of a round is "
+                  "not available in this build (the servers wait for every "
+                  "worker's push); leave the key out or set it to 0");
+        return 2;
+    }
+    if (is_fedavg && spec.compression == JOBSPEC_COMP_AUTO) {
+        log_error("compression: auto plans per-iteration gradients; fedavg "
+                  "pushes one delta per round: use a fixed codec");
         return 2;
     }
     is_auto = spec.compression == JOBSPEC_COMP_AUTO;
@@ -504,13 +545,24 @@ int main(int argc, char **argv)
         log_error("cannot build the synthetic data set");
         goto out;
     }
-    if (dataset_split_iid(train.n, spec.workers, (uint32_t)rank, spec.seed,
-                          &mine, &nmine) != FLPS_OK ||
-        nmine == 0) {
-        log_error("cannot split %zu training samples over %u workers", train.n,
-                  spec.workers);
+    rc = spec.partition == JOBSPEC_PARTITION_IID
+             ? partition_iid(train.n, nclients, spec.seed, &part)
+             : partition_dirichlet(train.y, train.n, train.classes, nclients,
+                                   spec.dirichlet_alpha, spec.seed, &part);
+    if (rc != FLPS_OK) {
+        log_error("cannot split %zu training samples over %u clients: %s",
+                  train.n, nclients, flps_strerror(rc));
         goto out;
     }
+    for (uint32_t cl = (uint32_t)rank; cl < nclients; cl += spec.workers)
+        nmine += partition_count(&part, cl);
+    mine = part.idx + part.off[rank];
+    if (nmine == 0) {
+        log_error("rank %ld has no training samples", rank);
+        goto out;
+    }
+    if (rank == 0)
+        print_partition(&part, &train);
     if (spec.model == JOBSPEC_MODEL_CNN) {
         /* Both data sets are 28 x 28 grey images (the synthetic one's 784
          * features are read as one). */
@@ -536,15 +588,29 @@ int main(int argc, char **argv)
     yb = flps_malloc(spec.batch_size);
     xb_idx = flps_malloc(nmine * sizeof(uint32_t));
     tensors = flps_calloc(model_num_tensors(m), sizeof(*tensors));
-    if (xb == NULL || yb == NULL || xb_idx == NULL || tensors == NULL) {
+    global = flps_calloc(model_num_tensors(m), sizeof(*global));
+    if (xb == NULL || yb == NULL || xb_idx == NULL || tensors == NULL ||
+        global == NULL) {
         log_error("out of memory");
         goto out;
     }
+    nglobal = model_num_tensors(m);
     for (size_t i = 0; i < model_num_tensors(m); i++) {
         model_tensor *t = model_tensor_at(m, i);
         tensors[i].name = t->name;
         tensors[i].numel = t->numel;
         tensors[i].data = t->param;
+        if (is_fedavg) {
+            /* Clients train the model's own parameters; the replica the
+             * shards update is the round's global model. */
+            global[i] = flps_malloc(t->numel * sizeof(float));
+            if (global[i] == NULL) {
+                log_error("out of memory");
+                goto out;
+            }
+            memcpy(global[i], t->param, t->numel * sizeof(float));
+            tensors[i].data = global[i];
+        }
     }
 
     if (metrics_ep != NULL) {
@@ -574,6 +640,15 @@ int main(int argc, char **argv)
     cc.momentum = spec.momentum;
     cc.lr_cosine = spec.lr_schedule == JOBSPEC_LR_COSINE;
     cc.iterations = spec.iterations;
+    if (is_fedavg) {
+        /* One synchronous iteration per round, pushing pre-scaled deltas
+         * (worker/fedavg.h): lr 1 makes the shards apply the weighted mean;
+         * momentum and the schedule are the clients' local business. */
+        cc.lr = 1.0;
+        cc.momentum = 0;
+        cc.lr_cosine = 0;
+        cc.iterations = spec.rounds;
+    }
     rc = flps_client_create(&cc, &client);
     if (rc != FLPS_OK) {
         log_error("cannot join the parameter servers: %s", flps_strerror(rc));
@@ -613,6 +688,15 @@ int main(int argc, char **argv)
            "\"params\":%zu,\"start_iteration\":%llu}\n",
            rank, nmine, model_num_params(m), (unsigned long long)start_iter);
     fflush(stdout);
+    if (is_fedavg) {
+        /* The shards' iterations are the rounds. */
+        fedavg_loop_args fa = {&spec, (uint32_t)rank, &train, &test,     &part,
+                               m,     client,         global, start_iter};
+
+        if (fedavg_loop_run(&fa) == FLPS_OK)
+            status = 0;
+        goto out;
+    }
 
     memcpy(xb_idx, mine, nmine * sizeof(uint32_t));
     shuffle(xb_idx, nmine, mix64(spec.seed * 1000003ULL + (uint64_t)rank));
@@ -734,7 +818,10 @@ out:
     model_destroy(m);
     dataset_fini(&train);
     dataset_fini(&test);
-    free(mine);
+    partition_fini(&part);
+    for (size_t i = 0; i < nglobal; i++)
+        flps_free(global[i]);
+    flps_free(global);
     flps_free(xb);
     flps_free(yb);
     flps_free(xb_idx);

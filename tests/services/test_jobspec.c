@@ -30,6 +30,8 @@ static const char full_yaml[] =
     "rounds: 20\n"
     "local_steps: 5\n"
     "client_fraction: 0.25\n"
+    "clients: 100\n"
+    "round_deadline: 12.5\n"
     "batch_size: 64\n"
     "lr: 0.1\n"
     "momentum: 0.5\n"
@@ -101,6 +103,8 @@ Test(jobspec, parses_a_full_file_with_every_key)
     cr_assert_eq(s.rounds, 20);
     cr_assert_eq(s.local_steps, 5);
     cr_assert_eq(s.client_fraction, 0.25);
+    cr_assert_eq(s.clients, 100);
+    cr_assert_eq(s.round_deadline, 12.5);
     cr_assert_eq(s.batch_size, 64);
     cr_assert_eq(s.lr, 0.1);
     cr_assert_eq(s.momentum, 0.5);
@@ -139,6 +143,8 @@ Test(jobspec, applies_the_documented_defaults_to_keys_left_out)
     cr_assert_eq(s.rounds, 10);
     cr_assert_eq(s.local_steps, 10);
     cr_assert_eq(s.client_fraction, 1.0);
+    cr_assert_eq(s.clients, 0, "0: one client per worker");
+    cr_assert_eq(s.round_deadline, 0.0, "0: wait for every client");
     cr_assert_eq(s.batch_size, 32);
     cr_assert_eq(s.lr, 0.05);
     cr_assert_eq(s.momentum, 0.9);
@@ -416,6 +422,8 @@ Test(jobspec, rejects_reals_out_of_range)
                  "line 3: client_fraction", "out of range", NULL);
     expect_error("name: a\nmodel: mlp\nclient_fraction: 1.5\n",
                  "line 3: client_fraction", "out of range", NULL);
+    expect_error("name: a\nmodel: mlp\nclients: 10001\n", "line 3: clients",
+                 "out of range", "an integer from 0 to 10000", NULL);
     expect_error("name: a\nmodel: mlp\ncheckpoint_interval: -1\n",
                  "line 3: checkpoint_interval", "out of range", NULL);
 }
@@ -1100,8 +1108,9 @@ Test(jobspec, lists_every_key_in_table_order_for_an_unknown_key)
                  "line 3: unknown key 'colour'; accepted keys: name, model, "
                  "dataset, data_dir, partition, workers, servers, mode, "
                  "iterations, rounds, local_steps, client_fraction, "
-                 "batch_size, lr, momentum, lr_schedule, compression, "
-                 "transport, seed, eval_every, part_size, "
+                 "clients, round_deadline, batch_size, lr, momentum, "
+                 "lr_schedule, compression, transport, seed, eval_every, "
+                 "part_size, "
                  "checkpoint_interval, max_restarts, priority, "
                  "cpus_per_worker, memory_per_worker, gpus_per_worker, "
                  "cpus_per_server, memory_per_server, time_limit",
