@@ -323,7 +323,8 @@ flps_err codec_encode_fused(codec *c, float *r, float *u, const float *g,
 {
     flps_err rc;
 
-    if (c == NULL || out == NULL || (n > 0 && (r == NULL || g == NULL)) ||
+    if (c == NULL || out == NULL ||
+        (n > 0 && ((r == NULL && c->spec.kind != CODEC_DENSE) || g == NULL)) ||
         (uint64_t)n >= (1ull << 32) ||
         !codec_kind_sends_exact_values(c->spec.kind)) {
         if (c != NULL)

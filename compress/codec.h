@@ -151,7 +151,8 @@ int codec_kind_sends_exact_values(codec_kind kind);
  * r), with the same float operations in the same order as the loop
  * written out. u is updated everywhere, not masked: that is the caller's
  * choice. r, u and g must not overlap; *out is borrowed as for
- * codec_encode.
+ * codec_encode. For dense, r may be NULL: a residual known to hold +0.0f
+ * everywhere, neither read nor written (the message is the same).
  * Errors: FLPS_EINVAL (NULL arguments, n >= 2^32, a kind that quantises;
  * nothing changes), FLPS_ENOMEM (nothing changes), FLPS_ENONFINITE (a holds
  * a NaN or Inf: r and u are updated all the same and *out is not written;

@@ -35,7 +35,19 @@ flps_err codec_dense_encode_fused(codec *c, float *r, float *u, const float *g,
     if (rc != FLPS_OK)
         return rc;
     d = (float *)(void *)c->buf[0];
-    if (uu != NULL) {
+    if (rr == NULL) {
+        /* A residual known to be +0.0f: the same values (0.0f + v, so a
+         * -0.0f still comes out +0.0f), without reading or writing it. */
+        for (size_t i = 0; i < n; i++) {
+            float v = uu != NULL ? m * uu[i] + gg[i] : gg[i], x = 0.0f + v;
+            uint32_t bits;
+            if (uu != NULL)
+                uu[i] = v;
+            d[i] = x;
+            memcpy(&bits, &x, sizeof(bits));
+            bad |= (bits & 0x7fffffffu) + 0x00800000u;
+        }
+    } else if (uu != NULL) {
         for (size_t i = 0; i < n; i++) {
             float v = m * uu[i] + gg[i], x = rr[i] + v;
             uint32_t bits;

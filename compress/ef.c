@@ -18,6 +18,9 @@ struct ef {
     /* Upper bounds of |r| and |u| (INFINITY: unknown), so that a step can
      * know its sums cannot overflow before it updates r and u in place. */
     double rmax, umax;
+    /* r holds +0.0f everywhere (fresh, reset, or after a dense step): a
+     * dense step need not read or write it. */
+    int r_zero;
 };
 
 /* The bounds grow by this factor per float operation: a rounding moves a
@@ -37,6 +40,7 @@ static flps_err ef_alloc(size_t n, float momentum, int scratch, ef **out)
         return FLPS_ENOMEM;
     e->n = n;
     e->m = momentum;
+    e->r_zero = 1;
     e->r = flps_calloc(1, bytes);
     if (e->r == NULL)
         goto fail;
@@ -158,13 +162,17 @@ static flps_err ef_step_exact(ef *e, codec *c, const float *g, codec_msg *msg)
     ab = (e->rmax + ub) * EF_ROUND + FLT_MIN;
     if (!(ab < (double)FLT_MAX) && !ef_update_is_finite(e, g))
         return FLPS_ENONFINITE;
-    rc = codec_encode_fused(c, e->r, e->u, g, e->m, e->n, &out);
+    rc = codec_encode_fused(
+        c, spec->kind == CODEC_DENSE && e->r_zero ? NULL : e->r, e->u, g, e->m,
+        e->n, &out);
     if (rc != FLPS_OK)
         return rc; /* FLPS_ENOMEM or FLPS_EINVAL: nothing moved */
     e->umax = e->u != NULL ? ub : 0.0;
     if (spec->kind == CODEC_DENSE) {
         e->rmax = 0.0;
+        e->r_zero = 1;
     } else {
+        e->r_zero = 0;
         /* Every element kept is no larger than every element sent (an
          * exact top-k, or dgc's threshold set). */
         const float *val = (const float *)(const void *)out.frames[1].data;
@@ -347,6 +355,7 @@ static flps_err ef_step_any(ef *e, codec *c, const float *g, codec_msg *msg)
     }
     /* Not tracked through a quantisation: the next exact step checks. */
     e->rmax = e->umax = INFINITY;
+    e->r_zero = 0;
     *msg = out;
     return FLPS_OK;
 }
@@ -361,6 +370,8 @@ flps_err ef_add_back(ef *e, const uint32_t *idx, const float *val, size_t m)
         if (!isfinite(val[j]))
             return FLPS_ENONFINITE;
     }
+    if (m > 0)
+        e->r_zero = 0;
     for (size_t j = 0; j < m; j++) {
         double v;
         e->r[idx[j]] += val[j];
@@ -378,6 +389,7 @@ void ef_reset(ef *e)
     if (e->u != NULL)
         memset(e->u, 0, e->n * sizeof(*e->u));
     e->rmax = e->umax = 0.0;
+    e->r_zero = 1;
 }
 
 size_t ef_size(const ef *e)
