@@ -17,6 +17,7 @@
 #include "scheduler/sched_place.h"
 #include "scheduler/sched_store.h"
 #include "services/jobspec.h"
+#include "services/jsonout.h"
 
 #define API_LOG_LIMIT_DEFAULT 100
 #define API_LOG_LIMIT_MAX 10000
@@ -186,19 +187,19 @@ static json_t *node_json(const sched_node *n)
 /* Answer status with o (consumed). */
 static void reply_json(httpd_response *resp, int status, json_t *o)
 {
-    char *text;
+    char *text = NULL;
 
     if (o == NULL) {
         httpd_respond_printf(resp, 500, "{\"error\":\"out of memory\"}");
         return;
     }
-    /* 15 digits: 0.8768 prints as 0.8768, not 0.87680000000000002. */
-    text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(15));
-    json_decref(o);
-    if (text == NULL || httpd_respond(resp, status, "application/json", text,
-                                      strlen(text)) != FLPS_OK)
+    /* Shortest reals: 0.8768 prints as 0.8768, not 0.87680000000000002. */
+    if (jsonout_dumps(o, &text) != FLPS_OK ||
+        httpd_respond(resp, status, "application/json", text, strlen(text)) !=
+            FLPS_OK)
         httpd_respond_printf(resp, 500, "{\"error\":\"out of memory\"}");
-    free(text);
+    json_decref(o);
+    flps_free(text);
 }
 
 static void reply_error(httpd_response *resp, int status, const char *msg)

@@ -13,6 +13,7 @@
 #include "common/numparse.h"
 #include "common/strbuf.h"
 #include "services/jobspec.h"
+#include "services/jsonout.h"
 #include "services/plan.h"
 
 /* A follower tries for the lease this often (docs/scheduler.md). */
@@ -131,7 +132,8 @@ flps_err sched_loop_summary(const sched_job *job, char **out)
     json_t *acc = NULL, *o;
     uint64_t iterations = job->iterations;
     double last_exit = job->started_at;
-    char *text;
+    char *text = NULL;
+    flps_err rc;
 
     for (size_t i = 0; i < job->ntasks; i++) {
         const sched_task *t = &job->tasks[i];
@@ -180,11 +182,11 @@ flps_err sched_loop_summary(const sched_job *job, char **out)
         json_real(last_exit > job->started_at && job->started_at > 0
                       ? round((last_exit - job->started_at) * 1000) / 1000
                       : 0.0));
-    /* 15 digits: 0.8768 prints as 0.8768, not 0.87680000000000002. */
-    text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    /* Shortest reals: 0.8768 prints as 0.8768, not 0.87680000000000002. */
+    rc = jsonout_dumps(o, &text);
     json_decref(o);
-    if (text == NULL)
-        return FLPS_ENOMEM;
+    if (rc != FLPS_OK)
+        return rc;
     *out = text;
     return FLPS_OK;
 }
@@ -276,7 +278,7 @@ static void loop_exit(sched_loop *l, const char *key, double now)
             atomic_fetch_add(&l->stats.jobs_succeeded, 1);
             log_info("job %s succeeded: %s", job.id, summary);
         }
-        free(summary);
+        flps_free(summary);
         goto out;
     }
     loop_fail(l, job.id, job.attempt, reason, 1, now);

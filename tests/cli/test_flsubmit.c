@@ -344,12 +344,15 @@ Test(flsubmit, cancelling_a_finished_job_exits_5)
 
     fake_start(&fs);
     fake_route_add(&fs, "DELETE", "/v1/jobs/j5", 409,
-                   "{\"error\": \"job j5 is already SUCCEEDED\"}");
+                   "{\"error\": \"job j5 already finished: SUCCEEDED\","
+                   " \"state\": \"SUCCEEDED\"}");
     RUN(&r, fs.url, NULL, "cancel", "j5");
     cr_assert_eq(r.status, SUBMIT_EXIT_CONFLICT);
     cr_assert_eq(SUBMIT_EXIT_CONFLICT, 5);
-    assert_contains(r.err, "cannot cancel job j5: it has already finished "
-                           "(job j5 is already SUCCEEDED)");
+    cr_assert_str_eq(r.err,
+                     "flsubmit: cannot cancel job j5: it has already "
+                     "finished (SUCCEEDED)\n",
+                     "the cause once");
     sub_free(&r);
     fake_stop(&fs);
 }
