@@ -160,58 +160,84 @@ static const json_t *facts_of(const json_t *n)
     return json_is_object(f) ? f : NULL;
 }
 
-/* Run one per-node check over the alive nodes: fn writes a problem (or
- * nothing) into buf. */
-typedef void (*node_check)(const json_t *info, const json_t *node,
-                           const json_t *facts, char *buf, size_t len);
+/* A node's problem for one check: what is wrong (without the node's
+ * name) and what to do. Nodes with the same problem are named together,
+ * and each fix is said once. */
+typedef struct problem {
+    char what[300];
+    char fix[300];
+} problem;
+
+/* Run one per-node check over the alive nodes: fn leaves p->what "" when
+ * the node passes. */
+typedef void (*node_check)(const json_t *info, const json_t *facts, problem *p);
 
 static void per_node(report *r, const json_t *info, const char *check,
                      const char *ok_what, node_check fn)
 {
-    flps_strbuf bad = FLPS_STRBUF_INIT, good = FLPS_STRBUF_INIT;
     const json_t *nodes = json_object_get(info, "nodes");
-    size_t i, nbad = 0, ngood = 0;
-    json_t *n;
-    char one[600], *msg;
+    json_t *found = json_object(), *fixes = json_object(), *n, *v;
+    flps_strbuf msg = FLPS_STRBUF_INIT, good = FLPS_STRBUF_INIT;
+    const char *what;
+    size_t i, ngood = 0;
+    char *text;
 
     json_array_foreach(nodes, i, n)
     {
         const json_t *f;
+        problem p = {"", ""};
 
-        if (!node_is_alive(n))
+        if (!node_is_alive(n) || str(n, "name") == NULL)
             continue;
         f = facts_of(n);
-        if (f == NULL)
-            snprintf(one, sizeof(one),
-                     "%s: its agent publishes no node checks; upgrade "
-                     "flagent there",
-                     str(n, "name"));
-        else {
-            one[0] = '\0';
-            fn(info, n, f, one, sizeof(one));
+        if (f == NULL) {
+            snprintf(p.what, sizeof(p.what),
+                     "its agent publishes no node checks");
+            snprintf(p.fix, sizeof(p.fix), "upgrade flagent there");
+        } else {
+            fn(info, f, &p);
         }
-        if (one[0] != '\0')
-            flps_strbuf_printf(&bad, "%s%s", nbad++ ? "; " : "", one);
-        else
+        if (p.what[0] == '\0') {
             flps_strbuf_printf(&good, "%s%s", ngood++ ? ", " : "",
                                str(n, "name"));
+            continue;
+        }
+        v = json_object_get(found, p.what);
+        if (v == NULL) {
+            v = json_array();
+            json_object_set_new(found, p.what, v);
+        }
+        json_array_append_new(v, json_string(str(n, "name")));
+        json_object_set_new(fixes, p.fix, json_true());
     }
-    if (nbad > 0) {
-        msg = flps_strbuf_take(&bad);
-        add(r, check, 0, msg ? msg : "out of memory");
-    } else {
-        flps_strbuf_fini(&bad);
-        flps_strbuf_printf(&bad, "%s on %s", ok_what,
+    if (json_object_size(found) == 0) {
+        flps_strbuf_printf(&msg, "%s on %s", ok_what,
                            good.data ? good.data : "-");
-        msg = flps_strbuf_take(&bad);
-        add(r, check, 1, msg ? msg : "out of memory");
+    } else {
+        int first = 1;
+
+        json_object_foreach(found, what, v)
+        {
+            json_t *name;
+            size_t k;
+
+            flps_strbuf_printf(&msg, "%s%s on ", first ? "" : "; ", what);
+            json_array_foreach(v, k, name) flps_strbuf_printf(
+                &msg, "%s%s", k ? ", " : "", json_string_value(name));
+            first = 0;
+        }
+        json_object_foreach(fixes, what, v)
+            flps_strbuf_printf(&msg, "; %s", what);
     }
-    flps_free(msg);
+    text = flps_strbuf_take(&msg);
+    add(r, check, json_object_size(found) == 0, text ? text : "out of memory");
+    flps_free(text);
     flps_strbuf_fini(&good);
+    json_decref(found);
+    json_decref(fixes);
 }
 
-static void dataset_problem(const json_t *info, const json_t *n,
-                            const json_t *f, char *buf, size_t len)
+static void dataset_problem(const json_t *info, const json_t *f, problem *p)
 {
     const char *missing = str(f, "dataset_missing");
     const char *dir = str(f, "dataset_dir");
@@ -219,15 +245,15 @@ static void dataset_problem(const json_t *info, const json_t *n,
     (void)info;
     if (missing == NULL || *missing == '\0')
         return;
-    snprintf(buf, len,
-             "%s lacks the Fashion-MNIST file %s in %s; install it with "
-             "`apt-get install dataset-fashion-mnist` or start flagent "
-             "with --data-dir at a copy",
-             str(n, "name"), missing, dir ? dir : "its data directory");
+    snprintf(p->what, sizeof(p->what),
+             "the Fashion-MNIST file %s is missing from %s", missing,
+             dir ? dir : "the agent's data directory");
+    snprintf(p->fix, sizeof(p->fix),
+             "install it with `apt-get install dataset-fashion-mnist`, or "
+             "start flagent with --data-dir at a copy");
 }
 
-static void rdma_problem(const json_t *info, const json_t *n, const json_t *f,
-                         char *buf, size_t len)
+static void rdma_problem(const json_t *info, const json_t *f, problem *p)
 {
     double devs = 0, memlock = 0;
     char have[32], want[32];
@@ -235,10 +261,11 @@ static void rdma_problem(const json_t *info, const json_t *n, const json_t *f,
     (void)info;
     num(f, "rdma_devices", &devs);
     if (devs < 1) {
-        snprintf(buf, len,
-                 "%s has no RDMA device (/sys/class/infiniband is empty); "
-                 "run the job on nodes with RDMA NICs or use transport: zmq",
-                 str(n, "name"));
+        snprintf(p->what, sizeof(p->what),
+                 "no RDMA device (/sys/class/infiniband is empty)");
+        snprintf(p->fix, sizeof(p->fix),
+                 "run the job on nodes with RDMA NICs, or use transport: "
+                 "zmq");
         return;
     }
     /* memlock: bytes, or -1 for unlimited. */
@@ -248,18 +275,19 @@ static void rdma_problem(const json_t *info, const json_t *n, const json_t *f,
     submit_render_bytes_iec(memlock, have, sizeof(have));
     submit_render_bytes_iec((double)SUBMIT_DOCTOR_MIN_MEMLOCK, want,
                             sizeof(want));
-    snprintf(buf, len,
-             "%s lets flagent lock only %s of memory (RLIMIT_MEMLOCK), RDMA "
-             "needs at least %s; raise it (ulimit -l unlimited, or "
-             "LimitMEMLOCK=infinity in flagent's service)",
-             str(n, "name"), have, want);
+    snprintf(p->what, sizeof(p->what),
+             "flagent may lock only %s of memory (RLIMIT_MEMLOCK; RDMA needs "
+             "at least %s)",
+             have, want);
+    snprintf(p->fix, sizeof(p->fix),
+             "raise it: ulimit -l unlimited, or LimitMEMLOCK=infinity in "
+             "flagent's service");
 }
 
 /* The skew of a node's clock against flsched's, both measured against
  * Redis's clock: the node's agent publishes its own offset from Redis's
  * TIME at each heartbeat, and /v1/info gives flsched's. */
-static void clock_problem(const json_t *info, const json_t *n, const json_t *f,
-                          char *buf, size_t len)
+static void clock_problem(const json_t *info, const json_t *f, problem *p)
 {
     double off = 0, sched = 0, skew;
 
@@ -269,11 +297,11 @@ static void clock_problem(const json_t *info, const json_t *n, const json_t *f,
     skew = off - sched;
     if (fabs(skew) <= SUBMIT_DOCTOR_MAX_SKEW_S)
         return;
-    snprintf(buf, len,
-             "%s's clock is %.1f s %s flsched's (more than %.0f s); run NTP "
-             "(chrony or systemd-timesyncd) on every node",
-             str(n, "name"), fabs(skew), skew > 0 ? "ahead of" : "behind",
-             SUBMIT_DOCTOR_MAX_SKEW_S);
+    snprintf(p->what, sizeof(p->what),
+             "the clock is %.1f s %s flsched's (more than %.0f s)", fabs(skew),
+             skew > 0 ? "ahead of" : "behind", SUBMIT_DOCTOR_MAX_SKEW_S);
+    snprintf(p->fix, sizeof(p->fix),
+             "run NTP (chrony or systemd-timesyncd) on every node");
 }
 
 /* Lines of the text report: "OK    redis       message". */

@@ -35,6 +35,9 @@ static const char usage_text[] =
     "  --checkpoint-root DIR  where shards keep checkpoints (DIR/JOB/ckpt;\n"
     "                    default the work dir); put it on storage every\n"
     "                    node shares so a job restarted elsewhere restores\n"
+    "  --data-dir DIR    the Fashion-MNIST files this node's jobs read; the\n"
+    "                    agent reports whether they are there (flsubmit\n"
+    "                    doctor; default " AGENT_DEFAULT_DATA_DIR ")\n"
     "  --heartbeat SEC   seconds between heartbeats (default 2); the node\n"
     "                    is LOST 2 heartbeats after the last one\n"
     "flps and flworker are taken from $FLPS_BIN_DIR when set, else from\n"
@@ -75,6 +78,7 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
         {"work-dir", required_argument, NULL, 'w'},
         {"heartbeat", required_argument, NULL, 'b'},
         {"checkpoint-root", required_argument, NULL, 'k'},
+        {"data-dir", required_argument, NULL, 'd'},
         {"redis-password-file", required_argument, NULL, 'p'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -87,6 +91,7 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
 
     memset(&cfg, 0, sizeof(cfg));
     snprintf(cfg.address, sizeof(cfg.address), "127.0.0.1");
+    snprintf(cfg.data_dir, sizeof(cfg.data_dir), "%s", AGENT_DEFAULT_DATA_DIR);
     cfg.heartbeat = 2.0;
     opterr = 0;
     optind = 0; /* GNU: rescan from the start, so a second call works */
@@ -173,6 +178,11 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
         case 'k':
             if (copy_dir("--checkpoint-root", optarg, cfg.ckpt_root,
                          sizeof(cfg.ckpt_root), errbuf, errlen) != FLPS_OK)
+                return FLPS_ECONFIG;
+            break;
+        case 'd':
+            if (copy_dir("--data-dir", optarg, cfg.data_dir,
+                         sizeof(cfg.data_dir), errbuf, errlen) != FLPS_OK)
                 return FLPS_ECONFIG;
             break;
         case 'b':

@@ -131,6 +131,7 @@ static void node_register(agent_node *n, const char *why)
         return;
     n->registered = 1;
     n->next_heartbeat = flps_mono_s() + n->cfg.heartbeat;
+    agent_facts_publish(n);
     log_info("registered node %s%s: %g cpus, %llu bytes of memory, %u gpus, "
              "address %s, with Redis at %s (alive key TTL %lld ms)",
              n->cfg.name, why, n->cfg.cpus, (unsigned long long)n->cfg.memory,
@@ -149,6 +150,7 @@ static void node_heartbeat(agent_node *n)
     if (!agent_node_redis_cmd(n, &r, "heartbeat", 7, argv))
         return;
     n->next_heartbeat = flps_mono_s() + n->cfg.heartbeat;
+    agent_facts_publish(n);
     if (r->type != REDIS_REPLY_STRING)
         node_register(n, " again (its hash was missing)");
     else if (strcmp(r->str, "READY") != 0) {

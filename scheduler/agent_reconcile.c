@@ -41,6 +41,9 @@ static void task_fail(agent_node *n, agent_task *t, const char *fmt, ...)
     snprintf(line, sizeof(line), "flagent: cannot start %s on node %s: %s",
              t->id.name, n->cfg.name, msg);
     agent_report_line(n, t, line);
+    snprintf(t->exit_error, sizeof(t->exit_error),
+             "flagent could not start it: %.*s",
+             (int)sizeof(t->exit_error) - 32, msg);
     agent_node_task_set_exited(n, t, -1, 0);
 }
 
@@ -124,7 +127,7 @@ static int task_spawn(agent_node *n, agent_task *t, char *const argv[])
         return 0;
     }
     snprintf(path, sizeof(path), "%s/%s.log", dir, t->id.name);
-    t->log = fopen(path, "a");
+    t->log = fopen(path, "a+"); /* read back for a failure's last line */
     if (t->log == NULL)
         log_warn("task %s: cannot open %s: %s (output goes to Redis only)",
                  t->key, path, strerror(errno));

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/numparse.h"
+#include "scheduler/sched_info.h"
 #include "scheduler/sched_jobhash.h"
 #include "scheduler/sched_place.h"
 #include "scheduler/sched_store.h"
@@ -163,6 +164,7 @@ static json_t *job_json(const sched_job *j)
         json_array_append_new(tasks, to);
     }
     json_object_set_new(o, "tasks", tasks);
+    sched_jobhash_sum_progress(j, o);
     return o;
 }
 
@@ -667,6 +669,13 @@ static void route(sched_api *a, const httpd_request *req, httpd_response *resp)
             list_jobs(a, resp);
         else
             method_not_allowed(resp, "GET or POST");
+        return;
+    }
+    if (strcmp(p, "/v1/info") == 0) {
+        if (get)
+            reply_json(resp, 200, sched_info_json(a->st));
+        else
+            method_not_allowed(resp, "GET");
         return;
     }
     if (strcmp(p, "/v1/nodes") == 0) {

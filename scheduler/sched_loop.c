@@ -217,13 +217,23 @@ static void loop_fail(sched_loop *l, const char *id, uint32_t attempt,
     }
 }
 
+/* ": LINE" after the reason: the failing process's last error line, as
+ * its agent read it from the process's log. */
+static void append_error_line(char *reason, size_t len, const sched_task *t)
+{
+    size_t n = strlen(reason);
+
+    if (t->error[0] != '\0' && n < len)
+        snprintf(reason + n, len - n, ": %s", t->error);
+}
+
 /* Handle one exited task: completion or failure of its job. */
 static void loop_exit(sched_loop *l, const char *key, double now)
 {
     sched_task t;
     sched_job job;
     int found = 0;
-    char reason[256];
+    char reason[512];
 
     if (sched_store_task(l->st, key, &t, &found) != FLPS_OK) {
         log_error("cannot read exited task %s: %s", key,
@@ -251,6 +261,7 @@ static void loop_exit(sched_loop *l, const char *key, double now)
     else
         snprintf(reason, sizeof(reason), "%s on %s exited with status %ld",
                  t.name, t.node, t.exit_code);
+    append_error_line(reason, sizeof(reason), &t);
     log_info("job %s: task %s", job.id, reason);
     if (strcmp(t.role, "worker") == 0 && t.signal == 0 && t.exit_code == 0) {
         uint32_t ok = 0;
