@@ -3,7 +3,6 @@
 #include "scheduler/agent_node_impl.h"
 
 #include <dirent.h>
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>

@@ -388,6 +388,12 @@ Test(sched_daemon, refuses_bad_job_files_naming_the_field_and_writes_nothing)
     expect_refusal("name: a\nmodel: mlp\nwrokers: 2\n", 400, "wrokers", 3);
     expect_refusal("name: a\nmodel: mlp\nworkers: many\n", 400, "workers", 3);
     expect_refusal("name: a\nworkers: 2\n", 400, "model", 0);
+    expect_refusal("name: a\nmodel: resnet50\n", 400, "model", 2);
+    cr_assert_eq(post("name: a\nmodel: resnet50\n", &j), 400);
+    cr_assert(strstr(str(j, "error"), "expected one of mlp, cnn") != NULL,
+              "an unknown model is refused naming the known ones: %s",
+              str(j, "error"));
+    json_decref(j);
     expect_refusal("name: a\nmodel: mlp\nmemory_per_worker: 1GB\n", 400,
                    "memory_per_worker", 3);
     expect_refusal("name: a\nmodel: mlp\ncpus_per_worker: 64\n", 422,
