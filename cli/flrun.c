@@ -48,7 +48,8 @@ typedef struct run {
     int have_accuracy;
     uint64_t last_iter;
     double last_loss;
-    uint64_t last_sent, last_dense;
+    uint64_t last_sent, last_dense; /* summed over the workers */
+    uint64_t (*rank_bytes)[2];      /* each worker's last sent, dense */
     int need_newline;
     /* Iterations, or rounds for fedavg (the shards close one synchronous
      * iteration a round): what progress counts to and the summary says. */
@@ -232,10 +233,23 @@ static void on_worker_line(void *arg, proc *p, const char *line)
     }
     if (strcmp(ev, "progress") == 0) {
         uint64_t it = json_u64(o, "iter");
+        size_t w = (size_t)(p - r->procs) - r->nservers;
+
+        /* "sent" counts every worker, as the summary does; the iteration
+         * and loss are rank 0's. */
+        r->rank_bytes[w][0] = json_u64(o, "bytes_sent");
+        r->rank_bytes[w][1] = json_u64(o, "dense_bytes");
+        r->last_sent = r->last_dense = 0;
+        for (size_t k = 0; k < r->spec.workers; k++) {
+            r->last_sent += r->rank_bytes[k][0];
+            r->last_dense += r->rank_bytes[k][1];
+        }
+        if (w != 0) {
+            json_decref(o);
+            return;
+        }
         r->last_iter = it;
         r->last_loss = json_real_value(json_object_get(o, "loss"));
-        r->last_sent = json_u64(o, "bytes_sent");
-        r->last_dense = json_u64(o, "dense_bytes");
         if (r->tty || r->total < 10 ||
             it % (r->total / 10 ? r->total / 10 : 1) == 0 || it == r->total)
             show_progress(r);
@@ -460,7 +474,10 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     r.procs = calloc(r.spec.servers + r.spec.workers, sizeof(*r.procs));
-    if (r.procs == NULL) {
+    r.rank_bytes = calloc(r.spec.workers, sizeof(*r.rank_bytes));
+    if (r.procs == NULL || r.rank_bytes == NULL) {
+        free(r.procs);
+        free(r.rank_bytes);
         fprintf(stderr, "flrun: out of memory\n");
         return 1;
     }
@@ -627,6 +644,7 @@ int main(int argc, char **argv)
     fflush(stdout);
     json_decref(r.samples);
     free(r.procs);
+    free(r.rank_bytes);
     return 0;
 
 stop:
@@ -639,6 +657,7 @@ stop:
     proc_stop_all(r.procs, r.nprocs, 5000);
     json_decref(r.samples);
     free(r.procs);
+    free(r.rank_bytes);
     status = interrupted ? 130 : 1;
     return status;
 }

@@ -13,10 +13,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/submit_doctor.h"
 #include "cli/submit_render.h"
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/strbuf.h"
+#include "services/jobspec.h"
+#include "services/jsonout.h"
 
 #define SUBMIT_POLL_MS 500L
 #define SUBMIT_RETRY_MS 30000L
@@ -147,6 +150,19 @@ static void server_message(const submit_reply *r, char *buf, size_t len)
     buf[n] = '\0';
 }
 
+/* The "state" of an error body (a 409 names the state the job is in). */
+static int reply_state(const submit_reply *r, char *buf, size_t len)
+{
+    json_t *o = json_loadb(r->body, r->len, 0, NULL);
+    const char *st = json_string_value(json_object_get(o, "state"));
+    int ok = st != NULL && *st != '\0';
+
+    if (ok)
+        snprintf(buf, len, "%s", st);
+    json_decref(o);
+    return ok;
+}
+
 /* Does the API document this failure for this call? A 404 to GET /v1/jobs
  * means the URL is not flsched, not that a job is unknown, so it must not
  * exit like an unknown id. */
@@ -170,7 +186,7 @@ static void status_message(const submit_ctx *ctx, const call *c,
                            const submit_reply *r, call_error *e)
 {
     const char *url = submit_http_base_url(ctx->http);
-    char smsg[512];
+    char smsg[512], state[32];
 
     server_message(r, smsg, sizeof(smsg));
     /* A status the API does not document for this call gets the generic
@@ -199,26 +215,32 @@ static void status_message(const submit_ctx *ctx, const call *c,
                                   "--token-file");
         return;
     case 404:
-        if (c->kind == CALL_PLAN)
+        /* The server's "no job ID" would only repeat the id. */
+        if (c->kind == CALL_PLAN && strncmp(smsg, "no job ", 7) != 0)
             snprintf(e->msg, sizeof(e->msg),
-                     "no plan for job %s: no such job, or it has no plan yet "
-                     "(%s)",
-                     c->subject, smsg);
+                     "no plan for job %s yet: the scheduler plans jobs with "
+                     "compression: auto once their workers have measured "
+                     "a warm-up",
+                     c->subject);
         else
             snprintf(e->msg, sizeof(e->msg),
-                     "unknown job %s: the scheduler at %s has no such job "
-                     "(%s); `flsubmit list` shows the jobs",
-                     c->subject, url, smsg);
+                     "unknown job %s: the scheduler at %s has no such job; "
+                     "`flsubmit list` shows the jobs",
+                     c->subject, url);
         return;
     case 409:
-        snprintf(e->msg, sizeof(e->msg),
-                 "cannot cancel job %s: it has already finished (%s)",
-                 c->subject, smsg);
+        if (reply_state(r, state, sizeof(state)))
+            snprintf(e->msg, sizeof(e->msg),
+                     "cannot cancel job %s: it has already finished (%s)",
+                     c->subject, state);
+        else
+            snprintf(e->msg, sizeof(e->msg),
+                     "cannot cancel job %s: it has already finished",
+                     c->subject);
         return;
     case 422:
         snprintf(e->msg, sizeof(e->msg),
-                 "the scheduler refused %s: it needs more than the registered "
-                 "nodes could ever give (%s); see `flsubmit nodes`",
+                 "the scheduler refused %s: %s; see `flsubmit nodes`",
                  c->subject, smsg);
         return;
     default:
@@ -306,13 +328,22 @@ static int bad_shape(submit_ctx *ctx, const call *c, const char *what)
     return SUBMIT_EXIT_BAD_REPLY;
 }
 
+/* One line of JSON, reals in their shortest form (0.25048, not
+ * 0.25047999999999998). */
 static int print_json(submit_ctx *ctx, const json_t *j)
 {
-    if (json_dumpf(j, ctx->out, JSON_COMPACT) != 0) {
-        say(ctx, "cannot write the output: %s", strerror(errno));
+    char *text = NULL;
+
+    if (jsonout_dumps(j, &text) != FLPS_OK) {
+        say(ctx, "out of memory");
         return SUBMIT_EXIT_INTERNAL;
     }
-    fputc('\n', ctx->out);
+    if (fprintf(ctx->out, "%s\n", text) < 0) {
+        say(ctx, "cannot write the output: %s", strerror(errno));
+        flps_free(text);
+        return SUBMIT_EXIT_INTERNAL;
+    }
+    flps_free(text);
     return SUBMIT_EXIT_OK;
 }
 
@@ -404,6 +435,25 @@ fail_errno:
     return SUBMIT_EXIT_FILE;
 }
 
+/* An unknown model is refused here, before anything is sent, with the
+ * parser's message (which lists the models). Every other check is the
+ * scheduler's: it may know keys this flsubmit does not. */
+static int check_model(submit_ctx *ctx, const char *file, const char *data,
+                       size_t len)
+{
+    jobspec spec;
+    jobspec_where where = {0};
+    char err[1024];
+
+    if (jobspec_parse_where(data, len, &spec, err, sizeof(err), &where) ==
+            FLPS_ECONFIG &&
+        strcmp(where.field, "model") == 0) {
+        say(ctx, "%s: %s; nothing was sent", file, err);
+        return SUBMIT_EXIT_REFUSED;
+    }
+    return SUBMIT_EXIT_OK;
+}
+
 int submit_cli_submit(submit_ctx *ctx, const char *file)
 {
     call c = {CALL_SUBMIT, file, "POST", "/v1/jobs", NULL, 0};
@@ -414,8 +464,12 @@ int submit_cli_submit(submit_ctx *ctx, const char *file)
     int rc;
 
     rc = read_job_file(ctx, file, &data, &len);
-    if (rc != SUBMIT_EXIT_OK)
+    if (rc == SUBMIT_EXIT_OK)
+        rc = check_model(ctx, file, data, len);
+    if (rc != SUBMIT_EXIT_OK) {
+        flps_free(data);
         return rc;
+    }
     c.body = data;
     c.len = len;
     rc = api(ctx, &c, &job);
@@ -694,6 +748,104 @@ int submit_cli_cancel(submit_ctx *ctx, const char *id)
     return rc;
 }
 
+static int job_is_active(const json_t *job)
+{
+    const char *st = json_string_value(json_object_get(job, "state"));
+
+    return st != NULL &&
+           (strcmp(st, "QUEUED") == 0 || strcmp(st, "RUNNING") == 0);
+}
+
+/* GET /v1/jobs, checked to hold a "jobs" array, printing any error. On
+ * SUBMIT_EXIT_OK the caller owns *page and *jobs is borrowed from it. */
+static int get_jobs(submit_ctx *ctx, json_t **page, json_t **jobs)
+{
+    call c = {CALL_OTHER, NULL, "GET", "/v1/jobs", NULL, 0};
+    int rc = api(ctx, &c, page);
+
+    if (rc != SUBMIT_EXIT_OK)
+        return rc;
+    *jobs = json_object_get(*page, "jobs");
+    if (!json_is_array(*jobs)) {
+        json_decref(*page);
+        return bad_shape(ctx, &c, "no \"jobs\" array");
+    }
+    return SUBMIT_EXIT_OK;
+}
+
+int submit_cli_cancel_latest(submit_ctx *ctx)
+{
+    json_t *page = NULL, *jobs = NULL, *job;
+    char id[64] = "";
+    int rc = get_jobs(ctx, &page, &jobs);
+
+    if (rc != SUBMIT_EXIT_OK)
+        return rc;
+    /* The list is in submission order: the last active one is latest. */
+    for (size_t i = json_array_size(jobs); i-- > 0 && id[0] == '\0';) {
+        job = json_array_get(jobs, i);
+        if (job_is_active(job) && json_is_string(json_object_get(job, "id")))
+            snprintf(id, sizeof(id), "%s",
+                     json_string_value(json_object_get(job, "id")));
+    }
+    json_decref(page);
+    if (id[0] == '\0') {
+        say(ctx, "no queued or running job to cancel; `flsubmit list` shows "
+                 "the jobs");
+        return SUBMIT_EXIT_NOT_FOUND;
+    }
+    return submit_cli_cancel(ctx, id);
+}
+
+int submit_cli_cancel_all(submit_ctx *ctx)
+{
+    json_t *page = NULL, *jobs = NULL, *job, *done;
+    char path[512], *text = NULL;
+    call_error e;
+    size_t i, n = 0;
+    int rc = get_jobs(ctx, &page, &jobs), worst = SUBMIT_EXIT_OK;
+
+    if (rc != SUBMIT_EXIT_OK)
+        return rc;
+    json_array_foreach(jobs, i, job)
+    {
+        const char *id = json_string_value(json_object_get(job, "id"));
+        call c = {CALL_CANCEL, id, "DELETE", path, NULL, 0};
+
+        if (!job_is_active(job) || id == NULL)
+            continue;
+        rc = job_path(ctx, id, "", path, sizeof(path));
+        if (rc == SUBMIT_EXIT_OK)
+            rc = api_try(ctx, &c, &done, &e);
+        else
+            e.msg[0] = '\0';
+        if (rc == SUBMIT_EXIT_CONFLICT)
+            continue; /* it finished between the list and the cancel */
+        if (rc != SUBMIT_EXIT_OK) {
+            if (e.msg[0] != '\0')
+                say(ctx, "%s", e.msg);
+            if (worst == SUBMIT_EXIT_OK)
+                worst = rc;
+            continue;
+        }
+        n++;
+        if (ctx->json)
+            rc = print_json(ctx, done);
+        else
+            rc = print_rendered(ctx, submit_render_state_line(done, &text),
+                                &text);
+        if (!ctx->json && rc == SUBMIT_EXIT_OK)
+            fputc('\n', ctx->out);
+        json_decref(done);
+        if (rc != SUBMIT_EXIT_OK && worst == SUBMIT_EXIT_OK)
+            worst = rc;
+    }
+    json_decref(page);
+    if (n == 0 && worst == SUBMIT_EXIT_OK && !ctx->json)
+        fprintf(ctx->out, "No queued or running jobs.\n");
+    return worst;
+}
+
 /* Is the job final? For logs --follow; errors are printed. */
 static int job_is_final(submit_ctx *ctx, const char *id, int *final)
 {
@@ -711,8 +863,21 @@ static int job_is_final(submit_ctx *ctx, const char *id, int *final)
 }
 
 /* Print one page of log lines; *n is how many there were. */
+int submit_cli_is_event_line(const char *line)
+{
+    json_t *o;
+    int yes;
+
+    if (line == NULL || line[0] != '{')
+        return 0;
+    o = json_loads(line, 0, NULL);
+    yes = json_is_string(json_object_get(o, "event"));
+    json_decref(o);
+    return yes;
+}
+
 static int print_log_page(submit_ctx *ctx, const call *c, json_t *lines,
-                          size_t *n)
+                          int events, size_t *n)
 {
     json_t *line;
     char *text = NULL;
@@ -723,6 +888,10 @@ static int print_log_page(submit_ctx *ctx, const call *c, json_t *lines,
     {
         if (!json_is_object(line))
             return bad_shape(ctx, c, "a log line is not an object");
+        /* The workers' events are for their agent, not for people. */
+        if (!events && submit_cli_is_event_line(
+                           json_string_value(json_object_get(line, "line"))))
+            continue;
         if (ctx->json)
             rc = print_json(ctx, line);
         else
@@ -736,7 +905,7 @@ static int print_log_page(submit_ctx *ctx, const call *c, json_t *lines,
     return SUBMIT_EXIT_OK;
 }
 
-int submit_cli_logs(submit_ctx *ctx, const char *id, int follow)
+int submit_cli_logs(submit_ctx *ctx, const char *id, int follow, int events)
 {
     char path[1024], suffix[512], cursor[256] = "";
     call c = {CALL_LOGS, id, "GET", path, NULL, 0};
@@ -766,7 +935,7 @@ int submit_cli_logs(submit_ctx *ctx, const char *id, int follow)
             json_decref(page);
             return bad_shape(ctx, &c, "no \"lines\" array");
         }
-        rc = print_log_page(ctx, &c, lines, &n);
+        rc = print_log_page(ctx, &c, lines, events, &n);
         next = json_object_get(page, "next");
         /* A page that does not move the cursor ends the draining, so a
          * server that ignores `after` cannot make us print forever. */
@@ -830,4 +999,105 @@ int submit_cli_plan(submit_ctx *ctx, const char *id)
         rc = print_rendered(ctx, submit_render_plan(plan, id, &text), &text);
     json_decref(plan);
     return rc;
+}
+
+const char *submit_cli_closest(const char *word, const char *const *words,
+                               size_t n)
+{
+    size_t wl = strlen(word), best_d = (size_t)-1;
+    const char *best = NULL;
+
+    if (wl > 32)
+        return NULL;
+    for (size_t k = 0; k < n; k++) {
+        /* Levenshtein distance over two rows; words are short. */
+        size_t cl = strlen(words[k]), prev[34], cur[34];
+
+        if (cl > 32)
+            continue;
+        for (size_t j = 0; j <= cl; j++)
+            prev[j] = j;
+        for (size_t i = 1; i <= wl; i++) {
+            cur[0] = i;
+            for (size_t j = 1; j <= cl; j++) {
+                size_t sub = prev[j - 1] + (word[i - 1] != words[k][j - 1]);
+                size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+
+                cur[j] = sub < del ? (sub < ins ? sub : ins)
+                                   : (del < ins ? del : ins);
+            }
+            memcpy(prev, cur, (cl + 1) * sizeof(prev[0]));
+        }
+        if (prev[cl] < best_d) {
+            best_d = prev[cl];
+            best = words[k];
+        }
+    }
+    if (best == NULL || best_d > 2 || best_d * 2 >= wl)
+        return NULL;
+    return best;
+}
+
+/* What --job FILE asks of the nodes. */
+static int doctor_job(submit_ctx *ctx, const char *file, submit_doctor_job *job)
+{
+    jobspec spec;
+    char err[1024], *data = NULL;
+    size_t len = 0;
+    int rc = read_job_file(ctx, file, &data, &len);
+
+    if (rc != SUBMIT_EXIT_OK)
+        return rc;
+    if (jobspec_parse(data, len, &spec, err, sizeof(err)) != FLPS_OK) {
+        flps_free(data);
+        say(ctx, "%s: %s", file, err);
+        return SUBMIT_EXIT_REFUSED;
+    }
+    flps_free(data);
+    job->given = 1;
+    job->rdma = spec.transport == JOBSPEC_TRANSPORT_RDMA;
+    job->synthetic = spec.dataset == JOBSPEC_DATASET_SYNTHETIC;
+    return SUBMIT_EXIT_OK;
+}
+
+int submit_cli_doctor(submit_ctx *ctx, const char *job_file)
+{
+    call c = {CALL_OTHER, NULL, "GET", "/v1/info", NULL, 0};
+    submit_doctor_job job = {0};
+    json_t *info = NULL;
+    char names[256] = "", *text = NULL;
+    call_error e;
+    int rc = SUBMIT_EXIT_OK, failed = 0;
+    flps_err err;
+
+    if (job_file != NULL)
+        rc = doctor_job(ctx, job_file, &job);
+    if (rc != SUBMIT_EXIT_OK)
+        return rc;
+    rc = api_try(ctx, &c, &info, &e);
+    if (rc != SUBMIT_EXIT_OK) {
+        /* Nothing else can be checked without the scheduler. */
+        json_t *o = json_pack("{s:b,s:[{s:s,s:b,s:s}]}", "ok", 0, "checks",
+                              "check", "scheduler", "ok", 0, "message", e.msg);
+
+        if (ctx->json && o != NULL)
+            print_json(ctx, o);
+        else
+            fprintf(ctx->out, "%-5s %-10s %s\n", "FAIL", "scheduler", e.msg);
+        json_decref(o);
+        say(ctx, "doctor: 1 check failed: scheduler");
+        return rc;
+    }
+    err = submit_doctor_report(info, submit_http_base_url(ctx->http), &job,
+                               ctx->json, &text, &failed, names, sizeof(names));
+    json_decref(info);
+    rc = print_rendered(ctx, err, &text);
+    if (rc != SUBMIT_EXIT_OK)
+        return rc;
+    if (failed > 0) {
+        say(ctx, "doctor: %d check%s failed: %s", failed,
+            failed == 1 ? "" : "s", names);
+        return SUBMIT_EXIT_CHECK_FAILED;
+    }
+    return SUBMIT_EXIT_OK;
 }

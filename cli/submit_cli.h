@@ -26,6 +26,8 @@
       "no connection within 5 s, or no answer within 30 s")                    \
     X(SUBMIT_EXIT_BAD_REPLY, 10,                                               \
       "the scheduler failed (5xx) or sent a malformed or unexpected reply")    \
+    X(SUBMIT_EXIT_CHECK_FAILED, 11,                                            \
+      "doctor: a check failed (each FAIL line says what to do)")               \
     X(SUBMIT_EXIT_USAGE, 64, "bad command line or scheduler URL")              \
     X(SUBMIT_EXIT_INTERNAL, 70, "out of memory")                               \
     X(SUBMIT_EXIT_INTERRUPTED, 130,                                            \
@@ -64,8 +66,26 @@ int submit_cli_list(submit_ctx *ctx);
 int submit_cli_status(submit_ctx *ctx, const char *id);
 int submit_cli_watch(submit_ctx *ctx, const char *id);
 int submit_cli_cancel(submit_ctx *ctx, const char *id);
-int submit_cli_logs(submit_ctx *ctx, const char *id, int follow);
+/* cancel latest: the most recently submitted job still QUEUED or RUNNING;
+ * exit 3 when there is none. */
+int submit_cli_cancel_latest(submit_ctx *ctx);
+/* cancel --all: every QUEUED or RUNNING job, one line (or object) each;
+ * a job that finished meanwhile is skipped. */
+int submit_cli_cancel_all(submit_ctx *ctx);
+/* events: also print the JSON event lines workers send their agent. */
+int submit_cli_logs(submit_ctx *ctx, const char *id, int follow, int events);
 int submit_cli_nodes(submit_ctx *ctx);
 int submit_cli_plan(submit_ctx *ctx, const char *id);
+/* doctor: the checks of submit_doctor.c; job_file may be NULL. */
+int submit_cli_doctor(submit_ctx *ctx, const char *job_file);
+
+/* The word of words[0..n) closest to word by edit distance, if it is
+ * close enough to be a likely typo (at most 2 edits, and fewer than half
+ * of word's length); NULL otherwise. */
+const char *submit_cli_closest(const char *word, const char *const *words,
+                               size_t n);
+
+/* Is line a JSON event a worker prints for its agent ({"event": ...})? */
+int submit_cli_is_event_line(const char *line);
 
 #endif

@@ -158,8 +158,8 @@ static void prog_read(const json_t *job, prog *p)
     p->has_sent = get_num(pr, "bytes_sent", &p->sent);
     p->has_dense = get_num(pr, "dense_bytes", &p->dense) && p->dense > 0;
     p->has_elapsed = get_num(pr, "elapsed", &p->elapsed);
-    /* Once finished, the summary is the authority: it sums over every
-     * worker, where progress is rank 0's last report. */
+    /* Once finished, the summary is the authority: the scheduler wrote it
+     * from every worker's done event. */
     if (json_is_object(sum)) {
         double v;
 

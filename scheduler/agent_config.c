@@ -37,6 +37,9 @@ static const char usage_text[] =
     "  --checkpoint-root DIR  where shards keep checkpoints (DIR/JOB/ckpt;\n"
     "                    default the work dir); put it on storage every\n"
     "                    node shares so a job restarted elsewhere restores\n"
+    "  --data-dir DIR    the Fashion-MNIST files this node's jobs read; the\n"
+    "                    agent reports whether they are there (flsubmit\n"
+    "                    doctor; default " AGENT_DEFAULT_DATA_DIR ")\n"
     "  --heartbeat SEC   seconds between heartbeats (default 2); the node\n"
     "                    is LOST 2 heartbeats after the last one\n"
     "  --metrics HOST:PORT  serve flagent's Prometheus /metrics and /healthz\n"
@@ -80,6 +83,7 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
         {"work-dir", required_argument, NULL, 'w'},
         {"heartbeat", required_argument, NULL, 'b'},
         {"checkpoint-root", required_argument, NULL, 'k'},
+        {"data-dir", required_argument, NULL, 'd'},
         {"redis-password-file", required_argument, NULL, 'p'},
         {"metrics", required_argument, NULL, 'M'},
         {"help", no_argument, NULL, 'h'},
@@ -93,6 +97,7 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
 
     memset(&cfg, 0, sizeof(cfg));
     snprintf(cfg.address, sizeof(cfg.address), "127.0.0.1");
+    snprintf(cfg.data_dir, sizeof(cfg.data_dir), "%s", AGENT_DEFAULT_DATA_DIR);
     cfg.heartbeat = 2.0;
     opterr = 0;
     optind = 0; /* GNU: rescan from the start, so a second call works */
@@ -178,6 +183,11 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
         case 'k':
             if (copy_dir("--checkpoint-root", optarg, cfg.ckpt_root,
                          sizeof(cfg.ckpt_root), errbuf, errlen) != FLPS_OK)
+                return FLPS_ECONFIG;
+            break;
+        case 'd':
+            if (copy_dir("--data-dir", optarg, cfg.data_dir,
+                         sizeof(cfg.data_dir), errbuf, errlen) != FLPS_OK)
                 return FLPS_ECONFIG;
             break;
         case 'b':

@@ -10,6 +10,8 @@
 
 #define AGENT_NAME_MAX 64
 #define AGENT_PATH_MAX 1024
+/* The job file's default data_dir (services/jobspec_keys.c). */
+#define AGENT_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 
 typedef struct agent_config {
     char redis_url[512];            /* --redis, required */
@@ -26,6 +28,9 @@ typedef struct agent_config {
                                        storage lets a job restarted on
                                        another node restore. Default
                                        work_dir */
+    char data_dir[AGENT_PATH_MAX];  /* --data-dir: the Fashion-MNIST files
+                                       the agent reports on (default the
+                                       job file's default data_dir) */
     double heartbeat;               /* --heartbeat seconds, default 2 */
     char metrics[128]; /* --metrics HOST:PORT for flagent's own /metrics;
                           "" = off */

@@ -133,6 +133,7 @@ static void node_register(agent_node *n, const char *why)
     n->next_heartbeat = flps_mono_s() + n->cfg.heartbeat;
     agent_metrics_heartbeat(n->metrics, flps_wall_s());
     n->metrics_published = 0; /* the hash may be new: say it again */
+    agent_facts_publish(n);
     log_info("registered node %s%s: %g cpus, %llu bytes of memory, %u gpus, "
              "address %s, with Redis at %s (alive key TTL %lld ms)",
              n->cfg.name, why, n->cfg.cpus, (unsigned long long)n->cfg.memory,
@@ -152,6 +153,7 @@ static void node_heartbeat(agent_node *n)
         return;
     n->next_heartbeat = flps_mono_s() + n->cfg.heartbeat;
     agent_metrics_heartbeat(n->metrics, flps_wall_s());
+    agent_facts_publish(n);
     if (r->type != REDIS_REPLY_STRING)
         node_register(n, " again (its hash was missing)");
     else if (strcmp(r->str, "READY") != 0) {

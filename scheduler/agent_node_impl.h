@@ -65,11 +65,16 @@ struct agent_task {
     int report_profile;
     agent_event progress, eval;
     int report_progress, report_eval;
+    /* This worker's bytes so far (its last progress event), so the job's
+     * progress can count every worker as its summary does. */
+    char sent[40], dense[40];
+    int report_sent;
     int report_exit;
     int job_gone_logged; /* "the job's hash is gone" said */
     uint64_t exit_seq;
     int exit_code, exit_signal;
     char exited_at[32];
+    char exit_error[400]; /* why it failed, from its log; "" if unknown */
     /* Stopping a task that left the desired set. */
     double term_sent; /* flps_mono_s() of the SIGTERM, 0 if none */
     int killed;
@@ -144,6 +149,16 @@ void agent_node_task_close(agent_task *t);
 /* Free t and close what agent_node_task_close does; its process must be
  * reaped. */
 void agent_node_task_free(agent_task *t);
+
+/* ---- agent_facts.c ---- */
+
+/* Publish what `flsubmit doctor` checks of this node to
+ * flps:node:{name}:facts (docs/flagent.md, "Node checks"): whether the
+ * Fashion-MNIST files of --data-dir are there, the RDMA devices, the
+ * memlock limit, and this clock's offset from Redis's. Called at each
+ * registration and heartbeat; a failure is logged by the Redis layer
+ * and retried at the next heartbeat. */
+void agent_facts_publish(agent_node *n);
 
 /* Mark t exited (or failed to start: exit_code -1, no process) and queue
  * its report, in the order exits happen. */

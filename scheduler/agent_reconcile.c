@@ -44,6 +44,9 @@ static void task_fail(agent_node *n, agent_task *t, const char *fmt, ...)
     snprintf(line, sizeof(line), "flagent: cannot start %s on node %s: %s",
              t->id.name, n->cfg.name, msg);
     agent_report_line(n, t, line);
+    snprintf(t->exit_error, sizeof(t->exit_error),
+             "flagent could not start it: %.*s",
+             (int)sizeof(t->exit_error) - 32, msg);
     agent_node_task_set_exited(n, t, -1, 0);
 }
 
@@ -118,12 +121,12 @@ static int job_info(agent_node *n, agent_task *t, uint32_t *servers,
  * prints); NULL with errno on failure. */
 static FILE *open_log(const char *path)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     FILE *f;
 
     if (fd < 0)
         return NULL;
-    f = fdopen(fd, "a");
+    f = fdopen(fd, "a+");
     if (f == NULL)
         close(fd);
     return f;
@@ -142,7 +145,7 @@ static int task_spawn(agent_node *n, agent_task *t, char *const argv[])
         return 0;
     }
     snprintf(path, sizeof(path), "%s/%s.log", dir, t->id.name);
-    t->log = open_log(path);
+    t->log = open_log(path); /* read back for a failure's last line */
     if (t->log == NULL)
         log_warn("task %s: cannot open %s: %s (output goes to Redis only)",
                  t->key, path, strerror(errno));

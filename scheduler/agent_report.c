@@ -6,7 +6,9 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/log.h"
@@ -50,6 +52,18 @@ static int keep_line(agent_task *t, char **slot, const char *line,
     return 1;
 }
 
+/* The bytes fields of a progress event, for the task hash. */
+static void keep_bytes(agent_task *t, const agent_event *ev)
+{
+    for (int i = 0; i < ev->nfields; i++) {
+        if (strcmp(ev->fields[i], "p_bytes_sent") == 0)
+            snprintf(t->sent, sizeof(t->sent), "%s", ev->values[i]);
+        else if (strcmp(ev->fields[i], "p_dense_bytes") == 0)
+            snprintf(t->dense, sizeof(t->dense), "%s", ev->values[i]);
+    }
+    t->report_sent = t->sent[0] != '\0';
+}
+
 static void on_stdout(void *arg, proc *p, const char *line)
 {
     agent_task *t = arg;
@@ -72,6 +86,8 @@ static void on_stdout(void *arg, proc *p, const char *line)
         return;
     }
     agent_event_parse(line, &ev);
+    if (ev.kind == AGENT_EVENT_PROGRESS)
+        keep_bytes(t, &ev);
     if (ev.kind == AGENT_EVENT_DONE) {
         if (keep_line(t, &t->done, line, "its done event"))
             t->report_done = 1;
@@ -145,6 +161,31 @@ sleep:
     poll(NULL, 0, timeout_ms);
 }
 
+/* The failing process's last error line, from the tail of its log file,
+ * so the job's reason says why and not only that it ended. */
+static void last_error_line(agent_task *t)
+{
+    char tail[4096];
+    struct stat st;
+    off_t from;
+    ssize_t got;
+    int fd;
+
+    t->exit_error[0] = '\0';
+    if (t->log == NULL || fflush(t->log) != 0)
+        return;
+    fd = fileno(t->log);
+    if (fstat(fd, &st) != 0)
+        return;
+    from =
+        st.st_size > (off_t)sizeof(tail) ? st.st_size - (off_t)sizeof(tail) : 0;
+    got = pread(fd, tail, sizeof(tail), from);
+    if (got <= 0)
+        return;
+    agent_last_error_line(tail, (size_t)got, t->exit_error,
+                          sizeof(t->exit_error));
+}
+
 void agent_report_reap(agent_node *n)
 {
     for (agent_task *t = n->tasks; t != NULL; t = t->next) {
@@ -164,6 +205,8 @@ void agent_report_reap(agent_node *n)
         else
             snprintf(how, sizeof(how), "exited with status %d", code);
         log_info("task %s: pid %d %s", t->key, (int)t->p->pid, how);
+        if (code != 0 || sig != 0)
+            last_error_line(t);
         agent_node_task_close(t);
         agent_node_task_set_exited(n, t, code, sig);
     }
@@ -176,6 +219,8 @@ void agent_report_reap(agent_node *n)
 static const char exit_lua[] =
     "redis.call('HSET', KEYS[1], 'state', 'EXITED', 'exit_code', ARGV[1],\n"
     "  'signal', ARGV[2], 'exited_at', ARGV[3])\n"
+    "if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[4]) "
+    "end\n"
     "redis.call('RPUSH', KEYS[2], KEYS[1])\n"
     "return 1\n";
 
@@ -256,6 +301,15 @@ static int flush_task(agent_node *n, agent_task *t)
             return 0;
         t->report_eval = 0;
     }
+    if (t->report_sent) {
+        const char *argv[] = {"HSET",          t->key,
+                              "p_bytes_sent",  t->sent,
+                              "p_dense_bytes", t->dense[0] ? t->dense : "0"};
+        if (!agent_node_redis_cmd(n, NULL, "storing the worker's bytes", 6,
+                                  argv))
+            return 0;
+        t->report_sent = 0;
+    }
     if (t->report_profile) {
         char attempt[16];
         const char *args[] = {"profile", t->profile, "profile_attempt",
@@ -286,8 +340,8 @@ void agent_report_flush(agent_node *n)
     for (;;) {
         agent_task *first = NULL;
         char code[16], sig[16];
-        const char *argv[] = {"EVAL",       exit_lua, "2", NULL,
-                              "flps:exits", code,     sig, NULL};
+        const char *argv[] = {"EVAL", exit_lua, "2",  NULL, "flps:exits",
+                              code,   sig,      NULL, NULL};
 
         for (agent_task *t = n->tasks; t != NULL; t = t->next)
             if (t->report_exit &&
@@ -297,9 +351,10 @@ void agent_report_flush(agent_node *n)
             return;
         argv[3] = first->key;
         argv[7] = first->exited_at;
+        argv[8] = first->exit_error;
         snprintf(code, sizeof(code), "%d", first->exit_code);
         snprintf(sig, sizeof(sig), "%d", first->exit_signal);
-        if (!agent_node_redis_cmd(n, NULL, "reporting the task's exit", 8,
+        if (!agent_node_redis_cmd(n, NULL, "reporting the task's exit", 9,
                                   argv))
             return;
         first->report_exit = 0;

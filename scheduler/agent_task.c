@@ -172,3 +172,55 @@ void agent_exit_fields(int status, int *exit_code, int *signal)
         *signal = 0;
     }
 }
+
+/* Past the "2026-12-01T10:48:59.117Z ERROR flworker/0[2861]: " that
+ * flps's own log lines (common/log.c) start with: the time and pid say
+ * nothing the job's reason needs, and they take its room. */
+static const char *skip_log_prefix(const char *line)
+{
+    const char *z = strchr(line, 'Z'), *end;
+
+    if (strlen(line) < 25 || line[4] != '-' || line[10] != 'T' || z == NULL ||
+        z - line != 23 || z[1] != ' ')
+        return line;
+    end = strstr(z, "]: ");
+    return end != NULL ? end + 3 : line;
+}
+
+int agent_last_error_line(const char *text, size_t len, char *out,
+                          size_t outlen)
+{
+    size_t end = len;
+
+    if (outlen == 0)
+        return 0;
+    out[0] = '\0';
+    while (end > 0) {
+        size_t start = end, n;
+        char line[1024];
+        agent_event ev;
+
+        while (start > 0 && text[start - 1] != '\n')
+            start--;
+        n = end - start;
+        while (n > 0 &&
+               (text[start + n - 1] == ' ' || text[start + n - 1] == '\t' ||
+                text[start + n - 1] == '\r'))
+            n--;
+        /* start == 0 with a full buffer may be a cut line; still the best
+         * there is when nothing after it qualifies. */
+        if (n > 0) {
+            size_t k = n < sizeof(line) - 1 ? n : sizeof(line) - 1;
+
+            memcpy(line, text + start, k);
+            line[k] = '\0';
+            agent_event_parse(line, &ev);
+            if (ev.kind == AGENT_EVENT_NONE) {
+                snprintf(out, outlen, "%s", skip_log_prefix(line));
+                return 1;
+            }
+        }
+        end = start > 0 ? start - 1 : 0;
+    }
+    return 0;
+}

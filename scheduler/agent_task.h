@@ -69,6 +69,15 @@ typedef struct agent_event {
  * event gives AGENT_EVENT_NONE. */
 void agent_event_parse(const char *line, agent_event *out);
 
+/* The line that most likely says why a process failed, from the tail of
+ * its log (len bytes of text, the first line possibly cut): the last line
+ * that is not blank and not a worker's JSON event, without trailing
+ * blanks and without the time/level/program prefix of flps's own log
+ * lines, cut to outlen - 1 bytes. 1 when there is one (out written), 0
+ * otherwise (out is ""). Never does I/O. */
+int agent_last_error_line(const char *text, size_t len, char *out,
+                          size_t outlen);
+
 /* The task-hash fields for a wait status: exit_code is the exit status,
  * or -1 when a signal ended the process; signal is the signal's number,
  * or 0 when it exited. */

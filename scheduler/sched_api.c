@@ -13,11 +13,13 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/numparse.h"
+#include "scheduler/sched_info.h"
 #include "scheduler/sched_jobhash.h"
 #include "scheduler/sched_metrics.h"
 #include "scheduler/sched_place.h"
 #include "scheduler/sched_store.h"
 #include "services/jobspec.h"
+#include "services/jsonout.h"
 
 #define API_LOG_LIMIT_DEFAULT 100
 #define API_LOG_LIMIT_MAX 10000
@@ -166,6 +168,7 @@ static json_t *job_json(const sched_job *j)
         json_array_append_new(tasks, to);
     }
     json_object_set_new(o, "tasks", tasks);
+    sched_jobhash_sum_progress(j, o);
     return o;
 }
 
@@ -190,19 +193,19 @@ static json_t *node_json(const sched_node *n)
 /* Answer status with o (consumed). */
 static void reply_json(httpd_response *resp, int status, json_t *o)
 {
-    char *text;
+    char *text = NULL;
 
     if (o == NULL) {
         httpd_respond_printf(resp, 500, "{\"error\":\"out of memory\"}");
         return;
     }
-    /* 15 digits: 0.8768 prints as 0.8768, not 0.87680000000000002. */
-    text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(15));
-    json_decref(o);
-    if (text == NULL || httpd_respond(resp, status, "application/json", text,
-                                      strlen(text)) != FLPS_OK)
+    /* Shortest reals: 0.8768 prints as 0.8768, not 0.87680000000000002. */
+    if (jsonout_dumps(o, &text) != FLPS_OK ||
+        httpd_respond(resp, status, "application/json", text, strlen(text)) !=
+            FLPS_OK)
         httpd_respond_printf(resp, 500, "{\"error\":\"out of memory\"}");
-    free(text);
+    json_decref(o);
+    flps_free(text);
 }
 
 /* A JSON string of text; bytes that are not UTF-8 (a message quoting what
@@ -756,6 +759,13 @@ static void route(sched_api *a, const httpd_request *req, const jobspec *spec,
             list_jobs(a, resp);
         else
             method_not_allowed(resp, "GET or POST");
+        return;
+    }
+    if (strcmp(p, "/v1/info") == 0) {
+        if (get)
+            reply_json(resp, 200, sched_info_json(a->st));
+        else
+            method_not_allowed(resp, "GET");
         return;
     }
     if (strcmp(p, "/v1/nodes") == 0) {

@@ -305,3 +305,27 @@ json_t *sched_jobhash_json(const sched_job *j)
     }
     return o;
 }
+
+void sched_jobhash_sum_progress(const sched_job *j, json_t *o)
+{
+    json_t *pr = json_object_get(o, "progress");
+    double sent = 0, dense = 0;
+    int any = 0;
+
+    if (!json_is_object(pr))
+        return;
+    for (size_t i = 0; i < j->ntasks; i++) {
+        const sched_task *t = &j->tasks[i];
+
+        if (strcmp(t->role, "worker") != 0 || !t->have_bytes)
+            continue;
+        sent += t->p_bytes_sent;
+        dense += t->p_dense_bytes;
+        any = 1;
+    }
+    if (!any)
+        return;
+    json_object_set_new(pr, "bytes_sent", sched_json_number(sent));
+    if (dense > 0)
+        json_object_set_new(pr, "dense_bytes", sched_json_number(dense));
+}

@@ -35,6 +35,12 @@ flps_err sched_jobhash_read(const redisReply *r, sched_job *out);
  * caller owns, NULL without memory. */
 json_t *sched_jobhash_json(const sched_job *j);
 
+/* Set o's progress.bytes_sent and dense_bytes (o: sched_jobhash_json's
+ * object) to the sums over j's workers' last progress reports, so a
+ * running job's "sent" counts every worker, as its summary does. Leaves o
+ * as it is when no worker has reported bytes or o has no progress. */
+void sched_jobhash_sum_progress(const sched_job *j, json_t *o);
+
 /* JSON numbers as the API writes them: integral values as integers
  * (iteration 700, not 700.0), thousandths of a CPU as CPUs. New
  * references; NULL without memory. */

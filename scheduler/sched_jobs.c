@@ -124,6 +124,14 @@ static flps_err task_from_reply(const char *key, const redisReply *r,
     sched_store_hcopy(r, "state", t->state, sizeof(t->state));
     sched_store_hcopy(r, "endpoint", t->endpoint, sizeof(t->endpoint));
     sched_store_hcopy(r, "metrics", t->metrics, sizeof(t->metrics));
+    sched_store_hcopy(r, "error", t->error, sizeof(t->error));
+    v = sched_store_hget(r, "p_bytes_sent");
+    if (v != NULL && *v != '\0') {
+        t->have_bytes = 1;
+        t->p_bytes_sent = sched_store_to_double(v);
+        t->p_dense_bytes =
+            sched_store_to_double(sched_store_hget(r, "p_dense_bytes"));
+    }
     v = sched_store_hget(r, "exit_code");
     if (v != NULL && *v != '\0') {
         t->exited = 1;

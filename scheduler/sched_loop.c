@@ -13,6 +13,7 @@
 #include "common/numparse.h"
 #include "common/strbuf.h"
 #include "services/jobspec.h"
+#include "services/jsonout.h"
 #include "services/plan.h"
 
 /* A follower tries for the lease this often (docs/scheduler.md). */
@@ -131,7 +132,8 @@ flps_err sched_loop_summary(const sched_job *job, char **out)
     json_t *acc = NULL, *o;
     uint64_t iterations = job->iterations;
     double last_exit = job->started_at;
-    char *text;
+    char *text = NULL;
+    flps_err rc;
 
     for (size_t i = 0; i < job->ntasks; i++) {
         const sched_task *t = &job->tasks[i];
@@ -180,11 +182,11 @@ flps_err sched_loop_summary(const sched_job *job, char **out)
         json_real(last_exit > job->started_at && job->started_at > 0
                       ? round((last_exit - job->started_at) * 1000) / 1000
                       : 0.0));
-    /* 15 digits: 0.8768 prints as 0.8768, not 0.87680000000000002. */
-    text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    /* Shortest reals: 0.8768 prints as 0.8768, not 0.87680000000000002. */
+    rc = jsonout_dumps(o, &text);
     json_decref(o);
-    if (text == NULL)
-        return FLPS_ENOMEM;
+    if (rc != FLPS_OK)
+        return rc;
     *out = text;
     return FLPS_OK;
 }
@@ -215,13 +217,23 @@ static void loop_fail(sched_loop *l, const char *id, uint32_t attempt,
     }
 }
 
+/* ": LINE" after the reason: the failing process's last error line, as
+ * its agent read it from the process's log. */
+static void append_error_line(char *reason, size_t len, const sched_task *t)
+{
+    size_t n = strlen(reason);
+
+    if (t->error[0] != '\0' && n < len)
+        snprintf(reason + n, len - n, ": %s", t->error);
+}
+
 /* Handle one exited task: completion or failure of its job. */
 static void loop_exit(sched_loop *l, const char *key, double now)
 {
     sched_task t;
     sched_job job;
     int found = 0;
-    char reason[256];
+    char reason[512];
 
     if (sched_store_task(l->st, key, &t, &found) != FLPS_OK) {
         log_error("cannot read exited task %s: %s", key,
@@ -249,6 +261,7 @@ static void loop_exit(sched_loop *l, const char *key, double now)
     else
         snprintf(reason, sizeof(reason), "%s on %s exited with status %ld",
                  t.name, t.node, t.exit_code);
+    append_error_line(reason, sizeof(reason), &t);
     log_info("job %s: task %s", job.id, reason);
     if (strcmp(t.role, "worker") == 0 && t.signal == 0 && t.exit_code == 0) {
         uint32_t ok = 0;
@@ -276,7 +289,7 @@ static void loop_exit(sched_loop *l, const char *key, double now)
             atomic_fetch_add(&l->stats.jobs_succeeded, 1);
             log_info("job %s succeeded: %s", job.id, summary);
         }
-        free(summary);
+        flps_free(summary);
         goto out;
     }
     loop_fail(l, job.id, job.attempt, reason, 1, now);

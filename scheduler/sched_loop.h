@@ -61,7 +61,8 @@ sched_loop_stats *sched_loop_stats_of(sched_loop *l);
 /* The summary of a finished job, as flrun prints it: test_accuracy (rank
  * 0's `done`, null if absent), iterations, bytes_sent / bytes_received /
  * dense_bytes summed over the workers' `done` events, wall_seconds from
- * started_at to the last worker's exited_at. Caller frees *out (free()).
+ * started_at to the last worker's exited_at, reals in their shortest
+ * form. Caller frees *out (flps_free).
  * Errors: FLPS_ENOMEM. */
 flps_err sched_loop_summary(const sched_job *job, char **out);
 

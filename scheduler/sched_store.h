@@ -54,6 +54,9 @@ typedef struct sched_task {
     double exited_at;
     char *done; /* the worker's final JSON event; NULL if none; owned */
     sched_res need;
+    char error[400]; /* a failed process's last error line, "" if none */
+    int have_bytes;  /* p_bytes_sent given: the worker's last progress */
+    double p_bytes_sent, p_dense_bytes;
 } sched_task;
 
 /* One job hash, with its tasks when asked for. Strings are "" when absent;

@@ -521,6 +521,13 @@ static const char *const jp_fmnist_files[] = {
     "t10k-labels-idx1-ubyte.gz",
 };
 
+const char *jobspec_fmnist_file(size_t i)
+{
+    return i < sizeof(jp_fmnist_files) / sizeof(jp_fmnist_files[0])
+               ? jp_fmnist_files[i]
+               : NULL;
+}
+
 /* Fail early, with the fix, rather than minutes later inside a worker. */
 static flps_err jp_check_dataset(const char *path, const jobspec *s,
                                  unsigned long dd_line, char *errbuf,

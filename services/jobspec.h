@@ -160,6 +160,9 @@ void jobspec_comp_format(const jobspec *spec, char *buf, size_t len);
 /* Names for enums, for logs and JSON ("mlp", "ssgd", ...): static strings,
  * never NULL; "unknown" for a value outside the enum. */
 const char *jobspec_model_name(jobspec_model m);
+/* The i-th of the four Fashion-MNIST files a data_dir holds
+ * ("train-images-idx3-ubyte.gz", ...), NULL for i >= 4. */
+const char *jobspec_fmnist_file(size_t i);
 const char *jobspec_mode_name(jobspec_mode m);
 const char *jobspec_comp_name(jobspec_comp c);
 const char *jobspec_dataset_name(jobspec_dataset d);

@@ -756,8 +756,9 @@ int main(int argc, char **argv)
                           FLW_PROFILE_TO - FLW_PROFILE_FROM);
         loss_window += loss;
         nwin++;
-        if (rank == 0 &&
-            ((it + 1) % progress_every == 0 || it + 1 == spec.iterations)) {
+        /* Every rank reports its bytes, so a job's progress can count
+         * all workers as its summary does; the loss is rank 0's. */
+        if ((it + 1) % progress_every == 0 || it + 1 == spec.iterations) {
             flps_client_get_stats(client, &st);
             printf("{\"event\":\"progress\",\"iter\":%llu,\"iterations\":%llu,"
                    "\"loss\":%.5f,\"bytes_sent\":%llu,\"dense_bytes\":%llu,"

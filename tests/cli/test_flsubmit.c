@@ -344,12 +344,15 @@ Test(flsubmit, cancelling_a_finished_job_exits_5)
 
     fake_start(&fs);
     fake_route_add(&fs, "DELETE", "/v1/jobs/j5", 409,
-                   "{\"error\": \"job j5 is already SUCCEEDED\"}");
+                   "{\"error\": \"job j5 already finished: SUCCEEDED\","
+                   " \"state\": \"SUCCEEDED\"}");
     RUN(&r, fs.url, NULL, "cancel", "j5");
     cr_assert_eq(r.status, SUBMIT_EXIT_CONFLICT);
     cr_assert_eq(SUBMIT_EXIT_CONFLICT, 5);
-    assert_contains(r.err, "cannot cancel job j5: it has already finished "
-                           "(job j5 is already SUCCEEDED)");
+    cr_assert_str_eq(r.err,
+                     "flsubmit: cannot cancel job j5: it has already "
+                     "finished (SUCCEEDED)\n",
+                     "the cause once");
     sub_free(&r);
     fake_stop(&fs);
 }
@@ -834,4 +837,220 @@ Test(flsubmit, help_lists_every_command_and_exit_code)
     assert_contains(r.out, "  8    cannot reach the scheduler");
     assert_contains(r.out, "FLPS_TOKEN");
     sub_free(&r);
+}
+
+Test(flsubmit, each_command_has_its_own_help_page)
+{
+    sub_result r;
+
+    RUN(&r, NULL, NULL, "cancel", "--help");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    assert_contains(r.out, "usage: flsubmit [--scheduler URL] [--json] cancel "
+                           "ID | latest | --all\n");
+    assert_contains(r.out, "-a, --all");
+    cr_assert(!contains(r.out, "exit codes:"), "not the global page:\n%s",
+              r.out);
+    cr_assert(!contains(r.out, "submit FILE"), "only cancel's page");
+    sub_free(&r);
+    RUN(&r, NULL, NULL, "--help", "logs");
+    cr_assert_eq(r.status, 0);
+    assert_contains(r.out, "logs ID [--follow] [--events]\n");
+    assert_contains(r.out, "--events");
+    sub_free(&r);
+    RUN(&r, NULL, NULL, "-h", "stauts");
+    cr_assert_eq(r.status, SUBMIT_EXIT_USAGE, "help of no such command");
+    assert_contains(r.err, "did you mean 'status'?");
+    sub_free(&r);
+}
+
+Test(flsubmit, a_mistyped_command_gets_the_closest_one_suggested)
+{
+    fake_sched fs;
+    sub_result r;
+
+    fake_start(&fs);
+    RUN(&r, fs.url, NULL, "stauts", "j1");
+    cr_assert_eq(r.status, SUBMIT_EXIT_USAGE);
+    cr_assert_str_eq(r.err, "flsubmit: unknown command 'stauts'; did you "
+                            "mean 'status'?\nrun 'flsubmit --help' for the "
+                            "commands\n");
+    sub_free(&r);
+    RUN(&r, fs.url, NULL, "frobnicate");
+    cr_assert(!contains(r.err, "did you mean"),
+              "nothing is close to frobnicate: %s", r.err);
+    sub_free(&r);
+    cr_assert_eq(fake_nreqs(&fs), 0);
+    fake_stop(&fs);
+}
+
+Test(flsubmit, closest_suggests_only_a_likely_typo)
+{
+    const char *words[] = {"submit", "status", "list", "logs", "nodes"};
+
+    cr_assert_str_eq(submit_cli_closest("sumbit", words, 5), "submit");
+    cr_assert_str_eq(submit_cli_closest("lst", words, 5), "list");
+    cr_assert_str_eq(submit_cli_closest("node", words, 5), "nodes");
+    cr_assert_null(submit_cli_closest("ls", words, 5),
+                   "two edits of two letters is a different word");
+    cr_assert_null(submit_cli_closest("frobnicate", words, 5));
+    cr_assert_null(submit_cli_closest("", words, 5));
+}
+
+Test(flsubmit, json_prints_reals_in_their_shortest_round_trip_form)
+{
+    fake_sched fs;
+    sub_result r;
+
+    fake_start(&fs);
+    fake_route_add(&fs, "GET", "/v1/jobs/j5", 200,
+                   "{\"id\": \"j5\", \"state\": \"SUCCEEDED\", \"summary\":"
+                   " {\"test_accuracy\": 0.25048, \"wall_seconds\": 17.0,"
+                   " \"bytes_sent\": 1200}}");
+    RUN(&r, fs.url, NULL, "status", "j5", "--json");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out,
+                     "{\"id\":\"j5\",\"state\":\"SUCCEEDED\",\"summary\":"
+                     "{\"test_accuracy\":0.25048,\"wall_seconds\":17.0,"
+                     "\"bytes_sent\":1200}}\n");
+    sub_free(&r);
+    fake_stop(&fs);
+}
+
+Test(flsubmit, an_unknown_model_is_refused_before_anything_is_sent)
+{
+    fake_sched fs;
+    sub_result r;
+    char *file = write_job_file("name: x\nmodel: resnet50\nworkers: 2\n");
+
+    fake_start(&fs);
+    fake_route_add(&fs, "POST", "/v1/jobs", 201, job_queued);
+    RUN(&r, fs.url, NULL, "submit", file);
+    cr_assert_eq(r.status, SUBMIT_EXIT_REFUSED);
+    assert_contains(r.err, "line 2: model: 'resnet50' is not accepted; "
+                           "expected one of mlp, cnn");
+    assert_contains(r.err, "nothing was sent");
+    cr_assert_str_eq(r.out, "");
+    cr_assert_eq(fake_nreqs(&fs), 0, "refused before it could queue");
+    sub_free(&r);
+    unlink(file);
+    fake_stop(&fs);
+}
+
+static const char *log_page_with_event =
+    "{\"lines\": [{\"id\": \"1-0\", \"task\": \"worker-0\","
+    " \"line\": \"loading fashion-mnist\"},"
+    " {\"id\": \"2-0\", \"task\": \"worker-0\", \"line\":"
+    " \"{\\\"event\\\":\\\"progress\\\",\\\"iter\\\":10}\"},"
+    " {\"id\": \"3-0\", \"task\": \"worker-0\","
+    " \"line\": \"{not an event}\"}], \"next\": \"3-0\"}";
+
+Test(flsubmit, logs_hide_the_workers_event_lines_unless_events)
+{
+    fake_sched fs;
+    sub_result r;
+    const char *empty = "{\"lines\": [], \"next\": \"3-0\"}";
+
+    fake_start(&fs);
+    fake_route_seq(&fs, "GET", "/v1/jobs/j5/logs", 200, log_page_with_event,
+                   empty, log_page_with_event, empty, (const char *)NULL);
+    RUN(&r, fs.url, NULL, "logs", "j5");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "[worker-0] loading fashion-mnist\n"
+                            "[worker-0] {not an event}\n");
+    sub_free(&r);
+    RUN(&r, fs.url, NULL, "logs", "j5", "--events");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    assert_contains(r.out, "[worker-0] {\"event\":\"progress\",\"iter\":10}\n");
+    sub_free(&r);
+    fake_stop(&fs);
+}
+
+static const char *jobs_mixed =
+    "{\"jobs\": [{\"id\": \"j1\", \"state\": \"RUNNING\"},"
+    " {\"id\": \"j2\", \"state\": \"SUCCEEDED\"},"
+    " {\"id\": \"j3\", \"state\": \"QUEUED\"},"
+    " {\"id\": \"j4\", \"state\": \"FAILED\"}]}";
+
+Test(flsubmit, cancel_latest_stops_the_newest_job_still_queued_or_running)
+{
+    fake_sched fs;
+    sub_result r;
+
+    fake_start(&fs);
+    fake_route_add(&fs, "GET", "/v1/jobs", 200, jobs_mixed);
+    fake_route_add(&fs, "DELETE", "/v1/jobs/j3", 200,
+                   "{\"id\": \"j3\", \"name\": \"b\", \"state\": "
+                   "\"CANCELLED\"}");
+    RUN(&r, fs.url, NULL, "cancel", "latest");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "Job j3 (b) CANCELLED\n");
+    cr_assert_eq(fake_nreqs(&fs), 2);
+    cr_assert_str_eq(fake_req_at(&fs, 1).method, "DELETE");
+    cr_assert_str_eq(fake_req_at(&fs, 1).path, "/v1/jobs/j3");
+    sub_free(&r);
+    fake_stop(&fs);
+}
+
+Test(flsubmit, cancel_latest_with_nothing_to_cancel_exits_3)
+{
+    fake_sched fs;
+    sub_result r;
+
+    fake_start(&fs);
+    fake_route_add(&fs, "GET", "/v1/jobs", 200,
+                   "{\"jobs\": [{\"id\": \"j2\", \"state\": \"SUCCEEDED\"}]}");
+    RUN(&r, fs.url, NULL, "cancel", "latest");
+    cr_assert_eq(r.status, SUBMIT_EXIT_NOT_FOUND);
+    assert_contains(r.err, "no queued or running job to cancel");
+    cr_assert_eq(fake_nreqs(&fs), 1, "no DELETE");
+    sub_free(&r);
+    fake_stop(&fs);
+}
+
+Test(flsubmit, cancel_all_stops_every_queued_and_running_job)
+{
+    fake_sched fs;
+    sub_result r;
+
+    fake_start(&fs);
+    fake_route_add(&fs, "GET", "/v1/jobs", 200, jobs_mixed);
+    fake_route_add(&fs, "DELETE", "/v1/jobs/j1", 200,
+                   "{\"id\": \"j1\", \"name\": \"a\", \"state\": "
+                   "\"CANCELLED\"}");
+    /* j3 finished between the list and the cancel: skipped, not an error. */
+    fake_route_add(&fs, "DELETE", "/v1/jobs/j3", 409,
+                   "{\"error\": \"job j3 already finished: SUCCEEDED\","
+                   " \"state\": \"SUCCEEDED\"}");
+    RUN(&r, fs.url, NULL, "cancel", "--all");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "Job j1 (a) CANCELLED\n");
+    cr_assert_str_eq(r.err, "");
+    cr_assert_eq(fake_nreqs(&fs), 3, "the list and two DELETEs");
+    cr_assert_str_eq(fake_req_at(&fs, 1).path, "/v1/jobs/j1");
+    cr_assert_str_eq(fake_req_at(&fs, 2).path, "/v1/jobs/j3");
+    sub_free(&r);
+    RUN(&r, fs.url, NULL, "cancel", "--all", "j1");
+    cr_assert_eq(r.status, SUBMIT_EXIT_USAGE, "--all takes no ID");
+    sub_free(&r);
+    fake_stop(&fs);
+}
+
+Test(flsubmit, an_unknown_id_is_said_once)
+{
+    fake_sched fs;
+    sub_result r;
+    char want[256];
+
+    fake_start(&fs);
+    fake_route_add(&fs, "GET", "/v1/jobs/j99", 404,
+                   "{\"error\": \"no job j99\"}");
+    RUN(&r, fs.url, NULL, "status", "j99");
+    cr_assert_eq(r.status, SUBMIT_EXIT_NOT_FOUND);
+    snprintf(want, sizeof(want),
+             "flsubmit: unknown job j99: the scheduler at %s has no such "
+             "job; `flsubmit list` shows the jobs\n",
+             fs.url);
+    cr_assert_str_eq(r.err, want);
+    sub_free(&r);
+    fake_stop(&fs);
 }

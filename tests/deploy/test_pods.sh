@@ -12,7 +12,7 @@
 #
 # Checks: Redis takes its password from stdin (not argv) and answers the
 # readiness probe; flsched's /healthz; the API refuses a request without
-# the token; both agents register; the helm test pod (`flsubmit nodes`)
+# the token; both agents register; the helm test pod (`flsubmit doctor`)
 # passes; the ConfigMap's smoke job, submitted with flsubmit from a
 # container, SUCCEEDS on the two agents; every process runs as uid 10001.
 #
@@ -153,7 +153,7 @@ for n in n1 n2; do
     vol:checkpoints="$TMP/checkpoints"
   start "agent-$n"
 done
-podrun Pod "$FULL-test-nodes" flsubmit test
+podrun Pod "$FULL-test-doctor" flsubmit test
 TOKEN=$(sed -n 's/^FLPS_TOKEN=//p' "$TMP/test/env")
 nodes=""
 for _ in $(seq 100); do
@@ -169,8 +169,8 @@ check "flagent runs as uid 10001" [ "$(uid_of agent-n1)" = 10001 ]
 # ---- the helm test pod -----------------------------------------------------------
 mapfile -t targs <"$TMP/test.args"
 if podman run --rm --network=host "${HOSTS[@]}" "${targs[@]}" >"$TMP/test.out" 2>&1 &&
-  grep -q n1 "$TMP/test.out" && grep -q n2 "$TMP/test.out"; then
-  ok "the helm test pod (flsubmit nodes) passes and lists n1 and n2"
+  grep -q "OK    agents     2 alive: n1" "$TMP/test.out"; then
+  ok "the helm test pod (flsubmit doctor) passes and sees n1 and n2"
 else
   not_ok "the helm test pod: $(head -5 "$TMP/test.out")"
 fi

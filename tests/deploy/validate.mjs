@@ -392,7 +392,7 @@ async function validateScenario(scenario, file) {
   else if (check(P("helm test Pod"), !!tp)) {
     const c = tp.spec.containers[0];
     check(P("helm test Pod is a test hook"), tp.metadata.annotations?.["helm.sh/hook"] === "test" && tp.spec.restartPolicy === "Never");
-    check(P("helm test runs flsubmit nodes with FLPS_SCHEDULER and FLPS_TOKEN"), JSON.stringify([...c.command, ...c.args]) === '["flsubmit","nodes"]' && c.env.some((e) => e.name === "FLPS_SCHEDULER") && c.env.some((e) => e.name === "FLPS_TOKEN" && e.valueFrom?.secretKeyRef));
+    check(P("helm test runs flsubmit doctor with FLPS_SCHEDULER and FLPS_TOKEN"), JSON.stringify([...c.command, ...c.args]) === '["flsubmit","doctor"]' && c.env.some((e) => e.name === "FLPS_SCHEDULER") && c.env.some((e) => e.name === "FLPS_TOKEN" && e.valueFrom?.secretKeyRef));
     const [cm] = find(objs, "ConfigMap");
     const [svc] = find(objs, "Service", "-scheduler");
     check(P("FLPS_SCHEDULER names the flsched Service"), cm.data.FLPS_SCHEDULER.startsWith(`http://${svc.metadata.name}.`) && cm.data.FLPS_SCHEDULER.endsWith(":8080"));

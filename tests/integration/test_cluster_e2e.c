@@ -311,8 +311,10 @@ static double resumed_at(const char *id)
     double best = -1;
     char *line, *save = NULL;
 
-    snprintf(cmd, sizeof(cmd), "FLPS_SCHEDULER=%s %s/flsubmit --json logs %s",
-             cl.api, FLPS_BIN_DIR, id);
+    /* --events: the event lines are hidden from people otherwise. */
+    snprintf(cmd, sizeof(cmd),
+             "FLPS_SCHEDULER=%s %s/flsubmit --json logs --events %s", cl.api,
+             FLPS_BIN_DIR, id);
     run_cmd(cmd, &r);
     for (line = strtok_r(r.out, "\n", &save); line != NULL;
          line = strtok_r(NULL, "\n", &save)) {
@@ -489,8 +491,8 @@ Test(cluster_e2e, an_auto_job_gets_a_plan_from_flsched_that_its_workers_apply)
         "fc1.weight", "layers in layout order");
     json_decref(plan);
     /* ...and the worker applied it (its plan event is in the job's log). */
-    snprintf(cmd, sizeof(cmd), "FLPS_SCHEDULER=%s %s/flsubmit logs %s", cl.api,
-             FLPS_BIN_DIR, id);
+    snprintf(cmd, sizeof(cmd), "FLPS_SCHEDULER=%s %s/flsubmit logs --events %s",
+             cl.api, FLPS_BIN_DIR, id);
     run_cmd(cmd, &r);
     cr_assert_eq(r.status, 0);
     cr_assert_not_null(strstr(r.out, "\"event\":\"plan\""),

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -400,6 +401,18 @@ Test(agent, registers_its_node_and_keeps_it_alive)
     pttl = integer_cmd(&fx, "PTTL %s", "flps:node:n1:alive");
     cr_assert(pttl > 1000 && pttl <= 2000,
               "the alive key lives 2 heartbeats (2000 ms), has %lld", pttl);
+    /* What flsubmit doctor checks of the node. */
+    cr_assert(
+        hget(&fx, "flps:node:n1:facts", "clock_offset", buf, sizeof(buf)));
+    cr_assert_lt(fabs(atof(buf)), 0.5, "one clock, offset %s", buf);
+    cr_assert(hget_is(&fx, "flps:node:n1:facts", "dataset_dir",
+                      "/usr/share/datasets/fashion-mnist"));
+    cr_assert(
+        hget(&fx, "flps:node:n1:facts", "rdma_devices", buf, sizeof(buf)));
+    cr_assert(hget(&fx, "flps:node:n1:facts", "memlock", buf, sizeof(buf)) &&
+              (atoll(buf) == -1 || atoll(buf) > 0));
+    pttl = integer_cmd(&fx, "PTTL %s", "flps:node:n1:facts");
+    cr_assert(pttl > 0 && pttl <= 4000, "the facts expire with the agent");
     /* Heartbeats move last_heartbeat and keep the key alive. */
     WAIT_UNTIL(hget(&fx, "flps:node:n1", "last_heartbeat", buf, sizeof(buf)) &&
                    strcmp(buf, first) != 0,
@@ -486,6 +499,17 @@ Test(agent, runs_servers_then_workers_and_reports_what_they_did, .timeout = 120)
         cr_assert_leq(atof(a), atof(b), "exits out of order: %s then %s", a, b);
     }
     freeReplyObject(r);
+
+    /* Every worker's bytes in its task hash, so the job's "sent" counts
+     * them all. */
+    cr_assert(hget(&fx, w0, "p_bytes_sent", buf, sizeof(buf)) &&
+              atoll(buf) > 0);
+    cr_assert(hget(&fx, w1, "p_bytes_sent", buf, sizeof(buf)) && atoll(buf) > 0,
+              "worker-1 reports its bytes too");
+    cr_assert(hget(&fx, w1, "p_dense_bytes", buf, sizeof(buf)) &&
+              atoll(buf) > 0);
+    /* A successful exit has no error line. */
+    cr_assert(!hget(&fx, w0, "error", buf, sizeof(buf)) || buf[0] == '\0');
 
     /* Rank 0's progress in the job hash. */
     cr_assert(hget_is(&fx, "flps:job:j1", "p_iteration", "30"));
@@ -626,6 +650,16 @@ Test(agent, reports_a_worker_whose_job_file_is_broken, .timeout = 60)
     }
     freeReplyObject(r);
     cr_assert(saw_error, "flworker's error about job.yaml is not in the logs");
+    {
+        char err[512];
+
+        /* The failing process's last error line, for the job's reason,
+         * without the time and level of flworker's log prefix. */
+        cr_assert(hget(&fx, w0, "error", err, sizeof(err)),
+                  "no error line in the task hash");
+        cr_assert(strstr(err, "job.yaml") != NULL, "error: %s", err);
+        cr_assert(strstr(err, " ERROR ") == NULL, "error: %s", err);
+    }
     CHECK(&fx, count_in_file(fx.log, "exited with status 2") == 1,
           "no log line for the failed worker");
     fx_fini(&fx);
@@ -913,6 +947,13 @@ Test(agent, fails_a_task_whose_job_has_no_job_file, .timeout = 30)
     cr_assert(hget_is(&fx, w0, "exit_code", "-1"));
     cr_assert_eq(integer_cmd(&fx, "LLEN %s", "flps:exits"), 1);
     cr_assert(logs_have(&fx, "j8", "worker-0", "flagent: cannot start"));
+    {
+        char err[512];
+
+        cr_assert(hget(&fx, w0, "error", err, sizeof(err)));
+        cr_assert(strncmp(err, "flagent could not start it: ", 28) == 0,
+                  "error: %s", err);
+    }
     CHECK(&fx, count_in_file(fx.log, "cannot start") == 1,
           "one line saying why");
     fx_fini(&fx);

@@ -222,4 +222,55 @@ Test(agent_task, endpoints_are_tcp_host_and_port_only)
     cr_assert_not(agent_task_endpoint_is_valid("tcp://h:1 --job x"));
     cr_assert_not(agent_task_endpoint_is_valid("tcp://h:1,tcp://k:2"));
     cr_assert_not(agent_task_endpoint_is_valid("tcp://[::1;]:1"));
+Test(agent_task, the_last_error_line_skips_events_and_blank_lines)
+{
+    const char log[] =
+        "loading fashion-mnist\n"
+        "flworker: cannot open /data/x.gz: No such file or directory\n"
+        "{\"event\":\"progress\",\"iter\":10,\"loss\":2.0}\n"
+        "   \n"
+        "{\"event\":\"done\",\"iterations\":10}\n\n";
+    char out[256];
+
+    cr_assert_eq(agent_last_error_line(log, strlen(log), out, sizeof(out)), 1);
+    cr_assert_str_eq(out, "flworker: cannot open /data/x.gz: No such file "
+                          "or directory");
+}
+
+Test(agent_task, the_last_error_line_is_cut_to_fit_and_may_be_the_only_one)
+{
+    char out[8];
+
+    cr_assert_eq(
+        agent_last_error_line("boom happened  \r\n", 17, out, sizeof(out)), 1);
+    cr_assert_str_eq(out, "boom ha",
+                     "cut to the buffer, trailing blanks "
+                     "gone");
+    cr_assert_eq(
+        agent_last_error_line("no newline at end", 17, out, sizeof(out)), 1);
+    cr_assert_str_eq(out, "no newl");
+}
+
+Test(agent_task, a_log_of_only_events_has_no_error_line)
+{
+    const char log[] = "{\"event\":\"start\"}\n{\"event\":\"done\"}\n";
+    char out[64] = "stale";
+
+    cr_assert_eq(agent_last_error_line(log, strlen(log), out, sizeof(out)), 0);
+    cr_assert_str_eq(out, "");
+    cr_assert_eq(agent_last_error_line("", 0, out, sizeof(out)), 0);
+}
+
+Test(agent_task, the_last_error_line_drops_the_log_prefix_of_flps_programs)
+{
+    const char log[] = "2026-12-01T10:48:59.117Z ERROR flworker/0[2861]: "
+                       "job.yaml: line 6: data_dir: file missing\n";
+    char out[128];
+
+    cr_assert_eq(agent_last_error_line(log, strlen(log), out, sizeof(out)), 1);
+    cr_assert_str_eq(out, "job.yaml: line 6: data_dir: file missing");
+    cr_assert_eq(
+        agent_last_error_line("2026 was a year]: x\n", 20, out, sizeof(out)),
+        1);
+    cr_assert_str_eq(out, "2026 was a year]: x", "not a log prefix: kept");
 }

@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <poll.h>
 #include <pthread.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,6 +390,12 @@ Test(sched_daemon, refuses_bad_job_files_naming_the_field_and_writes_nothing)
     expect_refusal("name: a\nmodel: mlp\nwrokers: 2\n", 400, "wrokers", 3);
     expect_refusal("name: a\nmodel: mlp\nworkers: many\n", 400, "workers", 3);
     expect_refusal("name: a\nworkers: 2\n", 400, "model", 0);
+    expect_refusal("name: a\nmodel: resnet50\n", 400, "model", 2);
+    cr_assert_eq(post("name: a\nmodel: resnet50\n", &j), 400);
+    cr_assert(strstr(str(j, "error"), "expected one of mlp, cnn") != NULL,
+              "an unknown model is refused naming the known ones: %s",
+              str(j, "error"));
+    json_decref(j);
     expect_refusal("name: a\nmodel: mlp\nmemory_per_worker: 1GB\n", 400,
                    "memory_per_worker", 3);
     expect_refusal("name: a\nmodel: mlp\ncpus_per_worker: 64\n", 422,
@@ -927,6 +934,7 @@ Test(sched_daemon, an_unauthenticated_submission_is_refused_before_parsing)
 }
 
 Test(sched_daemon, a_non_ascii_name_is_a_400_that_quotes_it_never_a_500)
+Test(sched_daemon, a_failed_tasks_error_line_ends_the_jobs_reason)
 {
     json_t *j = NULL;
 
@@ -1150,4 +1158,58 @@ Test(sched_daemon, slow_clients_do_not_hold_the_api_and_a_burst_is_all_answered,
     }
     for (int i = 0; i < SLOW; i++)
         close(slow[i]);
+    add_node("n1", 4, 30000);
+    cr_assert_eq(post("name: f\nmodel: mlp\n", NULL), 201);
+    wait_state("j1", "RUNNING");
+    S("HSET flps:task:j1:0:worker-0 error %s", "flworker: out of memory", NULL);
+    agent_exit("flps:task:j1:0:worker-0", 2, NULL);
+    wait_state("j1", "FAILED");
+    cr_assert_eq(get("/v1/jobs/j1", &j), 200);
+    cr_assert_str_eq(str(j, "reason"), "worker-0 on n1 exited with status 2: "
+                                       "flworker: out of memory");
+    json_decref(j);
+}
+
+Test(sched_daemon, info_gives_its_version_redis_and_what_each_agent_published)
+{
+    json_t *o = NULL, *redis, *nodes, *n1, *n2, *facts;
+
+    start_sched(&fls, NULL);
+    add_node("n1", 4, 30000);
+    add_node("n2", 2, 30000);
+    S("HSET flps:node:%s:facts reported_at 1.5 clock_offset -0.25 "
+      "dataset_dir /d dataset_missing x.gz rdma_devices 0 memlock -1",
+      "n1", NULL);
+    cr_assert_eq(get("/v1/info", &o), 200);
+    cr_assert(json_is_string(json_object_get(o, "version")));
+    cr_assert(json_is_number(json_object_get(o, "time")));
+    redis = json_object_get(o, "redis");
+    cr_assert(json_is_true(json_object_get(redis, "ok")));
+    cr_assert_gt(strlen(str(redis, "version")), 0);
+    cr_assert_lt(
+        fabs(json_number_value(json_object_get(redis, "clock_offset"))), 0.5,
+        "one machine, one clock");
+    nodes = json_object_get(o, "nodes");
+    cr_assert_eq(json_array_size(nodes), 2);
+    n1 = json_array_get(nodes, 0);
+    n2 = json_array_get(nodes, 1);
+    cr_assert_str_eq(str(n1, "name"), "n1");
+    cr_assert(json_is_true(json_object_get(n1, "alive")));
+    facts = json_object_get(n1, "facts");
+    cr_assert_eq(json_number_value(json_object_get(facts, "clock_offset")),
+                 -0.25);
+    cr_assert_eq(json_number_value(json_object_get(facts, "memlock")), -1);
+    cr_assert_eq(json_number_value(json_object_get(facts, "rdma_devices")), 0);
+    cr_assert_str_eq(str(facts, "dataset_missing"), "x.gz");
+    cr_assert(json_is_null(json_object_get(n2, "facts")),
+              "a node whose agent published nothing");
+    json_decref(o);
+    /* Redis gone: still an answer, saying so. */
+    test_redis_stop(&srv);
+    cr_assert_eq(get("/v1/info", &o), 200);
+    redis = json_object_get(o, "redis");
+    cr_assert(json_is_false(json_object_get(redis, "ok")));
+    cr_assert(json_is_string(json_object_get(redis, "error")));
+    cr_assert_null(json_object_get(o, "nodes"));
+    json_decref(o);
 }

@@ -161,3 +161,41 @@ Test(sched_jobhash, shows_the_api_fields_in_order_with_their_groups)
     cr_assert_not_null(json_object_get(o, "summary"));
     json_decref(o);
 }
+
+Test(sched_jobhash, progress_bytes_are_summed_over_the_workers)
+{
+    sched_job j = sample();
+    sched_task tasks[3];
+    json_t *o, *pr;
+
+    memset(tasks, 0, sizeof(tasks));
+    snprintf(tasks[0].role, sizeof(tasks[0].role), "server");
+    tasks[0].have_bytes = 1; /* a server's bytes are not the job's */
+    tasks[0].p_bytes_sent = 1e9;
+    for (int i = 1; i < 3; i++) {
+        snprintf(tasks[i].role, sizeof(tasks[i].role), "worker");
+        tasks[i].have_bytes = 1;
+        tasks[i].p_bytes_sent = 1000 * i;
+        tasks[i].p_dense_bytes = 100000;
+    }
+    j.p_mask = 1u << 3;
+    j.have_progress = 1;
+    j.p_bytes_sent = 1000; /* rank 0's, as the job hash holds it */
+    o = sched_jobhash_json(&j);
+    j.tasks = tasks;
+    j.ntasks = 3;
+    sched_jobhash_sum_progress(&j, o);
+    pr = json_object_get(o, "progress");
+    cr_assert_eq(json_number_value(json_object_get(pr, "bytes_sent")), 3000);
+    cr_assert_eq(json_number_value(json_object_get(pr, "dense_bytes")), 200000);
+    json_decref(o);
+    /* No worker reported bytes: rank 0's progress stays as it is. */
+    tasks[1].have_bytes = tasks[2].have_bytes = 0;
+    o = sched_jobhash_json(&j);
+    sched_jobhash_sum_progress(&j, o);
+    pr = json_object_get(o, "progress");
+    cr_assert_eq(json_number_value(json_object_get(pr, "bytes_sent")), 1000);
+    json_decref(o);
+    j.tasks = NULL;
+    j.ntasks = 0;
+}

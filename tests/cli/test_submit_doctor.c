@@ -1,0 +1,199 @@
+/* Tests of cli/submit_doctor.c: the doctor's checks on fixed /v1/info
+ * answers. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <string.h>
+
+#include "cli/submit_doctor.h"
+#include "common/alloc.h"
+
+#define URL "http://10.0.0.5:8080"
+
+static const char *node_ok =
+    "{\"name\": \"n1\", \"state\": \"READY\", \"alive\": true, \"cpus\": 4,"
+    " \"memory\": 8589934592, \"gpus\": 0, \"facts\": {\"reported_at\": 1e9,"
+    " \"clock_offset\": 0.002, \"dataset_dir\": \"/data\","
+    " \"dataset_missing\": \"\", \"rdma_devices\": 1, \"memlock\": -1}}";
+
+static char *report(const char *info_text, const submit_doctor_job *job,
+                    int *failed, char *names)
+{
+    json_t *info = json_loads(info_text, 0, NULL);
+    char *out = NULL;
+
+    cr_assert_not_null(info, "fixture is JSON: %s", info_text);
+    cr_assert_eq(
+        submit_doctor_report(info, URL, job, 0, &out, failed, names, 256),
+        FLPS_OK);
+    json_decref(info);
+    return out;
+}
+
+static char *info_with(const char *nodes)
+{
+    static char buf[4096];
+
+    snprintf(buf, sizeof(buf),
+             "{\"version\": \"0.2.0\", \"time\": 1e9, \"redis\": {\"ok\": "
+             "true, \"version\": \"7.0.15\", \"clock_offset\": 0.001},"
+             " \"nodes\": [%s]}",
+             nodes);
+    return buf;
+}
+
+Test(submit_doctor, a_healthy_cluster_passes_every_check)
+{
+    submit_doctor_job job = {0};
+    char names[256];
+    int failed = -1;
+    char *out = report(info_with(node_ok), &job, &failed, names);
+
+    cr_assert_eq(failed, 0, "%s", out);
+    cr_assert_str_eq(out,
+                     "OK    scheduler  flsched 0.2.0 answers at " URL "\n"
+                     "OK    redis      Redis 7.0.15 answers flsched\n"
+                     "OK    agents     1 alive: n1 (4 CPUs, 8 GiB, 0 GPUs)\n"
+                     "OK    dataset    Fashion-MNIST present on n1\n"
+                     "OK    clocks     within 1 s of flsched's on n1\n"
+                     "All 5 checks passed.\n");
+    flps_free(out);
+}
+
+Test(submit_doctor, redis_down_fails_and_names_the_fix)
+{
+    submit_doctor_job job = {0};
+    char names[256];
+    int failed = 0;
+    char *out = report("{\"version\": \"0.2.0\", \"redis\": {\"ok\": false,"
+                       " \"error\": \"connection refused\"}}",
+                       &job, &failed, names);
+
+    cr_assert_eq(failed, 1);
+    cr_assert_str_eq(names, "redis");
+    cr_assert(strstr(out, "FAIL  redis      flsched cannot reach its Redis "
+                          "(connection refused); start redis-server") != NULL,
+              "%s", out);
+    cr_assert_null(strstr(out, "agents"), "nothing more can be checked");
+    flps_free(out);
+}
+
+Test(submit_doctor, no_agent_alive_fails)
+{
+    submit_doctor_job job = {0};
+    char names[256];
+    int failed = 0;
+    char *out = report(info_with("{\"name\": \"n3\", \"state\": \"LOST\","
+                                 " \"alive\": false, \"facts\": null}"),
+                       &job, &failed, names);
+
+    cr_assert_eq(failed, 1);
+    cr_assert_str_eq(names, "agents");
+    cr_assert(strstr(out, "FAIL  agents     no agent is alive (n3 LOST); "
+                          "start flagent") != NULL,
+              "%s", out);
+    flps_free(out);
+}
+
+Test(submit_doctor, a_missing_dataset_and_a_skewed_clock_name_the_node)
+{
+    submit_doctor_job job = {0};
+    char names[256];
+    int failed = 0;
+    char *out = report(
+        info_with("{\"name\": \"n2\", \"state\": \"READY\", \"alive\": true,"
+                  " \"facts\": {\"clock_offset\": -3.5, \"dataset_dir\":"
+                  " \"/d\", \"dataset_missing\": \"t10k-labels-idx1-ubyte.gz\","
+                  " \"rdma_devices\": 0, \"memlock\": 65536}}"),
+        &job, &failed, names);
+
+    cr_assert_eq(failed, 2, "%s", out);
+    cr_assert_str_eq(names, "dataset, clocks");
+    cr_assert(strstr(out, "FAIL  dataset    the Fashion-MNIST file "
+                          "t10k-labels-idx1-ubyte.gz is missing from /d on "
+                          "n2; install it") != NULL,
+              "%s", out);
+    cr_assert(strstr(out, "FAIL  clocks     the clock is 3.5 s behind "
+                          "flsched's (more than 1 s) on n2; run NTP") != NULL,
+              "%s", out);
+    cr_assert_null(strstr(out, "rdma"), "RDMA is checked only for a job "
+                                        "that asks for it");
+    flps_free(out);
+}
+
+Test(submit_doctor, nodes_with_the_same_problem_are_named_together)
+{
+    submit_doctor_job job = {.given = 1, .rdma = 1};
+    char names[256];
+    int failed = 0;
+    const char *bare = "{\"name\": \"%s\", \"state\": \"READY\", \"alive\":"
+                       " true, \"facts\": {\"rdma_devices\": 0}}";
+    char nodes[512], a[160], b[160];
+    char *out;
+
+    snprintf(a, sizeof(a), bare, "n1");
+    snprintf(b, sizeof(b), bare, "n2");
+    snprintf(nodes, sizeof(nodes), "%s, %s", a, b);
+    out = report(info_with(nodes), &job, &failed, names);
+    cr_assert(strstr(out, "FAIL  rdma       no RDMA device "
+                          "(/sys/class/infiniband is empty) on n1, n2; run "
+                          "the job on nodes with RDMA NICs, or use "
+                          "transport: zmq\n") != NULL,
+              "the cause and the fix once:\n%s", out);
+    flps_free(out);
+}
+
+Test(submit_doctor, an_rdma_job_needs_a_device_and_a_memlock_limit)
+{
+    submit_doctor_job job = {.given = 1, .rdma = 1, .synthetic = 1};
+    char names[256];
+    int failed = 0;
+    char *out = report(
+        info_with("{\"name\": \"n1\", \"state\": \"READY\", \"alive\": true,"
+                  " \"facts\": {\"clock_offset\": 0, \"dataset_missing\":"
+                  " \"x\", \"rdma_devices\": 0, \"memlock\": -1}},"
+                  " {\"name\": \"n2\", \"state\": \"READY\", \"alive\": true,"
+                  " \"facts\": {\"clock_offset\": 0, \"rdma_devices\": 2,"
+                  " \"memlock\": 8388608}}"),
+        &job, &failed, names);
+
+    cr_assert_eq(failed, 1, "%s", out);
+    cr_assert_str_eq(names, "rdma");
+    cr_assert(strstr(out,
+                     "FAIL  rdma       no RDMA device "
+                     "(/sys/class/infiniband is empty) on n1; flagent "
+                     "may lock only 8 MiB of memory (RLIMIT_MEMLOCK; "
+                     "RDMA needs at least 64 MiB) on n2; run the job") != NULL,
+              "%s", out);
+    cr_assert(strstr(out, "OK    dataset    not needed: the job uses the "
+                          "synthetic dataset") != NULL,
+              "%s", out);
+    flps_free(out);
+}
+
+Test(submit_doctor, json_gives_every_check_as_an_object)
+{
+    submit_doctor_job job = {0};
+    json_t *info = json_loads(info_with(node_ok), 0, NULL), *o;
+    char *out = NULL;
+    int failed = -1;
+
+    cr_assert_eq(
+        submit_doctor_report(info, URL, &job, 1, &out, &failed, NULL, 0),
+        FLPS_OK);
+    o = json_loads(out, 0, NULL);
+    cr_assert_not_null(o, "%s", out);
+    cr_assert(json_is_true(json_object_get(o, "ok")));
+    cr_assert_eq(json_array_size(json_object_get(o, "checks")), 5);
+    cr_assert_str_eq(
+        json_string_value(json_object_get(
+            json_array_get(json_object_get(o, "checks"), 1), "check")),
+        "redis");
+    json_decref(o);
+    json_decref(info);
+    flps_free(out);
+    info = json_array();
+    cr_assert_eq(
+        submit_doctor_report(info, URL, &job, 0, &out, &failed, NULL, 0),
+        FLPS_EINVAL);
+    json_decref(info);
+}
