@@ -222,6 +222,8 @@ Test(agent_task, endpoints_are_tcp_host_and_port_only)
     cr_assert_not(agent_task_endpoint_is_valid("tcp://h:1 --job x"));
     cr_assert_not(agent_task_endpoint_is_valid("tcp://h:1,tcp://k:2"));
     cr_assert_not(agent_task_endpoint_is_valid("tcp://[::1;]:1"));
+}
+
 Test(agent_task, the_last_error_line_skips_events_and_blank_lines)
 {
     const char log[] =

@@ -6,9 +6,9 @@
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -933,8 +933,24 @@ Test(sched_daemon, an_unauthenticated_submission_is_refused_before_parsing)
     unlink("/tmp/flps-test-token2");
 }
 
-Test(sched_daemon, a_non_ascii_name_is_a_400_that_quotes_it_never_a_500)
 Test(sched_daemon, a_failed_tasks_error_line_ends_the_jobs_reason)
+{
+    json_t *j = NULL;
+
+    start_sched(&fls, NULL);
+    add_node("n1", 4, 30000);
+    cr_assert_eq(post("name: f\nmodel: mlp\n", NULL), 201);
+    wait_state("j1", "RUNNING");
+    S("HSET flps:task:j1:0:worker-0 error %s", "flworker: out of memory", NULL);
+    agent_exit("flps:task:j1:0:worker-0", 2, NULL);
+    wait_state("j1", "FAILED");
+    cr_assert_eq(get("/v1/jobs/j1", &j), 200);
+    cr_assert_str_eq(str(j, "reason"), "worker-0 on n1 exited with status 2: "
+                                       "flworker: out of memory");
+    json_decref(j);
+}
+
+Test(sched_daemon, a_non_ascii_name_is_a_400_that_quotes_it_never_a_500)
 {
     json_t *j = NULL;
 
