@@ -26,8 +26,10 @@ COPY . .
 RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DFLPS_TESTS=OFF \
  && cmake --build /build -j"$(nproc)" \
  && cmake --install /build --prefix /opt/flps --strip \
- && mkdir -p /opt/flps/share/flps \
- && cp -r examples /opt/flps/share/flps/examples
+ && mkdir -p /opt/flps/share/flps /opt/flps/lib/python3/dist-packages \
+ && cp -r examples /opt/flps/share/flps/examples \
+ && cp -r python/flps /opt/flps/lib/python3/dist-packages/flps \
+ && find /opt/flps/lib/python3 -name __pycache__ -prune -exec rm -rf {} +
 
 # ---- stage 2: runtime --------------------------------------------------------
 FROM ${BASE}
@@ -43,7 +45,8 @@ RUN set -e; \
     apt-get update; \
     apt-get install -y --no-install-recommends \
       libzmq5 libmsgpackc2 libyaml-0-2 libjansson4 libopenblas0 \
-      libhiredis0.14 libmicrohttpd12 libcurl4 zlib1g ca-certificates $extra; \
+      libhiredis0.14 libmicrohttpd12 libcurl4 zlib1g ca-certificates \
+      python3 python3-numpy $extra; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin; \
     groupadd --gid 10001 flps; \
     useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
@@ -52,6 +55,8 @@ COPY --from=build /opt/flps /opt/flps
 RUN echo /opt/flps/lib > /etc/ld.so.conf.d/flps.conf && ldconfig
 ENV PATH=/opt/flps/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     FLPS_BIN_DIR=/opt/flps/bin \
+    FLPS_LIBRARY=/opt/flps/lib/libflps.so.0 \
+    PYTHONPATH=/opt/flps/lib/python3/dist-packages \
     TMPDIR=/tmp
 LABEL org.opencontainers.image.title="flps" \
       org.opencontainers.image.description="flps parameter-server cluster: flps shards, flworker, flrun, flsubmit, flsched, flagent" \

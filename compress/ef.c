@@ -397,6 +397,21 @@ size_t ef_size(const ef *e)
     return e->n;
 }
 
+double ef_residual_norm(const ef *e)
+{
+    double ss[4] = {0.0, 0.0, 0.0, 0.0};
+    size_t i;
+
+    if (e->r_zero)
+        return 0.0;
+    for (i = 0; i + 4 <= e->n; i += 4)
+        for (unsigned j = 0; j < 4; j++)
+            ss[j] += (double)e->r[i + j] * (double)e->r[i + j];
+    for (; i < e->n; i++)
+        ss[0] += (double)e->r[i] * (double)e->r[i];
+    return sqrt((ss[0] + ss[1]) + (ss[2] + ss[3]));
+}
+
 const float *ef_residual(const ef *e)
 {
     return e->r;

@@ -78,6 +78,9 @@ void ef_reset(ef *e);
 
 size_t ef_size(const ef *e);
 
+/* sqrt(sum r[i]^2), summed in double. */
+double ef_residual_norm(const ef *e);
+
 /* Borrowed views, valid until the next ef_step or ef_destroy. The velocity
  * is NULL when the momentum is 0. */
 const float *ef_residual(const ef *e);

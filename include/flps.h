@@ -224,6 +224,18 @@ FLPS_API uint64_t flps_client_resume_iteration(const flps_client *c);
 FLPS_API void flps_client_get_stats(const flps_client *c,
                                     flps_client_stats *out);
 
+/* Messages put on and taken off the wire, every kind (requests, resends,
+ * replies), since create. Either pointer may be NULL. */
+FLPS_API void flps_client_get_messages(const flps_client *c, uint64_t *sent,
+                                       uint64_t *received);
+
+/* The L2 norm of layer tensor's error-feedback residual: what its codec has
+ * not sent yet (0 for codecs without error feedback). One pass over the
+ * layer: for monitoring now and then, not every push.
+ * Errors: FLPS_EINVAL (tensor out of range, norm NULL). */
+FLPS_API flps_err flps_client_residual_norm(const flps_client *c,
+                                            uint32_t tensor, double *norm);
+
 /* The sticky error message, "" if none. Never NULL; valid until the next
  * call on c. */
 FLPS_API const char *flps_client_last_error(const flps_client *c);

@@ -170,6 +170,12 @@ smoke() {
   echo "$out" | grep -q '^usage: flsched' || die "the default command is not flsched --help: $out"
   say "  the default command is flsched --help"
 
+  say "smoke: the Python package"
+  out=$(crun "$IMAGE" python3 -c 'import flps; print(flps.version())' 2>&1) ||
+    die "import flps failed in the image: $out"
+  [ "$out" = "$VERSION" ] || die "flps.version() printed '$out', not '$VERSION'"
+  say "  import flps: libflps $out"
+
   say "smoke: user"
   out=$(crun "$IMAGE" id -u) || die "id -u failed"
   [ "$out" != 0 ] || die "the image runs as root"

@@ -140,6 +140,42 @@ static flps_err set_error(flps_client *c, flps_err err, const char *fmt, ...)
     return err;
 }
 
+void flps_client_get_messages(const flps_client *c, uint64_t *sent,
+                              uint64_t *received)
+{
+    if (sent != NULL)
+        *sent = c->t->stats.msgs_sent;
+    if (received != NULL)
+        *received = c->t->stats.msgs_recv;
+}
+
+flps_err flps_client_residual_norm(const flps_client *c, uint32_t tensor,
+                                   double *norm)
+{
+    const ctensor *t;
+    double ss = 0.0;
+
+    if (c == NULL || tensor >= c->ntensors || norm == NULL)
+        return FLPS_EINVAL;
+    t = &c->tensors[tensor];
+    if (t->ef != NULL) {
+        double v = ef_residual_norm(t->ef);
+        ss = v * v;
+    } else {
+        /* Dense-valued codecs keep a residual per part. */
+        uint32_t first = c->pm.first_part[tensor],
+                 last = tensor + 1 < c->ntensors ? c->pm.first_part[tensor + 1]
+                                                 : c->pm.nparts;
+        for (uint32_t pi = first; pi < last; pi++)
+            if (c->parts[pi].ef != NULL) {
+                double v = ef_residual_norm(c->parts[pi].ef);
+                ss += v * v;
+            }
+    }
+    *norm = sqrt(ss);
+    return FLPS_OK;
+}
+
 const char *flps_client_last_error(const flps_client *c)
 {
     return c->errmsg;

@@ -759,6 +759,8 @@ int main(int argc, char **argv)
         /* Every rank reports its bytes, so a job's progress can count
          * all workers as its summary does; the loss is rank 0's. */
         if ((it + 1) % progress_every == 0 || it + 1 == spec.iterations) {
+            if (fm != NULL)
+                flw_metrics_client(fm, client);
             flps_client_get_stats(client, &st);
             printf("{\"event\":\"progress\",\"iter\":%llu,\"iterations\":%llu,"
                    "\"loss\":%.5f,\"bytes_sent\":%llu,\"dense_bytes\":%llu,"

@@ -17,7 +17,8 @@ struct flw_metrics {
     httpd *http;
     metrics_family *iter, *iters, *bytes_out, *bytes_in, *dense, *pushes,
         *resends, *elems, *push_s, *wait_s, *compute, *comm, *loss, *acc,
-        *tloss, *ratio, *density, *layer_ratio;
+        *tloss, *ratio, *density, *layer_ratio, *msgs_out, *msgs_in,
+        *residual;
     char **names;
     size_t *numel, nlayers;
 };
@@ -117,6 +118,19 @@ flps_err flw_metrics_create(const char *listen, model *mod, flw_metrics **out,
     REG_(metrics_gauge(m->reg, "flworker_layer_compression_ratio",
                        "Dense bytes over bytes sent in the layer's last push.",
                        layer, 1, &m->layer_ratio));
+    REG_(metrics_counter(m->reg, "flworker_messages_sent_total",
+                         "Messages put on the wire (every kind, resends "
+                         "included).",
+                         NULL, 0, &m->msgs_out));
+    REG_(metrics_counter(m->reg, "flworker_messages_received_total",
+                         "Messages taken off the wire (updates, "
+                         "acknowledgements, refusals).",
+                         NULL, 0, &m->msgs_in));
+    REG_(metrics_gauge(m->reg, "flworker_layer_residual_norm",
+                       "L2 norm of the layer's error-feedback residual "
+                       "(what its codec has not sent yet; 0 without error "
+                       "feedback), at the last progress report.",
+                       layer, 1, &m->residual));
     REG_(metrics_proc_register(m->reg, "flworker"));
     REG_(metrics_serve(m->reg, listen, &m->http, bound, boundlen));
 #undef REG_
@@ -184,4 +198,19 @@ void flw_metrics_eval(flw_metrics *m, double accuracy, double loss)
 {
     metrics_gauge_set(m->acc, NULL, accuracy);
     metrics_gauge_set(m->tloss, NULL, loss);
+}
+
+void flw_metrics_client(flw_metrics *m, const flps_client *c)
+{
+    uint64_t out = 0, in = 0;
+
+    flps_client_get_messages(c, &out, &in);
+    metrics_counter_set(m->msgs_out, NULL, (double)out);
+    metrics_counter_set(m->msgs_in, NULL, (double)in);
+    for (size_t i = 0; i < m->nlayers; i++) {
+        const char *v[] = {m->names[i]};
+        double norm = 0.0;
+        if (flps_client_residual_norm(c, (uint32_t)i, &norm) == FLPS_OK)
+            metrics_gauge_set(m->residual, v, norm);
+    }
 }

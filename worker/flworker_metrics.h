@@ -36,6 +36,10 @@ void flw_metrics_iteration(flw_metrics *m, uint64_t it, double compute_s,
                            double comm_s, double wait_s, double loss,
                            const flps_client_stats *st);
 
+/* The client's message counts and every layer's residual norm (one pass
+ * over the model's residuals: call it now and then, e.g. with progress). */
+void flw_metrics_client(flw_metrics *m, const flps_client *c);
+
 /* A test evaluation's accuracy (0..1) and loss. */
 void flw_metrics_eval(flw_metrics *m, double accuracy, double loss);
 

@@ -119,6 +119,11 @@ _PROTOTYPES = {
     "flps_client_resume_iteration": (ctypes.c_uint64, [_c_void_p]),
     "flps_client_get_stats": (None, [_c_void_p,
                                      ctypes.POINTER(FlpsClientStats)]),
+    "flps_client_get_messages": (None, [_c_void_p,
+                                        ctypes.POINTER(ctypes.c_uint64),
+                                        ctypes.POINTER(ctypes.c_uint64)]),
+    "flps_client_residual_norm": (_c_err, [_c_void_p, ctypes.c_uint32,
+                                           ctypes.POINTER(ctypes.c_double)]),
     "flps_client_last_error": (ctypes.c_char_p, [_c_void_p]),
     "flps_client_destroy": (None, [_c_void_p]),
 }

@@ -345,6 +345,21 @@ class Client:
             self._lib.flps_client_get_stats(self._live(), ctypes.byref(st))
         return ClientStats(*(getattr(st, f) for f, _ in st._fields_))
 
+    def messages(self):
+        """(sent, received): messages put on and taken off the wire."""
+        sent, received = ctypes.c_uint64(), ctypes.c_uint64()
+        with self._lock:
+            self._lib.flps_client_get_messages(self._live(), ctypes.byref(sent),
+                                               ctypes.byref(received))
+        return sent.value, received.value
+
+    def residual_norm(self, layer):
+        """L2 norm of `layer`'s error-feedback residual (0 without one)."""
+        norm = ctypes.c_double()
+        self._call("cannot read the residual", self._lib.flps_client_residual_norm,
+                   self.layer(layer), ctypes.byref(norm))
+        return norm.value
+
     @property
     def last_error(self):
         """The client's sticky error message, "" while it is healthy."""

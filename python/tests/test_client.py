@@ -221,6 +221,17 @@ def test_an_auto_job_takes_a_codec_per_layer(shards):
         c.wait(0)
         np.testing.assert_array_equal(x, -g)  # the two largest were sent
         assert c.stats().elements_sent == 2
+        assert c.residual_norm("x") == 0.0  # nothing else was nonzero
+        sent, received = c.messages()
+        assert sent >= 3 and received >= 3  # register, init, pull, push...
+        g2 = np.array([1, 0, 0, 4, 0, 0, 2, 0], dtype=np.float32)
+        c.push("x", g2, 1)
+        c.wait(1)
+        # 4 and 2 were sent; 1 stays in the residual
+        assert c.residual_norm(0) == pytest.approx(1.0)
+        assert c.messages()[0] > sent
+        with pytest.raises(flps.InvalidArgumentError):
+            c.residual_norm("nope")
 
 
 def test_checkpoint_writes_into_the_shards_directory(shards, tmp_path):

@@ -1191,3 +1191,48 @@ Test(client, a_late_refusal_of_an_earlier_iteration_is_ignored)
     cr_assert_str_eq(flps_client_last_error(g->c), "");
     rig_free(g);
 }
+
+/* ---- monitoring ---- */
+
+/* The residual norm is that of what top-k did not send, per layer; the
+ * message counts follow what went over the (fake) wire. */
+Test(client, residual_norms_and_message_counts_follow_the_pushes)
+{
+    rig *g = rig_new("topk:0.5");
+    double norm = -1, want = 0;
+    uint64_t sent0, recv0, sent1, recv1;
+    size_t mark;
+    int chosen[MAXNUMEL] = {0};
+
+    rig_start(g);
+    cr_assert_eq(flps_client_residual_norm(g->c, 0, &norm), FLPS_OK);
+    cr_assert_eq(norm, 0.0, "nothing kept before the first push");
+    cr_assert_eq(flps_client_residual_norm(g->c, NTENSORS, &norm),
+                 FLPS_EINVAL);
+    cr_assert_eq(flps_client_residual_norm(g->c, 0, NULL), FLPS_EINVAL);
+    flps_client_get_messages(g->c, &sent0, &recv0);
+    mark = g->net.nsends;
+    cr_assert_eq(flps_client_push(g->c, 0, G0, 0), FLPS_OK);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    flps_client_get_messages(g->c, &sent1, NULL);
+    flps_client_get_messages(g->c, NULL, &recv1);
+    cr_assert_eq(sent1 - sent0, g->net.nsends - mark);
+    cr_assert_eq(recv1 - recv0, 3, "one update per part of w0");
+    /* topk:0.5 of w0's 10 sends the 5 largest |g|; the rest is kept. */
+    for (int q = 0; q < 5; q++) {
+        int best = -1;
+        for (int i = 0; i < (int)NUMEL[0]; i++)
+            if (!chosen[i] && (best < 0 || fabsf(G0[i]) > fabsf(G0[best])))
+                best = i;
+        chosen[best] = 1;
+    }
+    for (int i = 0; i < (int)NUMEL[0]; i++)
+        if (!chosen[i])
+            want += (double)G0[i] * (double)G0[i];
+    cr_assert_eq(flps_client_residual_norm(g->c, 0, &norm), FLPS_OK);
+    cr_assert_float_eq(norm, sqrt(want), 1e-6, "%g vs %g", norm, sqrt(want));
+    cr_assert_gt(norm, 0.0);
+    cr_assert_eq(flps_client_residual_norm(g->c, 1, &norm), FLPS_OK);
+    cr_assert_eq(norm, 0.0, "w1 was not pushed");
+    rig_free(g);
+}
