@@ -186,6 +186,8 @@ void ps_shard_flush_replies(ps_shard *s)
 {
     size_t lo = 0;
 
+    if (s->nheld == 0)
+        return; /* held may still be NULL */
     qsort(s->held, s->nheld, sizeof(*s->held), cmp_held);
     while (lo < s->nheld) {
         size_t hi = lo + 1;
