@@ -31,6 +31,7 @@ python3).
 """
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import re
@@ -303,9 +304,7 @@ def main():
             log(f"SKIP: {tool} is needed (scripts/deps.sh)")
             sys.exit(77)
     if not args.check:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("matplotlib") is None:
             sys.exit("render_dashboard: python3-matplotlib is needed (apt-get install python3-matplotlib)")
     dash = json.load(open(DASHBOARD, encoding="utf-8"))
     run = Run(os.path.abspath(args.bin), args.iterations)
