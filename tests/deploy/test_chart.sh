@@ -168,10 +168,20 @@ if "$HELM" template rel "$TMP/chart" --namespace flps --show-only templates/note
   grep -q 'export FLPS_SCHEDULER=http://127.0.0.1:8080' "$TMP/notes.yaml" &&
   grep -q 'export FLPS_TOKEN="$(kubectl -n flps get secret rel-flps-auth' "$TMP/notes.yaml" &&
   grep -q 'port-forward svc/rel-flps-scheduler 8080:8080' "$TMP/notes.yaml" &&
-  grep -q 'helm test rel' "$TMP/notes.yaml"; then
-  ok "NOTES.txt tells how to set FLPS_SCHEDULER and FLPS_TOKEN"
+  grep -q 'helm test rel' "$TMP/notes.yaml" &&
+  grep -q 'url: http://rel-flps-scheduler.flps.svc:8080/v1/metrics/targets' "$TMP/notes.yaml" &&
+  ! grep -q 'ConfigMap rel-flps-dashboard' "$TMP/notes.yaml"; then
+  ok "NOTES.txt tells how to set FLPS_SCHEDULER and FLPS_TOKEN, and where Prometheus finds the targets"
 else
   not_ok "NOTES.txt: $(head -5 "$TMP/notes.yaml")"
+fi
+
+if "$HELM" template rel "$TMP/chart" --namespace flps --show-only templates/notes-check.yaml \
+  --set metrics.grafana.dashboard.enabled=true --set metrics.grafana.dashboard.namespace=monitoring >"$TMP/notes-dash.yaml" 2>&1 &&
+  grep -q 'ConfigMap rel-flps-dashboard (namespace monitoring)' "$TMP/notes-dash.yaml"; then
+  ok "NOTES.txt names the dashboard ConfigMap when it is made"
+else
+  not_ok "NOTES.txt with the dashboard: $(grep -i grafana "$TMP/notes-dash.yaml" | head -3)"
 fi
 
 # ---- package ----------------------------------------------------------------------
