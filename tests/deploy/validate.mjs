@@ -2,7 +2,7 @@
 //
 //   node validate.mjs SCENARIO RENDERED.yaml [SCENARIO RENDERED.yaml ...]
 //
-// SCENARIO is one of default, rdma, external-redis, gpu, minimal (the values files
+// SCENARIO is one of default, rdma, external-redis, gpu, minimal, monitoring (the values files
 // of tests/deploy/). For every object:
 //   1. kubernetes-models: types, enum values, required fields, quantities;
 //   2. a walk over @kubernetes/client-node's generated models: unknown
@@ -13,6 +13,7 @@
 // Prints one line per check, "ok - ..." or "not ok - ...", then
 // "validate: P passed, F failed"; exits 1 when anything failed.
 import fs from "node:fs";
+import path from "node:path";
 import yaml from "js-yaml";
 // Only the generated models: the package's index needs Node 22.
 import * as gen from "@kubernetes/client-node/dist/gen/models/all.js";
@@ -123,7 +124,7 @@ const FLPS_CONTAINERS = new Set(["flsched", "flagent", "flsubmit"]);
 // The flags of the binaries (flsched --help, flagent --help, docs/scheduler.md, docs/flagent.md).
 const FLAGS = {
   flsched: new Set(["--redis", "--listen", "--listen-any", "--id", "--token-file", "--node-ttl", "--lease-ms"]),
-  flagent: new Set(["--redis", "--name", "--cpus", "--memory", "--gpus", "--address", "--work-dir", "--checkpoint-root", "--heartbeat"]),
+  flagent: new Set(["--redis", "--name", "--cpus", "--memory", "--gpus", "--address", "--work-dir", "--checkpoint-root", "--heartbeat", "--metrics"]),
   flsubmit: new Set(["--scheduler", "--json"]),
 };
 const REQUIRED_FLAGS = {
@@ -180,13 +181,24 @@ const EXPECT = {
     noPdb: true,
     noTestPod: true,
     noScrape: true,
+    agentMetricsPort: 0,
     gpus: 1,
     rdma: true,
   },
+  monitoring: {
+    kinds: { ServiceAccount: 1, Secret: 2, ConfigMap: 2, PersistentVolumeClaim: 1, Service: 2, Deployment: 1, StatefulSet: 1, DaemonSet: 1, PodDisruptionBudget: 1, Pod: 1, ServiceMonitor: 1 },
+    image: "localhost/flps:0.2.0",
+    replicas: 2,
+    agentMetricsPort: 9200,
+    dashboard: { namespace: "monitoring", annotations: { grafana_folder: "flps" } },
+  },
 };
+// The dashboard the chart ships, to compare with the rendered ConfigMap.
+const DASHBOARD_FILE = path.join(path.dirname(new URL(import.meta.url).pathname), "../../helm/flps/dashboards/flps-job.json");
 for (const [k, e] of Object.entries(EXPECT)) {
   if (e.gpus === undefined) e.gpus = k === "gpu" ? 2 : 0;
   if (e.rdma === undefined) e.rdma = k === "rdma";
+  if (e.agentMetricsPort === undefined) e.agentMetricsPort = 9101;
 }
 
 async function validateScenario(scenario, file) {
@@ -337,6 +349,17 @@ async function validateScenario(scenario, file) {
     const workVol = spec.volumes.find((v) => v.name === "work");
     check(P("flagent work dir is an emptyDir"), !!workVol?.emptyDir);
     check(P("flagent FLPS_BIN_DIR is the image's"), env.FLPS_BIN_DIR?.valueFrom?.configMapKeyRef?.key === "FLPS_BIN_DIR");
+    const ann = ds.spec.template.metadata.annotations || {};
+    const mport = exp.agentMetricsPort;
+    if (mport) {
+      check(P(`flagent --metrics is the pod IP, port ${mport}`), flagValue(c.args, "--metrics") === `$(POD_IP):${mport}`, flagValue(c.args, "--metrics"));
+      check(P(`flagent declares its metrics port ${mport}`), c.ports?.length === 1 && c.ports[0].name === "metrics" && c.ports[0].containerPort === mport && c.ports[0].protocol === "TCP", JSON.stringify(c.ports));
+    } else {
+      check(P("flagent runs without --metrics and declares no port"), !c.args.includes("--metrics") && !c.ports);
+    }
+    if (mport && !exp.noScrape)
+      check(P(`flagent pods have the Prometheus scrape annotations (port ${mport})`), ann["prometheus.io/scrape"] === "true" && ann["prometheus.io/port"] === String(mport) && ann["prometheus.io/path"] === "/metrics", JSON.stringify(ann));
+    else check(P("flagent pods have no scrape annotations"), !Object.keys(ann).some((k) => k.startsWith("prometheus.io/")), JSON.stringify(ann));
     if (exp.gpus > 0) {
       const g = String(exp.gpus);
       check(P(`flagent asks for ${g} nvidia.com/gpu`), c.resources.limits["nvidia.com/gpu"] === g && c.resources.requests["nvidia.com/gpu"] === g);
@@ -347,9 +370,6 @@ async function validateScenario(scenario, file) {
     if (scenario === "gpu") {
       check(P("flagent offers the given --cpus 16 and --memory 60Gi"), flagValue(c.args, "--cpus") === "16" && flagValue(c.args, "--memory") === "60Gi");
       check(P("flagent runs on GPU nodes and tolerates their taint"), spec.nodeSelector?.["nvidia.com/gpu.present"] === "true" && spec.tolerations?.some((t) => t.key === "nvidia.com/gpu"));
-      const [sm] = find(objs, "ServiceMonitor");
-      const [svc] = find(objs, "Service", "-scheduler");
-      check(P("ServiceMonitor scrapes /metrics on port http of the flsched Service"), !!sm && sm.spec.endpoints[0].port === "http" && sm.spec.endpoints[0].path === "/metrics" && matches(sm.spec.selector.matchLabels, svc.metadata.labels) && sm.metadata.labels.release === "prometheus");
     } else {
       check(P("flagent offers its CPU and memory limits"), flagValue(c.args, "--cpus") === "$(AGENT_CPUS)" && env.AGENT_CPUS?.valueFrom?.resourceFieldRef?.resource === "limits.cpu" && flagValue(c.args, "--memory") === "$(AGENT_MEMORY)" && env.AGENT_MEMORY?.valueFrom?.resourceFieldRef?.resource === "limits.memory" && !!c.resources.limits.cpu);
     }
@@ -368,6 +388,38 @@ async function validateScenario(scenario, file) {
       const [pvc] = find(objs, "PersistentVolumeClaim", "-checkpoints");
       check(P("flagent checkpoints on the chart's ReadWriteMany claim"), !!pvc && ckVol?.persistentVolumeClaim?.claimName === pvc.metadata.name && pvc.spec.accessModes.includes("ReadWriteMany"));
     }
+  }
+
+  // -- the ServiceMonitor: on in gpu and monitoring, off elsewhere
+  const [sm] = find(objs, "ServiceMonitor");
+  if (exp.kinds.ServiceMonitor) {
+    const [svc] = find(objs, "Service", "-scheduler");
+    check(P("ServiceMonitor is monitoring.coreos.com/v1"), sm?.apiVersion === "monitoring.coreos.com/v1");
+    check(P("ServiceMonitor scrapes /metrics on port http of the flsched Service, in the release's namespace"), !!sm && sm.spec.endpoints[0].port === "http" && sm.spec.endpoints[0].path === "/metrics" && matches(sm.spec.selector.matchLabels, svc.metadata.labels) && JSON.stringify(sm.spec.namespaceSelector?.matchNames) === '["flps"]');
+    if (scenario === "gpu") check(P("ServiceMonitor carries the given labels"), sm?.metadata.labels.release === "prometheus");
+    if (scenario === "monitoring") check(P("ServiceMonitor scrapes every 15s"), sm?.spec.endpoints[0].interval === "15s");
+  } else {
+    check(P("no ServiceMonitor"), !sm);
+  }
+
+  // -- the Grafana dashboard ConfigMap
+  const dcms = find(objs, "ConfigMap").filter((o) => "grafana_dashboard" in (o.metadata.labels || {}));
+  if (exp.dashboard) {
+    const [cm] = dcms;
+    check(P("one dashboard ConfigMap labelled grafana_dashboard: \"1\""), dcms.length === 1 && cm.metadata.labels.grafana_dashboard === "1");
+    check(P(`dashboard ConfigMap in namespace ${exp.dashboard.namespace}`), cm?.metadata.namespace === exp.dashboard.namespace, cm?.metadata.namespace);
+    check(P("dashboard ConfigMap carries the given annotations"), JSON.stringify(cm?.metadata.annotations) === JSON.stringify(exp.dashboard.annotations));
+    let same = false;
+    let why = "";
+    try {
+      same = JSON.stringify(JSON.parse(cm.data["flps-job.json"])) === JSON.stringify(JSON.parse(fs.readFileSync(DASHBOARD_FILE, "utf8")));
+    } catch (e) {
+      why = e.message;
+    }
+    check(P("dashboard ConfigMap holds helm/flps/dashboards/flps-job.json as it is"), same, why);
+    check(P("dashboard ConfigMap has only flps-job.json"), JSON.stringify(Object.keys(cm?.data || {})) === '["flps-job.json"]');
+  } else {
+    check(P("no dashboard ConfigMap"), dcms.length === 0);
   }
 
   // -- Redis
