@@ -308,8 +308,11 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
      * never lost by a shard crash. */
     rc = ps_shard_wal(s, &wr);
     if (rc != FLPS_OK)
-        return rc;                   /* the payload stays in the pool */
-    (void)ps_part_keep_last(p, &wr); /* ENOMEM: a late push re-pulls */
+        return rc; /* the payload stays in the pool */
+    /* Only a shard with a log is ever restored, which is when a push of
+     * a closed iteration comes: without one, keeping costs for nothing. */
+    if (s->wal_fd >= 0)
+        (void)ps_part_keep_last(p, &wr); /* ENOMEM: a late push re-pulls */
     if (dense) {
         if (!applied)
             for (uint32_t i = 0; i < nu; i++)
