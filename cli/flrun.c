@@ -64,6 +64,7 @@ typedef struct run {
      * otherwise) and the version written to it (0 = none yet). */
     char plan_path[PATH_MAX + 16];
     uint64_t plan_version;
+    uint32_t server_restarts; /* shards restarted from their checkpoints */
 } run;
 
 static void human_bytes(double b, char *buf, size_t len)
@@ -299,6 +300,69 @@ static void on_server_line(void *arg, proc *p, const char *line)
         snprintf(r->endpoints[i], sizeof(r->endpoints[i]), "%s", line + 13);
 }
 
+/* Start shard i: on a free port, or with restore on the port it had
+ * (the workers' connections find it again there) from the checkpoint
+ * directory. */
+static flps_err start_server(run *r, uint32_t i, char *flps_bin, char *ckptdir,
+                             const char *logdir, int restore)
+{
+    char shard[16], shards[16], interval[32], name[64], log[PATH_MAX + 32];
+    char *args[16];
+    int a = 0;
+
+    snprintf(shard, sizeof(shard), "%u", i);
+    snprintf(shards, sizeof(shards), "%u", r->spec.servers);
+    snprintf(interval, sizeof(interval), "%.0f",
+             r->spec.checkpoint_interval < 1 ? 1 : r->spec.checkpoint_interval);
+    snprintf(name, sizeof(name), "flps shard %u", i);
+    snprintf(log, sizeof(log), "%s/flps-%u.log", logdir, i);
+    args[a++] = flps_bin;
+    args[a++] = "--job";
+    args[a++] = r->spec.name;
+    args[a++] = "--shard";
+    args[a++] = shard;
+    args[a++] = "--shards";
+    args[a++] = shards;
+    args[a++] = "--listen";
+    args[a++] = restore ? r->endpoints[i] : "tcp://127.0.0.1:0";
+    if (r->spec.checkpoint_interval > 0) {
+        args[a++] = "--checkpoint-dir";
+        args[a++] = ckptdir;
+        args[a++] = "--checkpoint-interval";
+        args[a++] = interval;
+        if (restore)
+            args[a++] = "--restore";
+    }
+    args[a] = NULL;
+    return proc_start(&r->procs[i], name, args, log);
+}
+
+/* A shard that died while the job runs is started again from its
+ * checkpoint and log when the job keeps them (checkpoint_interval), at
+ * most FLRUN_SERVER_RESTARTS times in all; the workers resend what it had
+ * not answered and go on. Returns 1 when restarted. */
+#define FLRUN_SERVER_RESTARTS 3
+static int restart_server(run *r, uint32_t i, char *flps_bin, char *ckptdir,
+                          const char *logdir)
+{
+    char how[96];
+
+    if (r->spec.checkpoint_interval <= 0 ||
+        r->server_restarts >= FLRUN_SERVER_RESTARTS)
+        return 0;
+    end_progress_line(r);
+    proc_describe(r->procs[i].status, how, sizeof(how));
+    fprintf(stderr,
+            "flrun: %s (pid %d) stopped unexpectedly: %s; restarting it "
+            "from its checkpoint on %s (restart %u of at most %d)\n",
+            r->procs[i].name, (int)r->procs[i].pid, how, r->endpoints[i],
+            r->server_restarts + 1, FLRUN_SERVER_RESTARTS);
+    if (start_server(r, i, flps_bin, ckptdir, logdir, 1) != FLPS_OK)
+        return 0;
+    r->server_restarts++;
+    return 1;
+}
+
 static void report_death(run *r, proc *p)
 {
     char how[96];
@@ -496,33 +560,7 @@ int main(int argc, char **argv)
 
     /* Servers first; each reports the port it bound. */
     for (uint32_t i = 0; i < r.spec.servers; i++) {
-        char shard[16], shards[16], interval[32], name[64], log[PATH_MAX + 32];
-        char *args[16];
-        int a = 0;
-        snprintf(shard, sizeof(shard), "%u", i);
-        snprintf(shards, sizeof(shards), "%u", r.spec.servers);
-        snprintf(interval, sizeof(interval), "%.0f",
-                 r.spec.checkpoint_interval < 1 ? 1
-                                                : r.spec.checkpoint_interval);
-        snprintf(name, sizeof(name), "flps shard %u", i);
-        snprintf(log, sizeof(log), "%s/flps-%u.log", logdir, i);
-        args[a++] = flps_bin;
-        args[a++] = "--job";
-        args[a++] = r.spec.name;
-        args[a++] = "--shard";
-        args[a++] = shard;
-        args[a++] = "--shards";
-        args[a++] = shards;
-        args[a++] = "--listen";
-        args[a++] = "tcp://127.0.0.1:0";
-        if (r.spec.checkpoint_interval > 0) {
-            args[a++] = "--checkpoint-dir";
-            args[a++] = ckptdir;
-            args[a++] = "--checkpoint-interval";
-            args[a++] = interval;
-        }
-        args[a] = NULL;
-        if (proc_start(&r.procs[i], name, args, log) != FLPS_OK)
+        if (start_server(&r, i, flps_bin, ckptdir, logdir, 0) != FLPS_OK)
             goto stop;
         r.nprocs++;
         r.nservers++;
@@ -587,6 +625,9 @@ int main(int argc, char **argv)
                 pump(&r, 10);
             if (interrupted)
                 goto stop;
+            if (idx < r.nservers &&
+                restart_server(&r, (uint32_t)idx, flps_bin, ckptdir, logdir))
+                continue;
             if (idx < r.nservers || !WIFEXITED(p->status) ||
                 WEXITSTATUS(p->status) != 0) {
                 report_death(&r, p);

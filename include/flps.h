@@ -218,7 +218,10 @@ FLPS_API flps_err flps_client_measure_network(flps_client *c, double *alpha,
 /* Ask every shard to write a checkpoint now. Blocks. */
 FLPS_API flps_err flps_client_checkpoint(flps_client *c);
 
-/* The first iteration the shards have not closed yet (after create). */
+/* The lowest iteration that some part of the model has not closed yet,
+ * over all the shards (after create): where the training loop starts. A
+ * part one iteration ahead (its shard closed it before a crash) answers
+ * that iteration's push with the update it applied then. */
 FLPS_API uint64_t flps_client_resume_iteration(const flps_client *c);
 
 FLPS_API void flps_client_get_stats(const flps_client *c,

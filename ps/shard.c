@@ -289,6 +289,8 @@ static void part_destroy(ps_part *p, uint32_t workers)
     for (int i = 0; i < PS_REPLY_POOL; i++)
         proto_buf_release(p->reply[i]);
     flps_free(p->last_async);
+    flps_free(p->last_idx);
+    flps_free(p->last_val);
     flps_free(p);
 }
 
@@ -476,6 +478,34 @@ static flps_err shard_encode_meta(const ps_shard *s, void **meta, size_t *len)
     m.ntensors = s->ntensors;
     m.tensors = s->tensors;
     return proto_msg_encode(&m, meta, len, f, &nf);
+}
+
+flps_err ps_part_keep_last(ps_part *p, const wal_record *r)
+{
+    if (r->n > p->last_cap || p->last_val == NULL) {
+        size_t cap = r->n > 0 ? r->n : 1;
+        uint32_t *idx = flps_malloc(cap * sizeof(*idx));
+        float *val = flps_malloc(cap * sizeof(*val));
+        if (idx == NULL || val == NULL) {
+            flps_free(idx);
+            flps_free(val);
+            p->has_last = 0;
+            return FLPS_ENOMEM;
+        }
+        flps_free(p->last_idx);
+        flps_free(p->last_val);
+        p->last_idx = idx;
+        p->last_val = val;
+        p->last_cap = cap;
+    }
+    if (r->kind == WAL_ADD_SPARSE)
+        memcpy(p->last_idx, r->idx, (size_t)r->n * sizeof(*p->last_idx));
+    memcpy(p->last_val, r->val, (size_t)r->n * sizeof(*p->last_val));
+    p->last_kind = r->kind;
+    p->last_n = r->n;
+    p->last_version = r->version;
+    p->has_last = 1;
+    return FLPS_OK;
 }
 
 flps_err ps_shard_wal(ps_shard *s, const wal_record *r)
@@ -748,6 +778,26 @@ flps_err ps_shard_checkpoint(ps_shard *s)
     flps_free(cp);
     if (rc == FLPS_OK && s->wal_fd >= 0)
         rc = wal_truncate(s->wal_fd);
+    /* The checkpoint holds the values but not how the last iteration of
+     * each part changed them: that update goes back into the emptied log
+     * (its version is the checkpoint's, so a restore does not apply it
+     * again, only keeps it to answer a late push of that iteration). */
+    for (uint32_t i = 0; rc == FLPS_OK && s->wal_fd >= 0 && i < s->pm.nparts;
+         i++) {
+        const ps_part *p = s->parts[i];
+        wal_record wr;
+        if (p == NULL || !p->has_last || p->last_version != p->version)
+            continue;
+        memset(&wr, 0, sizeof(wr));
+        wr.kind = p->last_kind;
+        wr.part = p->id;
+        wr.iter = p->iter;
+        wr.version = p->version;
+        wr.n = p->last_n;
+        wr.idx = p->last_kind == WAL_ADD_SPARSE ? p->last_idx : NULL;
+        wr.val = p->last_val;
+        rc = ps_shard_wal(s, &wr);
+    }
     if (rc == FLPS_OK) {
         s->stats.checkpoints++;
         log_info("checkpoint written: %s (%u parts)", s->ckpt_path, n);
@@ -795,9 +845,15 @@ static flps_err replay_record(void *arg, const wal_record *r)
     }
     p = s->parts[r->part];
     /* Records the checkpoint already contains (a crash between writing the
-     * checkpoint and truncating the log) are skipped by version. */
-    if (r->version <= p->version)
+     * checkpoint and truncating the log) are skipped by version; the one
+     * that made the checkpoint's version (written again after it) is kept
+     * as the part's last update. */
+    if (r->version <= p->version) {
+        if (r->version == p->version && s->jc.mode != PROTO_MODE_ASYNC &&
+            r->kind != WAL_SET && r->iter == p->iter)
+            (void)ps_part_keep_last(p, r); /* ENOMEM: only less to replay */
         return FLPS_OK;
+    }
     if (r->version != p->version + 1 ||
         (r->kind != WAL_ADD_SPARSE && r->n != p->numel)) {
         log_error("write-ahead log record for part %u does not follow "
@@ -824,6 +880,10 @@ static flps_err replay_record(void *arg, const wal_record *r)
             p->last_async[r->rank] = r->iter;
     } else {
         p->iter = r->iter;
+        if (r->kind == WAL_SET)
+            p->has_last = 0;
+        else
+            (void)ps_part_keep_last(p, r);
     }
     return FLPS_OK;
 }

@@ -309,6 +309,10 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
     rc = ps_shard_wal(s, &wr);
     if (rc != FLPS_OK)
         return rc; /* the payload stays in the pool */
+    /* Only a shard with a log is ever restored, which is when a push of
+     * a closed iteration comes: without one, keeping costs for nothing. */
+    if (s->wal_fd >= 0)
+        (void)ps_part_keep_last(p, &wr); /* ENOMEM: a late push re-pulls */
     if (dense) {
         if (!applied)
             for (uint32_t i = 0; i < nu; i++)
@@ -357,6 +361,53 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
     p->iter++;
     if (s->cfg.on_close != NULL)
         s->cfg.on_close(s->cfg.on_close_arg, flps_mono_s() - p->first_push_s);
+    return FLPS_OK;
+}
+
+/* A push m for the iteration p closed last (m->iter + 1 == p->iter):
+ * answer it with the update that closed it, as that iteration's pushes
+ * were answered, with the indices of m that the update did not take (a
+ * gtopk worker adds them back into its residual). Nothing is applied: the
+ * update is in p already. A worker sends this when the update never
+ * reached it (the shard was killed after logging it) or when it was
+ * restarted at the lowest open iteration of the job while this part was
+ * one ahead. */
+static flps_err answer_closed(ps_shard *s, uint32_t peer, const ps_part *p,
+                              const proto_msg *m)
+{
+    const int sparse = p->last_kind == WAL_ADD_SPARSE;
+    const uint32_t pn = m->codec == PROTO_CODEC_SPARSE ? m->n : 0;
+    proto_buf *b = proto_buf_create((size_t)p->last_n * 8 + (size_t)pn * 4 + 4);
+    uint32_t *idx, *rej;
+    float *val;
+    ps_reply rep;
+
+    if (b == NULL) {
+        ps_shard_reply_error(s, peer, m, FLPS_ENOMEM, "out of memory");
+        return FLPS_ENOMEM;
+    }
+    val = proto_buf_data(b);
+    idx = (uint32_t *)(val + p->last_n);
+    rej = idx + p->last_n;
+    memcpy(val, p->last_val, (size_t)p->last_n * sizeof(*val));
+    if (sparse)
+        memcpy(idx, p->last_idx, (size_t)p->last_n * sizeof(*idx));
+    ps_shard_reply_init(s, &rep, PROTO_OP_UPDATE, m->rank, p->id, m->iter,
+                        p->last_version);
+    rep.msg.codec = sparse ? PROTO_CODEC_SPARSE : PROTO_CODEC_DENSE;
+    rep.msg.n = p->last_n;
+    rep.msg.idx = sparse ? idx : NULL;
+    rep.msg.val = val;
+    if (sparse && pn > 0) {
+        rep.msg.nrej = rejected_of(m, idx, p->last_n, rej);
+        rep.msg.rej = rep.msg.nrej > 0 ? rej : NULL;
+    }
+    rep.payload = b;
+    log_info("part %u: answered rank %u's push for closed iteration %llu "
+             "with the update that closed it",
+             p->id, m->rank, (unsigned long long)m->iter);
+    ps_shard_send(s, peer, &rep);
+    proto_buf_release(b);
     return FLPS_OK;
 }
 
@@ -497,6 +548,8 @@ flps_err ps_agg_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
                              m->idx[m->n - 1], p->id, p->numel);
         return FLPS_ERANGE;
     }
+    if (!async && m->iter + 1 == p->iter && p->has_last)
+        return answer_closed(s, peer, p, m);
     if (!async && m->iter < p->iter) {
         ps_shard_reply_error(s, peer, m, FLPS_ELATE,
                              "iteration %llu of part %u is closed (open: %llu)",

@@ -51,6 +51,19 @@ typedef struct ps_part {
     proto_buf *reply[PS_REPLY_POOL];
     uint64_t *last_async; /* async: per rank, last iteration applied + 1 */
     ps_pull_wait *pulls;  /* pulls waiting for initial values */
+    /* Sync: the update that closed iteration iter - 1, as logged (a copy),
+     * so a push for that iteration is answered with it (a worker that
+     * missed it, or one restarted at the lowest open iteration of the
+     * job: docs/design.md, "Rejoining after a crash"). Rebuilt on restore
+     * from the log, where every checkpoint writes it again. last_n is
+     * valid only while has_last. */
+    int has_last;
+    uint8_t last_kind;     /* WAL_ADD_SPARSE or WAL_ADD_DENSE */
+    uint32_t last_n;       /* entries */
+    uint64_t last_version; /* the part's version after it */
+    uint32_t *last_idx;    /* sparse: ascending, part-relative */
+    float *last_val;
+    size_t last_cap; /* entries of last_idx and last_val */
 } ps_part;
 
 /* A sparse UPDATE held back while a message of several parts is handled,
@@ -143,6 +156,11 @@ void ps_shard_send(ps_shard *s, uint32_t peer, const ps_reply *rep);
  * every part's update as segments, or the reply itself when it is alone.
  * Drops the held references. */
 void ps_shard_flush_replies(ps_shard *s);
+
+/* Keep r (a synchronous close, already logged) as p's last update;
+ * FLPS_ENOMEM leaves p without one (a later push for that iteration is
+ * refused as late, and the worker pulls the part). */
+flps_err ps_part_keep_last(ps_part *p, const wal_record *r);
 
 /* Append r to the write-ahead log, when there is one. Errors: those of
  * wal_append; the caller must not acknowledge what failed. */

@@ -176,14 +176,41 @@ static int task_spawn(agent_node *n, agent_task *t, char *const argv[])
     return 1;
 }
 
+/* The shard's --checkpoint-interval: the job file's checkpoint_interval
+ * (whole seconds, at least 1), or the agent's default when the job file
+ * sets none (0): a scheduled job always keeps its log and checkpoints,
+ * which its restarts restore. */
+static void ckpt_interval_of(agent_node *n, const agent_task *t, char *out,
+                             size_t len)
+{
+    char key[128];
+    const char *argv[] = {"HGET", key, "spec"};
+    redisReply *r = NULL;
+    jobspec js;
+
+    snprintf(key, sizeof(key), "flps:job:%s", t->id.job);
+    if (agent_node_redis_cmd(n, &r, "reading the job file", 3, argv) &&
+        r->type == REDIS_REPLY_STRING &&
+        jobspec_parse(r->str, r->len, &js, NULL, 0) == FLPS_OK &&
+        js.checkpoint_interval > 0)
+        snprintf(out, len, "%.0f",
+                 js.checkpoint_interval < 1 ? 1 : js.checkpoint_interval);
+    else
+        snprintf(out, len, "%s", AGENT_CKPT_INTERVAL);
+    if (r != NULL)
+        freeReplyObject(r);
+}
+
 static void start_server(agent_node *n, agent_task *t)
 {
     char shard[16], shards[16], listen_ep[96], ckpt[PATH_MAX], mlisten[96];
+    char interval[32];
     char *argv[18];
     int a = 0;
 
     if (job_info(n, t, &t->servers, NULL) != 1)
         return; /* -1: Redis is away and t stays new; 0: failed */
+    ckpt_interval_of(n, t, interval, sizeof(interval));
     if (t->id.index >= t->servers) {
         task_fail(n, t, "server index %u is not below the job's %u servers",
                   t->id.index, t->servers);
@@ -205,7 +232,7 @@ static void start_server(agent_node *n, agent_task *t)
     argv[a++] = "--checkpoint-dir";
     argv[a++] = ckpt;
     argv[a++] = "--checkpoint-interval";
-    argv[a++] = AGENT_CKPT_INTERVAL;
+    argv[a++] = interval;
     agent_metrics_task_listen(n, mlisten, sizeof(mlisten));
     argv[a++] = "--metrics";
     argv[a++] = mlisten;

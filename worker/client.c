@@ -76,6 +76,12 @@ typedef struct cpart {
      * its request was answered): no fresh buffer, and so no page faults,
      * per push. */
     proto_buf *spare;
+    /* Sync: the iteration open when the replica's values of this part were
+     * last pulled or updated. An update of an earlier iteration (a shard
+     * one ahead answering the push of a worker restarted at the job's
+     * lowest open iteration) is in the pulled values already: it is not
+     * added again. */
+    uint64_t have_iter;
 } cpart;
 
 typedef struct ctensor {
@@ -117,6 +123,7 @@ struct flps_client {
     size_t push_hdr_bytes; /* a one-part push's header, for dense_bytes */
     creq *shard_req;       /* per shard: REGISTER / CHECKPOINT */
     uint64_t resume_iter;
+    int resume_known; /* a REGISTER_OK set resume_iter */
     flps_client_stats stats;
     uint64_t push_wire_bytes;  /* what pushes took on the wire (first sends) */
     uint64_t dense_wire_bytes; /* what they would have taken dense */
@@ -395,8 +402,13 @@ static flps_err on_part_reply(flps_client *c, const transport_rx *rx,
     case PROTO_OP_REGISTER_OK:
         if (r->kind != CREQ_REGISTER)
             goto ignore;
-        if (m.iter > c->resume_iter)
+        /* The lowest open iteration over the shards: a shard restarted
+         * from its log may be one behind the others, and those answer the
+         * pushes of iterations they closed with the update they applied
+         * (docs/design.md, "Rejoining after a crash"). */
+        if (!c->resume_known || m.iter < c->resume_iter)
             c->resume_iter = m.iter;
+        c->resume_known = 1;
         creq_clear(r);
         break;
     case PROTO_OP_ACK:
@@ -415,6 +427,7 @@ static flps_err on_part_reply(flps_client *c, const transport_rx *rx,
             goto ignore;
         memcpy(c->tensors[p->tensor].data + p->offset, m.val,
                (size_t)m.n * sizeof(float));
+        p->have_iter = m.iter;
         creq_clear(r);
         break;
     case PROTO_OP_UPDATE:
@@ -429,7 +442,14 @@ static flps_err on_part_reply(flps_client *c, const transport_rx *rx,
                            rx->peer, m.part);
             break;
         }
+        if (m.iter < p->have_iter) {
+            /* Pulled with it: only the rejected indices count. */
+            m.n = 0;
+            m.codec = PROTO_CODEC_SPARSE;
+        }
         rc = apply_update(c, p, &m);
+        if (m.iter + 1 > p->have_iter)
+            p->have_iter = m.iter + 1;
         creq_clear(r);
         break;
     case PROTO_OP_ERROR:

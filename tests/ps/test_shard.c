@@ -2123,3 +2123,100 @@ Test(shard, a_corrupt_record_before_intact_ones_stops_the_restore)
     cr_assert_eq(wal_size(g), at);
     rig_free(g);
 }
+
+/* The update a gtopk part answered with: its entries, version and rank 0's
+ * rejected indices. */
+typedef struct answered {
+    uint32_t n, nrej;
+    uint64_t iter, version;
+    uint32_t idx[8], rej[8];
+    float val[8];
+} answered;
+
+static void take_answer(const captured *c, answered *a)
+{
+    cr_assert_eq(c->msg.op, PROTO_OP_UPDATE);
+    cr_assert_leq(c->msg.n, 8);
+    cr_assert_leq(c->msg.nrej, 8);
+    memset(a, 0, sizeof(*a));
+    a->n = c->msg.n;
+    a->nrej = c->msg.nrej;
+    a->iter = c->msg.iter;
+    a->version = c->msg.version;
+    memcpy(a->idx, c->idx, (size_t)a->n * sizeof(*a->idx));
+    memcpy(a->val, c->val, (size_t)a->n * sizeof(*a->val));
+    if (a->nrej > 0)
+        memcpy(a->rej, c->rej, (size_t)a->nrej * sizeof(*a->rej));
+}
+
+static void assert_same_answer(const answered *a, const answered *b,
+                               const char *when)
+{
+    cr_assert_eq(a->n, b->n, "%s: %u entries, first answered %u", when, b->n,
+                 a->n);
+    cr_assert_eq(a->nrej, b->nrej, "%s", when);
+    cr_assert_eq(a->iter, b->iter, "%s", when);
+    cr_assert_eq(a->version, b->version, "%s", when);
+    cr_assert_eq(memcmp(a->idx, b->idx, sizeof(a->idx)), 0, "%s", when);
+    cr_assert_eq(memcmp(a->val, b->val, sizeof(a->val)), 0, "%s", when);
+    cr_assert_eq(memcmp(a->rej, b->rej, sizeof(a->rej)), 0, "%s", when);
+}
+
+Test(shard, a_push_of_the_iteration_closed_last_gets_its_update_again)
+{
+    rig *g = rig_one_part(2, PROTO_AGG_GTOPK, 10, 0.2); /* k = 2 */
+    const uint32_t i0[3] = {2, 4, 7}, i1[3] = {1, 4, 8};
+    const float v0[3] = {3.0f, 0.5f, -1.0f}, v1[3] = {-2.0f, 0.5f, 1.0f};
+    proto_msg ck = base_msg(PROTO_OP_CHECKPOINT, 0, 0, 0);
+    answered first, again;
+    snap before, after;
+
+    rig_use_dir(g);
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 10);
+    clear_replies(g);
+    cr_assert_eq(push_sparse(g, 1, 0, 0, i1, v1, 3), FLPS_OK);
+    cr_assert_eq(push_sparse(g, 0, 0, 0, i0, v0, 3), FLPS_OK);
+    cr_assert_eq(g->n, 2);
+    take_answer(g->r[0].msg.rank == 0 ? &g->r[0] : &g->r[1], &first);
+    cr_assert_eq(first.nrej, 2, "k = 2 of 5 indices: rank 0 loses 2");
+    take_snap(g, &before);
+
+    /* Rank 0 sends its push again (its update was lost): the same update,
+     * rejected indices included, and nothing applied twice. */
+    clear_replies(g);
+    cr_assert_eq(push_sparse(g, 0, 0, 0, i0, v0, 3), FLPS_OK);
+    cr_assert_eq(g->n, 1);
+    cr_assert_eq(g->r[0].peer, PEER(0));
+    take_answer(&g->r[0], &again);
+    assert_same_answer(&first, &again, "answered again");
+    take_snap(g, &after);
+    assert_snap_eq(g, &before, &after);
+
+    /* The same after a crash that only the log survives... */
+    crash_and_restore(g);
+    clear_replies(g);
+    cr_assert_eq(push_sparse(g, 0, 0, 0, i0, v0, 3), FLPS_OK);
+    cr_assert_eq(g->n, 1);
+    take_answer(&g->r[0], &again);
+    assert_same_answer(&first, &again, "after a restore from the log");
+
+    /* ...and after a checkpoint, which empties the log, and a crash. */
+    clear_replies(g);
+    cr_assert_eq(deliver(g, PEER(0), &ck), FLPS_OK);
+    crash_and_restore(g);
+    take_snap(g, &after);
+    assert_snap_eq(g, &before, &after);
+    clear_replies(g);
+    cr_assert_eq(push_sparse(g, 0, 0, 0, i0, v0, 3), FLPS_OK);
+    cr_assert_eq(g->n, 1);
+    take_answer(&g->r[0], &again);
+    assert_same_answer(&first, &again, "after a checkpoint and a restore");
+    /* A second restore reads the update written back after the
+     * checkpoint once, not twice. */
+    crash_and_restore(g);
+    take_snap(g, &after);
+    assert_snap_eq(g, &before, &after);
+    rig_free(g);
+}

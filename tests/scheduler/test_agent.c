@@ -1322,3 +1322,59 @@ Test(agent, creates_job_files_logs_and_checkpoints_private, .timeout = 120)
     cr_assert_eq(mode_of(p), 0700, "%s: %o", p, mode_of(p));
     fx_fini(&fx);
 }
+
+/* An flps that says its command line, then listens until stopped. */
+static void args_bins(fixture *fxt)
+{
+    char path[192];
+    FILE *f;
+
+    snprintf(fxt->bin_dir, sizeof(fxt->bin_dir), "%s/bin", fxt->dir);
+    cr_assert_eq(mkdir(fxt->bin_dir, 0755), 0);
+    snprintf(path, sizeof(path), "%s/flps", fxt->bin_dir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("#!/bin/sh\n"
+          "echo \"args: $*\" >&2\n"
+          "echo 'listening on tcp://127.0.0.1:9'\n"
+          "exec sleep 1000\n",
+          f);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/flworker", fxt->bin_dir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("#!/bin/sh\nexec sleep 1000\n", f);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0755), 0);
+}
+
+Test(agent, gives_a_shard_the_job_files_checkpoint_interval, .timeout = 60)
+{
+    static const char every7[] = "name: agent-ckpt\n"
+                                 "model: mlp\n"
+                                 "dataset: synthetic\n"
+                                 "workers: 1\n"
+                                 "servers: 1\n"
+                                 "iterations: 30\n"
+                                 "checkpoint_interval: 7\n";
+
+    fx_init(&fx, 1);
+    args_bins(&fx);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    place_job(&fx, "j21", every7, 1, 1);
+    place_job(&fx, "j22", quick_job, 1, 1);
+    WAIT_UNTIL(logs_have(&fx, "j21", "server-0", "args: ") &&
+                   logs_have(&fx, "j22", "server-0", "args: "),
+               10);
+    CHECK(&fx, logs_have(&fx, "j21", "server-0", "--checkpoint-interval 7 "),
+          "the shard of a job with checkpoint_interval: 7 did not get "
+          "--checkpoint-interval 7");
+    CHECK(&fx, !logs_have(&fx, "j21", "server-0", "--checkpoint-interval 30"),
+          "the job file's interval was overridden");
+    /* No checkpoint_interval in the job file: the agent's 30 s. */
+    CHECK(&fx, logs_have(&fx, "j22", "server-0", "--checkpoint-interval 30 "),
+          "a job without checkpoint_interval did not get the default 30 s");
+    fx_fini(&fx);
+}
