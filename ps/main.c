@@ -261,7 +261,7 @@ int main(int argc, char **argv)
         rc = transport_recv(t, 200, &rx);
         if (rc == FLPS_OK) {
             rc = ps_shard_handle(s, rx);
-            if (rc == FLPS_EIO || rc == FLPS_ENOMEM) {
+            if (ps_shard_is_broken(s)) {
                 log_error("stopping: the shard cannot keep its state "
                           "durable (%s)",
                           flps_strerror(rc));

@@ -478,9 +478,21 @@ static flps_err shard_encode_meta(const ps_shard *s, void **meta, size_t *len)
 
 flps_err ps_shard_wal(ps_shard *s, const wal_record *r)
 {
+    flps_err rc;
+
     if (s->wal_fd < 0)
         return FLPS_OK;
-    return wal_append(s->wal_fd, r, s->cfg.fsync_wal);
+    rc = wal_append(s->wal_fd, r, s->cfg.fsync_wal);
+    /* A record that may be half written: nothing more can be appended
+     * safely, and nothing acknowledged may be lost, so the daemon stops. */
+    if (rc != FLPS_OK)
+        s->broken = 1;
+    return rc;
+}
+
+int ps_shard_is_broken(const ps_shard *s)
+{
+    return s->broken;
 }
 
 /* ---- registration, init, pull ---- */

@@ -70,8 +70,14 @@ void ps_shard_destroy(ps_shard *s);
  * it while a push waits for its iteration, else releases it). Replies go
  * through the send callback, possibly to other peers (closing an iteration
  * answers every worker). Returns the error a refused message got (it was
- * answered with an ERROR reply and counted) or FLPS_OK. */
+ * answered with an ERROR reply and counted) or FLPS_OK. Running out of
+ * memory is such a refusal: the shard carries on. */
 flps_err ps_shard_handle(ps_shard *s, transport_rx *rx);
+
+/* Non-zero once an update could not be appended to the write-ahead log:
+ * the shard can no longer make what it acknowledges durable, and the
+ * daemon must stop. The one failure that is fatal. */
+int ps_shard_is_broken(const ps_shard *s);
 
 /* Write a checkpoint now (atomic: temp file, fsync, rename) and truncate
  * the log. FLPS_ESTATE when the shard has no layout yet or no ckpt_dir. */

@@ -94,6 +94,7 @@ struct ps_shard {
     int defer;
     ps_held_reply *held;
     size_t nheld, held_cap;
+    int broken; /* a log append failed: see ps_shard_is_broken */
     ps_shard_stats stats;
 };
 
@@ -145,7 +146,8 @@ void ps_shard_send(ps_shard *s, uint32_t peer, const ps_reply *rep);
 void ps_shard_flush_replies(ps_shard *s);
 
 /* Append r to the write-ahead log, when there is one. Errors: those of
- * wal_append; the caller must not acknowledge what failed. */
+ * wal_append; the caller must not acknowledge what failed, and the shard
+ * is broken from then on (ps_shard_is_broken). */
 flps_err ps_shard_wal(ps_shard *s, const wal_record *r);
 
 /* ---- shard_agg.c ---- */
@@ -154,9 +156,11 @@ flps_err ps_shard_wal(ps_shard *s, const wal_record *r);
  * hold it until every worker pushed the part's iteration (sync), which
  * closes the iteration and sends the update to every worker. *kept is
  * set when the shard keeps rx (released when the iteration closes).
- * Returns the refusal's code (answered and counted) or FLPS_OK; FLPS_EIO
- * and FLPS_ENOMEM from a close mean the state can no longer be made
- * durable. */
+ * Returns the refusal's code (answered and counted) or FLPS_OK. A close
+ * whose update is not finite (FLPS_ENONFINITE) or cannot be computed
+ * (FLPS_ENOMEM) is refused to every rank of the iteration, which stays
+ * open with nothing applied. When ps_shard_is_broken is set afterwards
+ * the update could not be logged: the daemon must stop. */
 flps_err ps_agg_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
                      int *kept);
 
@@ -166,9 +170,9 @@ flps_err ps_agg_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
  * segment is handled as ps_agg_push handles a push of one part (its
  * iteration checks and refusals are its own: a re-sent message finds some
  * parts already held), the parts keeping views of rx. Updates the
- * segments close go out as one message per peer. Takes rx. Returns the
- * first fatal error of a close (FLPS_EIO, FLPS_ENOMEM), else the last
- * refusal's code, else FLPS_OK. */
+ * segments close go out as one message per peer. Takes rx. Stops at the
+ * first close that breaks the shard (ps_shard_is_broken); returns the
+ * last refusal's or failure's code, else FLPS_OK. */
 flps_err ps_agg_push_segs(ps_shard *s, transport_rx *rx, const proto_msg *m);
 
 #endif

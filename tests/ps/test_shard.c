@@ -2123,3 +2123,261 @@ Test(shard, a_corrupt_record_before_intact_ones_stops_the_restore)
     cr_assert_eq(wal_size(g), at);
     rig_free(g);
 }
+
+/* ---- updates that are not finite (issue 12, finding 1) ---- */
+
+/* Every rank pushed an iteration whose update is refused: each got one
+ * ERROR (FLPS_ENONFINITE), it was counted once per rank, and nothing
+ * changed (values, versions, the open iteration). */
+static void assert_iteration_refused(rig *g, const refusal_ctx *c, uint32_t W)
+{
+    const ps_shard_stats *st = ps_shard_stats_get(g->s);
+    snap after;
+
+    cr_assert_eq(g->n, c->nreplies + W, "one ERROR per rank, %zu replies",
+                 g->n - c->nreplies);
+    for (uint32_t r = 0; r < W; r++) {
+        const captured *e = &g->r[c->nreplies + r];
+        cr_assert_eq(e->msg.op, PROTO_OP_ERROR);
+        cr_assert_eq(e->msg.status, FLPS_ENONFINITE);
+        cr_assert_neq(strstr(e->msg.text, "Inf or NaN"), NULL, "%s",
+                      e->msg.text);
+        cr_assert_neq(strstr(e->msg.text, "nothing applied"), NULL, "%s",
+                      e->msg.text);
+    }
+    for (int e = 0; e < FLPS_ERR_COUNT_; e++)
+        cr_assert_eq(st->rejected[e],
+                     c->rejected[e] + (e == FLPS_ENONFINITE ? W : 0),
+                     "rejected[%s]", flps_errname((flps_err)e));
+    take_snap(g, &after);
+    assert_snap_eq(g, &c->before, &after);
+}
+
+/* Two ranks of 3e38 each: finite pushes whose sum is Inf. */
+static void huge_dense_iteration(rig *g, uint32_t part, uint32_t numel,
+                                 uint64_t iter, float v)
+{
+    float h[MAXNUMEL];
+
+    for (uint32_t i = 0; i < numel; i++)
+        h[i] = i == 1 ? v : 0.25f;
+    cr_assert_eq(push_dense(g, 0, part, iter, h, numel), FLPS_OK);
+    (void)push_dense(g, 1, part, iter, h, numel);
+}
+
+static void run_dense_overflow(int durable)
+{
+    rig *g =
+        durable ? durable_rig(PROTO_AGG_DENSE) : rig_ready(2, PROTO_AGG_DENSE);
+    const float ok[4] = {1, 2, 3, 4};
+    refusal_ctx c;
+    snap s;
+
+    refusal_begin(g, &c);
+    huge_dense_iteration(g, 0, 4, 0, 3e38f);
+    assert_iteration_refused(g, &c, 2);
+    if (durable) {
+        /* Nothing reached the log either. */
+        crash_and_restore(g);
+        take_snap(g, &s);
+        assert_snap_eq(g, &c.before, &s);
+        register_all(g);
+    }
+    /* The iteration stayed open: the same ranks push it again. */
+    clear_replies(g);
+    cr_assert_eq(push_dense(g, 0, 0, 0, ok, 4), FLPS_OK);
+    cr_assert_eq(push_dense(g, 1, 0, 0, ok, 4), FLPS_OK);
+    cr_assert_eq(g->n, 2);
+    cr_assert_eq(g->r[0].msg.op, PROTO_OP_UPDATE);
+    cr_assert_eq(g->r[0].msg.iter, 0);
+    cr_assert_eq(g->r[0].msg.version, 2, "the refused close made no version");
+    take_snap(g, &s);
+    cr_assert_eq(s.iter[0], 1);
+    cr_assert_eq(s.v[0][0], init_value(0, 0) + -(scale_of(g, 0) * 2.0f));
+    rig_free(g);
+}
+
+Test(shard, a_dense_iteration_summing_to_inf_is_refused_to_every_rank)
+{
+    run_dense_overflow(0);
+}
+
+Test(shard, a_logged_dense_iteration_summing_to_inf_logs_nothing)
+{
+    run_dense_overflow(1);
+}
+
+Test(shard, a_dense_update_that_overflows_the_values_is_refused)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    refusal_ctx c;
+    snap s;
+
+    /* lr 10 over 2 workers: each iteration adds -(5 * 3.2e37) = -1.6e38
+     * to value 1, a finite update, until the third would take the value
+     * past -FLT_MAX. */
+    g->cfg.lr = 10;
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 4);
+    huge_dense_iteration(g, 0, 4, 0, 1.6e37f);
+    huge_dense_iteration(g, 0, 4, 1, 1.6e37f);
+    take_snap(g, &s);
+    cr_assert(isfinite(s.v[0][1]) && s.v[0][1] < -3e38f, "%g",
+              (double)s.v[0][1]);
+    clear_replies(g);
+    refusal_begin(g, &c);
+    huge_dense_iteration(g, 0, 4, 2, 1.6e37f);
+    assert_iteration_refused(g, &c, 2);
+    rig_free(g);
+}
+
+static void run_sparse_overflow(uint8_t agg)
+{
+    rig *g = rig_ready(2, agg);
+    const uint32_t idx[2] = {1, 3};
+    const float big[2] = {0.5f, 3e38f}, ok[2] = {0.5f, 1.0f};
+    refusal_ctx c;
+    snap s;
+
+    refusal_begin(g, &c);
+    cr_assert_eq(push_sparse(g, 0, 0, 0, idx, big, 2), FLPS_OK);
+    cr_assert_eq(push_sparse(g, 1, 0, 0, idx, big, 2), FLPS_ENONFINITE);
+    assert_iteration_refused(g, &c, 2);
+    clear_replies(g);
+    cr_assert_eq(push_sparse(g, 0, 0, 0, idx, ok, 2), FLPS_OK);
+    cr_assert_eq(push_sparse(g, 1, 0, 0, idx, ok, 2), FLPS_OK);
+    cr_assert_eq(g->n, 2);
+    cr_assert_eq(g->r[1].msg.op, PROTO_OP_UPDATE);
+    take_snap(g, &s);
+    cr_assert_eq(s.iter[0], 1);
+    cr_assert_eq(s.ver[0], 2);
+    rig_free(g);
+}
+
+Test(shard, a_topk_iteration_summing_to_inf_is_refused_to_every_rank)
+{
+    run_sparse_overflow(PROTO_AGG_TOPK);
+}
+
+Test(shard, a_gtopk_iteration_summing_to_inf_is_refused_to_every_rank)
+{
+    run_sparse_overflow(PROTO_AGG_GTOPK);
+}
+
+Test(shard, a_dense_part_of_several_blocks_is_unchanged_when_a_late_block_fails)
+{
+    enum { N = 3 * 4096 + 17 };
+    rig *g = rig_one_part(2, PROTO_AGG_DENSE, N, 1.0);
+    float *v = calloc(N, sizeof(float)), *before = malloc(N * sizeof(float));
+    const float *w;
+    uint32_t n;
+    uint64_t ver, iter;
+
+    cr_assert(v != NULL && before != NULL);
+    rig_start(g);
+    register_all(g);
+    for (uint32_t i = 0; i < N; i++)
+        v[i] = (float)i * 0.001f;
+    cr_assert_eq(send_init(g, 0, 0, v, N), FLPS_OK);
+    memcpy(before, v, N * sizeof(float));
+    for (uint32_t i = 0; i < N; i++)
+        v[i] = 1.0f;
+    v[N - 3] = 3e38f; /* in the last block: the first three pass the check */
+    clear_replies(g);
+    cr_assert_eq(push_dense(g, 0, 0, 0, v, N), FLPS_OK);
+    cr_assert_eq(push_dense(g, 1, 0, 0, v, N), FLPS_ENONFINITE);
+    cr_assert_eq(g->n, 2);
+    cr_assert_eq(g->r[0].msg.status, FLPS_ENONFINITE);
+    cr_assert_eq(ps_shard_part(g->s, 0, &w, &n, &ver, &iter), FLPS_OK);
+    cr_assert_eq(memcmp(w, before, N * sizeof(float)), 0,
+                 "an earlier block was applied");
+    cr_assert_eq(ver, 1);
+    cr_assert_eq(iter, 0);
+    free(v);
+    free(before);
+    rig_free(g);
+}
+
+static void run_async_overflow(uint8_t agg)
+{
+    rig *g = rig_new(2, agg, PROTO_MODE_ASYNC);
+    const uint32_t idx[2] = {0, 1};
+    float d[4] = {0.5f, 3.2e37f, 0, 0};
+    refusal_ctx c;
+
+    g->cfg.lr = 10; /* -(5 * 3.2e37) = -1.6e38 per push */
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 4);
+    /* The third push overflows value 1. */
+    for (uint64_t it = 0; it < 3; it++) {
+        flps_err rc, want = it < 2 ? FLPS_OK : FLPS_ENONFINITE;
+        if (it == 2)
+            refusal_begin(g, &c);
+        rc = agg == PROTO_AGG_DENSE ? push_dense(g, 0, 0, it, d, 4)
+                                    : push_sparse(g, 0, 0, it, idx, d, 2);
+        if (it < 2) {
+            cr_assert_eq(rc, want);
+            cr_assert_eq(last(g)->msg.op, PROTO_OP_ACK);
+        } else {
+            refusal_check(g, &c, rc, want, PEER(0), "Inf or NaN");
+        }
+    }
+    /* The refused push did not count as rank 0's iteration 2. */
+    d[1] = 1.0f;
+    cr_assert_eq(agg == PROTO_AGG_DENSE ? push_dense(g, 0, 0, 2, d, 4)
+                                        : push_sparse(g, 0, 0, 2, idx, d, 2),
+                 FLPS_OK);
+    rig_free(g);
+}
+
+Test(shard, an_async_dense_push_that_overflows_the_values_is_refused)
+{
+    run_async_overflow(PROTO_AGG_DENSE);
+}
+
+Test(shard, an_async_sparse_push_that_overflows_the_values_is_refused)
+{
+    run_async_overflow(PROTO_AGG_TOPK);
+}
+
+Test(shard, a_push_of_several_parts_refuses_only_the_part_summing_to_inf)
+{
+    rig *g = rig_ready(2, PROTO_AGG_TOPK);
+    proto_seg segs[2] = {{0, 1, 0, 0}, {2, 1, 0, 0}};
+    uint32_t idx[2] = {1, 0};
+    float val[2] = {3e38f, 1.0f};
+    snap before, after;
+
+    take_snap(g, &before);
+    clear_replies(g);
+    for (uint32_t r = 0; r < 2; r++) {
+        proto_msg m = base_msg(PROTO_OP_PUSH, r, 0, 0);
+        m.codec = PROTO_CODEC_SPARSE;
+        m.n = 2;
+        m.idx = idx;
+        m.val = val;
+        m.nsegs = 2;
+        m.segs = segs;
+        (void)deliver(g, PEER(r), &m);
+    }
+    /* Part 0: an ERROR to each rank; part 2: its update to each. */
+    cr_assert_eq(g->n, 4);
+    for (size_t i = 0; i < 4; i++) {
+        const captured *c = &g->r[i];
+        if (c->msg.op == PROTO_OP_ERROR) {
+            cr_assert_eq(c->msg.status, FLPS_ENONFINITE);
+            cr_assert_eq(c->msg.part, 0);
+        } else {
+            cr_assert_eq(c->msg.op, PROTO_OP_UPDATE);
+            cr_assert_eq(c->msg.part, 2);
+        }
+    }
+    take_snap(g, &after);
+    cr_assert_eq(memcmp(after.v[0], before.v[0], sizeof(before.v[0])), 0);
+    cr_assert_eq(after.iter[0], 0);
+    cr_assert_eq(after.iter[2], 1);
+    cr_assert_eq(ps_shard_stats_get(g->s)->rejected[FLPS_ENONFINITE], 2);
+    rig_free(g);
+}
