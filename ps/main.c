@@ -75,12 +75,28 @@ static void usage(FILE *f)
             "a power loss,\n"
             "                             not only a crash of flps "
             "(docs/durability.md)\n"
+            "  --max-model-elements N     refuse a REGISTER whose layout has "
+            "more than N\n"
+            "                             elements in all (default 2^31)\n"
             "  --metrics HOST:PORT        serve Prometheus /metrics and "
             "/healthz over HTTP\n"
             "                             (default off; port 0 picks a free "
             "one)\n"
             "On start it prints one line 'listening on ENDPOINT' to stdout,\n"
             "then, with --metrics, 'metrics on HOST:PORT'.\n");
+}
+
+/* A whole number flag in [min, max], or a message naming it and 0. */
+static int parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max,
+                     uint64_t *out)
+{
+    char why[256];
+
+    if (flps_parse_u64(opt, s, min, max, out, why, sizeof(why)) != FLPS_OK) {
+        fprintf(stderr, "flps: %s\n", why);
+        return 0;
+    }
+    return 1;
 }
 
 /* A whole number flag in [min, max], or a message naming it and 0. */
@@ -111,12 +127,14 @@ int main(int argc, char **argv)
         {"fsync", no_argument, NULL, 'f'},
         {"restore-truncate-at-corruption", no_argument, NULL, 'T'},
         {"metrics", required_argument, NULL, 'm'},
+        {"max-model-elements", required_argument, NULL, 'E'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *job = NULL, *listen_ep = "tcp://127.0.0.1:0", *dir = NULL;
     const char *metrics_ep = NULL;
     uint32_t shard = UINT32_MAX, nshards = 0, interval = 0;
+    uint64_t max_elems = PS_MAX_MODEL_ELEMENTS_DEFAULT;
     int restore = 0, do_fsync = 0, cut_corrupt = 0, c;
     char bound[256], comp[64], mbound[128];
     transport *t = NULL;
@@ -167,6 +185,11 @@ int main(int argc, char **argv)
             break;
         case 'm':
             metrics_ep = optarg;
+            break;
+        case 'E':
+            if (!parse_u64("--max-model-elements", optarg, 1, UINT64_C(1) << 40,
+                           &max_elems))
+                return 2;
             break;
         case 'h':
             usage(stdout);
@@ -235,6 +258,7 @@ int main(int argc, char **argv)
     cfg.ckpt_dir = dir;
     cfg.fsync_wal = do_fsync;
     cfg.wal_truncate_at_corruption = cut_corrupt;
+    cfg.max_model_elements = max_elems;
     cfg.send = ps_net_send;
     cfg.send_arg = t;
     if (pm != NULL) {

@@ -497,6 +497,29 @@ int ps_shard_is_broken(const ps_shard *s)
 
 /* ---- registration, init, pull ---- */
 
+/* A layout's total size against the shard's limit, before anything is
+ * sized by it: each tensor is below 2^32 (decode) and there are at most
+ * PROTO_MAX_TENSORS, so the sum cannot overflow. */
+static flps_err layout_check_size(const ps_shard *s, const proto_msg *m,
+                                  char *why, size_t len)
+{
+    const uint64_t max = s->cfg.max_model_elements
+                             ? s->cfg.max_model_elements
+                             : PS_MAX_MODEL_ELEMENTS_DEFAULT;
+    uint64_t total = 0;
+
+    for (uint32_t i = 0; i < m->ntensors; i++)
+        total += m->tensors[i].numel;
+    if (total > max) {
+        snprintf(why, len,
+                 "the model has %llu elements, more than this shard's limit "
+                 "of %llu (flps --max-model-elements)",
+                 (unsigned long long)total, (unsigned long long)max);
+        return FLPS_ECONFIG;
+    }
+    return FLPS_OK;
+}
+
 static flps_err on_register(ps_shard *s, uint32_t peer, const proto_msg *m)
 {
     char why[PROTO_ERRMSG_MAX + 1];
@@ -504,6 +527,8 @@ static flps_err on_register(ps_shard *s, uint32_t peer, const proto_msg *m)
     uint64_t min_iter = UINT64_MAX;
     flps_err rc = jobcfg_check(s, &m->cfg, why, sizeof(why));
 
+    if (rc == FLPS_OK)
+        rc = layout_check_size(s, m, why, sizeof(why));
     if (rc != FLPS_OK) {
         ps_shard_reply_error(s, peer, m, rc, "%s", why);
         return rc;
@@ -642,7 +667,17 @@ static flps_err on_pull(ps_shard *s, uint32_t peer, const proto_msg *m)
     if (p == NULL)
         return rc;
     if (!p->initialized) {
-        ps_pull_wait *w = flps_malloc(sizeof(*w));
+        ps_pull_wait *w;
+        /* One waiting pull per rank and part: a rank that pulls again
+         * (a resend) moves its wait to the newer peer, so PULLs sent
+         * before INIT cannot grow the list without bound. */
+        for (w = p->pulls; w != NULL; w = w->next) {
+            if (w->rank == m->rank) {
+                w->peer = peer;
+                return FLPS_OK;
+            }
+        }
+        w = flps_malloc(sizeof(*w));
         if (w == NULL) {
             ps_shard_reply_error(s, peer, m, FLPS_ENOMEM, "out of memory");
             return FLPS_ENOMEM;

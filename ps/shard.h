@@ -46,7 +46,16 @@ typedef struct ps_shard_config {
      * first push to the close (the /metrics close-latency histogram). */
     void (*on_close)(void *arg, double seconds);
     void *on_close_arg;
+    /* The most elements a registered layout may have in all (every
+     * tensor, every shard); a REGISTER declaring more is refused before
+     * anything is allocated. 0: PS_MAX_MODEL_ELEMENTS_DEFAULT. */
+    uint64_t max_model_elements;
 } ps_shard_config;
+
+/* 2^31 elements (8 GiB of f32 for the whole model): larger than any model
+ * the built-in workers train, small enough that one REGISTER cannot ask a
+ * shard for 2^32 * 4096 elements. flps --max-model-elements changes it. */
+#define PS_MAX_MODEL_ELEMENTS_DEFAULT (UINT64_C(1) << 31)
 
 /* Counters, for logs and /metrics. */
 typedef struct ps_shard_stats {

@@ -49,8 +49,9 @@ typedef struct rig {
     proto_tensor t[4];
     uint32_t nt;
     uint32_t nparts;
-    char dir[64];    /* checkpoint directory, "" for none */
-    int cut_corrupt; /* restore with wal_truncate_at_corruption */
+    char dir[64];       /* checkpoint directory, "" for none */
+    int cut_corrupt;    /* restore with wal_truncate_at_corruption */
+    uint64_t max_elems; /* max_model_elements, 0 for the default */
 } rig;
 
 static void *copy_of(const void *p, size_t len)
@@ -176,6 +177,7 @@ static flps_err rig_create(rig *g, int restore, ps_shard **out)
     c.ckpt_dir = g->dir[0] ? g->dir : NULL;
     c.fsync_wal = 0;
     c.wal_truncate_at_corruption = g->cut_corrupt;
+    c.max_model_elements = g->max_elems;
     c.send = capture;
     c.send_arg = g;
     return ps_shard_create(&c, restore, out);
@@ -2380,4 +2382,126 @@ Test(shard, a_push_of_several_parts_refuses_only_the_part_summing_to_inf)
     cr_assert_eq(after.iter[2], 1);
     cr_assert_eq(ps_shard_stats_get(g->s)->rejected[FLPS_ENONFINITE], 2);
     rig_free(g);
+}
+
+/* ---- sizes and memory (issue 12, finding 2) ---- */
+
+Test(shard, a_register_larger_than_the_model_limit_is_refused_before_allocating)
+{
+    rig *g = rig_new(1, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    proto_tensor huge[1];
+    refusal_ctx c;
+
+    rig_start(g);
+    strcpy(huge[0].name, "huge");
+    huge[0].numel = UINT32_MAX;
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_register_cfg(g, 0, &g->cfg, huge, 1),
+                  FLPS_ECONFIG, PEER(0),
+                  "the model has 4294967295 elements, more than this "
+                  "shard's limit of 2147483648 (flps --max-model-elements)");
+    cr_assert_eq(ps_shard_num_owned(g->s), 0);
+    /* The legitimate client is still served. */
+    register_all(g);
+    cr_assert_eq(ps_shard_num_owned(g->s), 3);
+    rig_free(g);
+}
+
+Test(shard, the_model_limit_is_the_configured_one_and_inclusive)
+{
+    rig *g = rig_new(1, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    refusal_ctx c;
+
+    g->max_elems = 19; /* the layout has 10 + 7 + 3 = 20 */
+    rig_start(g);
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_register_cfg(g, 0, &g->cfg, g->t, g->nt),
+                  FLPS_ECONFIG, PEER(0), "limit of 19");
+    ps_shard_destroy(g->s);
+    g->max_elems = 20;
+    rig_start(g);
+    register_all(g);
+    rig_free(g);
+}
+
+Test(shard, pulls_before_init_wait_once_per_rank_and_part)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    proto_msg m = base_msg(PROTO_OP_PULL, 1, 0, 0);
+
+    rig_start(g);
+    register_all(g);
+    clear_replies(g);
+    for (int i = 0; i < 1000; i++)
+        cr_assert_eq(deliver(g, PEER(1), &m), FLPS_OK);
+    cr_assert_eq(g->n, 0, "nothing to answer before INIT");
+    {
+        const float v[4] = {1, 2, 3, 4};
+        cr_assert_eq(send_init(g, 0, 0, v, 4), FLPS_OK);
+    }
+    cr_assert_eq(g->r[0].msg.op, PROTO_OP_ACK);
+    cr_assert_eq(g->n, 2, "the INIT's ACK and one PULL_REPLY, not 1000");
+    cr_assert_eq(g->r[1].msg.op, PROTO_OP_PULL_REPLY);
+    cr_assert_eq(g->r[1].peer, PEER(1));
+    rig_free(g);
+}
+
+Test(shard, out_of_memory_while_closing_an_iteration_is_answered_and_survived)
+{
+    const uint32_t idx[2] = {1, 3};
+    const float v[2] = {0.5f, -1.0f};
+
+    for (unsigned long n = 1;; n++) {
+        rig *g = rig_ready(2, PROTO_AGG_GTOPK);
+        proto_msg m = base_msg(PROTO_OP_PUSH, 1, 0, 0);
+        proto_frame f[PROTO_MAX_FRAMES];
+        size_t nf, hlen, before_n;
+        void *hdr = NULL;
+        transport_rx *rx = NULL;
+        snap before, after;
+        flps_err rc;
+
+        cr_assert_eq(push_sparse(g, 0, 0, 0, idx, v, 2), FLPS_OK);
+        m.codec = PROTO_CODEC_SPARSE;
+        m.n = 2;
+        m.idx = idx;
+        m.val = v;
+        cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_OK);
+        cr_assert_eq(transport_rx_copy(f, nf, PEER(1), &rx), FLPS_OK);
+        free(hdr);
+        take_snap(g, &before);
+        clear_replies(g);
+        flps_alloc_fail_at(n);
+        rc = ps_shard_handle(g->s, rx);
+        flps_alloc_fail_at(0);
+        cr_assert_eq(ps_shard_is_broken(g->s), 0);
+        if (rc == FLPS_OK) {
+            cr_assert_eq(g->n, 2);
+            cr_assert_eq(last(g)->msg.op, PROTO_OP_UPDATE);
+            rig_free(g);
+            ASSERT_NO_LEAKS();
+            break;
+        }
+        cr_assert_eq(rc, FLPS_ENOMEM, "allocation %lu: %s", n,
+                     flps_errname(rc));
+        cr_assert_geq(g->n, 1, "allocation %lu: no answer", n);
+        for (size_t i = 0; i < g->n; i++) {
+            cr_assert_eq(g->r[i].msg.op, PROTO_OP_ERROR);
+            cr_assert_eq(g->r[i].msg.status, FLPS_ENOMEM);
+        }
+        take_snap(g, &after);
+        assert_snap_eq(g, &before, &after);
+        /* The shard carries on: the iteration closes when pushed again
+         * (rank 0's push may still be held). */
+        before_n = g->n;
+        rc = push_sparse(g, 0, 0, 0, idx, v, 2);
+        cr_assert(rc == FLPS_OK || rc == FLPS_EDUP, "%s", flps_errname(rc));
+        cr_assert_eq(push_sparse(g, 1, 0, 0, idx, v, 2), FLPS_OK);
+        cr_assert_eq(last(g)->msg.op, PROTO_OP_UPDATE);
+        cr_assert_gt(g->n, before_n);
+        take_snap(g, &after);
+        cr_assert_eq(after.iter[0], 1);
+        rig_free(g);
+        ASSERT_NO_LEAKS();
+    }
 }
