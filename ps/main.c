@@ -75,6 +75,11 @@ static void usage(FILE *f)
             "a power loss,\n"
             "                             not only a crash of flps "
             "(docs/durability.md)\n"
+            "  --checkpoint-request-interval SEC\n"
+            "                             serve a CHECKPOINT request at most "
+            "once per SEC\n"
+            "                             seconds (default 10; 0 = no "
+            "limit)\n"
             "  --max-model-elements N     refuse a REGISTER whose layout has "
             "more than N\n"
             "                             elements in all (default 2^31)\n"
@@ -128,6 +133,7 @@ int main(int argc, char **argv)
         {"restore-truncate-at-corruption", no_argument, NULL, 'T'},
         {"metrics", required_argument, NULL, 'm'},
         {"max-model-elements", required_argument, NULL, 'E'},
+        {"checkpoint-request-interval", required_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -135,6 +141,7 @@ int main(int argc, char **argv)
     const char *metrics_ep = NULL;
     uint32_t shard = UINT32_MAX, nshards = 0, interval = 0;
     uint64_t max_elems = PS_MAX_MODEL_ELEMENTS_DEFAULT;
+    uint32_t ckpt_req_every = (uint32_t)PS_CKPT_REQUEST_INTERVAL_DEFAULT;
     int restore = 0, do_fsync = 0, cut_corrupt = 0, c;
     char bound[256], comp[64], mbound[128];
     transport *t = NULL;
@@ -185,6 +192,11 @@ int main(int argc, char **argv)
             break;
         case 'm':
             metrics_ep = optarg;
+            break;
+        case 'R':
+            if (!parse_u32("--checkpoint-request-interval", optarg, 0,
+                           86400 * 365, &ckpt_req_every))
+                return 2;
             break;
         case 'E':
             if (!parse_u64("--max-model-elements", optarg, 1, UINT64_C(1) << 40,
@@ -259,6 +271,8 @@ int main(int argc, char **argv)
     cfg.fsync_wal = do_fsync;
     cfg.wal_truncate_at_corruption = cut_corrupt;
     cfg.max_model_elements = max_elems;
+    cfg.ckpt_request_interval_s =
+        ckpt_req_every == 0 ? -1.0 : (double)ckpt_req_every;
     cfg.send = ps_net_send;
     cfg.send_arg = t;
     if (pm != NULL) {

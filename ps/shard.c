@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "proto/partmap.h"
 #include "ps/persist.h"
@@ -321,6 +323,8 @@ static void shard_drop_layout(ps_shard *s)
             part_destroy(s->parts[i], s->jc.workers);
     flps_free(s->parts);
     s->parts = NULL;
+    flps_free(s->member);
+    s->member = NULL;
     partmap_fini(&s->pm);
     flps_free(s->tensors);
     s->tensors = NULL;
@@ -404,6 +408,11 @@ static flps_err shard_configure(ps_shard *s, const proto_jobcfg *c,
         if (rc != FLPS_OK)
             goto fail;
         s->nowned++;
+    }
+    s->member = flps_calloc(c->workers, sizeof(*s->member));
+    if (s->member == NULL) {
+        rc = FLPS_ENOMEM;
+        goto fail;
     }
     rc = ps_merge_create(c->workers, &s->merge);
     if (rc != FLPS_OK)
@@ -567,6 +576,13 @@ static flps_err on_register(ps_shard *s, uint32_t peer, const proto_msg *m)
             return rc;
         }
     }
+    if (m->rank >= s->jc.workers) {
+        ps_shard_reply_error(s, peer, m, FLPS_EINVAL,
+                             "rank %u is not below workers=%u", m->rank,
+                             s->jc.workers);
+        return FLPS_EINVAL;
+    }
+    s->member[m->rank] = peer + 1;
     for (uint32_t i = 0; i < s->pm.nparts; i++)
         if (s->parts[i] != NULL && s->parts[i]->iter < min_iter)
             min_iter = s->parts[i]->iter;
@@ -603,6 +619,7 @@ ps_part *ps_shard_request_part(ps_shard *s, uint32_t peer, const proto_msg *m,
         return NULL;
     }
     p = s->parts[m->part];
+    s->member[m->rank] = peer + 1;
     if (need_init && !p->initialized) {
         *err = FLPS_ESTATE;
         ps_shard_reply_error(
@@ -694,6 +711,63 @@ static flps_err on_pull(ps_shard *s, uint32_t peer, const proto_msg *m)
     return rc;
 }
 
+static int peer_is_member(const ps_shard *s, uint32_t peer)
+{
+    for (uint32_t r = 0; s->member != NULL && r < s->jc.workers; r++)
+        if (s->member[r] == peer + 1)
+            return 1;
+    return 0;
+}
+
+/* A checkpoint writes and fsyncs the whole shard: only members of the job
+ * may ask, and at most once per ckpt_request_interval_s (a flood wrote
+ * 400 checkpoints, 1.6 GB, in 2 s). */
+static flps_err on_checkpoint(ps_shard *s, uint32_t peer, const proto_msg *m)
+{
+    const double every = s->cfg.ckpt_request_interval_s == 0
+                             ? PS_CKPT_REQUEST_INTERVAL_DEFAULT
+                             : s->cfg.ckpt_request_interval_s;
+    double now = flps_mono_s();
+    flps_err rc;
+
+    /* A restored shard has not heard from its workers yet, and a client
+     * does not register again after a shard restart: the first peer to
+     * speak as a rank that nobody holds becomes its member. */
+    if (s->configured && s->restored && m->rank < s->jc.workers &&
+        s->member[m->rank] == 0)
+        s->member[m->rank] = peer + 1;
+    if (s->configured && !peer_is_member(s, peer)) {
+        ps_shard_reply_error(s, peer, m, FLPS_ESTATE,
+                             "only a registered worker of job '%s' may ask "
+                             "for a checkpoint; register first",
+                             s->job);
+        return FLPS_ESTATE;
+    }
+    if (s->ckpt_req_done && every > 0 && now - s->ckpt_req_mono < every) {
+        char text[PROTO_ERRMSG_MAX + 1], when[32];
+        struct tm tm;
+        gmtime_r(&s->ckpt_req_wall, &tm);
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        snprintf(text, sizeof(text),
+                 "checkpoint done recently (at %s, %.1f s ago; at most one "
+                 "per %g s); not written again",
+                 when, now - s->ckpt_req_mono, every);
+        ps_shard_reply_ack(s, peer, m, 1, text, 0);
+        return FLPS_OK;
+    }
+    rc = ps_shard_checkpoint(s);
+    if (rc != FLPS_OK) {
+        ps_shard_reply_error(s, peer, m, rc, "checkpoint failed: %s",
+                             flps_strerror(rc));
+        return rc;
+    }
+    s->ckpt_req_done = 1;
+    s->ckpt_req_mono = now;
+    s->ckpt_req_wall = time(NULL);
+    ps_shard_reply_ack(s, peer, m, 0, "checkpoint written", 0);
+    return FLPS_OK;
+}
+
 flps_err ps_shard_handle(ps_shard *s, transport_rx *rx)
 {
     proto_msg m;
@@ -733,12 +807,7 @@ flps_err ps_shard_handle(ps_shard *s, transport_rx *rx)
         }
         break;
     case PROTO_OP_CHECKPOINT:
-        rc = ps_shard_checkpoint(s);
-        if (rc == FLPS_OK)
-            ps_shard_reply_ack(s, rx->peer, &m, 0, "checkpoint written", 0);
-        else
-            ps_shard_reply_error(s, rx->peer, &m, rc, "checkpoint failed: %s",
-                                 flps_strerror(rc));
+        rc = on_checkpoint(s, rx->peer, &m);
         break;
     default:
         ps_shard_reply_error(s, rx->peer, &m, FLPS_EPROTO,
@@ -947,6 +1016,7 @@ flps_err ps_shard_create(const ps_shard_config *cfg, int restore,
                 }
                 if (rc != FLPS_OK)
                     goto fail;
+                s->restored = 1;
                 log_info("restored %u parts from %s and %llu log records "
                          "from %s",
                          s->nowned, s->ckpt_path, (unsigned long long)nrec,

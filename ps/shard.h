@@ -50,7 +50,14 @@ typedef struct ps_shard_config {
      * tensor, every shard); a REGISTER declaring more is refused before
      * anything is allocated. 0: PS_MAX_MODEL_ELEMENTS_DEFAULT. */
     uint64_t max_model_elements;
+    /* A CHECKPOINT request is served at most once per this many seconds;
+     * one sooner is answered with an ACK of status 1 naming the last (the
+     * log keeps every update meanwhile). 0: the default below, negative:
+     * no limit. Only peers that registered may ask at all. */
+    double ckpt_request_interval_s;
 } ps_shard_config;
+
+#define PS_CKPT_REQUEST_INTERVAL_DEFAULT 10.0
 
 /* 2^31 elements (8 GiB of f32 for the whole model): larger than any model
  * the built-in workers train, small enough that one REGISTER cannot ask a

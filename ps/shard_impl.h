@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "compress/topk.h"
 #include "proto/msg.h"
@@ -95,6 +96,14 @@ struct ps_shard {
     ps_held_reply *held;
     size_t nheld, held_cap;
     int broken; /* a log append failed: see ps_shard_is_broken */
+    /* Per rank: 1 + the peer that last spoke as that rank in an accepted
+     * REGISTER or request (0: none yet), so only members of the job may
+     * ask for checkpoints. workers entries, with the layout. */
+    uint32_t *member;
+    int restored; /* the layout came from a checkpoint, not a REGISTER */
+    double ckpt_req_mono; /* when a requested checkpoint was last written */
+    time_t ckpt_req_wall; /* the same, as wall-clock time for the reply */
+    int ckpt_req_done;    /* whether there was one */
     ps_shard_stats stats;
 };
 

@@ -52,6 +52,7 @@ typedef struct rig {
     char dir[64];       /* checkpoint directory, "" for none */
     int cut_corrupt;    /* restore with wal_truncate_at_corruption */
     uint64_t max_elems; /* max_model_elements, 0 for the default */
+    double ckpt_every;  /* ckpt_request_interval_s, 0 for the default */
 } rig;
 
 static void *copy_of(const void *p, size_t len)
@@ -178,6 +179,7 @@ static flps_err rig_create(rig *g, int restore, ps_shard **out)
     c.fsync_wal = 0;
     c.wal_truncate_at_corruption = g->cut_corrupt;
     c.max_model_elements = g->max_elems;
+    c.ckpt_request_interval_s = g->ckpt_every;
     c.send = capture;
     c.send_arg = g;
     return ps_shard_create(&c, restore, out);
@@ -2504,4 +2506,81 @@ Test(shard, out_of_memory_while_closing_an_iteration_is_answered_and_survived)
         rig_free(g);
         ASSERT_NO_LEAKS();
     }
+}
+
+/* ---- checkpoint requests (issue 12, finding 3) ---- */
+
+Test(shard, a_checkpoint_request_from_a_peer_that_never_registered_is_refused)
+{
+    rig *g = durable_rig(PROTO_AGG_DENSE);
+    proto_msg ck = base_msg(PROTO_OP_CHECKPOINT, 0, 0, 0);
+    const uint64_t written = ps_shard_stats_get(g->s)->checkpoints;
+    refusal_ctx c;
+
+    refusal_begin(g, &c);
+    refusal_check(g, &c, deliver(g, 999, &ck), FLPS_ESTATE, 999,
+                  "only a registered worker of job 'job' may ask for a "
+                  "checkpoint");
+    cr_assert_eq(ps_shard_stats_get(g->s)->checkpoints, written,
+                 "nothing written");
+    /* The member is served. */
+    cr_assert_eq(deliver(g, PEER(1), &ck), FLPS_OK);
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_ACK);
+    cr_assert_str_eq(last(g)->msg.text, "checkpoint written");
+    cr_assert_eq(ps_shard_stats_get(g->s)->checkpoints, written + 1);
+    rig_free(g);
+}
+
+Test(shard, a_checkpoint_flood_writes_one_checkpoint_per_interval)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    proto_msg ck = base_msg(PROTO_OP_CHECKPOINT, 0, 0, 0);
+    uint64_t written;
+
+    g->ckpt_every = 0.5;
+    rig_use_dir(g);
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 4);
+    written = ps_shard_stats_get(g->s)->checkpoints;
+    cr_assert_eq(deliver(g, PEER(0), &ck), FLPS_OK);
+    cr_assert_str_eq(last(g)->msg.text, "checkpoint written");
+    for (int i = 0; i < 400; i++) {
+        clear_replies(g);
+        cr_assert_eq(deliver(g, PEER(i % 2), &ck), FLPS_OK);
+        cr_assert_eq(g->n, 1);
+        cr_assert_eq(last(g)->msg.op, PROTO_OP_ACK);
+        cr_assert_eq(last(g)->msg.status, 1);
+        cr_assert_neq(
+            strstr(last(g)->msg.text, "checkpoint done recently (at "), NULL,
+            "%s", last(g)->msg.text);
+        cr_assert_neq(strstr(last(g)->msg.text, "at most one per 0.5 s"), NULL,
+                      "%s", last(g)->msg.text);
+    }
+    cr_assert_eq(ps_shard_stats_get(g->s)->checkpoints, written + 1,
+                 "401 requests, one checkpoint");
+    usleep(600 * 1000);
+    cr_assert_eq(deliver(g, PEER(1), &ck), FLPS_OK);
+    cr_assert_str_eq(last(g)->msg.text, "checkpoint written");
+    cr_assert_eq(ps_shard_stats_get(g->s)->checkpoints, written + 2);
+    rig_free(g);
+}
+
+Test(
+    shard,
+    a_restored_shard_serves_the_checkpoint_of_a_worker_that_did_not_register_again)
+{
+    rig *g = durable_rig(PROTO_AGG_DENSE);
+    proto_msg ck = base_msg(PROTO_OP_CHECKPOINT, 1, 0, 0);
+    refusal_ctx c;
+
+    crash_and_restore(g);
+    clear_replies(g);
+    cr_assert_eq(deliver(g, PEER(1), &ck), FLPS_OK);
+    cr_assert_str_eq(last(g)->msg.text, "checkpoint written");
+    /* Rank 1 is held now: another peer speaking as rank 1 is a stranger. */
+    refusal_begin(g, &c);
+    refusal_check(g, &c, deliver(g, 999, &ck), FLPS_ESTATE, 999,
+                  "register first");
+    rig_free(g);
 }
