@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -80,6 +81,16 @@ static void usage(FILE *f)
             "once per SEC\n"
             "                             seconds (default 10; 0 = no "
             "limit)\n"
+            "  --max-connections N        connections at once; newer ones "
+            "are closed\n"
+            "                             (default 1024, at most 65535)\n"
+            "  --max-message-bytes N      a peer sending a larger frame is "
+            "disconnected\n"
+            "                             (default 268435456, 256 MiB)\n"
+            "  --send-hwm N               replies queued per peer; more to a "
+            "peer that\n"
+            "                             does not read are dropped (default "
+            "4096)\n"
             "  --max-model-elements N     refuse a REGISTER whose layout has "
             "more than N\n"
             "                             elements in all (default 2^31)\n"
@@ -89,6 +100,32 @@ static void usage(FILE *f)
             "one)\n"
             "On start it prints one line 'listening on ENDPOINT' to stdout,\n"
             "then, with --metrics, 'metrics on HOST:PORT'.\n");
+}
+
+/* Every connection holds a descriptor: raise the soft limit to the hard
+ * one and keep the connection cap below it (1,100 idle connections used
+ * to exhaust the descriptors and make ZeroMQ's accept loop spin). */
+static void fit_connections(uint32_t *max_conns)
+{
+    /* Files, the log, the metrics server and ZeroMQ's own descriptors. */
+    const rlim_t spare = 64;
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+        (void)getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < *max_conns + spare) {
+        uint32_t fit =
+            rl.rlim_cur > spare + 1 ? (uint32_t)(rl.rlim_cur - spare) : 1;
+        log_warn("only %llu file descriptors: --max-connections lowered from "
+                 "%u to %u",
+                 (unsigned long long)rl.rlim_cur, *max_conns, fit);
+        *max_conns = fit;
+    }
 }
 
 /* A whole number flag in [min, max], or a message naming it and 0. */
@@ -134,6 +171,9 @@ int main(int argc, char **argv)
         {"metrics", required_argument, NULL, 'm'},
         {"max-model-elements", required_argument, NULL, 'E'},
         {"checkpoint-request-interval", required_argument, NULL, 'R'},
+        {"max-connections", required_argument, NULL, 'C'},
+        {"max-message-bytes", required_argument, NULL, 'B'},
+        {"send-hwm", required_argument, NULL, 'H'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -142,6 +182,10 @@ int main(int argc, char **argv)
     uint32_t shard = UINT32_MAX, nshards = 0, interval = 0;
     uint64_t max_elems = PS_MAX_MODEL_ELEMENTS_DEFAULT;
     uint32_t ckpt_req_every = (uint32_t)PS_CKPT_REQUEST_INTERVAL_DEFAULT;
+    uint32_t max_conns = TRANSPORT_MAX_PEERS_DEFAULT,
+             hwm = TRANSPORT_SEND_HWM_DEFAULT;
+    uint64_t max_frame = (uint64_t)TRANSPORT_MAX_FRAME_DEFAULT;
+    transport_limits lim;
     int restore = 0, do_fsync = 0, cut_corrupt = 0, c;
     char bound[256], comp[64], mbound[128];
     transport *t = NULL;
@@ -196,6 +240,19 @@ int main(int argc, char **argv)
         case 'R':
             if (!parse_u32("--checkpoint-request-interval", optarg, 0,
                            86400 * 365, &ckpt_req_every))
+                return 2;
+            break;
+        case 'C':
+            if (!parse_u32("--max-connections", optarg, 1, 65535, &max_conns))
+                return 2;
+            break;
+        case 'B':
+            if (!parse_u64("--max-message-bytes", optarg, 4096,
+                           UINT64_C(1) << 40, &max_frame))
+                return 2;
+            break;
+        case 'H':
+            if (!parse_u32("--send-hwm", optarg, 1, 1u << 24, &hwm))
                 return 2;
             break;
         case 'E':
@@ -258,6 +315,15 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    fit_connections(&max_conns);
+    lim.send_hwm = (int)hwm;
+    lim.max_frame_bytes = (int64_t)max_frame;
+    lim.max_peers = max_conns;
+    rc = transport_zmq_set_limits(t, &lim);
+    if (rc != FLPS_OK) {
+        log_error("cannot set the transport's limits: %s", flps_strerror(rc));
+        goto out;
+    }
     rc = transport_listen(t, listen_ep, bound, sizeof(bound));
     if (rc != FLPS_OK) {
         log_error("%s", t->errmsg);
@@ -306,7 +372,11 @@ int main(int argc, char **argv)
                 goto out;
             }
         } else if (rc == FLPS_EPROTO) {
-            log_warn("dropped a message: %s", t->errmsg);
+            /* Answered (and logged, rate-limited) like any refusal. */
+            if (t->refused_peer != UINT32_MAX)
+                ps_shard_refuse(s, t->refused_peer, FLPS_EPROTO, t->errmsg);
+            else
+                ps_shard_count_dropped(s, t->errmsg);
         } else if (rc != FLPS_ETIMEDOUT) {
             log_error("receive failed: %s", t->errmsg);
             goto out;

@@ -32,6 +32,45 @@ void ps_shard_reply_init(const ps_shard *s, ps_reply *r, proto_op op,
     r->msg.version = version;
 }
 
+/* Refusals each reason logs per minute before it only counts them. */
+#define PS_REFUSAL_LOG_BURST 5
+
+/* Whether to log a refusal for err: the first PS_REFUSAL_LOG_BURST of a
+ * minute, then one line with the count when the next minute's first
+ * comes (200k refused messages logged 35 MB). */
+static int refusal_log_ok(ps_shard *s, flps_err err)
+{
+    const double now = flps_mono_s();
+
+    if (s->log_count[err] == 0 || now - s->log_since[err] >= 60) {
+        if (s->log_quiet[err] > 0)
+            log_warn("%llu more refusals for %s in the last minute were not "
+                     "logged",
+                     (unsigned long long)s->log_quiet[err], flps_errname(err));
+        s->log_since[err] = now;
+        s->log_count[err] = 0;
+        s->log_quiet[err] = 0;
+    }
+    if (s->log_count[err] < PS_REFUSAL_LOG_BURST) {
+        s->log_count[err]++;
+        return 1;
+    }
+    s->log_quiet[err]++;
+    return 0;
+}
+
+void ps_shard_refuse(ps_shard *s, uint32_t peer, flps_err err, const char *text)
+{
+    ps_shard_reply_error(s, peer, NULL, err, "%s", text);
+}
+
+void ps_shard_count_dropped(ps_shard *s, const char *why)
+{
+    s->stats.rejected[FLPS_EPROTO]++;
+    if (refusal_log_ok(s, FLPS_EPROTO))
+        log_warn("dropped a message: %s", why);
+}
+
 void ps_shard_reply_error(ps_shard *s, uint32_t peer, const proto_msg *req,
                           flps_err err, const char *fmt, ...)
 {
@@ -45,12 +84,13 @@ void ps_shard_reply_error(ps_shard *s, uint32_t peer, const proto_msg *req,
     flps_errbuf_vset(r.msg.text, sizeof(r.msg.text), err, fmt, ap);
     va_end(ap);
     s->stats.rejected[err]++;
-    log_warn("refused %s from peer %u (rank %u, part %u, iteration %llu): "
-             "%s: %s",
-             req ? proto_op_name(req->op) : "message", peer,
-             req ? req->rank : 0, req ? req->part : 0,
-             req ? (unsigned long long)req->iter : 0ULL, flps_errname(err),
-             r.msg.text);
+    if (refusal_log_ok(s, err))
+        log_warn("refused %s from peer %u (rank %u, part %u, iteration %llu): "
+                 "%s: %s",
+                 req ? proto_op_name(req->op) : "message", peer,
+                 req ? req->rank : 0, req ? req->part : 0,
+                 req ? (unsigned long long)req->iter : 0ULL, flps_errname(err),
+                 r.msg.text);
     s->cfg.send(s->cfg.send_arg, peer, &r);
 }
 
@@ -66,14 +106,51 @@ void ps_shard_reply_ack(ps_shard *s, uint32_t peer, const proto_msg *req,
     s->cfg.send(s->cfg.send_arg, peer, &r);
 }
 
+/* Forget the pull replies of p the transport is done with; returns whether
+ * one to peer is still being sent. A buffer is done when no references
+ * are left but the part's own: this list's and the reply pool's. */
+static int pull_in_flight(ps_part *p, uint32_t peer)
+{
+    int busy = 0;
+    uint32_t k = 0;
+
+    for (uint32_t i = 0; i < p->nout; i++) {
+        proto_buf *b = p->out[i].buf;
+        size_t ours = 1;
+        for (int j = 0; j < PS_REPLY_POOL; j++)
+            ours += p->reply[j] == b;
+        if (proto_buf_refs(b) <= ours) {
+            proto_buf_release(b);
+            continue;
+        }
+        busy |= p->out[i].peer == peer;
+        p->out[k++] = p->out[i];
+    }
+    p->nout = k;
+    return busy;
+}
+
 static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
                              ps_part *p)
 {
     ps_reply r;
-    proto_buf *b = ps_shard_reply_buf(p, (size_t)p->numel * sizeof(float), 0);
+    proto_buf *b;
 
+    (void)pull_in_flight(p, peer); /* done buffers back to the pool */
+    if (p->nout == p->out_cap) {
+        uint32_t cap = p->out_cap ? 2 * p->out_cap : 4;
+        ps_pull_out *o = flps_realloc(p->out, cap * sizeof(*o));
+        if (o == NULL)
+            return FLPS_ENOMEM;
+        p->out = o;
+        p->out_cap = cap;
+    }
+    b = ps_shard_reply_buf(p, (size_t)p->numel * sizeof(float), 0);
     if (b == NULL)
         return FLPS_ENOMEM;
+    p->out[p->nout].peer = peer;
+    p->out[p->nout].buf = proto_buf_hold(b);
+    p->nout++;
     /* A copy: the part keeps changing while the transport sends. It comes
      * from the part's pool, which keeps its reference. */
     memcpy(proto_buf_data(b), p->w, (size_t)p->numel * sizeof(float));
@@ -279,6 +356,9 @@ static void part_destroy(ps_part *p, uint32_t workers)
         flps_free(p->pulls);
         p->pulls = n;
     }
+    for (uint32_t i = 0; i < p->nout; i++)
+        proto_buf_release(p->out[i].buf);
+    flps_free(p->out);
     for (uint32_t r = 0; p->decoded != NULL && r < workers; r++)
         flps_free(p->decoded[r]);
     flps_free(p->decoded);
@@ -705,9 +785,21 @@ static flps_err on_pull(ps_shard *s, uint32_t peer, const proto_msg *m)
         p->pulls = w;
         return FLPS_OK;
     }
+    if (pull_in_flight(p, peer)) {
+        /* The copy sent for its last PULL of this part is still on its
+         * way (a resend, or a peer that does not read): that copy is the
+         * answer. No ERROR either: a client would take it as a failure. */
+        s->stats.rejected[FLPS_EDUP]++;
+        if (refusal_log_ok(s, FLPS_EDUP))
+            log_warn("ignored a PULL of part %u from peer %u: the reply to "
+                     "its last one is still being sent",
+                     p->id, peer);
+        return FLPS_EDUP;
+    }
     rc = reply_values(s, peer, m->rank, p);
     if (rc != FLPS_OK)
-        ps_shard_reply_error(s, peer, m, rc, "cannot build the reply");
+        ps_shard_reply_error(s, peer, m, rc, "cannot build the reply: %s",
+                             flps_strerror(rc));
     return rc;
 }
 

@@ -101,6 +101,16 @@ flps_err ps_shard_checkpoint(ps_shard *s);
 
 const ps_shard_stats *ps_shard_stats_get(const ps_shard *s);
 
+/* Refuse a message that never reached ps_shard_handle (the transport
+ * dropped it: too many frames): count it under err, log it (rate-limited
+ * like every refusal) and answer peer with an ERROR carrying text. */
+void ps_shard_refuse(ps_shard *s, uint32_t peer, flps_err err,
+                     const char *text);
+
+/* Count (under FLPS_EPROTO) and log, rate-limited, a message the
+ * transport dropped without anyone to answer (a full table of peers). */
+void ps_shard_count_dropped(ps_shard *s, const char *why);
+
 /* Test and tool access: the values and version of part `part` (NULL /
  * FLPS_EINVAL if not owned or not initialised). */
 flps_err ps_shard_part(const ps_shard *s, uint32_t part, const float **values,

@@ -24,6 +24,14 @@ typedef struct ps_pull_wait {
     struct ps_pull_wait *next;
 } ps_pull_wait;
 
+/* A pull reply the transport may still be sending: the part keeps a
+ * reference to its buffer, so a peer is sent one copy of a part at a
+ * time however many PULLs it sends without reading. */
+typedef struct ps_pull_out {
+    uint32_t peer;
+    proto_buf *buf;
+} ps_pull_out;
+
 /* Reply buffers a part keeps: one is enough while each update is sent
  * before the next iteration closes (a synchronous worker pushes again only
  * after it received the update); the second covers a close that comes
@@ -52,6 +60,8 @@ typedef struct ps_part {
     proto_buf *reply[PS_REPLY_POOL];
     uint64_t *last_async; /* async: per rank, last iteration applied + 1 */
     ps_pull_wait *pulls;  /* pulls waiting for initial values */
+    ps_pull_out *out;     /* pull replies maybe still being sent */
+    uint32_t nout, out_cap;
 } ps_part;
 
 /* A sparse UPDATE held back while a message of several parts is handled,
@@ -96,6 +106,11 @@ struct ps_shard {
     ps_held_reply *held;
     size_t nheld, held_cap;
     int broken; /* a log append failed: see ps_shard_is_broken */
+    /* Refusals logged per reason in the current minute (the first
+     * PS_REFUSAL_LOG_BURST; then counted and summed up in one line). */
+    double log_since[FLPS_ERR_COUNT_];
+    uint32_t log_count[FLPS_ERR_COUNT_];
+    uint64_t log_quiet[FLPS_ERR_COUNT_];
     /* Per rank: 1 + the peer that last spoke as that rank in an accepted
      * REGISTER or request (0: none yet), so only members of the job may
      * ask for checkpoints. workers entries, with the layout. */
