@@ -53,6 +53,10 @@ typedef struct rig {
     int cut_corrupt;    /* restore with wal_truncate_at_corruption */
     uint64_t max_elems; /* max_model_elements, 0 for the default */
     double ckpt_every;  /* ckpt_request_interval_s, 0 for the default */
+    /* Hold every reply's payload, as a transport still sending it does. */
+    int hold;
+    proto_buf *held[64];
+    size_t nheld;
 } rig;
 
 static void *copy_of(const void *p, size_t len)
@@ -89,6 +93,10 @@ static void capture(void *arg, uint32_t peer, const ps_reply *rep)
         g->cap = g->cap ? 2 * g->cap : 64;
         g->r = realloc(g->r, g->cap * sizeof(*g->r));
         cr_assert_not_null(g->r);
+    }
+    if (g->hold && rep->payload != NULL) {
+        cr_assert_lt(g->nheld, 64);
+        g->held[g->nheld++] = proto_buf_hold(rep->payload);
     }
     c = &g->r[g->n++];
     memset(c, 0, sizeof(*c));
@@ -190,8 +198,17 @@ static void rig_start(rig *g)
     cr_assert_eq(rig_create(g, 0, &g->s), FLPS_OK);
 }
 
+/* The transport is done sending: drop the held payloads. */
+static void rig_sent(rig *g)
+{
+    for (size_t i = 0; i < g->nheld; i++)
+        proto_buf_release(g->held[i]);
+    g->nheld = 0;
+}
+
 static void rig_free(rig *g)
 {
+    rig_sent(g);
     ps_shard_destroy(g->s);
     clear_replies(g);
     free(g->r);
@@ -2582,5 +2599,89 @@ Test(
     refusal_begin(g, &c);
     refusal_check(g, &c, deliver(g, 999, &ck), FLPS_ESTATE, 999,
                   "register first");
+    rig_free(g);
+}
+
+/* ---- what peers can make a shard hold (issue 12, finding 4) ---- */
+
+Test(shard, a_peer_is_sent_one_copy_of_a_part_at_a_time)
+{
+    rig *g = rig_ready(2, PROTO_AGG_DENSE);
+    proto_msg m = base_msg(PROTO_OP_PULL, 1, 0, 0);
+
+    g->hold = 1;
+    clear_replies(g);
+    /* 300 PULLs of one part from a peer that does not read. */
+    cr_assert_eq(deliver(g, PEER(1), &m), FLPS_OK);
+    for (int i = 0; i < 299; i++)
+        cr_assert_eq(deliver(g, PEER(1), &m), FLPS_EDUP);
+    cr_assert_eq(g->n, 1, "one PULL_REPLY, then nothing");
+    cr_assert_eq(g->r[0].msg.op, PROTO_OP_PULL_REPLY);
+    cr_assert_eq(g->nheld, 1, "one copy of the part in flight");
+    cr_assert_eq(ps_shard_stats_get(g->s)->rejected[FLPS_EDUP], 299);
+    cr_assert_eq(ps_shard_stats_get(g->s)->pulls, 1);
+    /* The legitimate client is still served meanwhile. */
+    m.rank = 0;
+    cr_assert_eq(deliver(g, PEER(0), &m), FLPS_OK);
+    cr_assert_eq(g->n, 2);
+    cr_assert_eq(last(g)->peer, PEER(0));
+    /* Once the copy is sent, the peer may pull the part again. */
+    rig_sent(g);
+    m.rank = 1;
+    cr_assert_eq(deliver(g, PEER(1), &m), FLPS_OK);
+    cr_assert_eq(g->n, 3);
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_PULL_REPLY);
+    rig_free(g);
+}
+
+static int warn_lines;
+
+static void count_warnings(void *arg, flps_log_level level, const char *line)
+{
+    (void)arg;
+    (void)line;
+    if (level >= FLPS_LOG_WARN)
+        warn_lines++;
+}
+
+Test(shard, refusals_are_logged_a_few_times_per_reason_then_counted)
+{
+    rig *g = rig_ready(2, PROTO_AGG_DENSE);
+    proto_msg other = base_msg(PROTO_OP_PUSH, 0, 0, 0);
+    const float v[4] = {1, 2, 3, 4};
+
+    strcpy(other.job, "other");
+    other.codec = PROTO_CODEC_DENSE;
+    other.n = 4;
+    other.val = v;
+    clear_replies(g);
+    warn_lines = 0;
+    flps_set_logger(count_warnings, NULL);
+    for (int i = 0; i < 1000; i++)
+        cr_assert_eq(deliver(g, PEER(0), &other), FLPS_EJOB);
+    for (int i = 0; i < 1000; i++)
+        cr_assert_eq(push_dense(g, 0, 0, 5, v, 4), FLPS_EFUTURE);
+    flps_set_logger(NULL, NULL);
+    cr_assert_eq(warn_lines, 10, "5 lines per reason, not %d", warn_lines);
+    cr_assert_eq(g->n, 2000, "every refusal is still answered");
+    cr_assert_eq(ps_shard_stats_get(g->s)->rejected[FLPS_EJOB], 1000);
+    cr_assert_eq(ps_shard_stats_get(g->s)->rejected[FLPS_EFUTURE], 1000);
+    rig_free(g);
+}
+
+Test(shard, a_message_the_transport_refused_is_answered_and_counted)
+{
+    rig *g = rig_ready(1, PROTO_AGG_DENSE);
+
+    clear_replies(g);
+    ps_shard_refuse(g->s, 77, FLPS_EPROTO,
+                    "message with more than 4 frames dropped");
+    cr_assert_eq(g->n, 1);
+    cr_assert_eq(last(g)->peer, 77);
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_ERROR);
+    cr_assert_eq(last(g)->msg.status, FLPS_EPROTO);
+    cr_assert_neq(strstr(last(g)->msg.text, "more than 4 frames"), NULL, "%s",
+                  last(g)->msg.text);
+    cr_assert_eq(ps_shard_stats_get(g->s)->rejected[FLPS_EPROTO], 1);
     rig_free(g);
 }
