@@ -175,8 +175,11 @@ static flps_err zt_listen(transport *t, const char *endpoint, char *bound,
         goto fail;
     }
     z->mon = zmq_socket(z->ctx, ZMQ_PAIR);
+    /* No receive limit: a lost ACCEPTED or DISCONNECTED event would put
+     * the count of connections off for good. */
     if (z->mon == NULL ||
         zmq_setsockopt(z->mon, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
+        zmq_setsockopt(z->mon, ZMQ_RCVHWM, &zero, sizeof(zero)) != 0 ||
         zmq_connect(z->mon, mon_ep) != 0) {
         rc = zt_fail(z, "monitor socket");
         goto fail;
@@ -581,6 +584,8 @@ static flps_err zt_recv(transport *t, int timeout_ms, transport_rx **out)
             zmq_pollitem_t it[2] = {{z->router, 0, ZMQ_POLLIN, 0},
                                     {z->mon, 0, ZMQ_POLLIN, 0}};
             n = zmq_poll(it, 2, wait);
+            if (n < 0)
+                break; /* before anything else can overwrite its errno */
             /* Before the message: a peer whose connection went is freed
              * before a new one can arrive on the same descriptor. */
             zt_drain_monitor(z);

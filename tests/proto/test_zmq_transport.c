@@ -439,3 +439,31 @@ Test(zmq_transport, a_peer_that_disconnects_leaves_no_routing_state)
     pair_close(&p);
     ASSERT_NO_LEAKS();
 }
+
+#include <signal.h>
+#include <sys/time.h>
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+}
+
+Test(zmq_transport, a_signal_during_a_listeners_wait_is_a_timeout_not_an_error)
+{
+    pair p;
+    transport_rx *rx = NULL;
+    struct sigaction sa, old;
+    struct itimerval tv = {{0, 0}, {0, 100 * 1000}};
+
+    pair_open(&p);
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_alarm; /* no SA_RESTART: the poll is interrupted */
+    cr_assert_eq(sigaction(SIGALRM, &sa, &old), 0);
+    cr_assert_eq(setitimer(ITIMER_REAL, &tv, NULL), 0);
+    /* A daemon's SIGTERM arrives like this: its loop must see a timeout
+     * and check its stop flag, not a failed receive. */
+    cr_assert_eq(transport_recv(p.srv, 5000, &rx), FLPS_ETIMEDOUT, "%s",
+                 p.srv->errmsg);
+    sigaction(SIGALRM, &old, NULL);
+    pair_close(&p);
+}
