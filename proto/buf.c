@@ -57,6 +57,11 @@ proto_buf *proto_buf_hold(proto_buf *b)
     return b;
 }
 
+size_t proto_buf_refs(const proto_buf *b)
+{
+    return atomic_load_explicit(&((proto_buf *)b)->refs, memory_order_acquire);
+}
+
 int proto_buf_is_unique(const proto_buf *b)
 {
     return atomic_load_explicit(&((proto_buf *)b)->refs,

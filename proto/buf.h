@@ -30,4 +30,9 @@ void proto_buf_release(proto_buf *b);
  * a true answer never race with the reads before that release. */
 int proto_buf_is_unique(const proto_buf *b);
 
+/* How many references there are now: a snapshot, exact only for what the
+ * caller's own references account for (the others may drop at any time,
+ * never rise unless the caller gives one away). */
+size_t proto_buf_refs(const proto_buf *b);
+
 #endif

@@ -41,7 +41,30 @@ typedef struct transport_stats {
     uint64_t bytes_recv;
     uint64_t msgs_sent;
     uint64_t msgs_recv;
+    uint64_t msgs_dropped;  /* listener: not queued, the peer did not read */
+    uint64_t conns_refused; /* listener: closed beyond max_peers */
 } transport_stats;
+
+/* What a listener bounds, so that peers which do not read, send huge
+ * frames or open many connections cannot grow it without limit. */
+typedef struct transport_limits {
+    /* Messages queued for one peer; a reply beyond it is dropped, not
+     * buffered (0: no limit). */
+    int send_hwm;
+    /* A peer sending a larger frame is disconnected (-1: no limit). */
+    int64_t max_frame_bytes;
+    /* Connections at once; newer ones are closed as they come (0: no
+     * limit). Also the size of the table of peers. */
+    uint32_t max_peers;
+} transport_limits;
+
+#define TRANSPORT_SEND_HWM_DEFAULT 4096
+#define TRANSPORT_MAX_FRAME_DEFAULT (INT64_C(1) << 28) /* 256 MiB */
+#define TRANSPORT_MAX_PEERS_DEFAULT 1024
+/* Peer numbers of a listener: the slot in its table of peers in the low
+ * bits, a count of the slot's reuses above, so the number of a peer that
+ * left is not given to the next one for a long while. */
+#define TRANSPORT_PEER_SLOT_BITS 16
 
 typedef struct transport_vtable {
     const char *name;
@@ -58,6 +81,9 @@ struct transport {
     const transport_vtable *vt;
     transport_stats stats;
     char errmsg[256]; /* the last error, for logs */
+    /* After transport_recv returned FLPS_EPROTO: the peer whose message
+     * was refused, to answer it, or UINT32_MAX when it cannot be. */
+    uint32_t refused_peer;
 };
 
 /* Bind to endpoint ("tcp://127.0.0.1:0" picks a free port); writes the
@@ -88,7 +114,9 @@ static inline flps_err transport_send(transport *t, uint32_t peer,
 
 /* Wait up to timeout_ms (-1 = forever, 0 = poll) for one message.
  * FLPS_ETIMEDOUT when none came; FLPS_EPROTO for a message with too many
- * frames (dropped, counted). Caller owns *rx on FLPS_OK. */
+ * frames or from a peer the listener has no room for (dropped, counted;
+ * errmsg says why, refused_peer whom to answer). Caller owns *rx on
+ * FLPS_OK. */
 static inline flps_err transport_recv(transport *t, int timeout_ms,
                                       transport_rx **rx)
 {
@@ -116,6 +144,12 @@ flps_err transport_rx_copy(const proto_frame *frames, size_t nframes,
 /* The ZeroMQ transport: ROUTER when listening, one DEALER per connection.
  * The ZMTP frame headers are counted in the byte statistics. */
 flps_err transport_zmq_create(transport **out);
+
+/* Set a ZeroMQ listener's limits (before transport_listen; a transport
+ * that never calls it has the TRANSPORT_*_DEFAULT ones). Connectors have
+ * none: a worker buffers what its shards send. FLPS_ESTATE after listen,
+ * FLPS_EINVAL for max_peers above 2^16 - 1. */
+flps_err transport_zmq_set_limits(transport *t, const transport_limits *lim);
 
 /* Bytes a frame of len bytes takes on a ZMTP 3 wire (flags+size header). */
 static inline size_t transport_zmtp_frame_bytes(size_t len)

@@ -3,7 +3,19 @@
  * a release callback on the frame's proto_buf). Received frames stay in
  * ZeroMQ's own messages (a large one has its own 8-byte aligned block);
  * only small ones that sit unaligned in ZeroMQ's batch buffer are copied,
- * into room the reused receive record carries. */
+ * into room the reused receive record carries.
+ *
+ * A listener bounds what peers can make it hold (transport_limits): a send
+ * high-water mark per peer with ROUTER_MANDATORY, so a reply to a peer
+ * that does not read is dropped rather than buffered; ZMQ_MAXMSGSIZE; and
+ * a cap on connections, counted from the socket monitor's ACCEPTED and
+ * DISCONNECTED events (a connection beyond it is shut down at once). The
+ * monitor also frees a peer's routing state when its connection goes:
+ * each peer remembers the descriptor its first message came on
+ * (ZMQ_SRCFD), and the monitor's events are read before every message,
+ * so a descriptor reused by a new connection is never taken for the old
+ * one. libzmq 4.3's ZMQ_ROUTER_NOTIFY would say the same, but it is a
+ * draft option that the packaged library does not build. */
 #include "proto/transport.h"
 
 #include <errno.h>
@@ -11,9 +23,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <zmq.h>
 
 #include "common/alloc.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define ZT_MAX_ID 256
@@ -24,10 +38,17 @@
  * rare, and each is about 1.5 KiB. */
 #define ZT_RX_CACHE 64
 
+#define ZT_SLOT_MASK ((1u << TRANSPORT_PEER_SLOT_BITS) - 1u)
+
 typedef struct zt_peer {
     unsigned char id[ZT_MAX_ID]; /* ROUTER routing id */
     size_t idlen;
     void *sock; /* DEALER (connector) */
+    /* Listener only. */
+    int live;     /* the slot holds a peer */
+    int fd;       /* the descriptor its messages come on, -1 unknown */
+    uint32_t gen; /* reuses of the slot: the high bits of the peer number */
+    int dropped;  /* a reply to it was dropped (logged once) */
 } zt_peer;
 
 typedef struct zt_rx zt_rx;
@@ -37,7 +58,12 @@ typedef struct zt {
     void *ctx;
     void *router; /* listener socket, or NULL */
     zt_peer *peers;
-    uint32_t npeers, cap;
+    uint32_t npeers, cap;  /* listener: slots in use or freed, allocated */
+    transport_limits lim;  /* listener */
+    void *mon;             /* listener: the PAIR reading the monitor */
+    uint32_t conns;        /* listener: connections open now */
+    double cap_logged;     /* when the connection cap was last logged */
+    uint64_t cap_unlogged; /* connections refused since then */
     zmq_pollitem_t *items; /* connector: one per DEALER */
     uint32_t next_poll;    /* connector: fairness across DEALERs */
     /* Receive records: released ones wait in free_rx for the next
@@ -102,12 +128,26 @@ static flps_err zt_grow(zt *z)
     return FLPS_OK;
 }
 
+flps_err transport_zmq_set_limits(transport *t, const transport_limits *lim)
+{
+    zt *z = (zt *)t;
+
+    if (z->router != NULL || z->npeers > 0)
+        return FLPS_ESTATE;
+    if (lim->max_peers > ZT_SLOT_MASK || lim->send_hwm < 0)
+        return FLPS_EINVAL;
+    z->lim = *lim;
+    return FLPS_OK;
+}
+
 static flps_err zt_listen(transport *t, const char *endpoint, char *bound,
                           size_t boundlen)
 {
     zt *z = (zt *)t;
-    int one = 1;
+    int one = 1, hwm = z->lim.send_hwm, zero = 0;
+    int64_t maxmsg = z->lim.max_frame_bytes;
     size_t len = boundlen;
+    char mon_ep[64];
     flps_err rc;
 
     if (z->router != NULL || z->npeers > 0)
@@ -118,9 +158,30 @@ static flps_err zt_listen(transport *t, const char *endpoint, char *bound,
     rc = zt_set_common(z, z->router);
     if (rc != FLPS_OK)
         goto fail;
-    /* Report unroutable peers instead of dropping silently. */
-    if (zmq_setsockopt(z->router, ZMQ_ROUTER_MANDATORY, &one, sizeof(one))) {
-        rc = zt_fail(z, "zmq_setsockopt(ROUTER_MANDATORY)");
+    /* Report unroutable peers instead of dropping silently, and with the
+     * high-water mark, refuse (EAGAIN) a reply to a peer that does not
+     * read instead of buffering it: zt_send drops it. The protocol keeps
+     * a reading worker far below the mark (one request per part). */
+    if (zmq_setsockopt(z->router, ZMQ_ROUTER_MANDATORY, &one, sizeof(one)) ||
+        zmq_setsockopt(z->router, ZMQ_SNDHWM, &hwm, sizeof(hwm)) ||
+        zmq_setsockopt(z->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg))) {
+        rc = zt_fail(z, "zmq_setsockopt(ROUTER)");
+        goto fail;
+    }
+    snprintf(mon_ep, sizeof(mon_ep), "inproc://flps-monitor-%p", (void *)z);
+    if (zmq_socket_monitor(z->router, mon_ep,
+                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+        rc = zt_fail(z, "zmq_socket_monitor");
+        goto fail;
+    }
+    z->mon = zmq_socket(z->ctx, ZMQ_PAIR);
+    /* No receive limit: a lost ACCEPTED or DISCONNECTED event would put
+     * the count of connections off for good. */
+    if (z->mon == NULL ||
+        zmq_setsockopt(z->mon, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
+        zmq_setsockopt(z->mon, ZMQ_RCVHWM, &zero, sizeof(zero)) != 0 ||
+        zmq_connect(z->mon, mon_ep) != 0) {
+        rc = zt_fail(z, "monitor socket");
         goto fail;
     }
     if (zmq_bind(z->router, endpoint) != 0) {
@@ -136,6 +197,9 @@ static flps_err zt_listen(transport *t, const char *endpoint, char *bound,
     }
     return FLPS_OK;
 fail:
+    if (z->mon != NULL)
+        zmq_close(z->mon);
+    z->mon = NULL;
     zmq_close(z->router);
     z->router = NULL;
     return rc;
@@ -188,19 +252,43 @@ static flps_err zt_send(transport *t, uint32_t peer, const transport_frame *f,
     zt *z = (zt *)t;
     void *s;
     size_t wire = 0;
+    int flags = 0;
 
-    if (peer >= z->npeers || nframes == 0)
-        return FLPS_ECLOSED;
     if (z->router != NULL) {
+        const uint32_t slot = peer & ZT_SLOT_MASK;
+        zt_peer *pp;
+
+        if (slot >= z->npeers || nframes == 0)
+            return FLPS_ECLOSED;
+        pp = &z->peers[slot];
+        if (!pp->live || pp->gen != peer >> TRANSPORT_PEER_SLOT_BITS)
+            return FLPS_ECLOSED;
         s = z->router;
-        if (zmq_send(s, z->peers[peer].id, z->peers[peer].idlen, ZMQ_SNDMORE) <
-            0) {
-            /* EHOSTUNREACH: the peer's connection is gone. Nothing was
-             * queued: a ROUTER discards a message whose first part fails. */
+        flags = ZMQ_DONTWAIT;
+        if (zmq_send(s, pp->id, pp->idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+            /* Nothing was queued: a ROUTER discards a message whose first
+             * part fails. EAGAIN: the peer's queue is at the high-water
+             * mark because it does not read; the reply is dropped, which
+             * the protocol survives (the client re-sends its request). */
+            if (zmq_errno() == EAGAIN) {
+                t->stats.msgs_dropped++;
+                if (!pp->dropped)
+                    log_warn("peer %u does not read its replies (%d queued): "
+                             "dropping what is sent to it until it does "
+                             "(logged once per peer)",
+                             peer, z->lim.send_hwm);
+                pp->dropped = 1;
+                snprintf(z->base.errmsg, sizeof(z->base.errmsg),
+                         "peer %u does not read: reply dropped", peer);
+                return FLPS_ECLOSED;
+            }
+            /* EHOSTUNREACH: the peer's connection is gone. */
             zt_fail(z, "zmq_send(routing id)");
             return FLPS_ECLOSED;
         }
     } else {
+        if (peer >= z->npeers || nframes == 0)
+            return FLPS_ECLOSED;
         s = z->peers[peer].sock;
     }
     for (size_t i = 0; i < nframes; i++) {
@@ -223,7 +311,7 @@ static flps_err zt_send(transport *t, uint32_t peer, const transport_frame *f,
         }
         /* With HWM 0 and a live socket, zmq_msg_send of a multipart
          * message only fails if the context is being terminated. */
-        if (zmq_msg_send(&m, s, more) < 0) {
+        if (zmq_msg_send(&m, s, more | flags) < 0) {
             zmq_msg_close(&m);
             return zt_fail(z, "zmq_msg_send");
         }
@@ -307,27 +395,137 @@ static void *zt_rx_realign(zt_rx *r, size_t i, size_t len)
     return r->copies[i];
 }
 
-/* Map a ROUTER routing id to a peer number, adding it if new. */
-static flps_err zt_peer_of(zt *z, const void *id, size_t len, uint32_t *peer)
+static uint32_t zt_peer_number(const zt *z, uint32_t slot)
 {
-    flps_err rc;
+    return slot | (z->peers[slot].gen << TRANSPORT_PEER_SLOT_BITS);
+}
 
-    if (len > ZT_MAX_ID)
+/* Map a ROUTER routing id to a peer number, adding it if new (in a freed
+ * slot first). fd: the descriptor the message came on. FLPS_EPROTO when
+ * the table is full (z->lim.max_peers live peers). */
+static flps_err zt_peer_of(zt *z, const void *id, size_t len, int fd,
+                           uint32_t *peer)
+{
+    uint32_t slot = UINT32_MAX;
+    flps_err rc;
+    zt_peer *p;
+
+    if (len > ZT_MAX_ID) {
+        snprintf(z->base.errmsg, sizeof(z->base.errmsg),
+                 "routing id of %zu bytes", len);
         return FLPS_EPROTO;
+    }
     for (uint32_t i = 0; i < z->npeers; i++) {
-        if (z->peers[i].idlen == len && memcmp(z->peers[i].id, id, len) == 0) {
-            *peer = i;
+        p = &z->peers[i];
+        if (!p->live) {
+            if (slot == UINT32_MAX)
+                slot = i;
+            continue;
+        }
+        if (p->idlen == len && memcmp(p->id, id, len) == 0) {
+            *peer = zt_peer_number(z, i);
             return FLPS_OK;
         }
     }
-    rc = zt_grow(z);
-    if (rc != FLPS_OK)
-        return rc;
-    memcpy(z->peers[z->npeers].id, id, len);
-    z->peers[z->npeers].idlen = len;
-    z->peers[z->npeers].sock = NULL;
-    *peer = z->npeers++;
+    if (slot == UINT32_MAX) {
+        if (z->npeers >= (z->lim.max_peers ? z->lim.max_peers : ZT_SLOT_MASK)) {
+            snprintf(z->base.errmsg, sizeof(z->base.errmsg),
+                     "the table of %u peers is full; message from a new "
+                     "peer dropped",
+                     z->npeers);
+            return FLPS_EPROTO;
+        }
+        rc = zt_grow(z);
+        if (rc != FLPS_OK)
+            return rc;
+        slot = z->npeers++;
+        memset(&z->peers[slot], 0, sizeof(z->peers[slot]));
+    }
+    p = &z->peers[slot];
+    memcpy(p->id, id, len);
+    p->idlen = len;
+    p->sock = NULL;
+    p->live = 1;
+    p->fd = fd;
+    p->dropped = 0;
+    *peer = zt_peer_number(z, slot);
     return FLPS_OK;
+}
+
+/* A connection was accepted: count it, and shut it down at once when it
+ * is one more than the cap (its DISCONNECTED event uncounts it). */
+static void zt_on_accepted(zt *z, int fd)
+{
+    double now;
+
+    z->conns++;
+    if (z->lim.max_peers == 0 || z->conns <= z->lim.max_peers)
+        return;
+    shutdown(fd, SHUT_RDWR);
+    z->base.stats.conns_refused++;
+    z->cap_unlogged++;
+    now = flps_mono_s();
+    if (z->cap_logged == 0 || now - z->cap_logged >= 60) {
+        log_warn("connection limit of %u reached: closed %llu new "
+                 "connection(s) since the last such line (flps "
+                 "--max-connections)",
+                 z->lim.max_peers, (unsigned long long)z->cap_unlogged);
+        z->cap_logged = now;
+        z->cap_unlogged = 0;
+    }
+}
+
+/* A connection went: free the routing state of the peer that used it. */
+static void zt_on_disconnected(zt *z, int fd)
+{
+    if (z->conns > 0)
+        z->conns--;
+    for (uint32_t i = 0; i < z->npeers; i++) {
+        zt_peer *p = &z->peers[i];
+        if (p->live && p->fd == fd) {
+            p->live = 0;
+            p->fd = -1;
+            p->gen = (p->gen + 1) & (UINT32_MAX >> TRANSPORT_PEER_SLOT_BITS);
+            break;
+        }
+    }
+}
+
+/* Read every event the monitor has queued, without waiting. */
+static void zt_drain_monitor(zt *z)
+{
+    for (;;) {
+        zmq_msg_t ev;
+        uint16_t event = 0;
+        uint32_t value = 0;
+        int more;
+
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, z->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (char *)zmq_msg_data(&ev) + 2, 4);
+        }
+        more = zmq_msg_more(&ev);
+        zmq_msg_close(&ev);
+        while (more) { /* the endpoint's address */
+            zmq_msg_t a;
+            zmq_msg_init(&a);
+            if (zmq_msg_recv(&a, z->mon, 0) < 0) {
+                zmq_msg_close(&a);
+                return;
+            }
+            more = zmq_msg_more(&a);
+            zmq_msg_close(&a);
+        }
+        if (event == ZMQ_EVENT_ACCEPTED)
+            zt_on_accepted(z, (int)value);
+        else if (event == ZMQ_EVENT_DISCONNECTED)
+            zt_on_disconnected(z, (int)value);
+    }
 }
 
 /* Read the rest of a multipart message into r (the first part is there). */
@@ -356,6 +554,18 @@ static flps_err zt_read_parts(zt *z, void *s, zt_rx *r, int *overflow)
     return FLPS_OK;
 }
 
+/* The descriptor a message came on (any frame of it may say; libzmq sets
+ * it on the frames its decoder made, not always on the routing id). */
+static int zt_srcfd(zt_rx *r)
+{
+    for (size_t i = r->nparts; i-- > 0;) {
+        int fd = zmq_msg_get(&r->parts[i], ZMQ_SRCFD);
+        if (fd >= 0)
+            return fd;
+    }
+    return -1;
+}
+
 static flps_err zt_recv(transport *t, int timeout_ms, transport_rx **out)
 {
     zt *z = (zt *)t;
@@ -366,9 +576,30 @@ static flps_err zt_recv(transport *t, int timeout_ms, transport_rx **out)
     int overflow = 0, n;
     flps_err rc;
 
+    t->refused_peer = UINT32_MAX;
     if (z->router != NULL) {
-        zmq_pollitem_t it = {z->router, 0, ZMQ_POLLIN, 0};
-        n = zmq_poll(&it, 1, timeout_ms);
+        const double until = flps_mono_s() + timeout_ms / 1000.0;
+        int wait = timeout_ms;
+        for (;;) {
+            zmq_pollitem_t it[2] = {{z->router, 0, ZMQ_POLLIN, 0},
+                                    {z->mon, 0, ZMQ_POLLIN, 0}};
+            n = zmq_poll(it, 2, wait);
+            if (n < 0)
+                break; /* before anything else can overwrite its errno */
+            /* Before the message: a peer whose connection went is freed
+             * before a new one can arrive on the same descriptor. */
+            zt_drain_monitor(z);
+            if (n <= 0 || (it[0].revents & ZMQ_POLLIN))
+                break;
+            if (timeout_ms >= 0) { /* only the monitor: wait on */
+                const double left = until - flps_mono_s();
+                if (left <= 0) {
+                    n = 0;
+                    break;
+                }
+                wait = (int)(left * 1000.0) + 1;
+            }
+        }
         s = z->router;
     } else {
         if (z->npeers == 0)
@@ -415,7 +646,7 @@ static flps_err zt_recv(transport *t, int timeout_ms, transport_rx **out)
         goto fail;
     if (z->router != NULL) {
         rc = zt_peer_of(z, zmq_msg_data(&r->parts[0]),
-                        zmq_msg_size(&r->parts[0]), &peer);
+                        zmq_msg_size(&r->parts[0]), zt_srcfd(r), &peer);
         if (rc != FLPS_OK)
             goto fail;
         first = 1;
@@ -446,6 +677,7 @@ static flps_err zt_recv(transport *t, int timeout_ms, transport_rx **out)
     if (overflow) {
         snprintf(t->errmsg, sizeof(t->errmsg),
                  "message with more than %d frames dropped", PROTO_MAX_FRAMES);
+        t->refused_peer = peer;
         rc = FLPS_EPROTO;
         goto fail;
     }
@@ -460,6 +692,8 @@ static void zt_destroy(transport *t)
 {
     zt *z = (zt *)t;
 
+    if (z->mon != NULL)
+        zmq_close(z->mon);
     if (z->router != NULL)
         zmq_close(z->router);
     for (uint32_t i = 0; i < z->npeers; i++)
@@ -492,6 +726,10 @@ flps_err transport_zmq_create(transport **out)
         return FLPS_ESYS;
     }
     z->base.vt = &zt_vtable;
+    z->base.refused_peer = UINT32_MAX;
+    z->lim.send_hwm = TRANSPORT_SEND_HWM_DEFAULT;
+    z->lim.max_frame_bytes = TRANSPORT_MAX_FRAME_DEFAULT;
+    z->lim.max_peers = TRANSPORT_MAX_PEERS_DEFAULT;
     *out = &z->base;
     return FLPS_OK;
 }

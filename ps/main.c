@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -75,12 +76,69 @@ static void usage(FILE *f)
             "a power loss,\n"
             "                             not only a crash of flps "
             "(docs/durability.md)\n"
+            "  --checkpoint-request-interval SEC\n"
+            "                             serve a CHECKPOINT request at most "
+            "once per SEC\n"
+            "                             seconds (default 10; 0 = no "
+            "limit)\n"
+            "  --max-connections N        connections at once; newer ones "
+            "are closed\n"
+            "                             (default 1024, at most 65535)\n"
+            "  --max-message-bytes N      a peer sending a larger frame is "
+            "disconnected\n"
+            "                             (default 268435456, 256 MiB)\n"
+            "  --send-hwm N               replies queued per peer; more to a "
+            "peer that\n"
+            "                             does not read are dropped (default "
+            "4096)\n"
+            "  --max-model-elements N     refuse a REGISTER whose layout has "
+            "more than N\n"
+            "                             elements in all (default 2^31)\n"
             "  --metrics HOST:PORT        serve Prometheus /metrics and "
             "/healthz over HTTP\n"
             "                             (default off; port 0 picks a free "
             "one)\n"
             "On start it prints one line 'listening on ENDPOINT' to stdout,\n"
             "then, with --metrics, 'metrics on HOST:PORT'.\n");
+}
+
+/* Every connection holds a descriptor: raise the soft limit to the hard
+ * one and keep the connection cap below it (1,100 idle connections used
+ * to exhaust the descriptors and make ZeroMQ's accept loop spin). */
+static void fit_connections(uint32_t *max_conns)
+{
+    /* Files, the log, the metrics server and ZeroMQ's own descriptors. */
+    const rlim_t spare = 64;
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+        (void)getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < *max_conns + spare) {
+        uint32_t fit =
+            rl.rlim_cur > spare + 1 ? (uint32_t)(rl.rlim_cur - spare) : 1;
+        log_warn("only %llu file descriptors: --max-connections lowered from "
+                 "%u to %u",
+                 (unsigned long long)rl.rlim_cur, *max_conns, fit);
+        *max_conns = fit;
+    }
+}
+
+/* A whole number flag in [min, max], or a message naming it and 0. */
+static int parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max,
+                     uint64_t *out)
+{
+    char why[256];
+
+    if (flps_parse_u64(opt, s, min, max, out, why, sizeof(why)) != FLPS_OK) {
+        fprintf(stderr, "flps: %s\n", why);
+        return 0;
+    }
+    return 1;
 }
 
 /* A whole number flag in [min, max], or a message naming it and 0. */
@@ -111,12 +169,23 @@ int main(int argc, char **argv)
         {"fsync", no_argument, NULL, 'f'},
         {"restore-truncate-at-corruption", no_argument, NULL, 'T'},
         {"metrics", required_argument, NULL, 'm'},
+        {"max-model-elements", required_argument, NULL, 'E'},
+        {"checkpoint-request-interval", required_argument, NULL, 'R'},
+        {"max-connections", required_argument, NULL, 'C'},
+        {"max-message-bytes", required_argument, NULL, 'B'},
+        {"send-hwm", required_argument, NULL, 'H'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *job = NULL, *listen_ep = "tcp://127.0.0.1:0", *dir = NULL;
     const char *metrics_ep = NULL;
     uint32_t shard = UINT32_MAX, nshards = 0, interval = 0;
+    uint64_t max_elems = PS_MAX_MODEL_ELEMENTS_DEFAULT;
+    uint32_t ckpt_req_every = (uint32_t)PS_CKPT_REQUEST_INTERVAL_DEFAULT;
+    uint32_t max_conns = TRANSPORT_MAX_PEERS_DEFAULT,
+             hwm = TRANSPORT_SEND_HWM_DEFAULT;
+    uint64_t max_frame = (uint64_t)TRANSPORT_MAX_FRAME_DEFAULT;
+    transport_limits lim;
     int restore = 0, do_fsync = 0, cut_corrupt = 0, c;
     char bound[256], comp[64], mbound[128];
     transport *t = NULL;
@@ -167,6 +236,29 @@ int main(int argc, char **argv)
             break;
         case 'm':
             metrics_ep = optarg;
+            break;
+        case 'R':
+            if (!parse_u32("--checkpoint-request-interval", optarg, 0,
+                           86400 * 365, &ckpt_req_every))
+                return 2;
+            break;
+        case 'C':
+            if (!parse_u32("--max-connections", optarg, 1, 65535, &max_conns))
+                return 2;
+            break;
+        case 'B':
+            if (!parse_u64("--max-message-bytes", optarg, 4096,
+                           UINT64_C(1) << 40, &max_frame))
+                return 2;
+            break;
+        case 'H':
+            if (!parse_u32("--send-hwm", optarg, 1, 1u << 24, &hwm))
+                return 2;
+            break;
+        case 'E':
+            if (!parse_u64("--max-model-elements", optarg, 1, UINT64_C(1) << 40,
+                           &max_elems))
+                return 2;
             break;
         case 'h':
             usage(stdout);
@@ -223,6 +315,15 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    fit_connections(&max_conns);
+    lim.send_hwm = (int)hwm;
+    lim.max_frame_bytes = (int64_t)max_frame;
+    lim.max_peers = max_conns;
+    rc = transport_zmq_set_limits(t, &lim);
+    if (rc != FLPS_OK) {
+        log_error("cannot set the transport's limits: %s", flps_strerror(rc));
+        goto out;
+    }
     rc = transport_listen(t, listen_ep, bound, sizeof(bound));
     if (rc != FLPS_OK) {
         log_error("%s", t->errmsg);
@@ -235,6 +336,9 @@ int main(int argc, char **argv)
     cfg.ckpt_dir = dir;
     cfg.fsync_wal = do_fsync;
     cfg.wal_truncate_at_corruption = cut_corrupt;
+    cfg.max_model_elements = max_elems;
+    cfg.ckpt_request_interval_s =
+        ckpt_req_every == 0 ? -1.0 : (double)ckpt_req_every;
     cfg.send = ps_net_send;
     cfg.send_arg = t;
     if (pm != NULL) {
@@ -261,14 +365,18 @@ int main(int argc, char **argv)
         rc = transport_recv(t, 200, &rx);
         if (rc == FLPS_OK) {
             rc = ps_shard_handle(s, rx);
-            if (rc == FLPS_EIO || rc == FLPS_ENOMEM) {
+            if (ps_shard_is_broken(s)) {
                 log_error("stopping: the shard cannot keep its state "
                           "durable (%s)",
                           flps_strerror(rc));
                 goto out;
             }
         } else if (rc == FLPS_EPROTO) {
-            log_warn("dropped a message: %s", t->errmsg);
+            /* Answered (and logged, rate-limited) like any refusal. */
+            if (t->refused_peer != UINT32_MAX)
+                ps_shard_refuse(s, t->refused_peer, FLPS_EPROTO, t->errmsg);
+            else
+                ps_shard_count_dropped(s, t->errmsg);
         } else if (rc != FLPS_ETIMEDOUT) {
             log_error("receive failed: %s", t->errmsg);
             goto out;

@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "proto/partmap.h"
 #include "ps/persist.h"
@@ -30,6 +32,45 @@ void ps_shard_reply_init(const ps_shard *s, ps_reply *r, proto_op op,
     r->msg.version = version;
 }
 
+/* Refusals each reason logs per minute before it only counts them. */
+#define PS_REFUSAL_LOG_BURST 5
+
+/* Whether to log a refusal for err: the first PS_REFUSAL_LOG_BURST of a
+ * minute, then one line with the count when the next minute's first
+ * comes (200k refused messages logged 35 MB). */
+static int refusal_log_ok(ps_shard *s, flps_err err)
+{
+    const double now = flps_mono_s();
+
+    if (s->log_count[err] == 0 || now - s->log_since[err] >= 60) {
+        if (s->log_quiet[err] > 0)
+            log_warn("%llu more refusals for %s in the last minute were not "
+                     "logged",
+                     (unsigned long long)s->log_quiet[err], flps_errname(err));
+        s->log_since[err] = now;
+        s->log_count[err] = 0;
+        s->log_quiet[err] = 0;
+    }
+    if (s->log_count[err] < PS_REFUSAL_LOG_BURST) {
+        s->log_count[err]++;
+        return 1;
+    }
+    s->log_quiet[err]++;
+    return 0;
+}
+
+void ps_shard_refuse(ps_shard *s, uint32_t peer, flps_err err, const char *text)
+{
+    ps_shard_reply_error(s, peer, NULL, err, "%s", text);
+}
+
+void ps_shard_count_dropped(ps_shard *s, const char *why)
+{
+    s->stats.rejected[FLPS_EPROTO]++;
+    if (refusal_log_ok(s, FLPS_EPROTO))
+        log_warn("dropped a message: %s", why);
+}
+
 void ps_shard_reply_error(ps_shard *s, uint32_t peer, const proto_msg *req,
                           flps_err err, const char *fmt, ...)
 {
@@ -43,12 +84,13 @@ void ps_shard_reply_error(ps_shard *s, uint32_t peer, const proto_msg *req,
     flps_errbuf_vset(r.msg.text, sizeof(r.msg.text), err, fmt, ap);
     va_end(ap);
     s->stats.rejected[err]++;
-    log_warn("refused %s from peer %u (rank %u, part %u, iteration %llu): "
-             "%s: %s",
-             req ? proto_op_name(req->op) : "message", peer,
-             req ? req->rank : 0, req ? req->part : 0,
-             req ? (unsigned long long)req->iter : 0ULL, flps_errname(err),
-             r.msg.text);
+    if (refusal_log_ok(s, err))
+        log_warn("refused %s from peer %u (rank %u, part %u, iteration %llu): "
+                 "%s: %s",
+                 req ? proto_op_name(req->op) : "message", peer,
+                 req ? req->rank : 0, req ? req->part : 0,
+                 req ? (unsigned long long)req->iter : 0ULL, flps_errname(err),
+                 r.msg.text);
     s->cfg.send(s->cfg.send_arg, peer, &r);
 }
 
@@ -64,14 +106,51 @@ void ps_shard_reply_ack(ps_shard *s, uint32_t peer, const proto_msg *req,
     s->cfg.send(s->cfg.send_arg, peer, &r);
 }
 
+/* Forget the pull replies of p the transport is done with; returns whether
+ * one to peer is still being sent. A buffer is done when no references
+ * are left but the part's own: this list's and the reply pool's. */
+static int pull_in_flight(ps_part *p, uint32_t peer)
+{
+    int busy = 0;
+    uint32_t k = 0;
+
+    for (uint32_t i = 0; i < p->nout; i++) {
+        proto_buf *b = p->out[i].buf;
+        size_t ours = 1;
+        for (int j = 0; j < PS_REPLY_POOL; j++)
+            ours += p->reply[j] == b;
+        if (proto_buf_refs(b) <= ours) {
+            proto_buf_release(b);
+            continue;
+        }
+        busy |= p->out[i].peer == peer;
+        p->out[k++] = p->out[i];
+    }
+    p->nout = k;
+    return busy;
+}
+
 static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
                              ps_part *p)
 {
     ps_reply r;
-    proto_buf *b = ps_shard_reply_buf(p, (size_t)p->numel * sizeof(float), 0);
+    proto_buf *b;
 
+    (void)pull_in_flight(p, peer); /* done buffers back to the pool */
+    if (p->nout == p->out_cap) {
+        uint32_t cap = p->out_cap ? 2 * p->out_cap : 4;
+        ps_pull_out *o = flps_realloc(p->out, cap * sizeof(*o));
+        if (o == NULL)
+            return FLPS_ENOMEM;
+        p->out = o;
+        p->out_cap = cap;
+    }
+    b = ps_shard_reply_buf(p, (size_t)p->numel * sizeof(float), 0);
     if (b == NULL)
         return FLPS_ENOMEM;
+    p->out[p->nout].peer = peer;
+    p->out[p->nout].buf = proto_buf_hold(b);
+    p->nout++;
     /* A copy: the part keeps changing while the transport sends. It comes
      * from the part's pool, which keeps its reference. */
     memcpy(proto_buf_data(b), p->w, (size_t)p->numel * sizeof(float));
@@ -279,6 +358,9 @@ static void part_destroy(ps_part *p, uint32_t workers)
         flps_free(p->pulls);
         p->pulls = n;
     }
+    for (uint32_t i = 0; i < p->nout; i++)
+        proto_buf_release(p->out[i].buf);
+    flps_free(p->out);
     for (uint32_t r = 0; p->decoded != NULL && r < workers; r++)
         flps_free(p->decoded[r]);
     flps_free(p->decoded);
@@ -325,6 +407,8 @@ static void shard_drop_layout(ps_shard *s)
             part_destroy(s->parts[i], s->jc.workers);
     flps_free(s->parts);
     s->parts = NULL;
+    flps_free(s->member);
+    s->member = NULL;
     partmap_fini(&s->pm);
     flps_free(s->tensors);
     s->tensors = NULL;
@@ -408,6 +492,11 @@ static flps_err shard_configure(ps_shard *s, const proto_jobcfg *c,
         if (rc != FLPS_OK)
             goto fail;
         s->nowned++;
+    }
+    s->member = flps_calloc(c->workers, sizeof(*s->member));
+    if (s->member == NULL) {
+        rc = FLPS_ENOMEM;
+        goto fail;
     }
     rc = ps_merge_create(c->workers, &s->merge);
     if (rc != FLPS_OK)
@@ -510,12 +599,47 @@ flps_err ps_part_keep_last(ps_part *p, const wal_record *r)
 
 flps_err ps_shard_wal(ps_shard *s, const wal_record *r)
 {
+    flps_err rc;
+
     if (s->wal_fd < 0)
         return FLPS_OK;
-    return wal_append(s->wal_fd, r, s->cfg.fsync_wal);
+    rc = wal_append(s->wal_fd, r, s->cfg.fsync_wal);
+    /* A record that may be half written: nothing more can be appended
+     * safely, and nothing acknowledged may be lost, so the daemon stops. */
+    if (rc != FLPS_OK)
+        s->broken = 1;
+    return rc;
+}
+
+int ps_shard_is_broken(const ps_shard *s)
+{
+    return s->broken;
 }
 
 /* ---- registration, init, pull ---- */
+
+/* A layout's total size against the shard's limit, before anything is
+ * sized by it: each tensor is below 2^32 (decode) and there are at most
+ * PROTO_MAX_TENSORS, so the sum cannot overflow. */
+static flps_err layout_check_size(const ps_shard *s, const proto_msg *m,
+                                  char *why, size_t len)
+{
+    const uint64_t max = s->cfg.max_model_elements
+                             ? s->cfg.max_model_elements
+                             : PS_MAX_MODEL_ELEMENTS_DEFAULT;
+    uint64_t total = 0;
+
+    for (uint32_t i = 0; i < m->ntensors; i++)
+        total += m->tensors[i].numel;
+    if (total > max) {
+        snprintf(why, len,
+                 "the model has %llu elements, more than this shard's limit "
+                 "of %llu (flps --max-model-elements)",
+                 (unsigned long long)total, (unsigned long long)max);
+        return FLPS_ECONFIG;
+    }
+    return FLPS_OK;
+}
 
 static flps_err on_register(ps_shard *s, uint32_t peer, const proto_msg *m)
 {
@@ -524,6 +648,8 @@ static flps_err on_register(ps_shard *s, uint32_t peer, const proto_msg *m)
     uint64_t min_iter = UINT64_MAX;
     flps_err rc = jobcfg_check(s, &m->cfg, why, sizeof(why));
 
+    if (rc == FLPS_OK)
+        rc = layout_check_size(s, m, why, sizeof(why));
     if (rc != FLPS_OK) {
         ps_shard_reply_error(s, peer, m, rc, "%s", why);
         return rc;
@@ -562,6 +688,13 @@ static flps_err on_register(ps_shard *s, uint32_t peer, const proto_msg *m)
             return rc;
         }
     }
+    if (m->rank >= s->jc.workers) {
+        ps_shard_reply_error(s, peer, m, FLPS_EINVAL,
+                             "rank %u is not below workers=%u", m->rank,
+                             s->jc.workers);
+        return FLPS_EINVAL;
+    }
+    s->member[m->rank] = peer + 1;
     for (uint32_t i = 0; i < s->pm.nparts; i++)
         if (s->parts[i] != NULL && s->parts[i]->iter < min_iter)
             min_iter = s->parts[i]->iter;
@@ -598,6 +731,7 @@ ps_part *ps_shard_request_part(ps_shard *s, uint32_t peer, const proto_msg *m,
         return NULL;
     }
     p = s->parts[m->part];
+    s->member[m->rank] = peer + 1;
     if (need_init && !p->initialized) {
         *err = FLPS_ESTATE;
         ps_shard_reply_error(
@@ -662,7 +796,17 @@ static flps_err on_pull(ps_shard *s, uint32_t peer, const proto_msg *m)
     if (p == NULL)
         return rc;
     if (!p->initialized) {
-        ps_pull_wait *w = flps_malloc(sizeof(*w));
+        ps_pull_wait *w;
+        /* One waiting pull per rank and part: a rank that pulls again
+         * (a resend) moves its wait to the newer peer, so PULLs sent
+         * before INIT cannot grow the list without bound. */
+        for (w = p->pulls; w != NULL; w = w->next) {
+            if (w->rank == m->rank) {
+                w->peer = peer;
+                return FLPS_OK;
+            }
+        }
+        w = flps_malloc(sizeof(*w));
         if (w == NULL) {
             ps_shard_reply_error(s, peer, m, FLPS_ENOMEM, "out of memory");
             return FLPS_ENOMEM;
@@ -673,10 +817,79 @@ static flps_err on_pull(ps_shard *s, uint32_t peer, const proto_msg *m)
         p->pulls = w;
         return FLPS_OK;
     }
+    if (pull_in_flight(p, peer)) {
+        /* The copy sent for its last PULL of this part is still on its
+         * way (a resend, or a peer that does not read): that copy is the
+         * answer. No ERROR either: a client would take it as a failure. */
+        s->stats.rejected[FLPS_EDUP]++;
+        if (refusal_log_ok(s, FLPS_EDUP))
+            log_warn("ignored a PULL of part %u from peer %u: the reply to "
+                     "its last one is still being sent",
+                     p->id, peer);
+        return FLPS_EDUP;
+    }
     rc = reply_values(s, peer, m->rank, p);
     if (rc != FLPS_OK)
-        ps_shard_reply_error(s, peer, m, rc, "cannot build the reply");
+        ps_shard_reply_error(s, peer, m, rc, "cannot build the reply: %s",
+                             flps_strerror(rc));
     return rc;
+}
+
+static int peer_is_member(const ps_shard *s, uint32_t peer)
+{
+    for (uint32_t r = 0; s->member != NULL && r < s->jc.workers; r++)
+        if (s->member[r] == peer + 1)
+            return 1;
+    return 0;
+}
+
+/* A checkpoint writes and fsyncs the whole shard: only members of the job
+ * may ask, and at most once per ckpt_request_interval_s (a flood wrote
+ * 400 checkpoints, 1.6 GB, in 2 s). */
+static flps_err on_checkpoint(ps_shard *s, uint32_t peer, const proto_msg *m)
+{
+    const double every = s->cfg.ckpt_request_interval_s == 0
+                             ? PS_CKPT_REQUEST_INTERVAL_DEFAULT
+                             : s->cfg.ckpt_request_interval_s;
+    double now = flps_mono_s();
+    flps_err rc;
+
+    /* A restored shard has not heard from its workers yet, and a client
+     * does not register again after a shard restart: the first peer to
+     * speak as a rank that nobody holds becomes its member. */
+    if (s->configured && s->restored && m->rank < s->jc.workers &&
+        s->member[m->rank] == 0)
+        s->member[m->rank] = peer + 1;
+    if (s->configured && !peer_is_member(s, peer)) {
+        ps_shard_reply_error(s, peer, m, FLPS_ESTATE,
+                             "only a registered worker of job '%s' may ask "
+                             "for a checkpoint; register first",
+                             s->job);
+        return FLPS_ESTATE;
+    }
+    if (s->ckpt_req_done && every > 0 && now - s->ckpt_req_mono < every) {
+        char text[PROTO_ERRMSG_MAX + 1], when[32];
+        struct tm tm;
+        gmtime_r(&s->ckpt_req_wall, &tm);
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        snprintf(text, sizeof(text),
+                 "checkpoint done recently (at %s, %.1f s ago; at most one "
+                 "per %g s); not written again",
+                 when, now - s->ckpt_req_mono, every);
+        ps_shard_reply_ack(s, peer, m, 1, text, 0);
+        return FLPS_OK;
+    }
+    rc = ps_shard_checkpoint(s);
+    if (rc != FLPS_OK) {
+        ps_shard_reply_error(s, peer, m, rc, "checkpoint failed: %s",
+                             flps_strerror(rc));
+        return rc;
+    }
+    s->ckpt_req_done = 1;
+    s->ckpt_req_mono = now;
+    s->ckpt_req_wall = time(NULL);
+    ps_shard_reply_ack(s, peer, m, 0, "checkpoint written", 0);
+    return FLPS_OK;
 }
 
 flps_err ps_shard_handle(ps_shard *s, transport_rx *rx)
@@ -718,12 +931,7 @@ flps_err ps_shard_handle(ps_shard *s, transport_rx *rx)
         }
         break;
     case PROTO_OP_CHECKPOINT:
-        rc = ps_shard_checkpoint(s);
-        if (rc == FLPS_OK)
-            ps_shard_reply_ack(s, rx->peer, &m, 0, "checkpoint written", 0);
-        else
-            ps_shard_reply_error(s, rx->peer, &m, rc, "checkpoint failed: %s",
-                                 flps_strerror(rc));
+        rc = on_checkpoint(s, rx->peer, &m);
         break;
     default:
         ps_shard_reply_error(s, rx->peer, &m, FLPS_EPROTO,
@@ -962,6 +1170,7 @@ flps_err ps_shard_create(const ps_shard_config *cfg, int restore,
                 }
                 if (rc != FLPS_OK)
                     goto fail;
+                s->restored = 1;
                 log_info("restored %u parts from %s and %llu log records "
                          "from %s",
                          s->nowned, s->ckpt_path, (unsigned long long)nrec,

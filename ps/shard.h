@@ -46,7 +46,23 @@ typedef struct ps_shard_config {
      * first push to the close (the /metrics close-latency histogram). */
     void (*on_close)(void *arg, double seconds);
     void *on_close_arg;
+    /* The most elements a registered layout may have in all (every
+     * tensor, every shard); a REGISTER declaring more is refused before
+     * anything is allocated. 0: PS_MAX_MODEL_ELEMENTS_DEFAULT. */
+    uint64_t max_model_elements;
+    /* A CHECKPOINT request is served at most once per this many seconds;
+     * one sooner is answered with an ACK of status 1 naming the last (the
+     * log keeps every update meanwhile). 0: the default below, negative:
+     * no limit. Only peers that registered may ask at all. */
+    double ckpt_request_interval_s;
 } ps_shard_config;
+
+#define PS_CKPT_REQUEST_INTERVAL_DEFAULT 10.0
+
+/* 2^31 elements (8 GiB of f32 for the whole model): larger than any model
+ * the built-in workers train, small enough that one REGISTER cannot ask a
+ * shard for 2^32 * 4096 elements. flps --max-model-elements changes it. */
+#define PS_MAX_MODEL_ELEMENTS_DEFAULT (UINT64_C(1) << 31)
 
 /* Counters, for logs and /metrics. */
 typedef struct ps_shard_stats {
@@ -70,14 +86,30 @@ void ps_shard_destroy(ps_shard *s);
  * it while a push waits for its iteration, else releases it). Replies go
  * through the send callback, possibly to other peers (closing an iteration
  * answers every worker). Returns the error a refused message got (it was
- * answered with an ERROR reply and counted) or FLPS_OK. */
+ * answered with an ERROR reply and counted) or FLPS_OK. Running out of
+ * memory is such a refusal: the shard carries on. */
 flps_err ps_shard_handle(ps_shard *s, transport_rx *rx);
+
+/* Non-zero once an update could not be appended to the write-ahead log:
+ * the shard can no longer make what it acknowledges durable, and the
+ * daemon must stop. The one failure that is fatal. */
+int ps_shard_is_broken(const ps_shard *s);
 
 /* Write a checkpoint now (atomic: temp file, fsync, rename) and truncate
  * the log. FLPS_ESTATE when the shard has no layout yet or no ckpt_dir. */
 flps_err ps_shard_checkpoint(ps_shard *s);
 
 const ps_shard_stats *ps_shard_stats_get(const ps_shard *s);
+
+/* Refuse a message that never reached ps_shard_handle (the transport
+ * dropped it: too many frames): count it under err, log it (rate-limited
+ * like every refusal) and answer peer with an ERROR carrying text. */
+void ps_shard_refuse(ps_shard *s, uint32_t peer, flps_err err,
+                     const char *text);
+
+/* Count (under FLPS_EPROTO) and log, rate-limited, a message the
+ * transport dropped without anyone to answer (a full table of peers). */
+void ps_shard_count_dropped(ps_shard *s, const char *why);
 
 /* Test and tool access: the values and version of part `part` (NULL /
  * FLPS_EINVAL if not owned or not initialised). */

@@ -20,17 +20,34 @@
  * written to memory once, not once per rank. */
 #define DENSE_BLOCK 4096u
 
+/* 1 when x is Inf or NaN. A bit test rather than isfinite(): an integer
+ * or-reduction the compiler vectorizes inside the loops that compute the
+ * update, so the check costs no pass of its own. */
+static inline uint32_t nonfinite_bit(float x)
+{
+    uint32_t b;
+
+    memcpy(&b, &x, sizeof(b));
+    return (b & 0x7f800000u) == 0x7f800000u;
+}
+
 /* Sum the dense pushes of p's iteration in rank order and scale them into
  * the update uval, in the payload itself: no accumulator of the part's
  * size. Per element the operations are those of adding each rank into a
- * zeroed accumulator and scaling that, so the results are the same bits. */
-static void sum_dense(const ps_part *p, uint32_t W, float scale, float *uval,
-                      float *w)
+ * zeroed accumulator and scaling that, so the results are the same bits.
+ * Returns non-zero when some w + update is not finite (then, with apply,
+ * p's values are untouched). The part's values are finite, so this also
+ * catches a non-finite update. */
+static uint32_t sum_dense(const ps_part *p, uint32_t W, float scale,
+                          float *uval, float *w, int apply)
 {
+    uint32_t bad = 0;
+
     for (uint32_t lo = 0; lo < p->numel; lo += DENSE_BLOCK) {
         const uint32_t n =
             p->numel - lo < DENSE_BLOCK ? p->numel - lo : DENSE_BLOCK;
         float *u = uval + lo;
+        const float *wl = w + lo;
 
         for (uint32_t r = 0; r < W; r++) {
             const float *v =
@@ -51,14 +68,19 @@ static void sum_dense(const ps_part *p, uint32_t W, float scale, float *uval,
                     u[i] = -(scale * (u[i] + v[i]));
             }
         }
-        /* The block of the update is still in L1: apply it to the part's
-         * values here rather than in a second pass over the part. */
-        if (w != NULL) {
-            float *wl = w + lo;
-            for (uint32_t i = 0; i < n; i++)
-                wl[i] += u[i];
-        }
+        /* The block of the update is still in L1: check what it makes of
+         * the part's values here rather than in a second pass. */
+        for (uint32_t i = 0; i < n; i++)
+            bad |= nonfinite_bit(wl[i] + u[i]);
     }
+    /* A part of one block (apply is only asked for those) is applied
+     * while it is still in L1; a larger one could have applied blocks by
+     * the time a later one fails the check, and a float addition cannot
+     * be undone exactly, so the caller applies it afterwards. */
+    if (apply && bad == 0)
+        for (uint32_t i = 0; i < p->numel; i++)
+            w[i] += uval[i];
+    return bad;
 }
 
 /* Sparse pushes from 4 or more workers are summed by scatter-add into a
@@ -211,7 +233,11 @@ static uint32_t rejected_of(const proto_msg *m, const uint32_t *u, uint32_t nu,
  * result does not depend on arrival order), choose the update, apply it,
  * log it, answer every worker, reset. Sparse pushes are merged (their
  * indices are ascending), never scattered into a dense accumulator and
- * sorted; the update is built in a buffer from the part's reply pool. */
+ * sorted; the update is built in a buffer from the part's reply pool.
+ * FLPS_ENONFINITE (the update or the values it makes are Inf or NaN) and
+ * FLPS_ENOMEM come before anything is logged or applied: the caller
+ * refuses the iteration (refuse_iteration); a failed log append is fatal
+ * (ps_shard_is_broken). */
 static flps_err close_iteration(ps_shard *s, ps_part *p)
 {
     const uint32_t W = s->jc.workers;
@@ -219,7 +245,7 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
     const int gtopk = s->jc.agg == PROTO_AGG_GTOPK;
     const float scale =
         (float)(proto_jobcfg_lr_at(&s->jc, p->iter) / (double)W);
-    uint32_t nt, nu;
+    uint32_t nt, nu, bad = 0;
     int applied;
     size_t pushed = 0, cap;
     proto_buf *payload;
@@ -231,15 +257,15 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
     for (uint32_t r = 0; r < W; r++)
         pushed += p->push[r].n;
     /* Without a write-ahead log nothing has to be made durable between
-     * computing the update and applying it: a dense update is applied
-     * block by block as it is summed. */
-    applied = dense && s->wal_fd < 0;
+     * computing the update and applying it: a dense update of one block is
+     * applied as it is summed. */
+    applied = dense && s->wal_fd < 0 && p->numel <= DENSE_BLOCK;
     if (dense) {
         payload = ps_shard_reply_buf(p, (size_t)p->numel * sizeof(float), 0);
         if (payload == NULL)
             return FLPS_ENOMEM;
         uval = proto_buf_data(payload);
-        sum_dense(p, W, scale, uval, applied ? p->w : NULL);
+        bad = sum_dense(p, W, scale, uval, p->w, applied);
         nt = nu = p->numel;
     } else if (!gtopk) {
         /* topk: the update is the union, merged straight into the payload:
@@ -251,8 +277,10 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
         uidx = proto_buf_data(payload);
         uval = (float *)(uidx + cap);
         nt = nu = sum_sparse(s, p, pushed, uidx, uval);
-        for (uint32_t j = 0; j < nu; j++)
+        for (uint32_t j = 0; j < nu; j++) {
             uval[j] = -(scale * uval[j]);
+            bad |= nonfinite_bit(p->w[uidx[j]] + uval[j]);
+        }
     } else {
         uint64_t k = (uint64_t)floor(s->jc.density * (double)p->numel);
         size_t len;
@@ -288,14 +316,21 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
             for (uint32_t j = 0; j < nu; j++) {
                 uidx[j] = s->u_idx[s->sel[j]];
                 uval[j] = -(scale * s->u_sum[s->sel[j]]);
+                bad |= nonfinite_bit(p->w[uidx[j]] + uval[j]);
             }
         } else {
             for (uint32_t j = 0; j < nu; j++) {
                 uidx[j] = s->u_idx[j];
                 uval[j] = -(scale * s->u_sum[j]);
+                bad |= nonfinite_bit(p->w[uidx[j]] + uval[j]);
             }
         }
     }
+    /* Checked before anything is logged or applied: pushes of finite
+     * values can still sum to Inf (two ranks of 3e38), and one non-finite
+     * update would spread to every parameter it touches. */
+    if (bad != 0)
+        return FLPS_ENONFINITE;
     memset(&wr, 0, sizeof(wr));
     wr.kind = dense ? WAL_ADD_DENSE : WAL_ADD_SPARSE;
     wr.part = p->id;
@@ -422,13 +457,19 @@ static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
     float *delta =
         ps_shard_grow(s->delta, &s->delta_cap, (size_t)m->n + 1, sizeof(float));
     wal_record wr;
+    uint32_t bad = 0;
     flps_err rc;
 
     if (delta == NULL)
         return FLPS_ENOMEM;
     s->delta = delta;
-    for (uint32_t j = 0; j < m->n; j++)
+    for (uint32_t j = 0; j < m->n; j++) {
         delta[j] = -(scale * vals[j]);
+        bad |= nonfinite_bit(p->w[dense ? j : m->idx[j]] + delta[j]);
+    }
+    /* A finite push can still overflow the values it is added to. */
+    if (bad != 0)
+        return FLPS_ENONFINITE;
     memset(&wr, 0, sizeof(wr));
     wr.kind = dense ? WAL_ADD_DENSE : WAL_ADD_SPARSE;
     wr.part = p->id;
@@ -508,6 +549,36 @@ static flps_err decode_encoded(ps_shard *s, uint32_t peer, ps_part *p,
     return rc;
 }
 
+/* The open iteration of p cannot close (its update is not finite, or no
+ * memory to compute it): every rank that pushed it gets an ERROR, the
+ * pushes are dropped, and the iteration stays open with the part's values
+ * and version as they were, so the workers may push it again. Nothing was
+ * logged. */
+static void refuse_iteration(ps_shard *s, ps_part *p, flps_err why)
+{
+    for (uint32_t r = 0; r < s->jc.workers; r++) {
+        if (p->rx[r] == NULL)
+            continue;
+        if (why == FLPS_ENONFINITE)
+            ps_shard_reply_error(
+                s, p->peer[r], &p->push[r], why,
+                "the pushes of iteration %llu of part %u sum to an update "
+                "that makes a parameter Inf or NaN; refused for every "
+                "worker, nothing applied, the iteration stays open",
+                (unsigned long long)p->iter, p->id);
+        else
+            ps_shard_reply_error(s, p->peer[r], &p->push[r], why,
+                                 "cannot close iteration %llu of part %u: "
+                                 "%s; nothing applied, the iteration stays "
+                                 "open",
+                                 (unsigned long long)p->iter, p->id,
+                                 flps_strerror(why));
+        transport_rx_release(p->rx[r]);
+        p->rx[r] = NULL;
+    }
+    p->arrived = 0;
+}
+
 flps_err ps_agg_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
                      int *kept)
 {
@@ -579,8 +650,17 @@ flps_err ps_agg_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
     }
     if (async) {
         rc = apply_async(s, peer, p, m);
+        if (rc == FLPS_ENONFINITE) {
+            ps_shard_reply_error(
+                s, peer, m, rc,
+                "rank %u's push to part %u would make a parameter Inf or "
+                "NaN; nothing applied, the part keeps its values",
+                m->rank, p->id);
+            return rc;
+        }
         if (rc != FLPS_OK) {
-            ps_shard_reply_error(s, peer, m, rc, "cannot apply the push");
+            ps_shard_reply_error(s, peer, m, rc, "cannot apply the push: %s",
+                                 flps_strerror(rc));
             return rc;
         }
         s->stats.pushes++;
@@ -598,11 +678,15 @@ flps_err ps_agg_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
     s->stats.elements_in += m->n;
     if (p->arrived == s->jc.workers) {
         rc = close_iteration(s, p);
-        if (rc != FLPS_OK) {
-            /* A broken invariant or a full disk: the daemon cannot keep
-             * its promise of durability, so it must not go on. */
+        if (rc != FLPS_OK && ps_shard_is_broken(s)) {
+            /* A full disk: the daemon cannot keep its promise of
+             * durability, so it must not go on. */
             log_error("cannot close iteration %llu of part %u: %s",
                       (unsigned long long)p->iter, p->id, flps_strerror(rc));
+            return rc;
+        }
+        if (rc != FLPS_OK) {
+            refuse_iteration(s, p, rc);
             return rc;
         }
     }
@@ -715,8 +799,8 @@ flps_err ps_agg_push_segs(ps_shard *s, transport_rx *rx, const proto_msg *m)
             transport_rx_release(vr);
         if (rc != FLPS_OK)
             last = rc;
-        if (rc == FLPS_EIO || rc == FLPS_ENOMEM)
-            break; /* a close failed: the daemon stops */
+        if (ps_shard_is_broken(s))
+            break; /* a close could not be logged: the daemon stops */
     }
     s->defer--;
     if (s->defer == 0)

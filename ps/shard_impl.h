@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "compress/topk.h"
 #include "proto/msg.h"
@@ -22,6 +23,14 @@ typedef struct ps_pull_wait {
     uint32_t rank;
     struct ps_pull_wait *next;
 } ps_pull_wait;
+
+/* A pull reply the transport may still be sending: the part keeps a
+ * reference to its buffer, so a peer is sent one copy of a part at a
+ * time however many PULLs it sends without reading. */
+typedef struct ps_pull_out {
+    uint32_t peer;
+    proto_buf *buf;
+} ps_pull_out;
 
 /* Reply buffers a part keeps: one is enough while each update is sent
  * before the next iteration closes (a synchronous worker pushes again only
@@ -63,7 +72,9 @@ typedef struct ps_part {
     uint64_t last_version; /* the part's version after it */
     uint32_t *last_idx;    /* sparse: ascending, part-relative */
     float *last_val;
-    size_t last_cap; /* entries of last_idx and last_val */
+    size_t last_cap;  /* entries of last_idx and last_val */
+    ps_pull_out *out; /* pull replies maybe still being sent */
+    uint32_t nout, out_cap;
 } ps_part;
 
 /* A sparse UPDATE held back while a message of several parts is handled,
@@ -107,6 +118,20 @@ struct ps_shard {
     int defer;
     ps_held_reply *held;
     size_t nheld, held_cap;
+    int broken; /* a log append failed: see ps_shard_is_broken */
+    /* Refusals logged per reason in the current minute (the first
+     * PS_REFUSAL_LOG_BURST; then counted and summed up in one line). */
+    double log_since[FLPS_ERR_COUNT_];
+    uint32_t log_count[FLPS_ERR_COUNT_];
+    uint64_t log_quiet[FLPS_ERR_COUNT_];
+    /* Per rank: 1 + the peer that last spoke as that rank in an accepted
+     * REGISTER or request (0: none yet), so only members of the job may
+     * ask for checkpoints. workers entries, with the layout. */
+    uint32_t *member;
+    int restored; /* the layout came from a checkpoint, not a REGISTER */
+    double ckpt_req_mono; /* when a requested checkpoint was last written */
+    time_t ckpt_req_wall; /* the same, as wall-clock time for the reply */
+    int ckpt_req_done;    /* whether there was one */
     ps_shard_stats stats;
 };
 
@@ -163,7 +188,8 @@ void ps_shard_flush_replies(ps_shard *s);
 flps_err ps_part_keep_last(ps_part *p, const wal_record *r);
 
 /* Append r to the write-ahead log, when there is one. Errors: those of
- * wal_append; the caller must not acknowledge what failed. */
+ * wal_append; the caller must not acknowledge what failed, and the shard
+ * is broken from then on (ps_shard_is_broken). */
 flps_err ps_shard_wal(ps_shard *s, const wal_record *r);
 
 /* ---- shard_agg.c ---- */
@@ -172,9 +198,11 @@ flps_err ps_shard_wal(ps_shard *s, const wal_record *r);
  * hold it until every worker pushed the part's iteration (sync), which
  * closes the iteration and sends the update to every worker. *kept is
  * set when the shard keeps rx (released when the iteration closes).
- * Returns the refusal's code (answered and counted) or FLPS_OK; FLPS_EIO
- * and FLPS_ENOMEM from a close mean the state can no longer be made
- * durable. */
+ * Returns the refusal's code (answered and counted) or FLPS_OK. A close
+ * whose update is not finite (FLPS_ENONFINITE) or cannot be computed
+ * (FLPS_ENOMEM) is refused to every rank of the iteration, which stays
+ * open with nothing applied. When ps_shard_is_broken is set afterwards
+ * the update could not be logged: the daemon must stop. */
 flps_err ps_agg_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
                      int *kept);
 
@@ -184,9 +212,9 @@ flps_err ps_agg_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
  * segment is handled as ps_agg_push handles a push of one part (its
  * iteration checks and refusals are its own: a re-sent message finds some
  * parts already held), the parts keeping views of rx. Updates the
- * segments close go out as one message per peer. Takes rx. Returns the
- * first fatal error of a close (FLPS_EIO, FLPS_ENOMEM), else the last
- * refusal's code, else FLPS_OK. */
+ * segments close go out as one message per peer. Takes rx. Stops at the
+ * first close that breaks the shard (ps_shard_is_broken); returns the
+ * last refusal's or failure's code, else FLPS_OK. */
 flps_err ps_agg_push_segs(ps_shard *s, transport_rx *rx, const proto_msg *m);
 
 #endif

@@ -207,3 +207,263 @@ Test(zmq_transport, drops_a_message_with_too_many_frames)
     pair_close(&p);
     ASSERT_NO_LEAKS();
 }
+
+/* ---- a listener's limits (issue 12, finding 4) ---- */
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zmq.h>
+
+static void pair_open_limited(pair *p, const transport_limits *lim, char *bound,
+                              size_t len)
+{
+    memset(p, 0, sizeof(*p));
+    cr_assert_eq(transport_zmq_create(&p->srv), FLPS_OK);
+    cr_assert_eq(transport_zmq_set_limits(p->srv, lim), FLPS_OK);
+    cr_assert_eq(transport_listen(p->srv, "tcp://127.0.0.1:0", bound, len),
+                 FLPS_OK, "%s", p->srv->errmsg);
+    cr_assert_eq(transport_zmq_create(&p->cli), FLPS_OK);
+    cr_assert_eq(transport_connect(p->cli, bound, &p->to_srv), FLPS_OK);
+}
+
+/* The client says hello; returns the listener's peer number for it. */
+static uint32_t hello(pair *p, transport *cli, uint32_t to_srv)
+{
+    const size_t one[] = {8};
+    transport_rx *rx;
+    uint32_t peer;
+
+    send_msg(cli, to_srv, 1, one, 1);
+    rx = recv_msg(p->srv, 1, one, 1);
+    peer = rx->peer;
+    transport_rx_release(rx);
+    return peer;
+}
+
+Test(zmq_transport,
+     replies_to_a_peer_that_does_not_read_are_dropped_not_buffered)
+{
+    const transport_limits lim = {16, TRANSPORT_MAX_FRAME_DEFAULT, 64};
+    const size_t big = 1u << 20;
+    char bound[256];
+    pair p;
+    proto_buf *b;
+    transport_frame f;
+    uint32_t peer, accepted = 0;
+    transport *reader;
+    uint32_t to_reader;
+    void *zctx, *deaf;
+    int hwm1 = 1, rbuf = 65536;
+    transport_rx *rx;
+
+    pair_open_limited(&p, &lim, bound, sizeof(bound));
+    /* A peer that does not read at all: a DEALER whose ZeroMQ takes one
+     * message in and leaves the rest in TCP. */
+    zctx = zmq_ctx_new();
+    deaf = zmq_socket(zctx, ZMQ_DEALER);
+    cr_assert_eq(zmq_setsockopt(deaf, ZMQ_RCVHWM, &hwm1, sizeof(hwm1)), 0);
+    cr_assert_eq(zmq_setsockopt(deaf, ZMQ_RCVBUF, &rbuf, sizeof(rbuf)), 0);
+    cr_assert_eq(zmq_connect(deaf, bound), 0);
+    cr_assert_eq(zmq_send(deaf, "hello", 5, 0), 5);
+    cr_assert_eq(transport_recv(p.srv, WAIT_MS, &rx), FLPS_OK);
+    peer = rx->peer;
+    transport_rx_release(rx);
+    b = proto_buf_create(big);
+    memset(proto_buf_data(b), 7, big);
+    f.buf = b;
+    f.off = 0;
+    f.len = big;
+    /* 1000 MiB to a client that never reads. */
+    for (int i = 0; i < 1000; i++) {
+        flps_err rc = transport_send(p.srv, peer, &f, 1);
+        cr_assert(rc == FLPS_OK || rc == FLPS_ECLOSED, "%s", flps_errname(rc));
+        accepted += rc == FLPS_OK;
+        if (rc != FLPS_OK)
+            usleep(1000); /* let the I/O thread take what it can */
+    }
+    cr_assert_eq(p.srv->stats.msgs_dropped, 1000u - accepted);
+    cr_assert_lt(accepted, 48u,
+                 "accepted %u MiB for a peer that does not "
+                 "read",
+                 accepted);
+    usleep(100 * 1000);
+    /* What the transport still holds: at most the high-water mark and the
+     * one message its I/O thread is writing (the kernel has copies of the
+     * rest). */
+    cr_assert_leq(proto_buf_refs(b), 1u + 16u + 2u, "%zu references",
+                  proto_buf_refs(b));
+    /* The legitimate client is still served. */
+    cr_assert_eq(transport_zmq_create(&reader), FLPS_OK);
+    cr_assert_eq(transport_connect(reader, bound, &to_reader), FLPS_OK);
+    {
+        const size_t one[] = {8};
+        uint32_t rp = hello(&p, reader, to_reader);
+        send_msg(p.srv, rp, 2, one, 1);
+        transport_rx_release(recv_msg(reader, 2, one, 1));
+    }
+    proto_buf_release(b);
+    transport_destroy(reader);
+    zmq_close(deaf);
+    zmq_ctx_term(zctx);
+    pair_close(&p);
+    ASSERT_NO_LEAKS();
+}
+
+Test(zmq_transport, a_message_with_too_many_frames_names_its_peer_to_answer)
+{
+    const size_t len[] = {4, 4, 4, 4, 4, 4};
+    const size_t ok[] = {8};
+    pair p;
+    transport_rx *rx = NULL;
+    uint32_t peer;
+
+    pair_open(&p);
+    peer = hello(&p, p.cli, p.to_srv);
+    {
+        transport_frame f[6];
+        for (int i = 0; i < 6; i++) {
+            f[i].buf = proto_buf_create(len[i]);
+            memset(proto_buf_data(f[i].buf), 0, len[i]);
+            f[i].off = 0;
+            f[i].len = len[i];
+        }
+        cr_assert_eq(transport_send(p.cli, p.to_srv, f, 6), FLPS_OK);
+        for (int i = 0; i < 6; i++)
+            proto_buf_release(f[i].buf);
+    }
+    cr_assert_eq(transport_recv(p.srv, WAIT_MS, &rx), FLPS_EPROTO);
+    cr_assert_eq(p.srv->refused_peer, peer);
+    cr_assert_neq(strstr(p.srv->errmsg, "more than 4 frames"), NULL, "%s",
+                  p.srv->errmsg);
+    /* The answer reaches the sender. */
+    send_msg(p.srv, p.srv->refused_peer, 4, ok, 1);
+    transport_rx_release(recv_msg(p.cli, 4, ok, 1));
+    pair_close(&p);
+}
+
+/* Receive for up to ms, counting messages (released at once). */
+static int drain_for(transport *t, int ms)
+{
+    int n = 0;
+    transport_rx *rx;
+
+    for (int i = 0; i < ms / 10; i++) {
+        while (transport_recv(t, 10, &rx) == FLPS_OK) {
+            transport_rx_release(rx);
+            n++;
+        }
+    }
+    return n;
+}
+
+Test(zmq_transport, connections_beyond_the_cap_are_closed_and_the_first_served)
+{
+    const transport_limits lim = {64, TRANSPORT_MAX_FRAME_DEFAULT, 4};
+    const size_t one[] = {8};
+    char bound[256];
+    pair p;
+    uint32_t peer;
+    int raw[20];
+    struct sockaddr_in a;
+    const char *port = strrchr(bound, ':');
+
+    pair_open_limited(&p, &lim, bound, sizeof(bound));
+    peer = hello(&p, p.cli, p.to_srv);
+    port = strrchr(bound, ':');
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)atoi(port + 1));
+    a.sin_addr.s_addr = htonl(0x7f000001);
+    /* 20 idle connections that never speak ZMTP. */
+    for (int i = 0; i < 20; i++) {
+        raw[i] = socket(AF_INET, SOCK_STREAM, 0);
+        cr_assert_geq(raw[i], 0);
+        cr_assert_eq(connect(raw[i], (struct sockaddr *)&a, sizeof(a)), 0);
+    }
+    (void)drain_for(p.srv, 300);
+    cr_assert_eq(p.srv->stats.conns_refused, 17,
+                 "4 connections allowed, the client's and 3 idle ones");
+    /* The client that came first is still served, both ways. */
+    send_msg(p.srv, peer, 5, one, 1);
+    transport_rx_release(recv_msg(p.cli, 5, one, 1));
+    cr_assert_eq(hello(&p, p.cli, p.to_srv), peer);
+    for (int i = 0; i < 20; i++)
+        close(raw[i]);
+    pair_close(&p);
+}
+
+Test(zmq_transport, a_peer_that_disconnects_leaves_no_routing_state)
+{
+    const transport_limits lim = {64, TRANSPORT_MAX_FRAME_DEFAULT, 2};
+    const size_t one[] = {8};
+    char bound[256];
+    pair p;
+    uint32_t first;
+
+    pair_open_limited(&p, &lim, bound, sizeof(bound));
+    first = hello(&p, p.cli, p.to_srv);
+    /* 50 clients one after the other through a table of 2 peers: each
+     * one's slot is freed when it goes, or the third would be refused. */
+    for (int i = 0; i < 50; i++) {
+        transport *c;
+        uint32_t to, peer;
+        cr_assert_eq(transport_zmq_create(&c), FLPS_OK);
+        cr_assert_eq(transport_connect(c, bound, &to), FLPS_OK);
+        peer = hello(&p, c, to);
+        cr_assert_neq(peer, first);
+        send_msg(p.srv, peer, 6, one, 1);
+        transport_rx_release(recv_msg(c, 6, one, 1));
+        transport_destroy(c);
+        /* A reply to a peer that left is refused, not queued. */
+        for (int k = 0; k < 100; k++) {
+            transport_rx *rx;
+            if (transport_recv(p.srv, 10, &rx) == FLPS_OK)
+                transport_rx_release(rx);
+            if (p.srv->stats.conns_refused == 0) {
+                transport_frame f = {NULL, 0, 0};
+                proto_buf *b = proto_buf_create(8);
+                f.buf = b;
+                f.len = 8;
+                flps_err rc = transport_send(p.srv, peer, &f, 1);
+                proto_buf_release(b);
+                if (rc == FLPS_ECLOSED)
+                    break;
+            }
+        }
+    }
+    cr_assert_eq(p.srv->stats.conns_refused, 0);
+    send_msg(p.srv, first, 7, one, 1);
+    transport_rx_release(recv_msg(p.cli, 7, one, 1));
+    pair_close(&p);
+    ASSERT_NO_LEAKS();
+}
+
+#include <signal.h>
+#include <sys/time.h>
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+}
+
+Test(zmq_transport, a_signal_during_a_listeners_wait_is_a_timeout_not_an_error)
+{
+    pair p;
+    transport_rx *rx = NULL;
+    struct sigaction sa, old;
+    struct itimerval tv = {{0, 0}, {0, 100 * 1000}};
+
+    pair_open(&p);
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_alarm; /* no SA_RESTART: the poll is interrupted */
+    cr_assert_eq(sigaction(SIGALRM, &sa, &old), 0);
+    cr_assert_eq(setitimer(ITIMER_REAL, &tv, NULL), 0);
+    /* A daemon's SIGTERM arrives like this: its loop must see a timeout
+     * and check its stop flag, not a failed receive. */
+    cr_assert_eq(transport_recv(p.srv, 5000, &rx), FLPS_ETIMEDOUT, "%s",
+                 p.srv->errmsg);
+    sigaction(SIGALRM, &old, NULL);
+    pair_close(&p);
+}

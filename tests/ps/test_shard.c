@@ -49,8 +49,14 @@ typedef struct rig {
     proto_tensor t[4];
     uint32_t nt;
     uint32_t nparts;
-    char dir[64];    /* checkpoint directory, "" for none */
-    int cut_corrupt; /* restore with wal_truncate_at_corruption */
+    char dir[64];       /* checkpoint directory, "" for none */
+    int cut_corrupt;    /* restore with wal_truncate_at_corruption */
+    uint64_t max_elems; /* max_model_elements, 0 for the default */
+    double ckpt_every;  /* ckpt_request_interval_s, 0 for the default */
+    /* Hold every reply's payload, as a transport still sending it does. */
+    int hold;
+    proto_buf *held[64];
+    size_t nheld;
 } rig;
 
 static void *copy_of(const void *p, size_t len)
@@ -87,6 +93,10 @@ static void capture(void *arg, uint32_t peer, const ps_reply *rep)
         g->cap = g->cap ? 2 * g->cap : 64;
         g->r = realloc(g->r, g->cap * sizeof(*g->r));
         cr_assert_not_null(g->r);
+    }
+    if (g->hold && rep->payload != NULL) {
+        cr_assert_lt(g->nheld, 64);
+        g->held[g->nheld++] = proto_buf_hold(rep->payload);
     }
     c = &g->r[g->n++];
     memset(c, 0, sizeof(*c));
@@ -176,6 +186,8 @@ static flps_err rig_create(rig *g, int restore, ps_shard **out)
     c.ckpt_dir = g->dir[0] ? g->dir : NULL;
     c.fsync_wal = 0;
     c.wal_truncate_at_corruption = g->cut_corrupt;
+    c.max_model_elements = g->max_elems;
+    c.ckpt_request_interval_s = g->ckpt_every;
     c.send = capture;
     c.send_arg = g;
     return ps_shard_create(&c, restore, out);
@@ -186,8 +198,17 @@ static void rig_start(rig *g)
     cr_assert_eq(rig_create(g, 0, &g->s), FLPS_OK);
 }
 
+/* The transport is done sending: drop the held payloads. */
+static void rig_sent(rig *g)
+{
+    for (size_t i = 0; i < g->nheld; i++)
+        proto_buf_release(g->held[i]);
+    g->nheld = 0;
+}
+
 static void rig_free(rig *g)
 {
+    rig_sent(g);
     ps_shard_destroy(g->s);
     clear_replies(g);
     free(g->r);
@@ -2218,5 +2239,546 @@ Test(shard, a_push_of_the_iteration_closed_last_gets_its_update_again)
     crash_and_restore(g);
     take_snap(g, &after);
     assert_snap_eq(g, &before, &after);
+    rig_free(g);
+}
+
+/* ---- updates that are not finite (issue 12, finding 1) ---- */
+
+/* Every rank pushed an iteration whose update is refused: each got one
+ * ERROR (FLPS_ENONFINITE), it was counted once per rank, and nothing
+ * changed (values, versions, the open iteration). */
+static void assert_iteration_refused(rig *g, const refusal_ctx *c, uint32_t W)
+{
+    const ps_shard_stats *st = ps_shard_stats_get(g->s);
+    snap after;
+
+    cr_assert_eq(g->n, c->nreplies + W, "one ERROR per rank, %zu replies",
+                 g->n - c->nreplies);
+    for (uint32_t r = 0; r < W; r++) {
+        const captured *e = &g->r[c->nreplies + r];
+        cr_assert_eq(e->msg.op, PROTO_OP_ERROR);
+        cr_assert_eq(e->msg.status, FLPS_ENONFINITE);
+        cr_assert_neq(strstr(e->msg.text, "Inf or NaN"), NULL, "%s",
+                      e->msg.text);
+        cr_assert_neq(strstr(e->msg.text, "nothing applied"), NULL, "%s",
+                      e->msg.text);
+    }
+    for (int e = 0; e < FLPS_ERR_COUNT_; e++)
+        cr_assert_eq(st->rejected[e],
+                     c->rejected[e] + (e == FLPS_ENONFINITE ? W : 0),
+                     "rejected[%s]", flps_errname((flps_err)e));
+    take_snap(g, &after);
+    assert_snap_eq(g, &c->before, &after);
+}
+
+/* Two ranks of 3e38 each: finite pushes whose sum is Inf. */
+static void huge_dense_iteration(rig *g, uint32_t part, uint32_t numel,
+                                 uint64_t iter, float v)
+{
+    float h[MAXNUMEL];
+
+    for (uint32_t i = 0; i < numel; i++)
+        h[i] = i == 1 ? v : 0.25f;
+    cr_assert_eq(push_dense(g, 0, part, iter, h, numel), FLPS_OK);
+    (void)push_dense(g, 1, part, iter, h, numel);
+}
+
+static void run_dense_overflow(int durable)
+{
+    rig *g =
+        durable ? durable_rig(PROTO_AGG_DENSE) : rig_ready(2, PROTO_AGG_DENSE);
+    const float ok[4] = {1, 2, 3, 4};
+    refusal_ctx c;
+    snap s;
+
+    refusal_begin(g, &c);
+    huge_dense_iteration(g, 0, 4, 0, 3e38f);
+    assert_iteration_refused(g, &c, 2);
+    if (durable) {
+        /* Nothing reached the log either. */
+        crash_and_restore(g);
+        take_snap(g, &s);
+        assert_snap_eq(g, &c.before, &s);
+        register_all(g);
+    }
+    /* The iteration stayed open: the same ranks push it again. */
+    clear_replies(g);
+    cr_assert_eq(push_dense(g, 0, 0, 0, ok, 4), FLPS_OK);
+    cr_assert_eq(push_dense(g, 1, 0, 0, ok, 4), FLPS_OK);
+    cr_assert_eq(g->n, 2);
+    cr_assert_eq(g->r[0].msg.op, PROTO_OP_UPDATE);
+    cr_assert_eq(g->r[0].msg.iter, 0);
+    cr_assert_eq(g->r[0].msg.version, 2, "the refused close made no version");
+    take_snap(g, &s);
+    cr_assert_eq(s.iter[0], 1);
+    cr_assert_eq(s.v[0][0], init_value(0, 0) + -(scale_of(g, 0) * 2.0f));
+    rig_free(g);
+}
+
+Test(shard, a_dense_iteration_summing_to_inf_is_refused_to_every_rank)
+{
+    run_dense_overflow(0);
+}
+
+Test(shard, a_logged_dense_iteration_summing_to_inf_logs_nothing)
+{
+    run_dense_overflow(1);
+}
+
+Test(shard, a_dense_update_that_overflows_the_values_is_refused)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    refusal_ctx c;
+    snap s;
+
+    /* lr 10 over 2 workers: each iteration adds -(5 * 3.2e37) = -1.6e38
+     * to value 1, a finite update, until the third would take the value
+     * past -FLT_MAX. */
+    g->cfg.lr = 10;
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 4);
+    huge_dense_iteration(g, 0, 4, 0, 1.6e37f);
+    huge_dense_iteration(g, 0, 4, 1, 1.6e37f);
+    take_snap(g, &s);
+    cr_assert(isfinite(s.v[0][1]) && s.v[0][1] < -3e38f, "%g",
+              (double)s.v[0][1]);
+    clear_replies(g);
+    refusal_begin(g, &c);
+    huge_dense_iteration(g, 0, 4, 2, 1.6e37f);
+    assert_iteration_refused(g, &c, 2);
+    rig_free(g);
+}
+
+static void run_sparse_overflow(uint8_t agg)
+{
+    rig *g = rig_ready(2, agg);
+    const uint32_t idx[2] = {1, 3};
+    const float big[2] = {0.5f, 3e38f}, ok[2] = {0.5f, 1.0f};
+    refusal_ctx c;
+    snap s;
+
+    refusal_begin(g, &c);
+    cr_assert_eq(push_sparse(g, 0, 0, 0, idx, big, 2), FLPS_OK);
+    cr_assert_eq(push_sparse(g, 1, 0, 0, idx, big, 2), FLPS_ENONFINITE);
+    assert_iteration_refused(g, &c, 2);
+    clear_replies(g);
+    cr_assert_eq(push_sparse(g, 0, 0, 0, idx, ok, 2), FLPS_OK);
+    cr_assert_eq(push_sparse(g, 1, 0, 0, idx, ok, 2), FLPS_OK);
+    cr_assert_eq(g->n, 2);
+    cr_assert_eq(g->r[1].msg.op, PROTO_OP_UPDATE);
+    take_snap(g, &s);
+    cr_assert_eq(s.iter[0], 1);
+    cr_assert_eq(s.ver[0], 2);
+    rig_free(g);
+}
+
+Test(shard, a_topk_iteration_summing_to_inf_is_refused_to_every_rank)
+{
+    run_sparse_overflow(PROTO_AGG_TOPK);
+}
+
+Test(shard, a_gtopk_iteration_summing_to_inf_is_refused_to_every_rank)
+{
+    run_sparse_overflow(PROTO_AGG_GTOPK);
+}
+
+Test(shard, a_dense_part_of_several_blocks_is_unchanged_when_a_late_block_fails)
+{
+    enum { N = 3 * 4096 + 17 };
+    rig *g = rig_one_part(2, PROTO_AGG_DENSE, N, 1.0);
+    float *v = calloc(N, sizeof(float)), *before = malloc(N * sizeof(float));
+    const float *w;
+    uint32_t n;
+    uint64_t ver, iter;
+
+    cr_assert(v != NULL && before != NULL);
+    rig_start(g);
+    register_all(g);
+    for (uint32_t i = 0; i < N; i++)
+        v[i] = (float)i * 0.001f;
+    cr_assert_eq(send_init(g, 0, 0, v, N), FLPS_OK);
+    memcpy(before, v, N * sizeof(float));
+    for (uint32_t i = 0; i < N; i++)
+        v[i] = 1.0f;
+    v[N - 3] = 3e38f; /* in the last block: the first three pass the check */
+    clear_replies(g);
+    cr_assert_eq(push_dense(g, 0, 0, 0, v, N), FLPS_OK);
+    cr_assert_eq(push_dense(g, 1, 0, 0, v, N), FLPS_ENONFINITE);
+    cr_assert_eq(g->n, 2);
+    cr_assert_eq(g->r[0].msg.status, FLPS_ENONFINITE);
+    cr_assert_eq(ps_shard_part(g->s, 0, &w, &n, &ver, &iter), FLPS_OK);
+    cr_assert_eq(memcmp(w, before, N * sizeof(float)), 0,
+                 "an earlier block was applied");
+    cr_assert_eq(ver, 1);
+    cr_assert_eq(iter, 0);
+    free(v);
+    free(before);
+    rig_free(g);
+}
+
+static void run_async_overflow(uint8_t agg)
+{
+    rig *g = rig_new(2, agg, PROTO_MODE_ASYNC);
+    const uint32_t idx[2] = {0, 1};
+    float d[4] = {0.5f, 3.2e37f, 0, 0};
+    refusal_ctx c;
+
+    g->cfg.lr = 10; /* -(5 * 3.2e37) = -1.6e38 per push */
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 4);
+    /* The third push overflows value 1. */
+    for (uint64_t it = 0; it < 3; it++) {
+        flps_err rc, want = it < 2 ? FLPS_OK : FLPS_ENONFINITE;
+        if (it == 2)
+            refusal_begin(g, &c);
+        rc = agg == PROTO_AGG_DENSE ? push_dense(g, 0, 0, it, d, 4)
+                                    : push_sparse(g, 0, 0, it, idx, d, 2);
+        if (it < 2) {
+            cr_assert_eq(rc, want);
+            cr_assert_eq(last(g)->msg.op, PROTO_OP_ACK);
+        } else {
+            refusal_check(g, &c, rc, want, PEER(0), "Inf or NaN");
+        }
+    }
+    /* The refused push did not count as rank 0's iteration 2. */
+    d[1] = 1.0f;
+    cr_assert_eq(agg == PROTO_AGG_DENSE ? push_dense(g, 0, 0, 2, d, 4)
+                                        : push_sparse(g, 0, 0, 2, idx, d, 2),
+                 FLPS_OK);
+    rig_free(g);
+}
+
+Test(shard, an_async_dense_push_that_overflows_the_values_is_refused)
+{
+    run_async_overflow(PROTO_AGG_DENSE);
+}
+
+Test(shard, an_async_sparse_push_that_overflows_the_values_is_refused)
+{
+    run_async_overflow(PROTO_AGG_TOPK);
+}
+
+Test(shard, a_push_of_several_parts_refuses_only_the_part_summing_to_inf)
+{
+    rig *g = rig_ready(2, PROTO_AGG_TOPK);
+    proto_seg segs[2] = {{0, 1, 0, 0}, {2, 1, 0, 0}};
+    uint32_t idx[2] = {1, 0};
+    float val[2] = {3e38f, 1.0f};
+    snap before, after;
+
+    take_snap(g, &before);
+    clear_replies(g);
+    for (uint32_t r = 0; r < 2; r++) {
+        proto_msg m = base_msg(PROTO_OP_PUSH, r, 0, 0);
+        m.codec = PROTO_CODEC_SPARSE;
+        m.n = 2;
+        m.idx = idx;
+        m.val = val;
+        m.nsegs = 2;
+        m.segs = segs;
+        (void)deliver(g, PEER(r), &m);
+    }
+    /* Part 0: an ERROR to each rank; part 2: its update to each. */
+    cr_assert_eq(g->n, 4);
+    for (size_t i = 0; i < 4; i++) {
+        const captured *c = &g->r[i];
+        if (c->msg.op == PROTO_OP_ERROR) {
+            cr_assert_eq(c->msg.status, FLPS_ENONFINITE);
+            cr_assert_eq(c->msg.part, 0);
+        } else {
+            cr_assert_eq(c->msg.op, PROTO_OP_UPDATE);
+            cr_assert_eq(c->msg.part, 2);
+        }
+    }
+    take_snap(g, &after);
+    cr_assert_eq(memcmp(after.v[0], before.v[0], sizeof(before.v[0])), 0);
+    cr_assert_eq(after.iter[0], 0);
+    cr_assert_eq(after.iter[2], 1);
+    cr_assert_eq(ps_shard_stats_get(g->s)->rejected[FLPS_ENONFINITE], 2);
+    rig_free(g);
+}
+
+/* ---- sizes and memory (issue 12, finding 2) ---- */
+
+Test(shard, a_register_larger_than_the_model_limit_is_refused_before_allocating)
+{
+    rig *g = rig_new(1, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    proto_tensor huge[1];
+    refusal_ctx c;
+
+    rig_start(g);
+    strcpy(huge[0].name, "huge");
+    huge[0].numel = UINT32_MAX;
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_register_cfg(g, 0, &g->cfg, huge, 1),
+                  FLPS_ECONFIG, PEER(0),
+                  "the model has 4294967295 elements, more than this "
+                  "shard's limit of 2147483648 (flps --max-model-elements)");
+    cr_assert_eq(ps_shard_num_owned(g->s), 0);
+    /* The legitimate client is still served. */
+    register_all(g);
+    cr_assert_eq(ps_shard_num_owned(g->s), 3);
+    rig_free(g);
+}
+
+Test(shard, the_model_limit_is_the_configured_one_and_inclusive)
+{
+    rig *g = rig_new(1, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    refusal_ctx c;
+
+    g->max_elems = 19; /* the layout has 10 + 7 + 3 = 20 */
+    rig_start(g);
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_register_cfg(g, 0, &g->cfg, g->t, g->nt),
+                  FLPS_ECONFIG, PEER(0), "limit of 19");
+    ps_shard_destroy(g->s);
+    g->max_elems = 20;
+    rig_start(g);
+    register_all(g);
+    rig_free(g);
+}
+
+Test(shard, pulls_before_init_wait_once_per_rank_and_part)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    proto_msg m = base_msg(PROTO_OP_PULL, 1, 0, 0);
+
+    rig_start(g);
+    register_all(g);
+    clear_replies(g);
+    for (int i = 0; i < 1000; i++)
+        cr_assert_eq(deliver(g, PEER(1), &m), FLPS_OK);
+    cr_assert_eq(g->n, 0, "nothing to answer before INIT");
+    {
+        const float v[4] = {1, 2, 3, 4};
+        cr_assert_eq(send_init(g, 0, 0, v, 4), FLPS_OK);
+    }
+    cr_assert_eq(g->r[0].msg.op, PROTO_OP_ACK);
+    cr_assert_eq(g->n, 2, "the INIT's ACK and one PULL_REPLY, not 1000");
+    cr_assert_eq(g->r[1].msg.op, PROTO_OP_PULL_REPLY);
+    cr_assert_eq(g->r[1].peer, PEER(1));
+    rig_free(g);
+}
+
+Test(shard, out_of_memory_while_closing_an_iteration_is_answered_and_survived)
+{
+    const uint32_t idx[2] = {1, 3};
+    const float v[2] = {0.5f, -1.0f};
+
+    for (unsigned long n = 1;; n++) {
+        rig *g = rig_ready(2, PROTO_AGG_GTOPK);
+        proto_msg m = base_msg(PROTO_OP_PUSH, 1, 0, 0);
+        proto_frame f[PROTO_MAX_FRAMES];
+        size_t nf, hlen, before_n;
+        void *hdr = NULL;
+        transport_rx *rx = NULL;
+        snap before, after;
+        flps_err rc;
+
+        cr_assert_eq(push_sparse(g, 0, 0, 0, idx, v, 2), FLPS_OK);
+        m.codec = PROTO_CODEC_SPARSE;
+        m.n = 2;
+        m.idx = idx;
+        m.val = v;
+        cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_OK);
+        cr_assert_eq(transport_rx_copy(f, nf, PEER(1), &rx), FLPS_OK);
+        free(hdr);
+        take_snap(g, &before);
+        clear_replies(g);
+        flps_alloc_fail_at(n);
+        rc = ps_shard_handle(g->s, rx);
+        flps_alloc_fail_at(0);
+        cr_assert_eq(ps_shard_is_broken(g->s), 0);
+        if (rc == FLPS_OK) {
+            cr_assert_eq(g->n, 2);
+            cr_assert_eq(last(g)->msg.op, PROTO_OP_UPDATE);
+            rig_free(g);
+            ASSERT_NO_LEAKS();
+            break;
+        }
+        cr_assert_eq(rc, FLPS_ENOMEM, "allocation %lu: %s", n,
+                     flps_errname(rc));
+        cr_assert_geq(g->n, 1, "allocation %lu: no answer", n);
+        for (size_t i = 0; i < g->n; i++) {
+            cr_assert_eq(g->r[i].msg.op, PROTO_OP_ERROR);
+            cr_assert_eq(g->r[i].msg.status, FLPS_ENOMEM);
+        }
+        take_snap(g, &after);
+        assert_snap_eq(g, &before, &after);
+        /* The shard carries on: the iteration closes when pushed again
+         * (rank 0's push may still be held). */
+        before_n = g->n;
+        rc = push_sparse(g, 0, 0, 0, idx, v, 2);
+        cr_assert(rc == FLPS_OK || rc == FLPS_EDUP, "%s", flps_errname(rc));
+        cr_assert_eq(push_sparse(g, 1, 0, 0, idx, v, 2), FLPS_OK);
+        cr_assert_eq(last(g)->msg.op, PROTO_OP_UPDATE);
+        cr_assert_gt(g->n, before_n);
+        take_snap(g, &after);
+        cr_assert_eq(after.iter[0], 1);
+        rig_free(g);
+        ASSERT_NO_LEAKS();
+    }
+}
+
+/* ---- checkpoint requests (issue 12, finding 3) ---- */
+
+Test(shard, a_checkpoint_request_from_a_peer_that_never_registered_is_refused)
+{
+    rig *g = durable_rig(PROTO_AGG_DENSE);
+    proto_msg ck = base_msg(PROTO_OP_CHECKPOINT, 0, 0, 0);
+    const uint64_t written = ps_shard_stats_get(g->s)->checkpoints;
+    refusal_ctx c;
+
+    refusal_begin(g, &c);
+    refusal_check(g, &c, deliver(g, 999, &ck), FLPS_ESTATE, 999,
+                  "only a registered worker of job 'job' may ask for a "
+                  "checkpoint");
+    cr_assert_eq(ps_shard_stats_get(g->s)->checkpoints, written,
+                 "nothing written");
+    /* The member is served. */
+    cr_assert_eq(deliver(g, PEER(1), &ck), FLPS_OK);
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_ACK);
+    cr_assert_str_eq(last(g)->msg.text, "checkpoint written");
+    cr_assert_eq(ps_shard_stats_get(g->s)->checkpoints, written + 1);
+    rig_free(g);
+}
+
+Test(shard, a_checkpoint_flood_writes_one_checkpoint_per_interval)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_SSGD);
+    proto_msg ck = base_msg(PROTO_OP_CHECKPOINT, 0, 0, 0);
+    uint64_t written;
+
+    g->ckpt_every = 0.5;
+    rig_use_dir(g);
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 4);
+    written = ps_shard_stats_get(g->s)->checkpoints;
+    cr_assert_eq(deliver(g, PEER(0), &ck), FLPS_OK);
+    cr_assert_str_eq(last(g)->msg.text, "checkpoint written");
+    for (int i = 0; i < 400; i++) {
+        clear_replies(g);
+        cr_assert_eq(deliver(g, PEER(i % 2), &ck), FLPS_OK);
+        cr_assert_eq(g->n, 1);
+        cr_assert_eq(last(g)->msg.op, PROTO_OP_ACK);
+        cr_assert_eq(last(g)->msg.status, 1);
+        cr_assert_neq(
+            strstr(last(g)->msg.text, "checkpoint done recently (at "), NULL,
+            "%s", last(g)->msg.text);
+        cr_assert_neq(strstr(last(g)->msg.text, "at most one per 0.5 s"), NULL,
+                      "%s", last(g)->msg.text);
+    }
+    cr_assert_eq(ps_shard_stats_get(g->s)->checkpoints, written + 1,
+                 "401 requests, one checkpoint");
+    usleep(600 * 1000);
+    cr_assert_eq(deliver(g, PEER(1), &ck), FLPS_OK);
+    cr_assert_str_eq(last(g)->msg.text, "checkpoint written");
+    cr_assert_eq(ps_shard_stats_get(g->s)->checkpoints, written + 2);
+    rig_free(g);
+}
+
+Test(
+    shard,
+    a_restored_shard_serves_the_checkpoint_of_a_worker_that_did_not_register_again)
+{
+    rig *g = durable_rig(PROTO_AGG_DENSE);
+    proto_msg ck = base_msg(PROTO_OP_CHECKPOINT, 1, 0, 0);
+    refusal_ctx c;
+
+    crash_and_restore(g);
+    clear_replies(g);
+    cr_assert_eq(deliver(g, PEER(1), &ck), FLPS_OK);
+    cr_assert_str_eq(last(g)->msg.text, "checkpoint written");
+    /* Rank 1 is held now: another peer speaking as rank 1 is a stranger. */
+    refusal_begin(g, &c);
+    refusal_check(g, &c, deliver(g, 999, &ck), FLPS_ESTATE, 999,
+                  "register first");
+    rig_free(g);
+}
+
+/* ---- what peers can make a shard hold (issue 12, finding 4) ---- */
+
+Test(shard, a_peer_is_sent_one_copy_of_a_part_at_a_time)
+{
+    rig *g = rig_ready(2, PROTO_AGG_DENSE);
+    proto_msg m = base_msg(PROTO_OP_PULL, 1, 0, 0);
+
+    g->hold = 1;
+    clear_replies(g);
+    /* 300 PULLs of one part from a peer that does not read. */
+    cr_assert_eq(deliver(g, PEER(1), &m), FLPS_OK);
+    for (int i = 0; i < 299; i++)
+        cr_assert_eq(deliver(g, PEER(1), &m), FLPS_EDUP);
+    cr_assert_eq(g->n, 1, "one PULL_REPLY, then nothing");
+    cr_assert_eq(g->r[0].msg.op, PROTO_OP_PULL_REPLY);
+    cr_assert_eq(g->nheld, 1, "one copy of the part in flight");
+    cr_assert_eq(ps_shard_stats_get(g->s)->rejected[FLPS_EDUP], 299);
+    cr_assert_eq(ps_shard_stats_get(g->s)->pulls, 1);
+    /* The legitimate client is still served meanwhile. */
+    m.rank = 0;
+    cr_assert_eq(deliver(g, PEER(0), &m), FLPS_OK);
+    cr_assert_eq(g->n, 2);
+    cr_assert_eq(last(g)->peer, PEER(0));
+    /* Once the copy is sent, the peer may pull the part again. */
+    rig_sent(g);
+    m.rank = 1;
+    cr_assert_eq(deliver(g, PEER(1), &m), FLPS_OK);
+    cr_assert_eq(g->n, 3);
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_PULL_REPLY);
+    rig_free(g);
+}
+
+static int warn_lines;
+
+static void count_warnings(void *arg, flps_log_level level, const char *line)
+{
+    (void)arg;
+    (void)line;
+    if (level >= FLPS_LOG_WARN)
+        warn_lines++;
+}
+
+Test(shard, refusals_are_logged_a_few_times_per_reason_then_counted)
+{
+    rig *g = rig_ready(2, PROTO_AGG_DENSE);
+    proto_msg other = base_msg(PROTO_OP_PUSH, 0, 0, 0);
+    const float v[4] = {1, 2, 3, 4};
+
+    strcpy(other.job, "other");
+    other.codec = PROTO_CODEC_DENSE;
+    other.n = 4;
+    other.val = v;
+    clear_replies(g);
+    warn_lines = 0;
+    flps_set_logger(count_warnings, NULL);
+    for (int i = 0; i < 1000; i++)
+        cr_assert_eq(deliver(g, PEER(0), &other), FLPS_EJOB);
+    for (int i = 0; i < 1000; i++)
+        cr_assert_eq(push_dense(g, 0, 0, 5, v, 4), FLPS_EFUTURE);
+    flps_set_logger(NULL, NULL);
+    cr_assert_eq(warn_lines, 10, "5 lines per reason, not %d", warn_lines);
+    cr_assert_eq(g->n, 2000, "every refusal is still answered");
+    cr_assert_eq(ps_shard_stats_get(g->s)->rejected[FLPS_EJOB], 1000);
+    cr_assert_eq(ps_shard_stats_get(g->s)->rejected[FLPS_EFUTURE], 1000);
+    rig_free(g);
+}
+
+Test(shard, a_message_the_transport_refused_is_answered_and_counted)
+{
+    rig *g = rig_ready(1, PROTO_AGG_DENSE);
+
+    clear_replies(g);
+    ps_shard_refuse(g->s, 77, FLPS_EPROTO,
+                    "message with more than 4 frames dropped");
+    cr_assert_eq(g->n, 1);
+    cr_assert_eq(last(g)->peer, 77);
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_ERROR);
+    cr_assert_eq(last(g)->msg.status, FLPS_EPROTO);
+    cr_assert_neq(strstr(last(g)->msg.text, "more than 4 frames"), NULL, "%s",
+                  last(g)->msg.text);
+    cr_assert_eq(ps_shard_stats_get(g->s)->rejected[FLPS_EPROTO], 1);
     rig_free(g);
 }
