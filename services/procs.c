@@ -44,7 +44,10 @@ static void child_exec(char *const argv[], const proc_opts *o, int out_fd,
     dup2(out_fd, STDOUT_FILENO);
     if (err_fd >= 0)
         dup2(err_fd, STDERR_FILENO);
-    execv(argv[0], argv);
+    if (o->envp != NULL)
+        execve(argv[0], argv, o->envp);
+    else
+        execv(argv[0], argv);
     dprintf(STDERR_FILENO, "cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
 }
