@@ -90,9 +90,15 @@ static void on_stdout(void *arg, proc *p, const char *line)
 static void on_stderr(void *arg, proc *p, const char *line)
 {
     agent_task *t = arg;
+    size_t n = strlen(line);
 
     (void)p;
     agent_report_line(t->node, t, line);
+    while (n > 0 &&
+           (line[n - 1] == ' ' || line[n - 1] == '\t' || line[n - 1] == '\r'))
+        n--;
+    if (n > 0)
+        snprintf(t->last_error, sizeof(t->last_error), "%.*s", (int)n, line);
 }
 
 void agent_report_pump(agent_node *n, int timeout_ms)
@@ -175,7 +181,7 @@ void agent_report_reap(agent_node *n)
  * sees the key on flps:exits before the hash says how the task ended. */
 static const char exit_lua[] =
     "redis.call('HSET', KEYS[1], 'state', 'EXITED', 'exit_code', ARGV[1],\n"
-    "  'signal', ARGV[2], 'exited_at', ARGV[3])\n"
+    "  'signal', ARGV[2], 'exited_at', ARGV[3], 'error', ARGV[4])\n"
     "redis.call('RPUSH', KEYS[2], KEYS[1])\n"
     "return 1\n";
 
@@ -286,8 +292,8 @@ void agent_report_flush(agent_node *n)
     for (;;) {
         agent_task *first = NULL;
         char code[16], sig[16];
-        const char *argv[] = {"EVAL",       exit_lua, "2", NULL,
-                              "flps:exits", code,     sig, NULL};
+        const char *argv[] = {"EVAL", exit_lua, "2",  NULL, "flps:exits",
+                              code,   sig,      NULL, NULL};
 
         for (agent_task *t = n->tasks; t != NULL; t = t->next)
             if (t->report_exit &&
@@ -297,9 +303,13 @@ void agent_report_flush(agent_node *n)
             return;
         argv[3] = first->key;
         argv[7] = first->exited_at;
+        /* A clean exit has no error to tell, whatever it printed. */
+        argv[8] = first->exit_code != 0 || first->exit_signal != 0
+                      ? first->last_error
+                      : "";
         snprintf(code, sizeof(code), "%d", first->exit_code);
         snprintf(sig, sizeof(sig), "%d", first->exit_signal);
-        if (!agent_node_redis_cmd(n, NULL, "reporting the task's exit", 8,
+        if (!agent_node_redis_cmd(n, NULL, "reporting the task's exit", 9,
                                   argv))
             return;
         first->report_exit = 0;

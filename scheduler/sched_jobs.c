@@ -124,6 +124,7 @@ static flps_err task_from_reply(const char *key, const redisReply *r,
     sched_store_hcopy(r, "state", t->state, sizeof(t->state));
     sched_store_hcopy(r, "endpoint", t->endpoint, sizeof(t->endpoint));
     sched_store_hcopy(r, "metrics", t->metrics, sizeof(t->metrics));
+    sched_store_hcopy(r, "error", t->error, sizeof(t->error));
     v = sched_store_hget(r, "exit_code");
     if (v != NULL && *v != '\0') {
         t->exited = 1;

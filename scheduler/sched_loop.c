@@ -221,7 +221,7 @@ static void loop_exit(sched_loop *l, const char *key, double now)
     sched_task t;
     sched_job job;
     int found = 0;
-    char reason[256];
+    char reason[512];
 
     if (sched_store_task(l->st, key, &t, &found) != FLPS_OK) {
         log_error("cannot read exited task %s: %s", key,
@@ -247,8 +247,8 @@ static void loop_exit(sched_loop *l, const char *key, double now)
         snprintf(reason, sizeof(reason), "%s on %s was killed by signal %ld",
                  t.name, t.node, t.signal);
     else
-        snprintf(reason, sizeof(reason), "%s on %s exited with status %ld",
-                 t.name, t.node, t.exit_code);
+        snprintf(reason, sizeof(reason), "%s on %s exited with status %ld%s%s",
+                 t.name, t.node, t.exit_code, t.error[0] ? ": " : "", t.error);
     log_info("job %s: task %s", job.id, reason);
     if (strcmp(t.role, "worker") == 0 && t.signal == 0 && t.exit_code == 0) {
         uint32_t ok = 0;
