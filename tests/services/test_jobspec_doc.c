@@ -233,3 +233,23 @@ Test(jobspec_doc, appends_to_the_buffer_and_reports_a_failed_allocation)
     flps_alloc_fail_at(0);
     flps_strbuf_fini(&b);
 }
+
+Test(jobspec_doc, every_variable_a_command_gets_is_documented)
+{
+    static const char *const names[] = {
+#define X(name, what) #name,
+        JOBSPEC_WORKER_ENV(X)
+#undef X
+    };
+    char *doc = read_doc();
+    char row[96];
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(row, sizeof(row), "\n| `%s` | ", names[i]);
+        cr_assert_not_null(strstr(doc, row),
+                           "docs/job-file.md has no row for %s in its table "
+                           "of the variables a command: gets",
+                           names[i]);
+    }
+    free(doc);
+}
