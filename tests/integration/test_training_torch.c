@@ -86,3 +86,35 @@ Test(training_torch, the_torch_mlp_with_gtopk_sends_a_few_percent_of_dense,
     cr_assert_gt(acc, 0.6, "test accuracy %.4f: %s", acc, r.err);
     run_free(&r);
 }
+
+Test(training_torch, a_job_whose_peer_never_connects_fails_within_the_deadline,
+     .timeout = 300)
+{
+    char dir[] = "/tmp/flrun-torchhang-XXXXXX", job[128], cmd[1024];
+    char text[1024];
+    run_result r;
+
+    /* Rank 1 never joins: rank 0's first wait gives up after
+     * FLPS_DEADLINE_MS and its error is the job's reason. */
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(job, sizeof(job), "%s/job.yaml", dir);
+    snprintf(text, sizeof(text),
+             "name: torch-hang\nmodel: mlp\nworkers: 2\niterations: 5\n"
+             "command: [/bin/sh, -c, 'if [ $FLPS_RANK = 1 ]; then exec sleep "
+             "299; fi; exec /usr/bin/python3 %s/examples/torch/mlp.py "
+             "--test-samples 100']\n",
+             FLPS_SOURCE_DIR);
+    write_file(job, text);
+    snprintf(cmd, sizeof(cmd), "FLPS_DEADLINE_MS=3000 %s/flrun %s",
+             FLPS_BIN_DIR, job);
+    run_cmd(cmd, &r);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "flrun: job torch-hang failed: worker "
+                                     "rank 0 (sh) exit status 1: "
+                                     "flps.errors.TimedOutError: "),
+                       "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "did not answer within 3 s"), "%s", r.err);
+    cr_assert_eq(system("pgrep -f '[s]leep 299' >/dev/null"), 256,
+                 "the rank that never joined was stopped");
+    run_free(&r);
+}
