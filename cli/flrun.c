@@ -22,8 +22,11 @@
 #include "services/jobspec.h"
 #include "services/plan.h"
 #include "services/procs.h"
+#include "services/workerenv.h"
 
 #define RUN_MAX_PROCS 1300
+
+extern char **environ;
 
 /* Set by the signal handler, read by the main loop (process-wide by
  * nature). */
@@ -50,6 +53,8 @@ typedef struct run {
     double last_loss;
     uint64_t last_sent, last_dense; /* summed over the workers */
     uint64_t (*rank_bytes)[2];      /* each worker's last sent, dense */
+    double last_accuracy; /* training accuracy, when the worker gives it */
+    int have_last_accuracy;
     int need_newline;
     /* Iterations, or rounds for fedavg (the shards close one synchronous
      * iteration a round): what progress counts to and the summary says. */
@@ -85,7 +90,7 @@ static void show_progress(run *r)
     double frac = r->total ? (double)r->last_iter / (double)r->total : 0;
     double eta = frac > 0 ? el / frac - el : 0;
     int width = 24, fill = (int)(frac * width);
-    char bar[32];
+    char bar[32], acc[32];
 
     if (r->quiet)
         return;
@@ -93,12 +98,16 @@ static void show_progress(run *r)
         bar[i] = i < fill ? '#' : '.';
     bar[width] = '\0';
     human_bytes((double)r->last_sent, sent, sizeof(sent));
+    if (r->have_last_accuracy)
+        snprintf(acc, sizeof(acc), "  acc %.4f", r->last_accuracy);
+    else
+        acc[0] = '\0';
     if (r->tty) {
         fprintf(stderr,
-                "\r[%s] iter %llu/%llu  loss %.4f  sent %s (%.2f%% of "
+                "\r[%s] iter %llu/%llu  loss %.4f%s  sent %s (%.2f%% of "
                 "dense)  %.0fs, eta %.0fs ",
                 bar, (unsigned long long)r->last_iter,
-                (unsigned long long)r->total, r->last_loss, sent,
+                (unsigned long long)r->total, r->last_loss, acc, sent,
                 r->last_dense
                     ? 100.0 * (double)r->last_sent / (double)r->last_dense
                     : 0.0,
@@ -106,10 +115,10 @@ static void show_progress(run *r)
         r->need_newline = 1;
     } else {
         fprintf(stderr,
-                "iter %llu/%llu  loss %.4f  sent %s (%.2f%% of dense)  "
+                "iter %llu/%llu  loss %.4f%s  sent %s (%.2f%% of dense)  "
                 "%.1fs\n",
                 (unsigned long long)r->last_iter, (unsigned long long)r->total,
-                r->last_loss, sent,
+                r->last_loss, acc, sent,
                 r->last_dense
                     ? 100.0 * (double)r->last_sent / (double)r->last_dense
                     : 0.0,
@@ -250,13 +259,19 @@ static void on_worker_line(void *arg, proc *p, const char *line)
             return;
         }
         r->last_iter = it;
-        r->last_loss = json_real_value(json_object_get(o, "loss"));
+        r->last_loss = json_number_value(json_object_get(o, "loss"));
+        if (json_is_number(json_object_get(o, "accuracy"))) {
+            r->last_accuracy =
+                json_number_value(json_object_get(o, "accuracy"));
+            r->have_last_accuracy = 1;
+        }
         if (r->tty || r->total < 10 ||
             it % (r->total / 10 ? r->total / 10 : 1) == 0 || it == r->total)
             show_progress(r);
     } else if (strcmp(ev, "eval") == 0) {
-        r->test_accuracy = json_real_value(json_object_get(o, "test_accuracy"));
-        r->test_loss = json_real_value(json_object_get(o, "test_loss"));
+        r->test_accuracy =
+            json_number_value(json_object_get(o, "test_accuracy"));
+        r->test_loss = json_number_value(json_object_get(o, "test_loss"));
         r->have_accuracy = 1;
         if (!r->quiet) {
             end_progress_line(r);
@@ -363,9 +378,31 @@ static int restart_server(run *r, uint32_t i, char *flps_bin, char *ckptdir,
     return 1;
 }
 
+/* The last line of a log that is not blank: the program's last error
+ * (for Python, the exception after its traceback). Empty when none. */
+static void last_error_line(const char *path, char *out, size_t len)
+{
+    char line[1024];
+    FILE *f = fopen(path, "r");
+
+    out[0] = '\0';
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        size_t n = strlen(line);
+
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' ||
+                         line[n - 1] == ' ' || line[n - 1] == '\t'))
+            line[--n] = '\0';
+        if (n > 0)
+            snprintf(out, len, "%s", line);
+    }
+    fclose(f);
+}
+
 static void report_death(run *r, proc *p)
 {
-    char how[96];
+    char how[96], reason[1024];
 
     end_progress_line(r);
     proc_describe(p->status, how, sizeof(how));
@@ -374,6 +411,9 @@ static void report_death(run *r, proc *p)
             "of %s:\n",
             p->name, (int)p->pid, how, p->log_path);
     proc_print_tail(p->log_path, 12);
+    last_error_line(p->log_path, reason, sizeof(reason));
+    fprintf(stderr, "flrun: job %s failed: %s %s: %s\n", r->spec.name, p->name,
+            how, reason[0] ? reason : "it printed no error");
 }
 
 static int find_bin(const char *name, char *out, size_t len)
@@ -399,6 +439,49 @@ static int find_bin(const char *name, char *out, size_t len)
         }
     }
     return 0;
+}
+
+/* Start rank w of a command: job: the user's program (prog, resolved)
+ * with the job's FLPS_* variables; stdout piped for its events, stderr to
+ * its log. */
+static flps_err start_command(run *r, uint32_t w, const char *prog,
+                              const char *servers, const char *logdir)
+{
+    const char *words[JOBSPEC_WORDS_MAX + 1];
+    char name[64], log[PATH_MAX + 32], bin_dir[PATH_MAX] = "";
+    char **env = NULL;
+    size_t n = jobspec_words(r->spec.command, r->spec.command_argc, words,
+                             JOBSPEC_WORDS_MAX);
+    workerenv we;
+    proc_opts o;
+    flps_err rc;
+    const char *dl = getenv("FLPS_DEADLINE_MS");
+
+    if (find_bin("flps", bin_dir, sizeof(bin_dir)))
+        *strrchr(bin_dir, '/') = '\0';
+    memset(&we, 0, sizeof(we));
+    we.job = r->spec.name;
+    we.rank = w;
+    we.servers = servers;
+    we.plan_file = r->plan_path;
+    we.bin_dir = bin_dir[0] ? bin_dir : NULL;
+    /* A test (or a slow machine) may shorten (lengthen) the waits. */
+    we.deadline_ms = dl != NULL ? strtoull(dl, NULL, 10) : 0;
+    if (workerenv_build(&r->spec, &we, environ, &env) != FLPS_OK) {
+        fprintf(stderr, "flrun: out of memory\n");
+        return FLPS_ENOMEM;
+    }
+    words[0] = prog;
+    words[n] = NULL;
+    snprintf(name, sizeof(name), "worker rank %u (%.32s)", w,
+             strrchr(prog, '/') ? strrchr(prog, '/') + 1 : prog);
+    snprintf(log, sizeof(log), "%s/worker-%u.log", logdir, w);
+    memset(&o, 0, sizeof(o));
+    o.log_path = log;
+    o.envp = env;
+    rc = proc_start_opts(&r->procs[r->nprocs], name, (char *const *)words, &o);
+    workerenv_free(env);
+    return rc;
 }
 
 static void usage(FILE *f)
@@ -496,10 +579,23 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!find_bin("flps", flps_bin, sizeof(flps_bin)) ||
-        !find_bin("flworker", worker_bin, sizeof(worker_bin))) {
+        (r.spec.command_argc == 0 &&
+         !find_bin("flworker", worker_bin, sizeof(worker_bin)))) {
         fprintf(stderr, "flrun: cannot find the flps and flworker binaries "
                         "next to flrun (or in $FLPS_BIN_DIR)\n");
         return 2;
+    }
+    if (r.spec.command_argc > 0) {
+        const char *prog[1];
+
+        jobspec_words(r.spec.command, 1, prog, 1);
+        if (workerenv_find_program(prog[0], environ, worker_bin,
+                                   sizeof(worker_bin), errbuf,
+                                   sizeof(errbuf)) != FLPS_OK) {
+            fprintf(stderr, "flrun: %s: %s\nnothing was started.\n", job_path,
+                    errbuf);
+            return 2;
+        }
     }
     if (logdir[0] == '\0') {
         tmp = getenv("TMPDIR");
@@ -593,7 +689,12 @@ int main(int argc, char **argv)
         if (i + 1 < r.nservers)
             strcat(servers_arg, ",");
     }
-    for (uint32_t w = 0; w < r.spec.workers; w++) {
+    for (uint32_t w = 0; r.spec.command_argc > 0 && w < r.spec.workers; w++) {
+        if (start_command(&r, w, worker_bin, servers_arg, logdir) != FLPS_OK)
+            goto stop;
+        r.nprocs++;
+    }
+    for (uint32_t w = 0; r.spec.command_argc == 0 && w < r.spec.workers; w++) {
         char rank[16], name[64], log[PATH_MAX + 32];
         char *args[] = {worker_bin, "--job",     (char *)job_path, "--rank",
                         rank,       "--servers", servers_arg,      NULL,
@@ -640,15 +741,29 @@ int main(int argc, char **argv)
             break;
         if (interrupted)
             goto stop;
+        if (r.spec.time_limit > 0 && flps_mono_s() - r.t0 > r.spec.time_limit) {
+            end_progress_line(&r);
+            fprintf(stderr,
+                    "flrun: job %s failed: it ran past its time_limit of "
+                    "%.0f s; raise time_limit or make the job shorter\n",
+                    r.spec.name, r.spec.time_limit);
+            goto stop;
+        }
     }
     end_progress_line(&r);
     proc_stop_all(r.procs, r.nprocs, 10000);
     wall = flps_mono_s() - r.t0;
     if (r.done != r.spec.workers || !r.have_accuracy) {
         fprintf(stderr,
-                "flrun: %u of %u workers reported their results; see "
+                "flrun: %u of %u workers reported their results%s; see "
                 "%s\n",
-                r.done, r.spec.workers, logdir);
+                r.done, r.spec.workers,
+                r.spec.command_argc == 0 ? ""
+                : r.have_accuracy
+                    ? " (each rank's program reports through flps.report)"
+                    : " and none a test accuracy (rank 0's program reports "
+                      "it with flps.report(test_accuracy=...))",
+                logdir);
         json_decref(r.samples);
         free(r.procs);
         return 1;

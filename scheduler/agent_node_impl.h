@@ -75,6 +75,9 @@ struct agent_task {
     int exit_code, exit_signal;
     char exited_at[32];
     char exit_error[400]; /* why it failed, from its log; "" if unknown */
+    /* The last line that was not blank on its stderr: the program's last
+     * error, the failure's reason when it exits non-zero. */
+    char last_error[256];
     /* Stopping a task that left the desired set. */
     double term_sent; /* flps_mono_s() of the SIGTERM, 0 if none */
     int killed;

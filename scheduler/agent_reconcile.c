@@ -24,6 +24,7 @@
 #include "services/jobspec.h"
 #include "services/procs.h"
 #include "services/safeid.h"
+#include "services/workerenv.h"
 
 /* ---- Starting tasks ---- */
 
@@ -133,7 +134,8 @@ static FILE *open_log(const char *path)
 }
 
 /* Start the task's process; its output is read by agent_report_pump(). */
-static int task_spawn(agent_node *n, agent_task *t, char *const argv[])
+static int task_spawn(agent_node *n, agent_task *t, char *const argv[],
+                      char *const *envp)
 {
     char dir[PATH_MAX], path[PATH_MAX + 64], name[100];
     proc_opts o;
@@ -160,6 +162,7 @@ static int task_spawn(agent_node *n, agent_task *t, char *const argv[])
     o.pipe_stderr = 1;
     o.own_group = 1;
     o.die_with_parent = 1;
+    o.envp = envp;
     snprintf(name, sizeof(name), "%s/%s", t->id.job, t->id.name);
     if (proc_start_opts(t->p, name, argv, &o) != FLPS_OK) {
         flps_free(t->p);
@@ -239,7 +242,7 @@ static void start_server(agent_node *n, agent_task *t)
     if (t->id.attempt > 0)
         argv[a++] = "--restore";
     argv[a] = NULL;
-    if (task_spawn(n, t, argv))
+    if (task_spawn(n, t, argv, NULL))
         t->phase = AGENT_TASK_STARTING;
 }
 
@@ -264,6 +267,64 @@ static int write_job_file(agent_node *n, agent_task *t, const char *spec,
         return 0;
     }
     return 1;
+}
+
+/* Whether the job file has a command: (the user's program runs as the
+ * workers). A file that does not parse runs flworker, which says why. */
+static int spec_has_command(const char *spec)
+{
+    jobspec js;
+
+    return spec != NULL &&
+           jobspec_parse(spec, strlen(spec), &js, NULL, 0) == FLPS_OK &&
+           js.command_argc > 0;
+}
+
+/* Start a command: job's worker: the user's program with the job's
+ * FLPS_* variables (services/workerenv.h). 1 when started. */
+static int start_command(agent_node *n, agent_task *t, const char *spec,
+                         const char *servers, const char *plan_file)
+{
+    jobspec js;
+    const char *words[JOBSPEC_WORDS_MAX + 1];
+    char prog[PATH_MAX], bin_dir[PATH_MAX], err[512];
+    char **env = NULL;
+    workerenv we;
+    size_t nw;
+    int ok;
+    char *slash;
+
+    if (jobspec_parse(spec, strlen(spec), &js, err, sizeof(err)) != FLPS_OK) {
+        task_fail(n, t, "the job file does not parse: %s", err);
+        return 0;
+    }
+    nw = jobspec_words(js.command, js.command_argc, words, JOBSPEC_WORDS_MAX);
+    if (workerenv_find_program(words[0], environ, prog, sizeof(prog), err,
+                               sizeof(err)) != FLPS_OK) {
+        task_fail(n, t, "%s", err);
+        return 0;
+    }
+    snprintf(bin_dir, sizeof(bin_dir), "%s", n->flworker_bin);
+    slash = strrchr(bin_dir, '/');
+    if (slash != NULL)
+        *slash = '\0';
+    memset(&we, 0, sizeof(we));
+    we.job = t->id.job;
+    we.rank = t->id.index;
+    we.servers = servers;
+    /* The file appears once flsched has planned the job; a program that
+     * does not follow plans may ignore it. */
+    we.plan_file = plan_file;
+    we.bin_dir = slash != NULL ? bin_dir : NULL;
+    if (workerenv_build(&js, &we, environ, &env) != FLPS_OK) {
+        task_fail(n, t, "out of memory");
+        return 0;
+    }
+    words[0] = prog;
+    words[nw] = NULL;
+    ok = task_spawn(n, t, (char *const *)words, env);
+    workerenv_free(env);
+    return ok;
 }
 
 static void try_start_worker(agent_node *n, agent_task *t)
@@ -327,7 +388,12 @@ static void try_start_worker(agent_node *n, agent_task *t)
         agent_plan_path(n, t->id.job, plan_file, sizeof(plan_file));
         agent_metrics_task_listen(n, mlisten, sizeof(mlisten));
         snprintf(rank, sizeof(rank), "%u", t->id.index);
-        if (task_spawn(n, t, argv)) {
+        if (spec_has_command(spec)) {
+            if (start_command(n, t, spec, list.data, plan_file)) {
+                t->phase = AGENT_TASK_RUNNING;
+                t->report_running = 1;
+            }
+        } else if (task_spawn(n, t, argv, NULL)) {
             t->phase = AGENT_TASK_RUNNING;
             t->report_running = 1;
         }

@@ -106,9 +106,15 @@ static void on_stdout(void *arg, proc *p, const char *line)
 static void on_stderr(void *arg, proc *p, const char *line)
 {
     agent_task *t = arg;
+    size_t n = strlen(line);
 
     (void)p;
     agent_report_line(t->node, t, line);
+    while (n > 0 &&
+           (line[n - 1] == ' ' || line[n - 1] == '\t' || line[n - 1] == '\r'))
+        n--;
+    if (n > 0)
+        snprintf(t->last_error, sizeof(t->last_error), "%.*s", (int)n, line);
 }
 
 void agent_report_pump(agent_node *n, int timeout_ms)
@@ -351,7 +357,11 @@ void agent_report_flush(agent_node *n)
             return;
         argv[3] = first->key;
         argv[7] = first->exited_at;
-        argv[8] = first->exit_error;
+        /* The line read back from its log; else the last line it wrote
+         * on stderr. A clean exit has no error to tell. */
+        argv[8] = first->exit_code == 0 && first->exit_signal == 0 ? ""
+                  : first->exit_error[0] ? first->exit_error
+                                         : first->last_error;
         snprintf(code, sizeof(code), "%d", first->exit_code);
         snprintf(sig, sizeof(sig), "%d", first->exit_signal);
         if (!agent_node_redis_cmd(n, NULL, "reporting the task's exit", 9,

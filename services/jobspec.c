@@ -200,6 +200,84 @@ static flps_err jp_value_event(jp *p, const yaml_event_t *ev, jobspec_key key,
                            p->errlen);
 }
 
+/* command given as a list, or env as a mapping: read the items up to the
+ * list's (mapping's) end, each a single value, and hand them on as words
+ * ("NAME=VALUE" for env). start is the list's or mapping's start event. */
+static flps_err jp_words_event(jp *p, yaml_parser_t *yp,
+                               const yaml_event_t *start, jobspec_key key,
+                               jobspec *s)
+{
+    unsigned long line = jp_line(&start->start_mark);
+    const char *name = jobspec_key_name(key);
+    int mapping = start->type == YAML_MAPPING_START_EVENT;
+    yaml_event_type_t end =
+        mapping ? YAML_MAPPING_END_EVENT : YAML_SEQUENCE_END_EVENT;
+    char ex[JOBSPEC_EXPECT_MAX];
+    char buf[JOBSPEC_WORDS_BYTES + 2];
+    size_t used = 0, n = 0, item = 0;
+    flps_err rc;
+
+    jp_at_key(p, line, key);
+    for (;;) {
+        yaml_event_t ev;
+        size_t len;
+
+        rc = jp_next(p, yp, &ev);
+        if (rc != FLPS_OK)
+            return rc;
+        if (ev.type == end) {
+            yaml_event_delete(&ev);
+            break;
+        }
+        if (ev.type != YAML_SCALAR_EVENT) {
+            rc = JP_FAIL(p,
+                         "line %lu: %s: found %s where a single value "
+                         "belongs; expected %s",
+                         jp_line(&ev.start_mark), name, jp_node_kind(&ev),
+                         jobspec_key_expect(key, ex));
+            yaml_event_delete(&ev);
+            return rc;
+        }
+        len = ev.data.scalar.length;
+        if (strlen((const char *)ev.data.scalar.value) != len) {
+            rc = JP_FAIL(p, "line %lu: %s: a value contains a NUL character",
+                         jp_line(&ev.start_mark), name);
+            yaml_event_delete(&ev);
+            return rc;
+        }
+        /* A mapping's keys become "NAME=", its values the rest. */
+        if (used + len + 2 > sizeof(buf)) {
+            rc = JP_FAIL(p, "line %lu: %s: more than %d bytes; expected %s",
+                         line, name, JOBSPEC_WORDS_BYTES - 1,
+                         jobspec_key_expect(key, ex));
+            yaml_event_delete(&ev);
+            return rc;
+        }
+        if (mapping && item % 2 == 0 &&
+            memchr(ev.data.scalar.value, '=', len) != NULL) {
+            rc = JP_FAIL(p,
+                         "line %lu: %s: '%.40s' is not a variable name; "
+                         "expected %s",
+                         jp_line(&ev.start_mark), name,
+                         (const char *)ev.data.scalar.value,
+                         jobspec_key_expect(key, ex));
+            yaml_event_delete(&ev);
+            return rc;
+        }
+        memcpy(buf + used, ev.data.scalar.value, len);
+        used += len;
+        if (mapping && item % 2 == 0) {
+            buf[used++] = '=';
+        } else {
+            buf[used++] = '\0';
+            n++;
+        }
+        item++;
+        yaml_event_delete(&ev);
+    }
+    return jobspec_key_set_words(key, buf, n, line, s, p->errbuf, p->errlen);
+}
+
 /* Read and drop one event whose kind the structure already fixes (stream
  * and document start/end), then read the next one into *ev. */
 static flps_err jp_skip_next(jp *p, yaml_parser_t *yp, yaml_event_t *ev)
@@ -267,7 +345,12 @@ static flps_err jp_walk(jp *p, yaml_parser_t *yp, jobspec *s)
         rc = jp_next(p, yp, &ev);
         if (rc != FLPS_OK)
             return rc;
-        rc = jp_value_event(p, &ev, key, s);
+        if (jobspec_key_takes_words(key) &&
+            ev.type == (key == JOBSPEC_KEY_ENV ? YAML_MAPPING_START_EVENT
+                                               : YAML_SEQUENCE_START_EVENT))
+            rc = jp_words_event(p, yp, &ev, key, s);
+        else
+            rc = jp_value_event(p, &ev, key, s);
         yaml_event_delete(&ev);
         if (rc != FLPS_OK)
             return rc;

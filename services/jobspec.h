@@ -56,6 +56,43 @@ typedef enum {
     JOBSPEC_TRANSPORT_RDMA,
 } jobspec_transport;
 
+/* Room for command's (and env's) words: bytes, NULs included, and words. */
+#define JOBSPEC_WORDS_BYTES 4096
+#define JOBSPEC_WORDS_MAX 128
+
+/* The variables flrun and flagent set for every worker a command: job
+ * runs, with what each holds: X(NAME, "what it holds"). docs/job-file.md
+ * lists them; env: may not set them. */
+#define JOBSPEC_WORKER_ENV(X)                                                  \
+    X(FLPS_JOB, "the job's id (its name under flrun)")                         \
+    X(FLPS_RANK, "this worker's rank, 0 .. FLPS_WORKERS-1")                    \
+    X(FLPS_WORKERS, "the job's number of workers (`workers`)")                 \
+    X(FLPS_SERVERS, "the shards' endpoints, shard 0 first, comma-separated")   \
+    X(FLPS_PLAN_FILE, "the compression plan file to watch (only where the "    \
+                      "job has a plan: `compression: auto`, or under "         \
+                      "flagent)")                                              \
+    X(FLPS_ITERATIONS, "`iterations`")                                         \
+    X(FLPS_COMPRESSION, "`compression` as the job file gives it, e.g. "        \
+                        "gtopk:0.01")                                          \
+    X(FLPS_LR, "`lr`")                                                         \
+    X(FLPS_MOMENTUM, "`momentum`")                                             \
+    X(FLPS_LR_SCHEDULE, "`lr_schedule`")                                       \
+    X(FLPS_BATCH, "`batch_size`")                                              \
+    X(FLPS_SEED, "`seed`")                                                     \
+    X(FLPS_MODEL, "`model`")                                                   \
+    X(FLPS_DATASET, "`dataset`")                                               \
+    X(FLPS_DATA_DIR, "`data_dir` (the Fashion-MNIST IDX files)")               \
+    X(FLPS_PARTITION, "`partition`")                                           \
+    X(FLPS_MODE, "`mode`")                                                     \
+    X(FLPS_EVAL_EVERY, "`eval_every`")                                         \
+    X(FLPS_PART_SIZE, "`part_size`")                                           \
+    X(FLPS_DEADLINE_MS, "how long one wait on the shards may take before "     \
+                        "the client gives up (120000 ms), so a job whose "     \
+                        "peers never connect fails instead of hanging")        \
+    X(FLPS_BUILD_DIR, "the flps build directory whose lib/ holds "             \
+                      "libflps.so (where the launcher runs from a build)")     \
+    X(FLPS_LIBRARY, "the path of libflps.so the package loads")
+
 typedef struct jobspec {
     char name[64];           /* required; [A-Za-z0-9_.-], 1..63 chars */
     jobspec_model model;     /* required */
@@ -97,7 +134,25 @@ typedef struct jobspec {
     double cpus_per_server;     /* > 0, default 1 */
     uint64_t memory_per_server; /* bytes, default 512Mi */
     double time_limit;          /* seconds the job may run, 0 = no limit */
+    /* command: the user's program, run once per rank as the job's workers
+     * instead of flworker: command_argc words (0 = flworker), each
+     * NUL-terminated, back to back; read them with jobspec_words. */
+    char command[JOBSPEC_WORDS_BYTES];
+    uint32_t command_argc;
+    /* env: env_count "NAME=VALUE" entries added to the command's
+     * environment, stored like command's words. */
+    char env[JOBSPEC_WORDS_BYTES];
+    uint32_t env_count;
 } jobspec;
+
+/* Point out[0..max) at the n words stored back to back in buf (a
+ * jobspec's command or env); returns how many were written (at most max).
+ * The pointers are borrowed from buf. */
+size_t jobspec_words(const char *buf, uint32_t n, const char **out, size_t max);
+
+/* Whether name is a variable the launcher (flrun, flagent) sets for a
+ * command's workers, which env: may not set. */
+int jobspec_env_is_reserved(const char *name, size_t len);
 
 /* Where a refused job file went wrong, for an API that points at it. */
 typedef struct jobspec_where {

@@ -44,6 +44,8 @@ typedef enum {
     JP_UINT,       /* decimal digits in [umin, umax] */
     JP_REAL,       /* a plain decimal within range */
     JP_SIZE,       /* a SIZE (jobspec_size_parse) in bytes */
+    JP_ARGV,       /* a list of words, or one text split like a shell */
+    JP_ENV,        /* a mapping NAME: VALUE, or text of NAME=VALUE words */
 } jp_type;
 
 /* Bounds of a real: {lo, hi, lo_open, hi_open}; an open end excludes its
@@ -253,6 +255,20 @@ static const jp_keydef jp_keys[JOBSPEC_KEY_COUNT] = {
     [JOBSPEC_KEY_TIME_LIMIT] = {JP_ROW(time_limit, JP_REAL, "0"),
                                 .expect = JP_SECONDS("0 = no limit"),
                                 .range = {0, INFINITY, false, false}},
+    /* The defaults of these two are only the docs' text: no command, no
+     * variables (the zeroed fields). */
+    [JOBSPEC_KEY_COMMAND] = {JP_ROW(command, JP_ARGV, "[]"),
+                             .expect = "a list of strings (program first) or "
+                                       "one string split into words like a "
+                                       "shell would, without running one; at "
+                                       "most 128 words of 4095 bytes in all; "
+                                       "[] runs flworker"},
+    [JOBSPEC_KEY_ENV] = {JP_ROW(env, JP_ENV, "{}"),
+                         .expect = "a mapping of NAME: VALUE (NAME of A-Z a-z "
+                                   "0-9 _, not starting with a digit, not one "
+                                   "the launcher sets), or one string of "
+                                   "NAME=VALUE words; at most 128 of 4095 "
+                                   "bytes in all"},
 };
 
 /* What a key accepts, as quoted after "expected": the row's text, or one
@@ -768,6 +784,219 @@ static flps_err jp_set_word_param(jp *p, const jp_val *v, jobspec *s)
     return FLPS_OK;
 }
 
+/* ---- Words: command and env ------------------------------------------
+ * Both are stored as words back to back in a fixed buffer so a jobspec
+ * stays a plain value that can be copied. */
+
+static const char *const jp_reserved_env[] = {
+#define X(name, what) #name,
+    JOBSPEC_WORKER_ENV(X)
+#undef X
+};
+
+int jobspec_env_is_reserved(const char *name, size_t len)
+{
+    for (size_t i = 0; i < sizeof(jp_reserved_env) / sizeof(*jp_reserved_env);
+         i++)
+        if (strlen(jp_reserved_env[i]) == len &&
+            memcmp(jp_reserved_env[i], name, len) == 0)
+            return 1;
+    return 0;
+}
+
+size_t jobspec_words(const char *buf, uint32_t n, const char **out, size_t max)
+{
+    size_t k = 0, at = 0;
+
+    if (buf == NULL || out == NULL)
+        return 0;
+    while (k < n && k < max && at < JOBSPEC_WORDS_BYTES) {
+        out[k++] = buf + at;
+        at += strnlen(buf + at, JOBSPEC_WORDS_BYTES - at) + 1;
+    }
+    return k;
+}
+
+int jobspec_key_takes_words(jobspec_key key)
+{
+    return jp_keys[key].type == JP_ARGV || jp_keys[key].type == JP_ENV;
+}
+
+/* Split text like a POSIX shell splits words, without expanding anything:
+ * blanks separate words; '...' is literal; "..." is literal except for
+ * \\ \" \$ \` and a backslash-newline; a backslash elsewhere quotes the
+ * next byte. The words go back to back into out (NUL-terminated each).
+ * Returns NULL, or what was wrong. */
+static const char *jp_shell_split(const char *s, char *out, size_t outlen,
+                                  size_t *nwords, size_t *used)
+{
+    size_t o = 0, n = 0;
+
+    for (;;) {
+        int in_word = 0;
+
+        while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+            s++;
+        if (*s == '\0')
+            break;
+        while (*s != '\0' && *s != ' ' && *s != '\t' && *s != '\n' &&
+               *s != '\r') {
+            char c = *s++;
+
+            in_word = 1;
+            if (c == '\'') {
+                while (*s != '\0' && *s != '\'') {
+                    if (o + 1 >= outlen)
+                        return "is too long";
+                    out[o++] = *s++;
+                }
+                if (*s == '\0')
+                    return "has a ' without its closing '";
+                s++;
+                continue;
+            }
+            if (c == '"') {
+                while (*s != '\0' && *s != '"') {
+                    c = *s++;
+                    if (c == '\\' && (*s == '\\' || *s == '"' || *s == '$' ||
+                                      *s == '`' || *s == '\n')) {
+                        if (*s++ == '\n')
+                            continue;
+                        c = s[-1];
+                    }
+                    if (o + 1 >= outlen)
+                        return "is too long";
+                    out[o++] = c;
+                }
+                if (*s == '\0')
+                    return "has a \" without its closing \"";
+                s++;
+                continue;
+            }
+            if (c == '\\') {
+                if (*s == '\0')
+                    return "ends in a lone backslash";
+                c = *s++;
+            }
+            if (o + 1 >= outlen)
+                return "is too long";
+            out[o++] = c;
+        }
+        if (in_word) {
+            if (o + 1 > outlen)
+                return "is too long";
+            out[o++] = '\0';
+            if (++n > JOBSPEC_WORDS_MAX)
+                return "has more than 128 words";
+        }
+    }
+    *nwords = n;
+    *used = o;
+    return NULL;
+}
+
+/* Check the words of command or env and store them. */
+static flps_err jp_store_words(jp *p, const jp_val *v, const char *words,
+                               size_t n, size_t used, jobspec *s)
+{
+    const jp_keydef *k = &jp_keys[v->key];
+    char ex[JOBSPEC_EXPECT_MAX];
+    const char *w = words;
+
+    if (n > JOBSPEC_WORDS_MAX)
+        return JP_FAIL(p,
+                       "line %lu: %s: %zu words are more than 128; "
+                       "expected %s",
+                       v->line, k->name, n, jobspec_key_expect(v->key, ex));
+    if (used > JOBSPEC_WORDS_BYTES)
+        return JP_FAIL(p,
+                       "line %lu: %s: %zu bytes are more than 4095; "
+                       "expected %s",
+                       v->line, k->name, used - n,
+                       jobspec_key_expect(v->key, ex));
+    for (size_t i = 0; i < n; i++, w += strlen(w) + 1) {
+        char shown[JOBSPEC_SHOW_MAX + 4];
+        const char *eq = strchr(w, '=');
+        size_t nl = eq ? (size_t)(eq - w) : strlen(w);
+
+        if (k->type == JP_ARGV) {
+            if (i == 0 && w[0] == '\0')
+                return JP_FAIL(p,
+                               "line %lu: %s: the program (the first "
+                               "word) is empty; expected %s",
+                               v->line, k->name,
+                               jobspec_key_expect(v->key, ex));
+            continue;
+        }
+        jobspec_key_show(w, nl, shown);
+        if (eq == NULL || nl == 0 ||
+            strspn(w, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                      "abcdefghijklmnopqrstuvwxyz"
+                      "0123456789_") != nl ||
+            (w[0] >= '0' && w[0] <= '9'))
+            return JP_FAIL(p,
+                           "line %lu: %s: '%s' is not a variable name; "
+                           "expected %s",
+                           v->line, k->name, shown,
+                           jobspec_key_expect(v->key, ex));
+        if (jobspec_env_is_reserved(w, nl))
+            return JP_FAIL(p,
+                           "line %lu: %s: %s is set by the launcher for "
+                           "every worker (see docs/job-file.md); leave it "
+                           "out of env",
+                           v->line, k->name, shown);
+        for (size_t j = 0; j < i; j++) {
+            const char *prev = words;
+
+            for (size_t m = 0; m < j; m++)
+                prev += strlen(prev) + 1;
+            if (strncmp(prev, w, nl + 1) == 0)
+                return JP_FAIL(p,
+                               "line %lu: %s: %s is given twice; give "
+                               "each variable once",
+                               v->line, k->name, shown);
+        }
+    }
+    if (k->type == JP_ARGV) {
+        memset(s->command, 0, sizeof(s->command));
+        memcpy(s->command, words, used);
+        s->command_argc = (uint32_t)n;
+    } else {
+        memset(s->env, 0, sizeof(s->env));
+        memcpy(s->env, words, used);
+        s->env_count = (uint32_t)n;
+    }
+    return FLPS_OK;
+}
+
+/* A single value for command or env: split like a shell would. */
+static flps_err jp_set_words_text(jp *p, const jp_val *v, jobspec *s)
+{
+    char buf[JOBSPEC_WORDS_BYTES];
+    size_t n = 0, used = 0;
+    const char *why = jp_shell_split(v->s, buf, sizeof(buf), &n, &used);
+
+    if (why != NULL)
+        return jp_bad(p, v, why);
+    return jp_store_words(p, v, buf, n, used, s);
+}
+
+flps_err jobspec_key_set_words(jobspec_key key, const char *words, size_t n,
+                               unsigned long line, jobspec *spec, char *errbuf,
+                               size_t errlen)
+{
+    jp p = {errbuf, errlen};
+    jp_val v = {"", 0, line, key};
+    size_t used = 0;
+
+    if (!jobspec_key_takes_words(key) || (words == NULL && n > 0) ||
+        spec == NULL)
+        return FLPS_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        used += strlen(words + used) + 1;
+    return jp_store_words(&p, &v, words, n, used, spec);
+}
+
 static flps_err jp_set(jp *p, const jp_val *v, jobspec *s)
 {
     const jp_keydef *k = &jp_keys[v->key];
@@ -783,6 +1012,9 @@ static flps_err jp_set(jp *p, const jp_val *v, jobspec *s)
         return jp_set_word(p, v, s);
     case JP_WORD_PARAM:
         return jp_set_word_param(p, v, s);
+    case JP_ARGV:
+    case JP_ENV:
+        return jp_set_words_text(p, v, s);
     case JP_UINT:
         st = jp_parse_u64(v->s, &u);
         if (st == JP_NUM_OK && (u < k->umin || u > k->umax))
@@ -823,7 +1055,7 @@ static flps_err jp_defaults(jp *p, jobspec *s)
         jp_val v = {k->def, 0, 0, (jobspec_key)i};
         flps_err rc;
 
-        if (k->def == NULL)
+        if (k->def == NULL || k->type == JP_ARGV || k->type == JP_ENV)
             continue;
         v.n = strlen(k->def);
         rc = jp_set(p, &v, s);
@@ -976,6 +1208,10 @@ static const char *jp_type_text(const jp_keydef *k)
         return "number";
     case JP_SIZE:
         return "size";
+    case JP_ARGV:
+        return "list or text";
+    case JP_ENV:
+        return "mapping or text";
     case JP_WORD_PARAM:
         break;
     }

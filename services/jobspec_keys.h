@@ -43,6 +43,8 @@ typedef enum {
     JOBSPEC_KEY_CPUS_PER_SERVER,
     JOBSPEC_KEY_MEMORY_PER_SERVER,
     JOBSPEC_KEY_TIME_LIMIT,
+    JOBSPEC_KEY_COMMAND,
+    JOBSPEC_KEY_ENV,
     JOBSPEC_KEY_COUNT
 } jobspec_key;
 
@@ -83,6 +85,18 @@ void jobspec_key_show(const char *v, size_t n, char out[JOBSPEC_SHOW_MAX + 4]);
 flps_err jobspec_key_set(jobspec_key key, const char *s, size_t n,
                          unsigned long line, jobspec *spec, char *errbuf,
                          size_t errlen);
+
+/* Whether key takes a list (command) or a mapping (env) as well as a
+ * single value. */
+int jobspec_key_takes_words(jobspec_key key);
+
+/* Read a list (command) or mapping (env) given for key on line into
+ * *spec: n words stored back to back in words (NUL-terminated each), for
+ * env each "NAME=VALUE". Writes only the key's fields and only on FLPS_OK;
+ * FLPS_ECONFIG with one message in errbuf otherwise. */
+flps_err jobspec_key_set_words(jobspec_key key, const char *words, size_t n,
+                               unsigned long line, jobspec *spec, char *errbuf,
+                               size_t errlen);
 
 /* Every field of *spec at its key's default (required keys zero). Fails
  * (FLPS_ECONFIG, message in errbuf) only if the table's own default text

@@ -26,7 +26,7 @@ flps_err proc_start(proc *p, const char *name, char *const argv[],
 
 /* In the child, between fork and exec: only async-signal-safe calls. */
 static void child_exec(char *const argv[], const proc_opts *o, int out_fd,
-                       int err_fd, pid_t parent)
+                       int err_fd, pid_t parent, const sigset_t *old_mask)
 {
     struct sigaction sa;
 
@@ -41,10 +41,19 @@ static void child_exec(char *const argv[], const proc_opts *o, int out_fd,
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = SIG_DFL;
     sigaction(SIGPIPE, &sa, NULL);
+    /* The parent's SIGTERM and SIGINT handlers would swallow a stop sent
+     * before exec (flrun stopping a job at once): with the default back,
+     * a stop that is pending since the fork kills the child here. */
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigprocmask(SIG_SETMASK, old_mask, NULL);
     dup2(out_fd, STDOUT_FILENO);
     if (err_fd >= 0)
         dup2(err_fd, STDERR_FILENO);
-    execv(argv[0], argv);
+    if (o->envp != NULL)
+        execve(argv[0], argv, o->envp);
+    else
+        execv(argv[0], argv);
     dprintf(STDERR_FILENO, "cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
 }
@@ -54,6 +63,7 @@ flps_err proc_start_opts(proc *p, const char *name, char *const argv[],
 {
     int outp[2] = {-1, -1}, errp[2] = {-1, -1}, logfd = -1, child_err = -1;
     pid_t pid, parent = getpid();
+    sigset_t stop, old_mask;
 
     memset(p, 0, sizeof(*p));
     p->out_fd = -1;
@@ -77,13 +87,18 @@ flps_err proc_start_opts(proc *p, const char *name, char *const argv[],
     }
     if (o->pipe_stderr)
         child_err = errp[1];
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    sigprocmask(SIG_BLOCK, &stop, &old_mask);
     pid = fork();
+    if (pid == 0)
+        child_exec(argv, o, outp[1], child_err, parent, &old_mask);
+    sigprocmask(SIG_SETMASK, &old_mask, NULL);
     if (pid < 0) {
         log_error("fork: %s", strerror(errno));
         goto fail;
     }
-    if (pid == 0)
-        child_exec(argv, o, outp[1], child_err, parent);
     if (o->own_group)
         setpgid(pid, pid); /* both sides: no race with an early kill */
     close(outp[1]);

@@ -34,6 +34,8 @@ typedef struct proc_opts {
     int own_group;        /* own process group: a Ctrl-C on the terminal
                              reaches only the parent, which stops it */
     int die_with_parent;  /* SIGKILL when the parent dies (Linux) */
+    char *const *envp;    /* the child's environment (borrowed; NULL = the
+                             parent's) */
 } proc_opts;
 
 /* Start argv[0] (a path) with stdout piped to p->out_fd and stderr

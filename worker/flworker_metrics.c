@@ -17,8 +17,7 @@ struct flw_metrics {
     httpd *http;
     metrics_family *iter, *iters, *bytes_out, *bytes_in, *dense, *pushes,
         *resends, *elems, *push_s, *wait_s, *compute, *comm, *loss, *acc,
-        *tloss, *ratio, *density, *layer_ratio, *msgs_out, *msgs_in,
-        *residual;
+        *tloss, *ratio, *density, *layer_ratio, *msgs_out, *msgs_in, *residual;
     char **names;
     size_t *numel, nlayers;
 };

@@ -16,6 +16,7 @@ optimizer.
 
 from ._native import EXPECTED_MAJOR, library_path
 from .client import Client, ClientStats, connect, version
+from .report import report
 from .errors import (
     ERROR_CLASSES,
     FlpsError,
@@ -48,6 +49,7 @@ __all__ = [
     "ClientStats",
     "connect",
     "version",
+    "report",
     "library_path",
     "EXPECTED_MAJOR",
     "FlpsError",

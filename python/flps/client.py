@@ -8,6 +8,8 @@ or reallocate them while the client is open.
 """
 
 import ctypes
+import os
+import weakref
 import threading
 from dataclasses import dataclass
 
@@ -120,6 +122,30 @@ def _layout_items(layout):
     return items
 
 
+#: Every open client of this process (weakly), and the final counters of
+#: every closed one: flps.report reads the process's byte counts from them.
+_clients = weakref.WeakSet()
+_closed_stats = []
+
+
+def _deadline_from_environment(deadline_ms):
+    """deadline_ms, or FLPS_DEADLINE_MS (set by flrun and flagent for a
+    command: job's workers) when it is 0, so a launched program whose peers
+    never connect fails instead of waiting forever."""
+    if deadline_ms != 0:
+        return deadline_ms
+    text = os.environ.get("FLPS_DEADLINE_MS", "").strip()
+    if not text:
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidArgumentError(
+            "FLPS_DEADLINE_MS=%r is not a whole number of milliseconds"
+            % (text,)) from None
+    return min(max(value, 0), 2**31 - 1)
+
+
 class Client:
     """A connection of one worker to the shards of a job.
 
@@ -138,6 +164,9 @@ class Client:
         self._lib = lib
         self._handle = None
         self._lock = threading.Lock()
+        self._final_stats = None
+        if isinstance(deadline_ms, int) and not isinstance(deadline_ms, bool):
+            deadline_ms = _deadline_from_environment(deadline_ms)
         if not isinstance(job, str) or not job:
             raise InvalidArgumentError("job must be the job id, a non-empty "
                                        "string (got %r)" % (job,))
@@ -222,6 +251,7 @@ class Client:
             raise self._error(rc, "cannot join job %r at %s" %
                               (job, ",".join(servers)), why)
         self._handle = out
+        _clients.add(self)
 
     # -- errors --
 
@@ -376,6 +406,14 @@ class Client:
         caller's.  Closing twice does nothing."""
         with self._lock:
             if self._handle is not None:
+                # What flps.report says about bytes after the close.
+                st = _native.FlpsClientStats()
+                self._lib.flps_client_get_stats(self._handle,
+                                                ctypes.byref(st))
+                self._final_stats = ClientStats(
+                    *(getattr(st, f) for f, _ in st._fields_))
+                _clients.discard(self)
+                _closed_stats.append(self._final_stats)
                 self._lib.flps_client_destroy(self._handle)
                 self._handle = None
                 self._buffers = []

@@ -26,8 +26,8 @@ from .errors import ConfigError, InvalidArgumentError, StateError
 __all__ = ["Config", "init", "DistributedOptimizer", "ENVIRONMENT",
            "HAS_POST_ACCUMULATE_HOOK"]
 
-#: The environment variables init() reads (set them for each worker process;
-#: no flps launcher sets them yet).
+#: The environment variables init() reads (flrun and flagent set them for a
+#: job file's command:; set them yourself otherwise).
 ENVIRONMENT = {
     "FLPS_JOB": "the job id the shards serve",
     "FLPS_RANK": "this worker's rank, 0..FLPS_WORKERS-1",

@@ -1378,3 +1378,46 @@ Test(agent, gives_a_shard_the_job_files_checkpoint_interval, .timeout = 60)
           "a job without checkpoint_interval did not get the default 30 s");
     fx_fini(&fx);
 }
+
+Test(agent, runs_a_command_jobs_program_and_reports_its_last_error_line,
+     .timeout = 60)
+{
+    char spec[1024], w0[64], w1[64], path[192], err[256] = "";
+    char *env;
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    snprintf(spec, sizeof(spec),
+             "name: agent-cmd\nmodel: mlp\nworkers: 2\niterations: 3\n"
+             "command: [/bin/sh, -c, 'env > %s/env-$FLPS_RANK; "
+             "if [ $FLPS_RANK = 1 ]; then echo RuntimeError: out of data "
+             ">&2; echo >&2; exit 3; fi; echo "
+             "\"{\\\"event\\\":\\\"done\\\",\\\"rank\\\":0}\"']\n"
+             "env:\n  MY_SETTING: on\n",
+             fx.dir);
+    place_job(&fx, "j20", spec, 1, 2);
+    task_key(w0, sizeof(w0), "j20", "worker-0");
+    task_key(w1, sizeof(w1), "j20", "worker-1");
+    WAIT_UNTIL(hget_is(&fx, w0, "state", "EXITED") &&
+                   hget_is(&fx, w1, "state", "EXITED"),
+               30);
+    CHECK(&fx, hget_is(&fx, w1, "state", "EXITED"), "worker-1 not reported");
+    cr_assert(hget_is(&fx, w0, "exit_code", "0"));
+    cr_assert(hget_is(&fx, w0, "error", ""), "a clean exit has no error");
+    cr_assert(hget_is(&fx, w1, "exit_code", "3"));
+    hget(&fx, w1, "error", err, sizeof(err));
+    cr_assert_str_eq(err, "RuntimeError: out of data");
+    snprintf(path, sizeof(path), "%s/env-0", fx.dir);
+    env = slurp(path);
+    cr_assert_not_null(env, "the program did not run");
+    cr_assert_not_null(strstr(env, "FLPS_JOB=j20\n"), "%s", env);
+    cr_assert_not_null(strstr(env, "FLPS_RANK=0\n"), "%s", env);
+    cr_assert_not_null(strstr(env, "FLPS_WORKERS=2\n"), "%s", env);
+    cr_assert_not_null(strstr(env, "FLPS_SERVERS=tcp://"), "%s", env);
+    cr_assert_not_null(strstr(env, "FLPS_PLAN_FILE="), "%s", env);
+    cr_assert_not_null(strstr(env, "FLPS_ITERATIONS=3\n"), "%s", env);
+    cr_assert_not_null(strstr(env, "MY_SETTING=on\n"), "%s", env);
+    free(env);
+    fx_fini(&fx);
+}

@@ -85,6 +85,30 @@ Test(agent_task, turns_eval_into_the_test_accuracy)
     cr_assert_str_eq(ev.values[0], "0.8768");
 }
 
+Test(agent_task, reads_flps_report_lines_as_flworkers)
+{
+    agent_event ev;
+
+    /* What python/flps/report.py prints: the same keys in the same
+     * order, plus the training accuracy. */
+    agent_event_parse("{\"event\":\"progress\",\"iter\":50,\"iterations\":"
+                      "500,\"loss\":1.0,\"bytes_sent\":100,\"dense_bytes\":"
+                      "1000,\"accuracy\":0.5,\"elapsed\":2.5}",
+                      &ev);
+    cr_assert_eq(ev.kind, AGENT_EVENT_PROGRESS);
+    cr_assert_eq(ev.nfields, 5);
+    cr_assert_str_eq(ev.values[0], "50");
+    cr_assert_str_eq(ev.values[1], "1");
+    cr_assert_str_eq(ev.values[2], "100");
+    cr_assert_str_eq(ev.values[3], "1000");
+    cr_assert_str_eq(ev.values[4], "2.5");
+    agent_event_parse("{\"event\":\"eval\",\"iter\":500,\"test_accuracy\":"
+                      "0.75}",
+                      &ev);
+    cr_assert_eq(ev.kind, AGENT_EVENT_EVAL);
+    cr_assert_str_eq(ev.values[0], "0.75");
+}
+
 Test(agent_task, tells_done_and_other_events_from_plain_lines)
 {
     agent_event ev;

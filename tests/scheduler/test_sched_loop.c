@@ -250,6 +250,22 @@ Test(sched_loop, succeeds_when_every_worker_exits_zero_with_the_summary)
     cr_assert_str_eq(state_of("j1"), "SUCCEEDED");
 }
 
+Test(sched_loop, a_failed_workers_last_error_line_is_the_jobs_reason)
+{
+    add_node("n1", 8, 30000);
+    submit("name: cmd\nmodel: mlp\nworkers: 2\ncommand: python3 t.py\n");
+    step();
+    /* flagent keeps the program's last stderr line with the exit. */
+    S("HSET flps:task:j1:0:worker-1 error %s", "ValueError: no data in /data",
+      NULL);
+    agent_exit("flps:task:j1:0:worker-1", 1, 0, NULL);
+    step();
+    cr_assert_str_eq(state_of("j1"), "FAILED");
+    cr_assert_str_eq(S("HGET flps:job:j1 reason", NULL, NULL),
+                     "worker-1 on n1 exited with status 1: ValueError: no "
+                     "data in /data");
+}
+
 Test(sched_loop, restarts_a_failed_job_then_fails_it_when_restarts_run_out)
 {
     add_node("n1", 8, 30000);

@@ -1246,3 +1246,194 @@ Test(jobspec, refuses_a_cpu_share_below_what_placement_counts)
     parse_ok("name: a\nmodel: mlp\ncpus_per_worker: 0.001\n", &s);
     cr_assert_eq(s.cpus_per_worker, 0.001);
 }
+
+/* ---- command: and env: ---- */
+
+#define CMD_BASE "name: c\nmodel: mlp\n"
+
+static void words_of(const char *buf, uint32_t n, const char **out)
+{
+    cr_assert_eq(jobspec_words(buf, n, out, JOBSPEC_WORDS_MAX), n);
+}
+
+static flps_err parse_text(const char *text, jobspec *s, char *err)
+{
+    err[0] = '\0';
+    return jobspec_parse(text, strlen(text), s, err, ERRLEN);
+}
+
+Test(jobspec, no_command_means_flworker_and_no_env)
+{
+    jobspec s;
+    char err[ERRLEN];
+
+    cr_assert_eq(parse_text(CMD_BASE, &s, err), FLPS_OK, "%s", err);
+    cr_assert_eq(s.command_argc, 0);
+    cr_assert_eq(s.env_count, 0);
+}
+
+Test(jobspec, a_command_list_keeps_every_word_as_written)
+{
+    jobspec s;
+    char err[ERRLEN];
+    const char *w[JOBSPEC_WORDS_MAX];
+
+    cr_assert_eq(parse_text(CMD_BASE "command: [python3, 'my train.py', "
+                                     "--lr, '', \"a'b\"]\n",
+                            &s, err),
+                 FLPS_OK, "%s", err);
+    cr_assert_eq(s.command_argc, 5);
+    words_of(s.command, s.command_argc, w);
+    cr_assert_str_eq(w[0], "python3");
+    cr_assert_str_eq(w[1], "my train.py");
+    cr_assert_str_eq(w[2], "--lr");
+    cr_assert_str_eq(w[3], "", "an empty argument stays an argument");
+    cr_assert_str_eq(w[4], "a'b");
+}
+
+Test(jobspec, a_command_string_is_split_like_a_shell_without_expansion)
+{
+    jobspec s;
+    char err[ERRLEN];
+    const char *w[JOBSPEC_WORDS_MAX];
+
+    cr_assert_eq(
+        parse_text(CMD_BASE
+                   "command: >-\n  python3  'a b' \"c \\\"d\\\" $HOME\""
+                   " e\\ f *.py ''\n",
+                   &s, err),
+        FLPS_OK, "%s", err);
+    cr_assert_eq(s.command_argc, 6, "%u words", s.command_argc);
+    words_of(s.command, s.command_argc, w);
+    cr_assert_str_eq(w[0], "python3");
+    cr_assert_str_eq(w[1], "a b");
+    cr_assert_str_eq(w[2], "c \"d\" $HOME", "no variable is expanded");
+    cr_assert_str_eq(w[3], "e f");
+    cr_assert_str_eq(w[4], "*.py", "no glob is expanded");
+    cr_assert_str_eq(w[5], "");
+}
+
+Test(jobspec, a_command_with_an_open_quote_is_refused_with_its_line)
+{
+    jobspec s;
+    char err[ERRLEN];
+
+    cr_assert_eq(parse_text(CMD_BASE "command: python3 'train.py\n", &s, err),
+                 FLPS_ECONFIG);
+    cr_assert_not_null(strstr(err, "line 3: command:"), "%s", err);
+    cr_assert_not_null(strstr(err, "without its closing '"), "%s", err);
+}
+
+Test(jobspec, a_command_whose_program_is_empty_is_refused)
+{
+    jobspec s;
+    char err[ERRLEN];
+
+    cr_assert_eq(parse_text(CMD_BASE "command: ['', x]\n", &s, err),
+                 FLPS_ECONFIG);
+    cr_assert_not_null(strstr(err, "program"), "%s", err);
+}
+
+Test(jobspec, a_command_list_holding_a_list_is_refused)
+{
+    jobspec s;
+    char err[ERRLEN];
+
+    cr_assert_eq(parse_text(CMD_BASE "command: [python3, [a, b]]\n", &s, err),
+                 FLPS_ECONFIG);
+    cr_assert_not_null(strstr(err, "command: found a list"), "%s", err);
+}
+
+Test(jobspec, a_command_of_more_than_128_words_is_refused)
+{
+    char text[4096] = CMD_BASE "command: [p";
+    jobspec s;
+    char err[ERRLEN];
+
+    for (int i = 0; i < 128; i++)
+        strcat(text, ", x");
+    strcat(text, "]\n");
+    cr_assert_eq(parse_text(text, &s, err), FLPS_ECONFIG);
+    cr_assert_not_null(strstr(err, "129 words are more than 128"), "%s", err);
+}
+
+Test(jobspec, a_command_of_more_than_4095_bytes_is_refused)
+{
+    static char text[8192];
+    jobspec s;
+    char err[ERRLEN];
+    size_t n;
+
+    snprintf(text, sizeof(text), CMD_BASE "command: p ");
+    n = strlen(text);
+    memset(text + n, 'a', 4100);
+    text[n + 4100] = '\n';
+    cr_assert_eq(parse_text(text, &s, err), FLPS_ECONFIG);
+    cr_assert_not_null(strstr(err, "too long"), "%s", err);
+}
+
+Test(jobspec, env_as_a_mapping_or_a_string_gives_name_value_entries)
+{
+    jobspec s;
+    char err[ERRLEN];
+    const char *w[JOBSPEC_WORDS_MAX];
+
+    cr_assert_eq(parse_text(CMD_BASE "env:\n  OMP_NUM_THREADS: 1\n"
+                                     "  MY_NOTE: 'a = b'\n",
+                            &s, err),
+                 FLPS_OK, "%s", err);
+    cr_assert_eq(s.env_count, 2);
+    words_of(s.env, s.env_count, w);
+    cr_assert_str_eq(w[0], "OMP_NUM_THREADS=1");
+    cr_assert_str_eq(w[1], "MY_NOTE=a = b");
+    cr_assert_eq(parse_text(CMD_BASE "env: \"A=1 B='x y'\"\n", &s, err),
+                 FLPS_OK, "%s", err);
+    cr_assert_eq(s.env_count, 2);
+    words_of(s.env, s.env_count, w);
+    cr_assert_str_eq(w[0], "A=1");
+    cr_assert_str_eq(w[1], "B=x y");
+}
+
+Test(jobspec, env_may_not_set_what_the_launcher_sets)
+{
+    jobspec s;
+    char err[ERRLEN];
+
+    cr_assert_eq(parse_text(CMD_BASE "env:\n  FLPS_RANK: 3\n", &s, err),
+                 FLPS_ECONFIG);
+    cr_assert_not_null(strstr(err, "FLPS_RANK is set by the launcher"), "%s",
+                       err);
+    cr_assert(jobspec_env_is_reserved("FLPS_SERVERS", 12));
+    cr_assert(jobspec_env_is_reserved("FLPS_DATA_DIR", 13));
+    cr_assert(!jobspec_env_is_reserved("FLPS_SERVERSX", 13));
+    cr_assert(!jobspec_env_is_reserved("HOME", 4));
+}
+
+Test(jobspec, env_names_must_be_variable_names_and_given_once)
+{
+    jobspec s;
+    char err[ERRLEN];
+
+    cr_assert_eq(parse_text(CMD_BASE "env:\n  1X: a\n", &s, err), FLPS_ECONFIG);
+    cr_assert_not_null(strstr(err, "'1X' is not a variable name"), "%s", err);
+    cr_assert_eq(parse_text(CMD_BASE "env:\n  A-B: a\n", &s, err),
+                 FLPS_ECONFIG);
+    cr_assert_not_null(strstr(err, "not a variable name"), "%s", err);
+    cr_assert_eq(parse_text(CMD_BASE "env: NOEQUALS\n", &s, err), FLPS_ECONFIG);
+    cr_assert_not_null(strstr(err, "not a variable name"), "%s", err);
+    cr_assert_eq(parse_text(CMD_BASE "env: A=1 A=2\n", &s, err), FLPS_ECONFIG);
+    cr_assert_not_null(strstr(err, "A is given twice"), "%s", err);
+    cr_assert_eq(parse_text(CMD_BASE "env:\n  A: [1, 2]\n", &s, err),
+                 FLPS_ECONFIG);
+    cr_assert_not_null(strstr(err, "env: found a list"), "%s", err);
+}
+
+Test(jobspec, a_second_command_replaces_nothing_it_is_a_duplicate)
+{
+    jobspec s;
+    char err[ERRLEN];
+
+    cr_assert_eq(parse_text(CMD_BASE "command: a\ncommand: [b]\n", &s, err),
+                 FLPS_ECONFIG);
+    cr_assert_not_null(strstr(err, "duplicate key 'command'"), "%s", err);
+}

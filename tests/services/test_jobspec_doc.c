@@ -170,7 +170,12 @@ Test(jobspec_doc, every_key_in_the_table_is_accepted_with_its_default)
             cr_assert_neq(strstr(err, key), NULL, "%s", err);
             continue;
         }
-        snprintf(text, sizeof(text), BASE "%s: '%s'\n", key, def);
+        /* A list's or mapping's default ([] or {}) is YAML flow text;
+         * quoted it would be one string. */
+        if (def[0] == '[' || def[0] == '{')
+            snprintf(text, sizeof(text), BASE "%s: %s\n", key, def);
+        else
+            snprintf(text, sizeof(text), BASE "%s: '%s'\n", key, def);
         cr_assert_eq(jobspec_parse(text, strlen(text), &with, err, sizeof(err)),
                      FLPS_OK, "%s: %s", key, err);
         cr_assert_eq(memcmp(&base, &with, sizeof(base)), 0,
@@ -227,4 +232,24 @@ Test(jobspec_doc, appends_to_the_buffer_and_reports_a_failed_allocation)
     cr_assert_eq(jobspec_doc_table(&b), FLPS_ENOMEM);
     flps_alloc_fail_at(0);
     flps_strbuf_fini(&b);
+}
+
+Test(jobspec_doc, every_variable_a_command_gets_is_documented)
+{
+    static const char *const names[] = {
+#define X(name, what) #name,
+        JOBSPEC_WORKER_ENV(X)
+#undef X
+    };
+    char *doc = read_doc();
+    char row[96];
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(row, sizeof(row), "\n| `%s` | ", names[i]);
+        cr_assert_not_null(strstr(doc, row),
+                           "docs/job-file.md has no row for %s in its table "
+                           "of the variables a command: gets",
+                           names[i]);
+    }
+    free(doc);
 }

@@ -1207,8 +1207,7 @@ Test(client, residual_norms_and_message_counts_follow_the_pushes)
     rig_start(g);
     cr_assert_eq(flps_client_residual_norm(g->c, 0, &norm), FLPS_OK);
     cr_assert_eq(norm, 0.0, "nothing kept before the first push");
-    cr_assert_eq(flps_client_residual_norm(g->c, NTENSORS, &norm),
-                 FLPS_EINVAL);
+    cr_assert_eq(flps_client_residual_norm(g->c, NTENSORS, &norm), FLPS_EINVAL);
     cr_assert_eq(flps_client_residual_norm(g->c, 0, NULL), FLPS_EINVAL);
     flps_client_get_messages(g->c, &sent0, &recv0);
     mark = g->net.nsends;

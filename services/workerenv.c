@@ -1,0 +1,246 @@
+/* The environment and program of a command: job's workers. */
+#include "services/workerenv.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+
+/* The repository's python/ dir, for a launcher that runs from a build. */
+#ifndef FLPS_SOURCE_PYTHON_DIR
+#define FLPS_SOURCE_PYTHON_DIR ""
+#endif
+
+#define WE_DEFAULT_DEADLINE_MS 120000
+
+typedef struct we_list {
+    char **v;
+    size_t n, cap;
+    int failed;
+} we_list;
+
+static void we_add(we_list *l, const char *name, const char *value)
+{
+    size_t len;
+    char *e;
+
+    if (l->failed)
+        return;
+    if (l->n + 2 > l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        char **v = flps_realloc(l->v, cap * sizeof(*v));
+
+        if (v == NULL) {
+            l->failed = 1;
+            return;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    len = strlen(name) + strlen(value) + 2;
+    e = flps_malloc(len);
+    if (e == NULL) {
+        l->failed = 1;
+        return;
+    }
+    snprintf(e, len, "%s=%s", name, value);
+    l->v[l->n++] = e;
+    l->v[l->n] = NULL;
+}
+
+static void we_add_entry(we_list *l, const char *entry)
+{
+    const char *eq = strchr(entry, '=');
+    char name[256];
+
+    if (eq == NULL || (size_t)(eq - entry) >= sizeof(name))
+        return;
+    memcpy(name, entry, (size_t)(eq - entry));
+    name[eq - entry] = '\0';
+    we_add(l, name, eq + 1);
+}
+
+static int we_is(const char *entry, const char *name)
+{
+    size_t n = strlen(name);
+
+    return strncmp(entry, name, n) == 0 && entry[n] == '=';
+}
+
+const char *workerenv_get(char *const *env, const char *name)
+{
+    for (size_t i = 0; env != NULL && env[i] != NULL; i++)
+        if (we_is(env[i], name))
+            return env[i] + strlen(name) + 1;
+    return NULL;
+}
+
+static int we_file_exists(const char *dir, const char *rel)
+{
+    char path[PATH_MAX];
+
+    return snprintf(path, sizeof(path), "%s/%s", dir, rel) <
+               (int)sizeof(path) &&
+           access(path, R_OK) == 0;
+}
+
+void workerenv_free(char **env)
+{
+    for (size_t i = 0; env != NULL && env[i] != NULL; i++)
+        flps_free(env[i]);
+    flps_free(env);
+}
+
+flps_err workerenv_build(const jobspec *spec, const workerenv *w,
+                         char *const *base, char ***out)
+{
+    we_list l = {NULL, 0, 0, 0};
+    const char *words[JOBSPEC_WORDS_MAX];
+    const char *pydir, *pp_user = NULL, *pp_base;
+    char num[64], comp[64], up[PATH_MAX], build[PATH_MAX];
+    char lib[PATH_MAX + 32];
+    char pythonpath[3 * PATH_MAX];
+    size_t n;
+    int have_lib = 0;
+
+    if (spec == NULL || w == NULL || out == NULL || w->job == NULL ||
+        w->servers == NULL)
+        return FLPS_EINVAL;
+    for (size_t i = 0; base != NULL && base[i] != NULL; i++) {
+        const char *eq = strchr(base[i], '=');
+
+        if (eq == NULL ||
+            jobspec_env_is_reserved(base[i], (size_t)(eq - base[i])) ||
+            we_is(base[i], "PYTHONPATH"))
+            continue;
+        we_add_entry(&l, base[i]);
+    }
+    n = jobspec_words(spec->env, spec->env_count, words, JOBSPEC_WORDS_MAX);
+    for (size_t i = 0; i < n; i++) {
+        if (we_is(words[i], "PYTHONPATH"))
+            pp_user = words[i] + strlen("PYTHONPATH=");
+        else
+            we_add_entry(&l, words[i]);
+    }
+    we_add(&l, "FLPS_JOB", w->job);
+    snprintf(num, sizeof(num), "%u", w->rank);
+    we_add(&l, "FLPS_RANK", num);
+    snprintf(num, sizeof(num), "%u", spec->workers);
+    we_add(&l, "FLPS_WORKERS", num);
+    we_add(&l, "FLPS_SERVERS", w->servers);
+    if (w->plan_file != NULL && w->plan_file[0] != '\0')
+        we_add(&l, "FLPS_PLAN_FILE", w->plan_file);
+    snprintf(num, sizeof(num), "%llu", (unsigned long long)spec->iterations);
+    we_add(&l, "FLPS_ITERATIONS", num);
+    jobspec_comp_format(spec, comp, sizeof(comp));
+    we_add(&l, "FLPS_COMPRESSION", comp);
+    snprintf(num, sizeof(num), "%.17g", spec->lr);
+    we_add(&l, "FLPS_LR", num);
+    snprintf(num, sizeof(num), "%.17g", spec->momentum);
+    we_add(&l, "FLPS_MOMENTUM", num);
+    we_add(&l, "FLPS_LR_SCHEDULE", jobspec_lr_schedule_name(spec->lr_schedule));
+    snprintf(num, sizeof(num), "%u", spec->batch_size);
+    we_add(&l, "FLPS_BATCH", num);
+    snprintf(num, sizeof(num), "%llu", (unsigned long long)spec->seed);
+    we_add(&l, "FLPS_SEED", num);
+    we_add(&l, "FLPS_MODEL", jobspec_model_name(spec->model));
+    we_add(&l, "FLPS_DATASET", jobspec_dataset_name(spec->dataset));
+    we_add(&l, "FLPS_DATA_DIR", spec->data_dir);
+    if (spec->partition == JOBSPEC_PARTITION_DIRICHLET)
+        snprintf(num, sizeof(num), "dirichlet:%.17g", spec->dirichlet_alpha);
+    else
+        snprintf(num, sizeof(num), "%s",
+                 jobspec_partition_name(spec->partition));
+    we_add(&l, "FLPS_PARTITION", num);
+    if (spec->mode == JOBSPEC_MODE_SSP)
+        snprintf(num, sizeof(num), "ssp:%u", spec->staleness);
+    else
+        snprintf(num, sizeof(num), "%s", jobspec_mode_name(spec->mode));
+    we_add(&l, "FLPS_MODE", num);
+    snprintf(num, sizeof(num), "%llu", (unsigned long long)spec->eval_every);
+    we_add(&l, "FLPS_EVAL_EVERY", num);
+    snprintf(num, sizeof(num), "%u", spec->part_size);
+    we_add(&l, "FLPS_PART_SIZE", num);
+    snprintf(num, sizeof(num), "%llu",
+             (unsigned long long)(w->deadline_ms ? w->deadline_ms
+                                                 : WE_DEFAULT_DEADLINE_MS));
+    we_add(&l, "FLPS_DEADLINE_MS", num);
+
+    /* libflps: the launcher's own build (or install) first, so the
+     * program talks to the shards with the same library version. */
+    if (w->bin_dir != NULL &&
+        snprintf(up, sizeof(up), "%s/..", w->bin_dir) < (int)sizeof(up) &&
+        realpath(up, build) != NULL &&
+        we_file_exists(build, "lib/libflps.so")) {
+        snprintf(lib, sizeof(lib), "%s/lib/libflps.so", build);
+        we_add(&l, "FLPS_BUILD_DIR", build);
+        we_add(&l, "FLPS_LIBRARY", lib);
+        have_lib = 1;
+    }
+    if (!have_lib) {
+        const char *v = workerenv_get(base, "FLPS_BUILD_DIR");
+
+        if (v != NULL)
+            we_add(&l, "FLPS_BUILD_DIR", v);
+        if ((v = workerenv_get(base, "FLPS_LIBRARY")) != NULL)
+            we_add(&l, "FLPS_LIBRARY", v);
+    }
+    pydir = workerenv_get(base, "FLPS_PYTHON_DIR");
+    if (pydir == NULL && FLPS_SOURCE_PYTHON_DIR[0] != '\0' &&
+        we_file_exists(FLPS_SOURCE_PYTHON_DIR, "flps/__init__.py"))
+        pydir = FLPS_SOURCE_PYTHON_DIR;
+    pp_base = workerenv_get(base, "PYTHONPATH");
+    snprintf(pythonpath, sizeof(pythonpath), "%s%s%s%s%s", pydir ? pydir : "",
+             pydir && (pp_user || pp_base) ? ":" : "", pp_user ? pp_user : "",
+             pp_user && pp_base ? ":" : "", pp_base ? pp_base : "");
+    if (pythonpath[0] != '\0')
+        we_add(&l, "PYTHONPATH", pythonpath);
+    if (l.failed || l.v == NULL) {
+        workerenv_free(l.v);
+        return FLPS_ENOMEM;
+    }
+    *out = l.v;
+    return FLPS_OK;
+}
+
+flps_err workerenv_find_program(const char *prog, char *const *env, char *out,
+                                size_t len, char *errbuf, size_t errlen)
+{
+    const char *path, *p;
+
+    if (prog == NULL || out == NULL || len == 0)
+        return FLPS_EINVAL;
+    if (strchr(prog, '/') != NULL) {
+        if (access(prog, X_OK) != 0)
+            return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                                   "command: %s is not an executable file; "
+                                   "give the program's path or a name found "
+                                   "in PATH",
+                                   prog);
+        snprintf(out, len, "%s", prog);
+        return FLPS_OK;
+    }
+    path = workerenv_get(env, "PATH");
+    if (path == NULL)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    for (p = path;;) {
+        const char *colon = strchr(p, ':');
+        size_t dl = colon ? (size_t)(colon - p) : strlen(p);
+
+        if (dl > 0 &&
+            snprintf(out, len, "%.*s/%s", (int)dl, p, prog) < (int)len &&
+            access(out, X_OK) == 0)
+            return FLPS_OK;
+        if (colon == NULL)
+            break;
+        p = colon + 1;
+    }
+    out[0] = '\0';
+    return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                           "command: no program '%s' in PATH (%s); install "
+                           "it or give its full path",
+                           prog, path);
+}

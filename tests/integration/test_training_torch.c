@@ -1,0 +1,120 @@
+/* flrun runs examples/torch/mlp.py (PyTorch through python/flps) as a
+ * command: job's workers: the job trains, its progress is on the screen
+ * and its accuracy and bytes in the summary, as flworker's are. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runcmd.h"
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Run the torch MLP as a 2-worker, 1-server job with compression comp. */
+static void run_mlp(const char *name, const char *comp, run_result *r)
+{
+    char dir[] = "/tmp/flrun-torch-XXXXXX", job[128], cmd[1024], text[1024];
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(job, sizeof(job), "%s/job.yaml", dir);
+    snprintf(text, sizeof(text),
+             "name: %s\nmodel: mlp\nworkers: 2\nservers: 1\n"
+             "iterations: 300\nbatch_size: 32\nlr: 0.05\neval_every: 150\n"
+             "compression: %s\n"
+             "command: [/usr/bin/python3, %s/examples/torch/mlp.py,"
+             " --test-samples, '2000']\n"
+             "env:\n  OMP_NUM_THREADS: '1'\n",
+             name, comp, FLPS_SOURCE_DIR);
+    write_file(job, text);
+    snprintf(cmd, sizeof(cmd), "%s/flrun --log-dir %s/logs %s", FLPS_BIN_DIR,
+             dir, job);
+    run_cmd(cmd, r);
+}
+
+Test(training_torch, the_torch_mlp_trains_as_a_command_job, .timeout = 600)
+{
+    run_result r;
+    double acc;
+    json_int_t sent, dense;
+
+    run_mlp("torch-mlp", "dense", &r);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_not_null(r.summary, "%s", r.out);
+    acc = json_real_value(json_object_get(r.summary, "test_accuracy"));
+    sent = json_integer_value(json_object_get(r.summary, "bytes_sent"));
+    dense = json_integer_value(json_object_get(r.summary, "dense_bytes"));
+    cr_log_info("torch mlp dense: test accuracy %.4f, sent %lld of %lld "
+                "dense bytes",
+                acc, (long long)sent, (long long)dense);
+    /* Plain PyTorch (mlp.py --local) reaches 0.80 in 300 iterations. */
+    cr_assert_gt(acc, 0.72, "test accuracy %.4f: %s", acc, r.err);
+    cr_assert_eq(json_integer_value(json_object_get(r.summary, "iterations")),
+                 300);
+    /* 235146 parameters, 4 bytes each, 300 pushes by each of 2 workers. */
+    cr_assert_gt(sent, 2LL * 300 * 235146 * 4, "%s", r.out);
+    cr_assert_eq(sent, dense, "dense sends what dense would: %s", r.out);
+    cr_assert_not_null(strstr(r.err, "iter 150/300  loss "), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "iter 300/300  loss "), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "iter 150: test accuracy "), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "flrun: done in "), "%s", r.err);
+    run_free(&r);
+}
+
+Test(training_torch, the_torch_mlp_with_gtopk_sends_a_few_percent_of_dense,
+     .timeout = 600)
+{
+    run_result r;
+    double acc, share;
+
+    run_mlp("torch-mlp-gtopk", "gtopk:0.01", &r);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_not_null(r.summary, "%s", r.out);
+    acc = json_real_value(json_object_get(r.summary, "test_accuracy"));
+    share =
+        (double)json_integer_value(json_object_get(r.summary, "bytes_sent")) /
+        (double)json_integer_value(json_object_get(r.summary, "dense_bytes"));
+    cr_log_info("torch mlp gtopk:0.01: test accuracy %.4f, %.2f%% of dense",
+                acc, 100 * share);
+    cr_assert_lt(share, 0.03, "%.4f of dense: %s", share, r.out);
+    cr_assert_gt(acc, 0.6, "test accuracy %.4f: %s", acc, r.err);
+    run_free(&r);
+}
+
+Test(training_torch, a_job_whose_peer_never_connects_fails_within_the_deadline,
+     .timeout = 300)
+{
+    char dir[] = "/tmp/flrun-torchhang-XXXXXX", job[128], cmd[1024];
+    char text[1024];
+    run_result r;
+
+    /* Rank 1 never joins: rank 0's first wait gives up after
+     * FLPS_DEADLINE_MS and its error is the job's reason. */
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(job, sizeof(job), "%s/job.yaml", dir);
+    snprintf(text, sizeof(text),
+             "name: torch-hang\nmodel: mlp\nworkers: 2\niterations: 5\n"
+             "command: [/bin/sh, -c, 'if [ $FLPS_RANK = 1 ]; then exec sleep "
+             "299; fi; exec /usr/bin/python3 %s/examples/torch/mlp.py "
+             "--test-samples 100']\n",
+             FLPS_SOURCE_DIR);
+    write_file(job, text);
+    snprintf(cmd, sizeof(cmd), "FLPS_DEADLINE_MS=3000 %s/flrun %s",
+             FLPS_BIN_DIR, job);
+    run_cmd(cmd, &r);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "flrun: job torch-hang failed: worker "
+                                     "rank 0 (sh) exit status 1: "
+                                     "flps.errors.TimedOutError: "),
+                       "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "did not answer within 3 s"), "%s", r.err);
+    cr_assert_eq(system("pgrep -f '[s]leep 299' >/dev/null"), 256,
+                 "the rank that never joined was stopped");
+    run_free(&r);
+}

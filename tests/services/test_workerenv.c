@@ -1,0 +1,132 @@
+/* Tests for services/workerenv.c: a command: worker's environment and
+ * program. */
+#include "services/workerenv.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#define ERRLEN 1024
+
+static jobspec parse(const char *text)
+{
+    jobspec s;
+    char err[ERRLEN] = "";
+
+    cr_assert_eq(jobspec_parse(text, strlen(text), &s, err, sizeof(err)),
+                 FLPS_OK, "%s", err);
+    return s;
+}
+
+static size_t count(char **env, const char *name)
+{
+    size_t n = 0, l = strlen(name);
+
+    for (size_t i = 0; env[i] != NULL; i++)
+        n += strncmp(env[i], name, l) == 0 && env[i][l] == '=';
+    return n;
+}
+
+Test(workerenv, sets_the_jobs_variables_over_the_launchers_and_adds_env)
+{
+    jobspec s = parse("name: j\nmodel: cnn\nworkers: 4\niterations: 700\n"
+                      "lr: 0.1\nbatch_size: 16\nseed: 9\n"
+                      "compression: gtopk:0.01\ndata_dir: /data/fm\n"
+                      "command: [prog]\nenv:\n  MINE: yes\n"
+                      "  PYTHONPATH: /mine\n");
+    char *base[] = {"HOME=/root",
+                    "FLPS_RANK=99",
+                    "FLPS_SERVERS=tcp://x:1",
+                    "PYTHONPATH=/inherited",
+                    "FLPS_PYTHON_DIR=/repo/python",
+                    NULL};
+    workerenv w = {.job = "j-1", .rank = 2, .servers = "tcp://a:1,tcp://b:2"};
+    char **env = NULL;
+
+    cr_assert_eq(workerenv_build(&s, &w, base, &env), FLPS_OK);
+    cr_assert_str_eq(workerenv_get(env, "HOME"), "/root");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_JOB"), "j-1");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_RANK"), "2");
+    cr_assert_eq(count(env, "FLPS_RANK"), 1, "the launcher's own is dropped");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_WORKERS"), "4");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_SERVERS"), "tcp://a:1,tcp://b:2");
+    cr_assert_eq(count(env, "FLPS_SERVERS"), 1);
+    cr_assert_str_eq(workerenv_get(env, "FLPS_ITERATIONS"), "700");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_LR"), "0.10000000000000001");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_BATCH"), "16");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_SEED"), "9");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_COMPRESSION"), "gtopk:0.01");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_DATA_DIR"), "/data/fm");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_MODEL"), "cnn");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_DEADLINE_MS"), "120000");
+    cr_assert_null(workerenv_get(env, "FLPS_PLAN_FILE"), "no plan, no file");
+    cr_assert_str_eq(workerenv_get(env, "MINE"), "yes");
+    cr_assert_str_eq(workerenv_get(env, "PYTHONPATH"),
+                     "/repo/python:/mine:/inherited");
+    cr_assert_eq(count(env, "PYTHONPATH"), 1);
+    workerenv_free(env);
+}
+
+Test(workerenv, every_reserved_variable_is_set_for_a_job_with_a_plan)
+{
+    static const char *const names[] = {
+#define X(name, what) #name,
+        JOBSPEC_WORKER_ENV(X)
+#undef X
+    };
+    jobspec s = parse("name: j\nmodel: mlp\ncompression: auto\n");
+    char *base[] = {"FLPS_BUILD_DIR=/b", "FLPS_LIBRARY=/b/lib/libflps.so",
+                    NULL};
+    workerenv w = {
+        .job = "j", .rank = 0, .servers = "tcp://a:1", .plan_file = "/p"};
+    char **env = NULL;
+
+    cr_assert_eq(workerenv_build(&s, &w, base, &env), FLPS_OK);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        cr_assert_eq(count(env, names[i]), 1, "%s is set once", names[i]);
+    cr_assert_str_eq(workerenv_get(env, "FLPS_PLAN_FILE"), "/p");
+    cr_assert_str_eq(
+        workerenv_get(env, "FLPS_LIBRARY"), "/b/lib/libflps.so",
+        "without a build beside the launcher, its own is passed on");
+    workerenv_free(env);
+}
+
+Test(workerenv, finds_the_library_of_the_build_it_runs_from)
+{
+    jobspec s = parse("name: j\nmodel: mlp\n");
+    workerenv w = {.job = "j", .servers = "tcp://a:1", .bin_dir = FLPS_BIN_DIR};
+    char **env = NULL;
+    char want[1024];
+
+    cr_assert_eq(workerenv_build(&s, &w, NULL, &env), FLPS_OK);
+    cr_assert_not_null(workerenv_get(env, "FLPS_LIBRARY"));
+    snprintf(want, sizeof(want), "%s/lib/libflps.so",
+             workerenv_get(env, "FLPS_BUILD_DIR"));
+    cr_assert_str_eq(workerenv_get(env, "FLPS_LIBRARY"), want);
+    cr_assert_not_null(strstr(workerenv_get(env, "PYTHONPATH"), "/python"),
+                       "the repository's package: %s",
+                       workerenv_get(env, "PYTHONPATH"));
+    workerenv_free(env);
+}
+
+Test(workerenv, finds_a_program_in_path_or_says_where_it_looked)
+{
+    char *env[] = {"PATH=/nonexistent:/bin:/usr/bin", NULL};
+    char out[256], err[ERRLEN] = "";
+
+    cr_assert_eq(
+        workerenv_find_program("sh", env, out, sizeof(out), err, sizeof(err)),
+        FLPS_OK, "%s", err);
+    cr_assert(strcmp(out, "/bin/sh") == 0 || strcmp(out, "/usr/bin/sh") == 0,
+              "%s", out);
+    cr_assert_eq(workerenv_find_program("no-such-program-here", env, out,
+                                        sizeof(out), err, sizeof(err)),
+                 FLPS_ECONFIG);
+    cr_assert_not_null(strstr(err, "no program 'no-such-program-here' in PATH "
+                                   "(/nonexistent:/bin:/usr/bin)"),
+                       "%s", err);
+    cr_assert_eq(workerenv_find_program("/nonexistent/prog", env, out,
+                                        sizeof(out), err, sizeof(err)),
+                 FLPS_ECONFIG);
+    cr_assert_not_null(strstr(err, "not an executable file"), "%s", err);
+}
