@@ -47,8 +47,6 @@ typedef struct sched_task {
     char state[16]; /* ASSIGNED, RUNNING, EXITED */
     char endpoint[256];
     char metrics[128]; /* HOST:PORT of its /metrics; "" until flagent says */
-    char error[256];   /* the last error line its program printed; "" if
-                          none (flagent sets it with a failed exit) */
     int exited;        /* exit_code or signal given */
     long exit_code;    /* -1 when the agent lost the process */
     long signal;       /* 0 when it exited by itself */
