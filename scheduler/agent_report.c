@@ -224,9 +224,7 @@ void agent_report_reap(agent_node *n)
  * sees the key on flps:exits before the hash says how the task ended. */
 static const char exit_lua[] =
     "redis.call('HSET', KEYS[1], 'state', 'EXITED', 'exit_code', ARGV[1],\n"
-    "  'signal', ARGV[2], 'exited_at', ARGV[3])\n"
-    "if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[4]) "
-    "end\n"
+    "  'signal', ARGV[2], 'exited_at', ARGV[3], 'error', ARGV[4])\n"
     "redis.call('RPUSH', KEYS[2], KEYS[1])\n"
     "return 1\n";
 
