@@ -295,6 +295,11 @@ proto_buf *ps_shard_reply_buf(ps_part *p, size_t len, size_t room)
 
     if (room < len)
         room = len;
+    /* Pull replies the transport is done with give their pooled buffers
+     * back first: kept until the part's next pull, they held a copy of
+     * the part and made every update take a fresh buffer. */
+    if (p->nout > 0)
+        (void)pull_in_flight(p, UINT32_MAX);
     for (int i = 0; i < PS_REPLY_POOL; i++) {
         proto_buf *c = p->reply[i];
         /* A buffer much larger than asked for is dropped, so a part whose
