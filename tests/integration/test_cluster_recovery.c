@@ -210,8 +210,9 @@ static double resumed_at(const char *id)
     double best = -1;
     char *line, *save = NULL;
 
-    snprintf(cmd, sizeof(cmd), "FLPS_SCHEDULER=%s %s/flsubmit --json logs %s",
-             cl.api, FLPS_BIN_DIR, id);
+    snprintf(cmd, sizeof(cmd),
+             "FLPS_SCHEDULER=%s %s/flsubmit --json logs --events %s", cl.api,
+             FLPS_BIN_DIR, id);
     run_cmd(cmd, &r);
     for (line = strtok_r(r.out, "\n", &save); line != NULL;
          line = strtok_r(NULL, "\n", &save)) {
