@@ -1008,25 +1008,17 @@ static flps_err send_push(flps_client *c, uint32_t pi, proto_msg *m,
     return FLPS_OK;
 }
 
-/* Push the pairs [lo, hi) of a layer's selection (tensor coordinates) to
- * the shard of part pi. idx NULL: every element, index j for val[j]. */
-static flps_err push_sparse(flps_client *c, uint32_t pi, uint64_t iter,
-                            const uint32_t *idx, const float *val, uint32_t lo,
-                            uint32_t hi)
+/* A payload of at least need bytes for a sparse push whose request lives
+ * in part p. The payload of p's last push comes back once the transport
+ * sent it and its update arrived: written again when it fits (and is not
+ * far too large), so pushes of a steady size fault in no fresh pages. A
+ * new one gets a quarter more room for selections that vary. p keeps a
+ * reference for next time; the caller owns the one returned. NULL when
+ * out of memory. */
+static proto_buf *sparse_payload(cpart *p, size_t need)
 {
-    cpart *p = &c->parts[pi];
-    uint32_t n = hi - lo;
-    size_t need = (size_t)n * 8;
-    proto_buf *b = NULL;
-    uint32_t *ix;
-    float *v;
-    proto_msg m;
+    proto_buf *b;
 
-    /* The payload of the part's last push comes back once the transport
-     * sent it and its update arrived: written again when it fits (and is
-     * not far too large), so pushes of a steady size fault in no fresh
-     * pages. A new one gets a quarter more room for selections that
-     * vary. */
     if (p->spare != NULL && proto_buf_is_unique(p->spare) &&
         proto_buf_len(p->spare) >= need &&
         proto_buf_len(p->spare) <= 2 * need + 65536) {
@@ -1036,9 +1028,27 @@ static flps_err push_sparse(flps_client *c, uint32_t pi, uint64_t iter,
         b = proto_buf_create(need + need / 4 + 64);
     }
     if (b == NULL)
-        return set_error(c, FLPS_ENOMEM, "out of memory");
+        return NULL;
     proto_buf_release(p->spare);
     p->spare = proto_buf_hold(b);
+    return b;
+}
+
+/* Push the pairs [lo, hi) of a layer's selection (tensor coordinates) to
+ * the shard of part pi. idx NULL: every element, index j for val[j]. */
+static flps_err push_sparse(flps_client *c, uint32_t pi, uint64_t iter,
+                            const uint32_t *idx, const float *val, uint32_t lo,
+                            uint32_t hi)
+{
+    cpart *p = &c->parts[pi];
+    uint32_t n = hi - lo;
+    proto_buf *b = sparse_payload(p, (size_t)n * 8);
+    uint32_t *ix;
+    float *v;
+    proto_msg m;
+
+    if (b == NULL)
+        return set_error(c, FLPS_ENOMEM, "out of memory");
     ix = proto_buf_data(b);
     v = (float *)(ix + n);
     for (uint32_t j = 0; j < n; j++) {
@@ -1104,7 +1114,7 @@ static flps_err push_joined(flps_client *c, const uint32_t *pis, uint32_t cnt,
                             const float *val)
 {
     cpart *p0 = &c->parts[pis[0]];
-    size_t total = 0, need, at = 0;
+    size_t total = 0, at = 0;
     proto_seg *segs = flps_malloc((size_t)cnt * sizeof(*segs));
     proto_buf *b = NULL;
     uint32_t *ix;
@@ -1117,22 +1127,12 @@ static flps_err push_joined(flps_client *c, const uint32_t *pis, uint32_t cnt,
         return set_error(c, FLPS_ENOMEM, "out of memory");
     for (uint32_t k = 0; k < cnt; k++)
         total += c->sel_hi[pis[k]] - c->sel_lo[pis[k]];
-    need = total * 8;
-    /* As push_sparse: the first member keeps the payload for next time. */
-    if (p0->spare != NULL && proto_buf_is_unique(p0->spare) &&
-        proto_buf_len(p0->spare) >= need &&
-        proto_buf_len(p0->spare) <= 2 * need + 65536) {
-        b = p0->spare;
-        p0->spare = NULL;
-    } else {
-        b = proto_buf_create(need + need / 4 + 64);
-    }
+    /* The first member keeps the payload for next time. */
+    b = sparse_payload(p0, total * 8);
     if (b == NULL) {
         flps_free(segs);
         return set_error(c, FLPS_ENOMEM, "out of memory");
     }
-    proto_buf_release(p0->spare);
-    p0->spare = proto_buf_hold(b);
     ix = proto_buf_data(b);
     v = (float *)(ix + total);
     for (uint32_t k = 0; k < cnt; k++) {
