@@ -3,6 +3,7 @@
 
 #include <string.h>
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define CODEC_HAVE_F16C 1
 #endif
@@ -215,9 +216,14 @@ codec_f16_add_f16c(const uint8_t *p, size_t n, float *acc)
         acc[i] += codec_f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
 }
 
+/* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports
+ * does not know "f16c". */
 static int codec_has_f16c(void)
 {
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    unsigned a, b, c, d;
+
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) &&
+           (c & bit_F16C) != 0;
 }
 #endif
 

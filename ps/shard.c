@@ -199,12 +199,16 @@ static int cmp_held(const void *pa, const void *pb)
         return a->peer < b->peer ? -1 : 1;
     if (a->rep.msg.iter != b->rep.msg.iter)
         return a->rep.msg.iter < b->rep.msg.iter ? -1 : 1;
+    if (a->rep.msg.rank != b->rep.msg.rank)
+        return a->rep.msg.rank < b->rep.msg.rank ? -1 : 1;
     return a->rep.msg.part < b->rep.msg.part
                ? -1
                : (a->rep.msg.part > b->rep.msg.part);
 }
 
-/* Send held[lo, hi) (one peer, one iteration, ascending parts) as one
+/* Send held[lo, hi) (one peer, one iteration, one rank, ascending parts:
+ * one peer speaking as two ranks must not get one UPDATE naming a part
+ * twice, which its decoder refuses; found by tests/fuzz/fuzz_shard) as one
  * UPDATE whose segments are the parts' updates, copied into one payload.
  * Out of memory: each goes alone. */
 static void send_joined(ps_shard *s, const ps_held_reply *h, size_t cnt)
@@ -271,7 +275,8 @@ void ps_shard_flush_replies(ps_shard *s)
     while (lo < s->nheld) {
         size_t hi = lo + 1;
         while (hi < s->nheld && s->held[hi].peer == s->held[lo].peer &&
-               s->held[hi].rep.msg.iter == s->held[lo].rep.msg.iter)
+               s->held[hi].rep.msg.iter == s->held[lo].rep.msg.iter &&
+               s->held[hi].rep.msg.rank == s->held[lo].rep.msg.rank)
             hi++;
         if (hi - lo == 1)
             s->cfg.send(s->cfg.send_arg, s->held[lo].peer, &s->held[lo].rep);

@@ -10,7 +10,7 @@ PKGS=(
   libcurl4-openssl-dev libcriterion-dev prometheus
   redis-server dataset-fashion-mnist
   python3-torch python3-numpy python3-pytest
-  libibverbs-dev librdmacm-dev iproute2 gnuplot-nox
+  libibverbs-dev librdmacm-dev iproute2 gnuplot-nox clang libclang-rt-14-dev
 )
 
 missing=()

@@ -34,6 +34,8 @@ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DFLPS_SANITIZE=ON \
 cmake --build build-san -j"$(nproc)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-san --output-on-failure -LE 'training|long' --timeout 1200
+echo "== fuzzing (libFuzzer + ASan + UBSan: message decoder, shard sequences, job file, API body, checkpoint and log readers)"
+scripts/fuzz.sh
 echo "== Helm chart (offline: lint, render, schema validation)"
 tests/deploy/test_chart.sh
 if [ "${FLPS_SKIP_IMAGE:-0}" != 1 ]; then

@@ -1900,7 +1900,8 @@ Test(shard, a_restored_async_shard_still_refuses_a_push_it_already_applied)
 
 /* Rank r's push of parts 0, 2 and 3 (shard 0's three) in one message:
  * part 0 gets index r, part 2 index 1, part 3 indices 0 and 3. */
-static flps_err push_joined(rig *g, uint32_t rank, uint64_t iter, int bad)
+static flps_err push_joined_from(rig *g, uint32_t peer, uint32_t rank,
+                                 uint64_t iter, int bad)
 {
     proto_msg m = base_msg(PROTO_OP_PUSH, rank, 0, iter);
     proto_seg segs[3] = {{0, 1, 0, 0}, {2, 1, 0, 0}, {3, 2, 0, 0}};
@@ -1913,7 +1914,12 @@ static flps_err push_joined(rig *g, uint32_t rank, uint64_t iter, int bad)
     m.val = val;
     m.nsegs = 3;
     m.segs = segs;
-    return deliver(g, PEER(rank), &m);
+    return deliver(g, peer, &m);
+}
+
+static flps_err push_joined(rig *g, uint32_t rank, uint64_t iter, int bad)
+{
+    return push_joined_from(g, PEER(rank), rank, iter, bad);
 }
 
 Test(shard, a_push_of_several_parts_closes_each_and_each_worker_gets_one_update)
@@ -1962,6 +1968,31 @@ Test(shard, a_push_of_several_parts_closes_each_and_each_worker_gets_one_update)
     cr_assert_eq(after.iter[2], 1);
     cr_assert_eq(after.iter[3], 1);
     cr_assert_eq(after.v[2][1], before.v[2][1] + -(scale * (2.0f + 2.0f)));
+    rig_free(g);
+}
+
+/* One peer speaking as both ranks (found by tests/fuzz/fuzz_shard): the
+ * held updates went out as one UPDATE naming every part twice, which no
+ * decoder accepts. Each rank's updates must leave as a message of its
+ * own, each a valid wire message (capture decodes every reply). */
+Test(shard, one_peer_pushing_as_two_ranks_gets_a_valid_update_per_rank)
+{
+    rig *g = rig_new(2, PROTO_AGG_TOPK, PROTO_MODE_SSGD);
+
+    rig_start(g);
+    register_all(g);
+    for (uint32_t i = 0; i < 3; i++)
+        init_part(g, OWNED[i], OWNED_NUMEL[i]);
+    clear_replies(g);
+    cr_assert_eq(push_joined_from(g, PEER(1), 0, 0, 0), FLPS_OK);
+    cr_assert_eq(push_joined_from(g, PEER(1), 1, 0, 0), FLPS_OK);
+    cr_assert_eq(g->n, 2, "one UPDATE per rank");
+    for (uint32_t r = 0; r < 2; r++) {
+        cr_assert_eq(g->r[r].msg.op, PROTO_OP_UPDATE);
+        cr_assert_eq(g->r[r].msg.nsegs, 3);
+        cr_assert_eq(g->r[r].msg.n, 5);
+    }
+    cr_assert_neq(g->r[0].msg.rank, g->r[1].msg.rank);
     rig_free(g);
 }
 
