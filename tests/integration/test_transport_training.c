@@ -335,14 +335,12 @@ static void run_training(const conf_kind *k, const dataset *train,
         r->loss_first += w[i].loss_first / NWORKERS;
         r->loss_last += w[i].loss_last / NWORKERS;
     }
-    if (k->live_mrs != NULL)
-        cr_assert_eq(k->live_mrs(), 0,
-                     "%s: %zu registered memory regions alive after the run",
-                     k->name, k->live_mrs());
-    if (k->live_qps != NULL)
-        cr_assert_eq(k->live_qps(), 0,
-                     "%s: %zu queue pairs alive after the run", k->name,
-                     k->live_qps());
+    if (k->live != NULL) {
+        char what[512];
+        cr_assert_eq(k->live(what, sizeof(what)), 0,
+                     "%s: alive after every transport was destroyed: %s",
+                     k->name, what);
+    }
     cr_log_info("%s: mean loss %.4f over the first %d iterations, %.4f over "
                 "the last %d; the shards received %llu and %llu messages",
                 k->name, r->loss_first, LOSS_WINDOW, r->loss_last, LOSS_WINDOW,

@@ -53,16 +53,12 @@ static void conf_run(int kind, void (*body)(const conf_kind *k))
     if (k->reset != NULL)
         k->reset();
     body(k);
-    if (k->live_mrs != NULL)
-        cr_assert_eq(k->live_mrs(), 0,
-                     "%s: %zu registered memory regions alive after every "
-                     "transport was destroyed",
-                     k->name, k->live_mrs());
-    if (k->live_qps != NULL)
-        cr_assert_eq(k->live_qps(), 0,
-                     "%s: %zu queue pairs alive after every transport was "
-                     "destroyed",
-                     k->name, k->live_qps());
+    if (k->live != NULL) {
+        char what[512];
+        cr_assert_eq(k->live(what, sizeof(what)), 0,
+                     "%s: alive after every transport was destroyed: %s",
+                     k->name, what);
+    }
     cr_assert_eq(CONF_LEAKS(), 0,
                  "%s: memory leaked (see the LeakSanitizer report)", k->name);
 }
@@ -942,6 +938,145 @@ CONFORMANCE(a_listener_that_never_was_is_a_timeout_not_a_hang, 120)
                       k->name, flps_strerror(rc));
     }
     transport_destroy(t);
+}
+
+/* A peer whose process dies says nothing: over RDMA its queue pair just
+ * stops answering (the emulated NIC makes it vanish), over ZeroMQ its
+ * sockets close as transport_destroy closes them. The listener must find
+ * out (its sends to that peer fail) and serve the others meanwhile. */
+static void *dier_peer(void *arg)
+{
+    conn *c = arg;
+    transport_rx *rx;
+    conf_hdr h;
+    flps_err rc;
+
+    if (!conn_open(c))
+        goto out;
+    rc = send_numbered(c->t, c->to_srv, c->id, 0, TAG_DATA);
+    if (rc == FLPS_OK)
+        rc = recv_wait(c->t, &rx);
+    if (rc != FLPS_OK) {
+        failf(c->fail, "hello: %s (%s)", flps_strerror(rc), c->t->errmsg);
+        goto out;
+    }
+    check_numbered(rx, &h, c->fail);
+    transport_rx_release(rx);
+    atomic_store(&c->done, 1);
+    /* go 1: die (destroy, where the NIC cannot vanish it); go 2: the
+     * dead process's resources are reclaimed. */
+    while (atomic_load(&c->go) < 1)
+        usleep(1000);
+    if (c->k->vanish_qp == NULL)
+        conn_close(c);
+    while (atomic_load(&c->go) < 2)
+        usleep(1000);
+out:
+    conn_close(c);
+    atomic_store(&c->done, 2);
+    return NULL;
+}
+
+/* Receive one message (up to WAIT_MS) and answer it; returns 1 when it
+ * was from connector 1 (its peer number in *dier), 0 otherwise. */
+static int serve_dier(transport *l, char *fail, uint32_t *dier)
+{
+    transport_rx *rx;
+    conf_hdr h;
+    int from_dier = 0;
+    flps_err rc = transport_recv(l, 20, &rx);
+
+    if (rc == FLPS_ETIMEDOUT)
+        return 0;
+    if (rc != FLPS_OK)
+        return failf(fail, "receive: %s (%s)", flps_strerror(rc), l->errmsg);
+    if (check_numbered(rx, &h, fail)) {
+        from_dier = h.from == 1;
+        if (from_dier)
+            *dier = rx->peer;
+        rc =
+            send_numbered(l, rx->peer, LISTENER_FROM | h.from, h.seq, TAG_DATA);
+        if (rc != FLPS_OK && !from_dier)
+            failf(fail, "reply to connector %u: %s (%s)", h.from,
+                  flps_strerror(rc), l->errmsg);
+    }
+    transport_rx_release(rx);
+    return from_dier;
+}
+
+CONFORMANCE(a_peer_whose_process_dies_is_found_out_and_the_others_go_on, 240)
+{
+    conf_opts o;
+    char bound[256], fail[FAILLEN] = "";
+    conn c[2]; /* c[0] stays, c[1] dies */
+    uint32_t before[64], after[64], nbefore = 0, nafter = 0, dier = 0;
+    transport *l;
+    double until;
+    flps_err rc = FLPS_OK;
+
+    opts_default(&o);
+    l = listener_open(k, &o, bound, sizeof(bound));
+    /* The one that stays: VANISH_ROUNDS + 1 rounds. */
+    conns_start(&c[0], 1, k, &o, bound, vanish_peer);
+    (void)serve_dier(l, fail, &dier);
+    /* The one that dies; its queue pairs are the ones made meanwhile. */
+    if (k->qp_numbers != NULL)
+        nbefore = (uint32_t)k->qp_numbers(before, 64);
+    memset(&c[1], 0, sizeof(c[1]));
+    c[1].k = k;
+    c[1].o = &o;
+    c[1].bound = bound;
+    c[1].id = 1;
+    atomic_init(&c[1].go, 0);
+    atomic_init(&c[1].done, 0);
+    cr_assert_eq(pthread_create(&c[1].th, NULL, dier_peer, &c[1]), 0);
+    while (!fail[0] && !serve_dier(l, fail, &dier))
+        ;
+    while (!fail[0] && atomic_load(&c[1].done) < 1)
+        usleep(1000);
+    if (!fail[0] && k->qp_numbers != NULL) {
+        nafter = (uint32_t)k->qp_numbers(after, 64);
+        /* The first queue pair made since: the dying one's own end. */
+        for (uint32_t i = 0; i < nafter; i++) {
+            int old = 0;
+            for (uint32_t j = 0; j < nbefore; j++)
+                old |= after[i] == before[j];
+            if (!old) {
+                cr_assert_eq(k->vanish_qp(after[i]), 0);
+                break;
+            }
+        }
+    }
+    atomic_store(&c[1].go, 1);
+    /* The listener must come to refuse sends to it, never hang, while it
+     * serves the one that stays. */
+    until = flps_mono_s() + 2 * WAIT_MS / 1000.0;
+    while (!fail[0]) {
+        uint32_t again;
+        if (serve_dier(l, fail, &again))
+            failf(fail, "a message from the peer that died");
+        if (rc == FLPS_OK)
+            rc = send_numbered(l, dier, LISTENER_FROM | 1, 1, TAG_DATA);
+        if ((rc != FLPS_OK && atomic_load(&c[0].done)) || flps_mono_s() > until)
+            break;
+    }
+    cr_assert_eq(fail[0], '\0', "%s: listener: %s", k->name, fail);
+    cr_assert_neq(rc, FLPS_OK,
+                  "%s: sends to a peer whose process died still succeed "
+                  "after %d s",
+                  k->name, 2 * WAIT_MS / 1000);
+    cr_assert_eq(rc, FLPS_ECLOSED, "%s: a send to a dead peer: %s", k->name,
+                 flps_strerror(rc));
+    cr_assert(atomic_load(&c[0].done), "%s: the one that stays was not served",
+              k->name);
+    atomic_store(&c[1].go, 2);
+    pthread_join(c[1].th, NULL);
+    transport_destroy(l);
+    atomic_store(&c[0].go, 2);
+    pthread_join(c[0].th, NULL);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(c[i].fail[0], '\0', "%s: connector %d: %s", k->name, i,
+                     c[i].fail);
 }
 
 /* ---- back-pressure ---- */

@@ -33,11 +33,17 @@ typedef struct conf_kind {
                        char *why, size_t len);
     /* Why this kind cannot run here, or NULL when it can. */
     const char *(*skip)(char *why, size_t len);
-    /* Registered memory regions and queue pairs alive (NULL: nothing to
-     * count), for the leak check after every test. */
-    size_t (*live_mrs)(void);
-    size_t (*live_qps)(void);
+    /* How many objects of the NIC are alive (registered memory regions,
+     * queue pairs, ...), described in what; NULL: nothing to count. For
+     * the leak check after every transport was destroyed. */
+    size_t (*live)(char *what, size_t len);
     void (*reset)(void); /* before every test, or NULL */
+    /* The NIC's queue pairs alive, in creation order, and a way to make
+     * one vanish as when its process dies (NULL: the kind has none; a
+     * process that dies closes its sockets, which transport_destroy
+     * does as well). */
+    size_t (*qp_numbers)(uint32_t *qpns, size_t max);
+    int (*vanish_qp)(uint32_t qpn);
 } conf_kind;
 
 static flps_err zmq_create(const conf_opts *o, int listener, transport **out,
@@ -92,6 +98,20 @@ static flps_err real_create(const conf_opts *o, int listener, transport **out,
     return rdma_create_with(rdma_verbs_real(), o, listener, out, why, len);
 }
 
+/* Everything of the emulated NIC that is still alive. */
+static size_t emu_live(char *what, size_t len)
+{
+    size_t mrs = rdma_emu_live_mrs(), qps = rdma_emu_live_qps();
+    size_t pds = rdma_emu_live_pds(), cqs = rdma_emu_live_cqs();
+    size_t ctxs = rdma_emu_live_contexts();
+
+    snprintf(what, len,
+             "%zu registered memory regions, %zu queue pairs, %zu "
+             "protection domains, %zu completion queues, %zu open devices",
+             mrs, qps, pds, cqs, ctxs);
+    return mrs + qps + pds + cqs + ctxs;
+}
+
 /* The real verbs run only where the transport can be made: the reason it
  * cannot (no device, port down, memlock) is the skip's. */
 static const char *real_skip(char *why, size_t len)
@@ -120,14 +140,16 @@ static const char *no_rdma_skip(char *why, size_t len)
 enum { KIND_ZMQ, KIND_RDMA_EMU, KIND_RDMA_REAL };
 
 static const conf_kind kinds[] = {
-    [KIND_ZMQ] = {"zmq", zmq_create, NULL, NULL, NULL, NULL},
+    [KIND_ZMQ] = {"zmq", zmq_create, NULL, NULL, NULL, NULL, NULL},
 #ifdef FLPS_HAVE_RDMA
-    [KIND_RDMA_EMU] = {"rdma-emu", emu_create, NULL, rdma_emu_live_mrs,
-                       rdma_emu_live_qps, rdma_emu_reset},
-    [KIND_RDMA_REAL] = {"rdma-real", real_create, real_skip, NULL, NULL, NULL},
+    [KIND_RDMA_EMU] = {"rdma-emu", emu_create, NULL, emu_live, rdma_emu_reset,
+                       rdma_emu_qp_numbers, rdma_emu_vanish_qp},
+    [KIND_RDMA_REAL] = {"rdma-real", real_create, real_skip, NULL, NULL, NULL,
+                        NULL},
 #else
-    [KIND_RDMA_EMU] = {"rdma-emu", NULL, no_rdma_skip, NULL, NULL, NULL},
-    [KIND_RDMA_REAL] = {"rdma-real", NULL, no_rdma_skip, NULL, NULL, NULL},
+    [KIND_RDMA_EMU] = {"rdma-emu", NULL, no_rdma_skip, NULL, NULL, NULL, NULL},
+    [KIND_RDMA_REAL] = {"rdma-real", NULL, no_rdma_skip, NULL, NULL, NULL,
+                        NULL},
 #endif
 };
 
