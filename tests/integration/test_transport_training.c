@@ -395,7 +395,7 @@ static void load_train(dataset *all, dataset *view)
     if (access(FMNIST_DIR "/train-images-idx3-ubyte.gz", R_OK) == 0) {
         cr_assert_eq(dataset_load_fmnist(FMNIST_DIR, "train", all), FLPS_OK);
     } else {
-        cr_log_warn("no Fashion-MNIST in %s: training on a synthetic set",
+        cr_log_info("no Fashion-MNIST in %s: training on a synthetic set",
                     FMNIST_DIR);
         cr_assert_eq(dataset_synthetic(SUBSET, 784, 10, 1, all), FLPS_OK);
     }
@@ -429,7 +429,9 @@ Test(transport_training, a_run_over_the_emulated_nic_ends_where_zeromq_does,
     char why[512];
 
     if (emu->skip != NULL && emu->skip(why, sizeof(why)) != NULL) {
-        cr_log_warn("%s: skipped: %s", emu->name, why);
+        /* stderr, not cr_log_warn: a warning makes Criterion 2.4 exit 1
+         * even though every test that ran passed. */
+        fprintf(stderr, "%s: skipped: %s\n", emu->name, why);
         cr_skip_test("%s: %s", emu->name, why);
     }
     load_train(&all, &train);

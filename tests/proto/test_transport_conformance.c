@@ -47,7 +47,9 @@ static void conf_run(int kind, void (*body)(const conf_kind *k))
     char why[512];
 
     if (k->skip != NULL && k->skip(why, sizeof(why)) != NULL) {
-        cr_log_warn("%s: skipped: %s", k->name, why);
+        /* stderr, not cr_log_warn: a warning makes Criterion 2.4 exit 1
+         * even though every test that ran passed. */
+        fprintf(stderr, "%s: skipped: %s\n", k->name, why);
         cr_skip_test("%s: %s", k->name, why);
     }
     if (k->reset != NULL)
