@@ -29,10 +29,12 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 #include "common/alloc.h"
@@ -159,6 +161,15 @@ struct rt {
     uint32_t live; /* messages handed out, not released */
     int dead;
     uint64_t seq;
+    /* The progress thread moves messages while the user's thread does
+     * other work, as ZeroMQ's I/O thread does: lock guards every field
+     * above but the constants set at creation (and base.stats, written
+     * under it, read by the user without it); cond is signalled when a
+     * message is queued for recv. */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    pthread_t thread;
+    int started, stop;
 };
 
 /* --- small helpers ----------------------------------------------------- */
@@ -234,6 +245,8 @@ static void rt_rxq_push(rt *t, rt_rx *r)
 
 static void rt_free(rt *t)
 {
+    pthread_cond_destroy(&t->cond);
+    pthread_mutex_destroy(&t->lock);
     flps_free(t->peers);
     flps_free(t);
 }
@@ -245,11 +258,9 @@ static void rt_rx_free(rt_rx *r)
     flps_free(r);
 }
 
-static void rt_rx_release(transport_rx *rx)
+/* Release a message, the lock held (or the transport dead). */
+static void rt_rx_release_locked(rt *t, rt_rx *r)
 {
-    rt_rx *r = rx->impl;
-    rt *t = r->owner;
-
     if (r->large && !t->dead && r->slot < t->npeers) {
         rt_peer *p = t->peers[r->slot];
         if (p != NULL && p->gen == r->gen && p->landing_rx == r) {
@@ -259,8 +270,23 @@ static void rt_rx_release(transport_rx *rx)
     }
     rt_rx_free(r);
     t->live--;
-    if (t->dead && t->live == 0)
-        rt_free(t);
+}
+
+static void rt_rx_release(transport_rx *rx)
+{
+    rt_rx *r = rx->impl;
+    rt *t = r->owner;
+
+    /* After transport_destroy there is no lock and no other thread. */
+    if (t->dead) {
+        rt_rx_release_locked(t, r);
+        if (t->live == 0)
+            rt_free(t);
+        return;
+    }
+    pthread_mutex_lock(&t->lock);
+    rt_rx_release_locked(t, r);
+    pthread_mutex_unlock(&t->lock);
 }
 
 /* --- peers: verbs resources --------------------------------------------- */
@@ -499,14 +525,12 @@ static flps_err rt_send_xch(rt *t, rt_peer *p, const rdma_xch *x)
     void *s = t->router != NULL ? t->router : p->sock;
 
     if (rdma_xch_encode(x, buf, sizeof(buf), &len) != FLPS_OK)
-        return rt_err(t, FLPS_EINVAL, "cannot encode an exchange message");
+        return FLPS_EINVAL;
     if (t->router != NULL &&
         zmq_send(s, p->id, p->idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
-        return rt_err(t, FLPS_ECLOSED, "exchange reply: %s",
-                      zmq_strerror(zmq_errno()));
+        return FLPS_ECLOSED;
     if (zmq_send(s, buf, len, ZMQ_DONTWAIT) < 0)
-        return rt_err(t, FLPS_ECLOSED, "exchange message: %s",
-                      zmq_strerror(zmq_errno()));
+        return FLPS_ECLOSED;
     return FLPS_OK;
 }
 
@@ -539,8 +563,6 @@ static void rt_peer_fail(rt *t, uint32_t slot, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(p->why, sizeof(p->why), fmt, ap);
     va_end(ap);
-    snprintf(t->base.errmsg, sizeof(t->base.errmsg), "peer %u: %s",
-             rt_peer_number(t, slot), p->why);
     log_warn("RDMA %s: peer %u (%s) lost: %s", t->devname,
              rt_peer_number(t, slot),
              t->router != NULL ? "connector" : p->endpoint, p->why);
@@ -568,7 +590,6 @@ static void rt_connector_attempt(rt *t, uint32_t slot)
     p->since = flps_mono_s();
     if (rt_peer_setup(t, p, why, sizeof(why)) != FLPS_OK) {
         snprintf(p->why, sizeof(p->why), "%.199s", why);
-        snprintf(t->base.errmsg, sizeof(t->base.errmsg), "%.255s", why);
         log_error("RDMA connection to %s: %s", p->endpoint, why);
         p->state = RT_DOWN;
         return;
@@ -624,8 +645,7 @@ static void rt_on_hello(rt *t, const void *id, size_t idlen, int fd,
         x.type != RDMA_XCH_HELLO) {
         if (x.type != RDMA_XCH_HELLO && why[0] == '\0')
             snprintf(why, sizeof(why), "expected a HELLO");
-        rt_err(t, FLPS_EPROTO, "RDMA exchange message refused: %s", why);
-        log_warn("%s", t->base.errmsg);
+        log_warn("RDMA exchange message refused: %s", why);
         rt_refuse(t, id, idlen, why);
         return;
     }
@@ -652,7 +672,6 @@ static void rt_on_hello(rt *t, const void *id, size_t idlen, int fd,
                      "(max_peers %u)",
                      limit);
             t->base.stats.conns_refused++;
-            rt_err(t, FLPS_EPROTO, "%s", why);
             log_warn("%s: connection refused", why);
             rt_refuse(t, id, idlen, why);
             return;
@@ -666,7 +685,6 @@ static void rt_on_hello(rt *t, const void *id, size_t idlen, int fd,
     p->fd = fd;
     if (rt_peer_setup(t, p, why, sizeof(why)) != FLPS_OK ||
         rt_peer_connect(t, p, &x, why, sizeof(why)) != FLPS_OK) {
-        rt_err(t, FLPS_ESYS, "%s", why);
         log_error("RDMA connection refused: %s", why);
         rt_refuse(t, id, idlen, why);
         rt_peer_teardown(t, p);
@@ -1128,12 +1146,69 @@ static int rt_progress(rt *t)
     return did;
 }
 
+/* The progress thread: polls while there is work, then sleeps a little
+ * longer each idle round, up to a millisecond. */
+static void *rt_thread_main(void *arg)
+{
+    rt *t = arg;
+    unsigned idle = 0;
+
+    pthread_mutex_lock(&t->lock);
+    while (!t->stop) {
+        uint32_t before = t->rxq_len;
+        int did = rt_progress(t);
+        if (t->rxq_len > before)
+            pthread_cond_broadcast(&t->cond);
+        pthread_mutex_unlock(&t->lock);
+        idle = did ? 0 : idle + 1;
+        if (idle == 0) {
+            sched_yield();
+        } else if (idle < 32) {
+            sched_yield();
+        } else {
+            long us = idle < 64 ? 50 : idle < 128 ? 200 : 1000;
+            struct timespec ts = {0, us * 1000};
+            nanosleep(&ts, NULL);
+        }
+        pthread_mutex_lock(&t->lock);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return NULL;
+}
+
+/* Start the progress thread once there is something to do (lock held). */
+static flps_err rt_start(rt *t)
+{
+    if (t->started)
+        return FLPS_OK;
+    if (pthread_create(&t->thread, NULL, rt_thread_main, t) != 0)
+        return rt_err(t, FLPS_ESYS, "cannot start the RDMA progress thread");
+    t->started = 1;
+    return FLPS_OK;
+}
+
 /* --- the vtable --------------------------------------------------------- */
+
+static flps_err rt_listen_locked(rt *t, const char *endpoint, char *bound,
+                                 size_t boundlen);
 
 static flps_err rt_listen(transport *base, const char *endpoint, char *bound,
                           size_t boundlen)
 {
     rt *t = (rt *)base;
+    flps_err rc;
+
+    pthread_mutex_lock(&t->lock);
+    rc = rt_listen_locked(t, endpoint, bound, boundlen);
+    if (rc == FLPS_OK)
+        rc = rt_start(t);
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
+static flps_err rt_listen_locked(rt *t, const char *endpoint, char *bound,
+                                 size_t boundlen)
+{
     int zero = 0;
     size_t len = boundlen;
     char mon_ep[64];
@@ -1177,10 +1252,24 @@ fail:
     return FLPS_ESYS;
 }
 
+static flps_err rt_connect_locked(rt *t, const char *endpoint, uint32_t *peer);
+
 static flps_err rt_connect(transport *base, const char *endpoint,
                            uint32_t *peer)
 {
     rt *t = (rt *)base;
+    flps_err rc;
+
+    pthread_mutex_lock(&t->lock);
+    rc = rt_connect_locked(t, endpoint, peer);
+    if (rc == FLPS_OK)
+        rc = rt_start(t);
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
+static flps_err rt_connect_locked(rt *t, const char *endpoint, uint32_t *peer)
+{
     rt_peer *p;
     int zero = 0;
     char mon_ep[96];
@@ -1231,10 +1320,24 @@ fail:
     return FLPS_ESYS;
 }
 
+static flps_err rt_send_locked(rt *t, uint32_t peer, const transport_frame *f,
+                               size_t nframes);
+
 static flps_err rt_send(transport *base, uint32_t peer,
                         const transport_frame *f, size_t nframes)
 {
     rt *t = (rt *)base;
+    flps_err rc;
+
+    pthread_mutex_lock(&t->lock);
+    rc = rt_send_locked(t, peer, f, nframes);
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
+static flps_err rt_send_locked(rt *t, uint32_t peer, const transport_frame *f,
+                               size_t nframes)
+{
     const uint32_t slot = t->router != NULL ? peer & RT_SLOT_MASK : peer;
     size_t lens[RDMA_FRAME_MAX], total = 0;
     uint32_t hwm;
@@ -1312,13 +1415,19 @@ static flps_err rt_recv(transport *base, int timeout_ms, transport_rx **out)
 {
     rt *t = (rt *)base;
     const double until = flps_mono_s() + timeout_ms / 1000.0;
-    int idle = 0;
+    flps_err rc = FLPS_ETIMEDOUT;
 
+    pthread_mutex_lock(&t->lock);
     t->base.refused_peer = UINT32_MAX;
-    if (t->router == NULL && t->npeers == 0)
+    if (t->router == NULL && t->npeers == 0) {
+        pthread_mutex_unlock(&t->lock);
         return FLPS_ESTATE;
+    }
     for (;;) {
-        int did = rt_progress(t);
+        double left;
+        struct timespec ts;
+
+        rt_progress(t);
         if (t->rxq_head != NULL) {
             rt_rx *r = t->rxq_head;
             t->rxq_head = r->next;
@@ -1329,36 +1438,42 @@ static flps_err rt_recv(transport *base, int timeout_ms, transport_rx **out)
             t->base.stats.bytes_recv += r->rx.wire_bytes;
             t->base.stats.msgs_recv++;
             if (r->err != FLPS_OK) {
-                flps_err rc = r->err;
+                rc = r->err;
                 snprintf(t->base.errmsg, sizeof(t->base.errmsg), "%s", r->why);
                 t->base.refused_peer = r->rx.peer;
-                rt_rx_release(&r->rx);
-                return rc;
+                rt_rx_release_locked(t, r);
+                break;
             }
             *out = &r->rx;
-            return FLPS_OK;
+            rc = FLPS_OK;
+            break;
         }
-        if (timeout_ms == 0 || (timeout_ms > 0 && flps_mono_s() >= until))
-            return FLPS_ETIMEDOUT;
-        /* Spin a little (RDMA latency is microseconds), then sleep in
-         * zmq_poll on the exchange channels a millisecond at a time. */
-        idle = did ? 0 : idle + 1;
-        if (idle < 64) {
-            sched_yield();
-        } else {
-            zmq_pollitem_t it = {t->router, 0, ZMQ_POLLIN, 0};
-            if (t->router != NULL)
-                zmq_poll(&it, 1, 1);
-            else
-                zmq_poll(NULL, 0, 1);
+        left = until - flps_mono_s();
+        if (timeout_ms == 0 || (timeout_ms > 0 && left <= 0))
+            break;
+        /* The progress thread signals a message; wake at least every
+         * millisecond to poll as well. */
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
         }
+        pthread_cond_timedwait(&t->cond, &t->lock, &ts);
     }
+    pthread_mutex_unlock(&t->lock);
+    return rc;
 }
 
 static void rt_destroy(transport *base)
 {
     rt *t = (rt *)base;
 
+    pthread_mutex_lock(&t->lock);
+    t->stop = 1;
+    pthread_mutex_unlock(&t->lock);
+    if (t->started)
+        pthread_join(t->thread, NULL);
     for (uint32_t i = 0; i < t->npeers; i++) {
         rt_peer *p = t->peers[i];
         rt_peer_teardown(t, p);
@@ -1583,8 +1698,20 @@ flps_err transport_rdma_create(const transport_rdma_options *opt,
         rc = flps_errbuf_set(why, whylen, FLPS_ESYS, "zmq_ctx_new failed");
         goto fail_pd;
     }
+    if (pthread_mutex_init(&t->lock, NULL) != 0) {
+        rc = flps_errbuf_set(why, whylen, FLPS_ESYS, "pthread_mutex_init");
+        goto fail_zmq;
+    }
+    if (pthread_cond_init(&t->cond, NULL) != 0) {
+        rc = flps_errbuf_set(why, whylen, FLPS_ESYS, "pthread_cond_init");
+        goto fail_lock;
+    }
     *out = &t->base;
     return FLPS_OK;
+fail_lock:
+    pthread_mutex_destroy(&t->lock);
+fail_zmq:
+    zmq_ctx_term(t->zctx);
 fail_pd:
     t->v->dealloc_pd(t->pd);
 fail_dev:
