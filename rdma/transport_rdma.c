@@ -1563,7 +1563,10 @@ static flps_err rt_open_device(rt *t, const transport_rdma_options *o,
             "adapter's driver and check with `ibv_devinfo`, create a "
             "soft-RoCE device with `rdma link add rxe0 type rxe netdev "
             "IFACE`, or run the job with transport: zmq",
-            list == NULL ? strerror(errno) : "an empty list");
+            list == NULL ? (errno == ENOSYS ? "the kernel has no RDMA "
+                                              "support: no ib_uverbs module"
+                                            : strerror(errno))
+                         : "an empty list");
     }
     for (int i = 0; i < num && t->ctx == NULL; i++) {
         const char *name = v->get_device_name(list[i]);

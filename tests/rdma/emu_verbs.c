@@ -689,12 +689,14 @@ static int emu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
         } else {
             wc.status = emu_execute(q, wr, &byte_len);
             wc.byte_len = byte_len;
-            if (wc.status != IBV_WC_SUCCESS)
-                emu_qp_error(q);
         }
         if (wc.status != IBV_WC_SUCCESS || q->sig_all ||
             (wr->send_flags & IBV_SEND_SIGNALED))
             emu_complete(q->scq, &wc);
+        /* After the failed request's own completion, as hardware orders
+         * them: the error, then the flushed receives. */
+        if (wc.status != IBV_WC_SUCCESS && qp->state != IBV_QPS_ERR)
+            emu_qp_error(q);
     }
     if (rc != 0 && bad_wr != NULL)
         *bad_wr = wr;
