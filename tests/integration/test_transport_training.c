@@ -426,7 +426,7 @@ Test(transport_training, a_run_over_the_emulated_nic_ends_where_zeromq_does,
     const conf_kind *emu = &kinds[KIND_RDMA_EMU];
     dataset all, train;
     run_result a, b;
-    char why[512];
+    char why[1024];
 
     if (emu->skip != NULL && emu->skip(why, sizeof(why)) != NULL) {
         /* stderr, not cr_log_warn: a warning makes Criterion 2.4 exit 1

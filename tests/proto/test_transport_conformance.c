@@ -44,7 +44,7 @@
 static void conf_run(int kind, void (*body)(const conf_kind *k))
 {
     const conf_kind *k = &kinds[kind];
-    char why[512];
+    char why[1024];
 
     if (k->skip != NULL && k->skip(why, sizeof(why)) != NULL) {
         /* stderr, not cr_log_warn: a warning makes Criterion 2.4 exit 1

@@ -118,7 +118,7 @@ static const char *real_skip(char *why, size_t len)
 {
     conf_opts o = {{0, -1, 0}, 1u << 20, 0};
     transport *t = NULL;
-    char reason[256] = "";
+    char reason[768] = "";
 
     if (real_create(&o, 0, &t, reason, sizeof(reason)) == FLPS_OK) {
         transport_destroy(t);
