@@ -853,29 +853,34 @@ static void rt_flush(rt *t, uint32_t slot)
 
     while (p->state == RT_UP && p->qhead != NULL) {
         rt_msg *m = p->qhead;
-        int large = m->total > p->remote.slot_bytes;
+        const size_t eager_max = p->remote.slot_bytes < p->sslots.slot_bytes
+                                     ? p->remote.slot_bytes
+                                     : p->sslots.slot_bytes;
+        int large = m->total > eager_max;
         size_t used = 0;
         uint32_t s = 0;
 
-        if (rdma_credit_available(&p->cred) == 0 || p->sq_out >= p->sq_max)
-            break;
-        if (large && (p->staging_busy || p->staging.addr == NULL ||
-                      rdma_credit_available(&p->lcred) == 0))
-            break;
-        if (!large && p->sslots.nfree == 0)
-            break;
-        if (m->total > rt_peer_limit(p)) {
-            /* Checked at send when the peer was known; a peer that came
-             * back with smaller buffers cannot take it. */
+        if (large && (p->staging.addr == NULL || m->total > p->staging.len ||
+                      m->total > p->remote.landing_len)) {
+            /* Checked at send against what is known then; a peer that
+             * came back with smaller buffers cannot take it. */
             log_warn("RDMA: message of %zu bytes dropped: peer %u accepts "
                      "at most %zu (its max_message_bytes)",
                      m->total, rt_peer_number(t, slot), rt_peer_limit(p));
             t->base.stats.msgs_dropped++;
             p->qhead = m->next;
+            if (p->qhead == NULL)
+                p->qtail = NULL;
             p->qlen--;
             rt_msg_free(m);
             continue;
         }
+        if (rdma_credit_available(&p->cred) == 0 || p->sq_out >= p->sq_max)
+            break;
+        if (large && (p->staging_busy || rdma_credit_available(&p->lcred) == 0))
+            break;
+        if (!large && p->sslots.nfree == 0)
+            break;
         if (large) {
             rdma_frame_encode(m->f, m->nframes,
                               rdma_credit_rx_advertise(&p->crx), p->freed,

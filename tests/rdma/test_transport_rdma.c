@@ -565,3 +565,65 @@ Test(transport_rdma, a_failed_registration_refuses_the_connection)
     transport_destroy(srv);
     check_no_leaks();
 }
+
+Test(transport_rdma, refuses_a_message_larger_than_the_peer_takes)
+{
+    char bound[256];
+    transport *srv = make_listener(4096, 4, bound, sizeof(bound));
+    transport *cli = make(1 << 20, 4);
+    const size_t small[] = {3000}, big[] = {100000};
+    uint32_t to_srv;
+
+    cr_assert_eq(transport_connect(cli, bound, &to_srv), FLPS_OK);
+    cr_assert_eq(send_msg(cli, to_srv, 1, small, 1), FLPS_OK);
+    transport_rx_release(recv_msg(srv, 1, small, 1));
+    cr_assert_eq(send_msg(cli, to_srv, 2, big, 1), FLPS_EINVAL);
+    cr_assert(strstr(cli->errmsg, "smaller at the peer") != NULL, "%s",
+              cli->errmsg);
+    cr_assert_eq(send_msg(cli, to_srv, 3, small, 1), FLPS_OK);
+    transport_rx_release(recv_msg(srv, 3, small, 1));
+    transport_destroy(cli);
+    transport_destroy(srv);
+    check_no_leaks();
+}
+
+Test(transport_rdma, drops_a_peer_that_sends_a_frame_over_the_limit)
+{
+    char bound[256], why[512];
+    transport_rdma_options o;
+    transport *srv = NULL, *cli = make(1 << 16, 4);
+    const size_t over[] = {2000}, ok[] = {500};
+    uint32_t to_srv;
+    transport_rx *rx;
+
+    transport_rdma_options_init(&o);
+    o.verbs = rdma_emu_verbs();
+    o.max_message_bytes = 1 << 16;
+    o.limits.max_frame_bytes = 1000;
+    cr_assert_eq(transport_rdma_create(&o, &srv, why, sizeof(why)), FLPS_OK);
+    cr_assert_eq(
+        transport_listen(srv, "tcp://127.0.0.1:0", bound, sizeof(bound)),
+        FLPS_OK);
+    cr_assert_eq(transport_connect(cli, bound, &to_srv), FLPS_OK);
+    cr_assert_eq(send_msg(cli, to_srv, 1, ok, 1), FLPS_OK);
+    transport_rx_release(recv_msg(srv, 1, ok, 1));
+    cr_assert_eq(send_msg(cli, to_srv, 2, over, 1), FLPS_OK);
+    cr_assert_eq(transport_recv(srv, 300, &rx), FLPS_ETIMEDOUT,
+                 "the frame over the limit is not delivered");
+    /* The connector finds its connection gone and makes a new one. */
+    cr_assert_eq(send_msg(cli, to_srv, 3, ok, 1), FLPS_OK);
+    for (int i = 0; i < 50; i++) {
+        flps_err rc = transport_recv(srv, 100, &rx);
+        if (rc == FLPS_OK) {
+            transport_rx_release(rx);
+            break;
+        }
+        /* A message sent into the lost connection is lost, as with
+         * ZeroMQ: send again until one arrives. */
+        cr_assert_eq(send_msg(cli, to_srv, 3, ok, 1), FLPS_OK);
+        cr_assert_lt(i, 49, "no message after the reconnection");
+    }
+    transport_destroy(cli);
+    transport_destroy(srv);
+    check_no_leaks();
+}
