@@ -540,6 +540,10 @@ Test(transport_rdma, says_how_much_memlock_the_pools_need)
     create_fails(&o, why, sizeof(why));
     cr_assert(strstr(why, "locked memory") != NULL, "%s", why);
     cr_assert(strstr(why, "8388608 bytes") != NULL, "%s", why);
+    /* The example of docs/rdma.md: 16 credits and 64 MiB messages. */
+    cr_assert(strstr(why, "need 135274624 bytes (129.0 MiB)") != NULL, "%s",
+              why);
+    cr_assert(strstr(why, "ulimit -l 132105") != NULL, "%s", why);
     cr_assert(strstr(why, "ulimit -l") != NULL, "%s", why);
     cr_assert(strstr(why, "IPC_LOCK") != NULL, "%s", why);
     cr_assert(strstr(why, "agent.rdma.enabled") != NULL, "%s", why);
