@@ -29,10 +29,12 @@ flps_err rdma_pool_plan_make(size_t max_message_bytes, uint32_t credits,
         return flps_errbuf_set(why, whylen, FLPS_EINVAL,
                                "%u RDMA credits: give 1..%d", credits,
                                RDMA_XCH_MAX_CREDITS);
-    if (max_message_bytes > RDMA_XCH_MAX_LANDING - over - 4096)
+    /* A large message's length travels as 8-byte units in the 32-bit
+     * immediate: 32 GiB at most; 16 GiB leaves room. */
+    if (max_message_bytes > ((size_t)1 << 34))
         return flps_errbuf_set(why, whylen, FLPS_EINVAL,
                                "largest message of %zu bytes is beyond what "
-                               "the RDMA transport can register (2^40)",
+                               "the RDMA transport carries (16 GiB)",
                                max_message_bytes);
     need = max_message_bytes + over;
     memset(&p, 0, sizeof(p));

@@ -117,6 +117,9 @@ typedef struct rt_peer {
     rt_msg *qhead, *qtail;
     uint32_t qlen;
     int dropped_logged;
+    /* Connector: the last attempt was refused (by the listener, or for
+     * want of resources here): sends fail with why until one succeeds. */
+    int refused;
     char why[200]; /* why it went down */
 } rt_peer;
 
@@ -558,14 +561,18 @@ static void rt_peer_fail(rt *t, uint32_t slot, const char *fmt, ...)
 static void rt_peer_fail(rt *t, uint32_t slot, const char *fmt, ...)
 {
     rt_peer *p = t->peers[slot];
+    char why[sizeof(p->why)];
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(p->why, sizeof(p->why), fmt, ap);
+    vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    log_warn("RDMA %s: peer %u (%s) lost: %s", t->devname,
-             rt_peer_number(t, slot),
-             t->router != NULL ? "connector" : p->endpoint, p->why);
+    /* A connector retrying against the same refusal says it once. */
+    if (strcmp(why, p->why) != 0 || t->router != NULL)
+        log_warn("RDMA %s: peer %u (%s) lost: %s", t->devname,
+                 rt_peer_number(t, slot),
+                 t->router != NULL ? "connector" : p->endpoint, why);
+    memcpy(p->why, why, sizeof(why));
     rt_peer_teardown(t, p);
     if (t->router != NULL) {
         rt_queue_drop(p);
@@ -589,8 +596,10 @@ static void rt_connector_attempt(rt *t, uint32_t slot)
 
     p->since = flps_mono_s();
     if (rt_peer_setup(t, p, why, sizeof(why)) != FLPS_OK) {
+        if (strncmp(p->why, why, sizeof(p->why) - 1) != 0)
+            log_error("RDMA connection to %s: %s", p->endpoint, why);
         snprintf(p->why, sizeof(p->why), "%.199s", why);
-        log_error("RDMA connection to %s: %s", p->endpoint, why);
+        p->refused = 1;
         p->state = RT_DOWN;
         return;
     }
@@ -805,8 +814,10 @@ static void rt_connector_exchange(rt *t, uint32_t slot)
             continue;
         }
         if (x.type == RDMA_XCH_REFUSE) {
-            if (p->state == RT_CONNECTING)
+            if (p->state == RT_CONNECTING) {
                 rt_peer_fail(t, slot, "the listener refused: %s", x.text);
+                p->refused = 1;
+            }
             continue;
         }
         if (x.type != RDMA_XCH_ACCEPT || p->state != RT_CONNECTING ||
@@ -814,6 +825,8 @@ static void rt_connector_exchange(rt *t, uint32_t slot)
             continue; /* stale: an answer to an earlier attempt */
         if (rt_peer_connect(t, p, &x, why, sizeof(why)) != FLPS_OK)
             rt_peer_fail(t, slot, "%s", why);
+        else
+            p->refused = 0;
     }
 }
 
@@ -853,29 +866,34 @@ static void rt_flush(rt *t, uint32_t slot)
 
     while (p->state == RT_UP && p->qhead != NULL) {
         rt_msg *m = p->qhead;
-        int large = m->total > p->remote.slot_bytes;
+        const size_t eager_max = p->remote.slot_bytes < p->sslots.slot_bytes
+                                     ? p->remote.slot_bytes
+                                     : p->sslots.slot_bytes;
+        int large = m->total > eager_max;
         size_t used = 0;
         uint32_t s = 0;
 
-        if (rdma_credit_available(&p->cred) == 0 || p->sq_out >= p->sq_max)
-            break;
-        if (large && (p->staging_busy || p->staging.addr == NULL ||
-                      rdma_credit_available(&p->lcred) == 0))
-            break;
-        if (!large && p->sslots.nfree == 0)
-            break;
-        if (m->total > rt_peer_limit(p)) {
-            /* Checked at send when the peer was known; a peer that came
-             * back with smaller buffers cannot take it. */
+        if (large && (p->staging.addr == NULL || m->total > p->staging.len ||
+                      m->total > p->remote.landing_len)) {
+            /* Checked at send against what is known then; a peer that
+             * came back with smaller buffers cannot take it. */
             log_warn("RDMA: message of %zu bytes dropped: peer %u accepts "
                      "at most %zu (its max_message_bytes)",
                      m->total, rt_peer_number(t, slot), rt_peer_limit(p));
             t->base.stats.msgs_dropped++;
             p->qhead = m->next;
+            if (p->qhead == NULL)
+                p->qtail = NULL;
             p->qlen--;
             rt_msg_free(m);
             continue;
         }
+        if (rdma_credit_available(&p->cred) == 0 || p->sq_out >= p->sq_max)
+            break;
+        if (large && (p->staging_busy || rdma_credit_available(&p->lcred) == 0))
+            break;
+        if (!large && p->sslots.nfree == 0)
+            break;
         if (large) {
             rdma_frame_encode(m->f, m->nframes,
                               rdma_credit_rx_advertise(&p->crx), p->freed,
@@ -1374,6 +1392,12 @@ static flps_err rt_send_locked(rt *t, uint32_t peer, const transport_frame *f,
     rt_progress_peer(t, slot);
     if (t->router != NULL && p->state == RT_FREE)
         return rt_err(t, FLPS_ECLOSED, "peer %u is gone: %s", peer, p->why);
+    /* A refusal is a configuration problem, not a lost connection: say it
+     * rather than queue (the connection is still tried in the
+     * background, and sends work again once it is made). */
+    if (t->router == NULL && p->refused && p->state != RT_UP)
+        return rt_err(t, FLPS_ECLOSED, "RDMA connection to %s refused: %s",
+                      p->endpoint, p->why);
     if (p->qlen >= hwm) {
         t->base.stats.msgs_dropped++;
         if (!p->dropped_logged)
@@ -1416,6 +1440,7 @@ static flps_err rt_recv(transport *base, int timeout_ms, transport_rx **out)
     rt *t = (rt *)base;
     const double until = flps_mono_s() + timeout_ms / 1000.0;
     flps_err rc = FLPS_ETIMEDOUT;
+    unsigned spins = 0;
 
     pthread_mutex_lock(&t->lock);
     t->base.refused_peer = UINT32_MAX;
@@ -1451,8 +1476,15 @@ static flps_err rt_recv(transport *base, int timeout_ms, transport_rx **out)
         left = until - flps_mono_s();
         if (timeout_ms == 0 || (timeout_ms > 0 && left <= 0))
             break;
-        /* The progress thread signals a message; wake at least every
-         * millisecond to poll as well. */
+        /* Spin a little first (RDMA latency is microseconds), letting
+         * the progress thread in; then wait for its signal, waking at
+         * least every millisecond to poll as well. */
+        if (spins++ < 100) {
+            pthread_mutex_unlock(&t->lock);
+            sched_yield();
+            pthread_mutex_lock(&t->lock);
+            continue;
+        }
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 1000000;
         if (ts.tv_nsec >= 1000000000) {

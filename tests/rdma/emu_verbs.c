@@ -587,8 +587,24 @@ static enum ibv_wc_status emu_execute(emu_qp *q, const struct ibv_send_wr *wr,
     if (consume && wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
         emu_rwr *r = &d->rq[d->rq_head];
         uint64_t room = 0;
-        for (int i = 0; i < r->nsge; i++)
-            room += r->sge[i].length;
+        for (int i = 0; i < r->nsge; i++) {
+            const struct ibv_sge *g = &r->sge[i];
+            /* The receive buffers must still be registered, writable
+             * memory of the receiver's domain, as hardware checks. */
+            if (emu_find_mr(g->lkey, 0, d->qp.pd, g->addr, g->length,
+                            IBV_ACCESS_LOCAL_WRITE) == NULL) {
+                rwc.wr_id = r->wr_id;
+                rwc.status = IBV_WC_LOC_PROT_ERR;
+                rwc.opcode = IBV_WC_RECV;
+                rwc.qp_num = d->qp.qp_num;
+                d->rq_head = (d->rq_head + 1) % d->rq_cap;
+                d->rq_count--;
+                emu_complete(d->rcq, &rwc);
+                emu_qp_error(d);
+                return IBV_WC_REM_OP_ERR;
+            }
+            room += g->length;
+        }
         if (room < len) {
             rwc.wr_id = r->wr_id;
             rwc.status = IBV_WC_LOC_LEN_ERR;

@@ -277,3 +277,13 @@ Test(emu_verbs, a_busy_domain_or_queue_cannot_be_freed)
     cr_assert_eq(V->dealloc_pd(A.pd), EBUSY);
     cr_assert_eq(V->destroy_cq(A.cq), EBUSY);
 }
+
+Test(emu_verbs, a_receive_into_deregistered_memory_is_a_protection_error)
+{
+    post_recv(&B, 4, 0, 64);
+    cr_assert_eq(V->dereg_mr(B.mr), 0);
+    B.mr = V->reg_mr(B.pd, B.buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+    cr_assert_eq(post(&A, IBV_WR_SEND, 0, 8, A.mr->lkey, 0, 0, 0), 0);
+    cr_assert_eq(poll1(&A).status, IBV_WC_REM_OP_ERR);
+    cr_assert_eq(poll1(&B).status, IBV_WC_LOC_PROT_ERR);
+}
