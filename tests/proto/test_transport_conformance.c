@@ -549,44 +549,76 @@ CONFORMANCE(delivers_multipart_messages_of_every_frame_count_and_size, 240)
     transport_destroy(l);
 }
 
-/* A message of no frames, or of more than a message may have: refused at
- * the send or dropped at the receiver (FLPS_EPROTO, naming the sender),
- * and the next message still comes. */
+/* A message of no frames, or of more than a message may have
+ * (PROTO_MAX_FRAMES, what proto messages use): refused at the send, or
+ * dropped by the receiver with FLPS_EPROTO (a listener naming the sender
+ * to answer), and the next message still comes. Both ways. */
 static void *frames_peer(void *arg)
 {
     conn *c = arg;
-    const size_t six[] = {4, 4, 4, 4, 4, 4};
+    const size_t five[] = {4, 4, 4, 4, 4};
     transport_frame none;
+    transport_rx *rx;
+    conf_hdr h;
     flps_err rc;
 
     if (!conn_open(c))
-        return NULL;
+        goto out;
     memset(&none, 0, sizeof(none));
     rc = transport_send(c->t, c->to_srv, &none, 0);
     if (rc == FLPS_OK)
         failf(c->fail, "a message of no frames was accepted");
-    rc = send_pattern(c->t, c->to_srv, 1, six, PROTO_MAX_FRAMES + 1, 0);
-    atomic_store(&c->go, rc == FLPS_OK); /* the listener must see EPROTO */
+    rc = send_pattern(c->t, c->to_srv, 1, five, PROTO_MAX_FRAMES + 1, 0);
+    atomic_store(&c->done, rc == FLPS_OK ? 2 : 1);
     rc = send_numbered(c->t, c->to_srv, 0, 7, TAG_DATA);
-    if (rc != FLPS_OK)
+    if (rc != FLPS_OK) {
         failf(c->fail, "send after a refused message: %s", flps_strerror(rc));
-    atomic_store(&c->done, 1);
-    /* Wait for the listener's answer to the message it refused (or to the
-     * good one), so the connection stays while the listener reads. */
-    {
-        transport_rx *rx;
-        rc = recv_wait(c->t, &rx);
-        if (rc != FLPS_OK)
-            failf(c->fail, "no answer: %s", flps_strerror(rc));
-        else
-            transport_rx_release(rx);
+        goto out;
     }
+    /* The listener's answer (to the refused message or to the good one). */
+    rc = recv_wait(c->t, &rx);
+    if (rc != FLPS_OK) {
+        failf(c->fail, "no answer: %s (%s)", flps_strerror(rc), c->t->errmsg);
+        goto out;
+    }
+    transport_rx_release(rx);
+    /* Now the listener's own message of too many frames, then a good one. */
+    while (atomic_load(&c->go) < 1)
+        usleep(1000);
+    if (atomic_load(&c->go) == 2) {
+        rc = recv_wait(c->t, &rx);
+        if (rc == FLPS_OK) {
+            failf(c->fail, "a message of %zu frames was received", rx->nframes);
+            transport_rx_release(rx);
+            goto out;
+        }
+        if (rc != FLPS_EPROTO) {
+            failf(c->fail,
+                  "a message of too many frames: %s, expected "
+                  "FLPS_EPROTO",
+                  flps_strerror(rc));
+            goto out;
+        }
+    }
+    rc = recv_wait(c->t, &rx);
+    if (rc != FLPS_OK) {
+        failf(c->fail, "the message after a refused one: %s (%s)",
+              flps_strerror(rc), c->t->errmsg);
+        goto out;
+    }
+    if (check_numbered(rx, &h, c->fail) && h.seq != 8)
+        failf(c->fail, "message %u came, expected 8", h.seq);
+    transport_rx_release(rx);
+out:
     conn_close(c);
+    if (atomic_load(&c->done) == 0)
+        atomic_store(&c->done, 3);
     return NULL;
 }
 
-CONFORMANCE(refuses_messages_of_no_frames_or_too_many, 120)
+CONFORMANCE(refuses_messages_of_no_frames_or_too_many_both_ways, 120)
 {
+    const size_t five[] = {4, 4, 4, 4, 4};
     conf_opts o;
     char bound[256];
     conn c;
@@ -594,14 +626,19 @@ CONFORMANCE(refuses_messages_of_no_frames_or_too_many, 120)
     transport_rx *rx = NULL;
     conf_hdr h;
     char fail[FAILLEN] = "";
+    uint32_t peer;
+    int sent_five;
     flps_err rc;
 
     opts_default(&o);
     l = listener_open(k, &o, bound, sizeof(bound));
     conns_start(&c, 1, k, &o, bound, frames_peer);
-    while (!atomic_load(&c.done))
+    while (atomic_load(&c.done) == 0)
         usleep(1000);
-    if (atomic_load(&c.go)) {
+    cr_assert_neq(atomic_load(&c.done), 3, "%s: connector: %s", k->name,
+                  c.fail);
+    sent_five = atomic_load(&c.done) == 2;
+    if (sent_five) {
         rc = recv_wait(l, &rx);
         cr_assert_eq(rc, FLPS_EPROTO,
                      "%s: a message of %d frames was received: %s", k->name,
@@ -615,10 +652,15 @@ CONFORMANCE(refuses_messages_of_no_frames_or_too_many, 120)
     cr_assert_eq(recv_wait(l, &rx), FLPS_OK, "%s: %s", k->name, l->errmsg);
     cr_assert(check_numbered(rx, &h, fail), "%s: %s", k->name, fail);
     cr_assert_eq(h.seq, 7);
-    if (!atomic_load(&c.go))
-        cr_assert_eq(send_numbered(l, rx->peer, LISTENER_FROM, 0, TAG_DATA),
-                     FLPS_OK);
+    peer = rx->peer;
     transport_rx_release(rx);
+    if (!sent_five)
+        cr_assert_eq(send_numbered(l, peer, LISTENER_FROM, 0, TAG_DATA),
+                     FLPS_OK);
+    rc = send_pattern(l, peer, 2, five, PROTO_MAX_FRAMES + 1, 0);
+    atomic_store(&c.go, rc == FLPS_OK ? 2 : 1);
+    cr_assert_eq(send_numbered(l, peer, LISTENER_FROM, 8, TAG_DATA), FLPS_OK,
+                 "%s: %s", k->name, l->errmsg);
     conns_join(&c, 1, k, fail);
     transport_destroy(l);
 }
