@@ -164,6 +164,8 @@ struct rt {
     uint32_t live; /* messages handed out, not released */
     int dead;
     uint64_t seq;
+    double refuse_logged; /* listener: when a refusal was last logged */
+    uint64_t refusals;    /* ... and how many since */
     /* The progress thread moves messages while the user's thread does
      * other work, as ZeroMQ's I/O thread does: lock guards every field
      * above but the constants set at creation (and base.stats, written
@@ -640,6 +642,21 @@ static int rt_srcfd(zmq_msg_t *parts, int n)
     return -1;
 }
 
+/* Log a refusal, at most once a minute (a refused connector tries again
+ * every second), with the count of those not logged. */
+static void rt_refuse_logged(rt *t, const char *what, const char *why)
+{
+    const double now = flps_mono_s();
+
+    t->refusals++;
+    if (t->refuse_logged != 0 && now - t->refuse_logged < 60)
+        return;
+    log_warn("%s: %s (%llu refusal(s) since the last such line)", what, why,
+             (unsigned long long)t->refusals);
+    t->refuse_logged = now;
+    t->refusals = 0;
+}
+
 /* Listener: a HELLO (or garbage) from routing id `id`. */
 static void rt_on_hello(rt *t, const void *id, size_t idlen, int fd,
                         const void *data, size_t len)
@@ -650,11 +667,15 @@ static void rt_on_hello(rt *t, const void *id, size_t idlen, int fd,
     uint32_t limit;
     rt_peer *p;
 
+    memset(&x, 0, sizeof(x));
     if (rdma_xch_decode(data, len, &x, why, sizeof(why)) != FLPS_OK ||
         x.type != RDMA_XCH_HELLO) {
-        if (x.type != RDMA_XCH_HELLO && why[0] == '\0')
-            snprintf(why, sizeof(why), "expected a HELLO");
-        log_warn("RDMA exchange message refused: %s", why);
+        if (x.type != 0 && x.type != RDMA_XCH_HELLO)
+            snprintf(why, sizeof(why),
+                     "a listener takes only HELLO exchange messages, not "
+                     "type %d",
+                     (int)x.type);
+        rt_refuse_logged(t, "RDMA exchange message refused", why);
         rt_refuse(t, id, idlen, why);
         return;
     }
@@ -681,7 +702,7 @@ static void rt_on_hello(rt *t, const void *id, size_t idlen, int fd,
                      "(max_peers %u)",
                      limit);
             t->base.stats.conns_refused++;
-            log_warn("%s: connection refused", why);
+            rt_refuse_logged(t, "RDMA connection refused", why);
             rt_refuse(t, id, idlen, why);
             return;
         }
@@ -694,7 +715,7 @@ static void rt_on_hello(rt *t, const void *id, size_t idlen, int fd,
     p->fd = fd;
     if (rt_peer_setup(t, p, why, sizeof(why)) != FLPS_OK ||
         rt_peer_connect(t, p, &x, why, sizeof(why)) != FLPS_OK) {
-        log_error("RDMA connection refused: %s", why);
+        rt_refuse_logged(t, "RDMA connection refused", why);
         rt_refuse(t, id, idlen, why);
         rt_peer_teardown(t, p);
         p->state = RT_FREE;
