@@ -43,6 +43,7 @@
 #include "rdma/credit.h"
 #include "rdma/exchange.h"
 #include "rdma/frame.h"
+#include "rdma/gid.h"
 #include "rdma/pool.h"
 #include "rdma/verbs.h"
 #include "rdma/wc_status.h"
@@ -51,6 +52,7 @@
 #define RT_MAX_ID 256
 #define RT_RXQ_MAX 256
 #define RT_POLL_BATCH 32
+#define RT_GID_SCAN 32
 /* Send work requests beyond the credits: a credit write and a large
  * message may be in flight beside the SENDs. */
 #define RT_SQ_EXTRA 4
@@ -150,6 +152,8 @@ struct rt {
     uint8_t mtu;
     int roce;
     uint8_t gid[16];
+    uint8_t gid_index;
+    int gid_tbl_len;
     char devname[64];
     uint64_t memlock;
     uint64_t locked; /* bytes this transport has registered */
@@ -434,6 +438,7 @@ static void rt_local_xch(const rt *t, const rt_peer *p, rdma_xch_type type,
     x->lid = t->lid;
     x->mtu = t->mtu;
     memcpy(x->gid, t->gid, 16);
+    x->gid_index = t->gid_index;
     x->credits = t->plan.credits;
     x->slot_bytes = (uint32_t)t->plan.slot_bytes;
     if (p->landing.mr != NULL) {
@@ -483,7 +488,7 @@ static flps_err rt_peer_connect(rt *t, rt_peer *p, const rdma_xch *r, char *why,
     if (t->roce) {
         qa.ah_attr.is_global = 1;
         memcpy(qa.ah_attr.grh.dgid.raw, r->gid, 16);
-        qa.ah_attr.grh.sgid_index = 0;
+        qa.ah_attr.grh.sgid_index = t->gid_index;
         qa.ah_attr.grh.hop_limit = 64;
     }
     mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
@@ -492,9 +497,11 @@ static flps_err rt_peer_connect(rt *t, rt_peer *p, const rdma_xch *r, char *why,
         return flps_errbuf_set(why, whylen, FLPS_ESYS,
                                "moving the queue pair to RTR (toward remote "
                                "QP %u, LID %u) failed: the address is not "
-                               "reachable from %s port %u (for RoCE, GID "
-                               "index 0 must be on the same network)",
-                               r->qp_num, r->lid, t->devname, t->port);
+                               "reachable from %s port %u (for RoCE: GID "
+                               "index %u here, %u there must reach each "
+                               "other; see `ibv_devinfo -v`)",
+                               r->qp_num, r->lid, t->devname, t->port,
+                               t->gid_index, r->gid_index);
     memset(&qa, 0, sizeof(qa));
     qa.qp_state = IBV_QPS_RTS;
     qa.timeout = 14;
@@ -1663,6 +1670,7 @@ static flps_err rt_open_device(rt *t, const transport_rdma_options *o,
             t->lid = pa.lid;
             t->mtu = (uint8_t)pa.active_mtu;
             t->roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+            t->gid_tbl_len = pa.gid_tbl_len;
             snprintf(t->devname, sizeof(t->devname), "%s", name);
             break;
         }
@@ -1740,7 +1748,16 @@ flps_err transport_rdma_create(const transport_rdma_options *opt,
         rdma_pool_memlock_check(0, t->plan.peer_bytes, t->memlock, why, whylen);
     if (rc != FLPS_OK)
         goto fail_dev;
-    if (t->v->query_gid(t->ctx, t->port, 0, &gid) == 0)
+    if (t->roce) {
+        /* RoCE addresses by GID: pick the entry that routes. */
+        union ibv_gid tbl[RT_GID_SCAN];
+        int n = t->gid_tbl_len < RT_GID_SCAN ? t->gid_tbl_len : RT_GID_SCAN;
+        for (int i = 0; i < n; i++)
+            if (t->v->query_gid(t->ctx, t->port, i, &tbl[i]) != 0)
+                memset(&tbl[i], 0, sizeof(tbl[i]));
+        t->gid_index = (uint8_t)rdma_gid_pick(tbl, n);
+    }
+    if (t->v->query_gid(t->ctx, t->port, t->gid_index, &gid) == 0)
         memcpy(t->gid, gid.raw, 16);
     t->pd = t->v->alloc_pd(t->ctx);
     if (t->pd == NULL) {
