@@ -43,6 +43,7 @@
 #include "rdma/credit.h"
 #include "rdma/exchange.h"
 #include "rdma/frame.h"
+#include "rdma/gid.h"
 #include "rdma/pool.h"
 #include "rdma/verbs.h"
 #include "rdma/wc_status.h"
@@ -51,6 +52,7 @@
 #define RT_MAX_ID 256
 #define RT_RXQ_MAX 256
 #define RT_POLL_BATCH 32
+#define RT_GID_SCAN 32
 /* Send work requests beyond the credits: a credit write and a large
  * message may be in flight beside the SENDs. */
 #define RT_SQ_EXTRA 4
@@ -150,6 +152,8 @@ struct rt {
     uint8_t mtu;
     int roce;
     uint8_t gid[16];
+    uint8_t gid_index;
+    int gid_tbl_len;
     char devname[64];
     uint64_t memlock;
     uint64_t locked; /* bytes this transport has registered */
@@ -164,6 +168,8 @@ struct rt {
     uint32_t live; /* messages handed out, not released */
     int dead;
     uint64_t seq;
+    double refuse_logged; /* listener: when a refusal was last logged */
+    uint64_t refusals;    /* ... and how many since */
     /* The progress thread moves messages while the user's thread does
      * other work, as ZeroMQ's I/O thread does: lock guards every field
      * above but the constants set at creation (and base.stats, written
@@ -432,6 +438,7 @@ static void rt_local_xch(const rt *t, const rt_peer *p, rdma_xch_type type,
     x->lid = t->lid;
     x->mtu = t->mtu;
     memcpy(x->gid, t->gid, 16);
+    x->gid_index = t->gid_index;
     x->credits = t->plan.credits;
     x->slot_bytes = (uint32_t)t->plan.slot_bytes;
     if (p->landing.mr != NULL) {
@@ -481,7 +488,7 @@ static flps_err rt_peer_connect(rt *t, rt_peer *p, const rdma_xch *r, char *why,
     if (t->roce) {
         qa.ah_attr.is_global = 1;
         memcpy(qa.ah_attr.grh.dgid.raw, r->gid, 16);
-        qa.ah_attr.grh.sgid_index = 0;
+        qa.ah_attr.grh.sgid_index = t->gid_index;
         qa.ah_attr.grh.hop_limit = 64;
     }
     mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
@@ -490,9 +497,11 @@ static flps_err rt_peer_connect(rt *t, rt_peer *p, const rdma_xch *r, char *why,
         return flps_errbuf_set(why, whylen, FLPS_ESYS,
                                "moving the queue pair to RTR (toward remote "
                                "QP %u, LID %u) failed: the address is not "
-                               "reachable from %s port %u (for RoCE, GID "
-                               "index 0 must be on the same network)",
-                               r->qp_num, r->lid, t->devname, t->port);
+                               "reachable from %s port %u (for RoCE: GID "
+                               "index %u here, %u there must reach each "
+                               "other; see `ibv_devinfo -v`)",
+                               r->qp_num, r->lid, t->devname, t->port,
+                               t->gid_index, r->gid_index);
     memset(&qa, 0, sizeof(qa));
     qa.qp_state = IBV_QPS_RTS;
     qa.timeout = 14;
@@ -640,6 +649,21 @@ static int rt_srcfd(zmq_msg_t *parts, int n)
     return -1;
 }
 
+/* Log a refusal, at most once a minute (a refused connector tries again
+ * every second), with the count of those not logged. */
+static void rt_refuse_logged(rt *t, const char *what, const char *why)
+{
+    const double now = flps_mono_s();
+
+    t->refusals++;
+    if (t->refuse_logged != 0 && now - t->refuse_logged < 60)
+        return;
+    log_warn("%s: %s (%llu refusal(s) since the last such line)", what, why,
+             (unsigned long long)t->refusals);
+    t->refuse_logged = now;
+    t->refusals = 0;
+}
+
 /* Listener: a HELLO (or garbage) from routing id `id`. */
 static void rt_on_hello(rt *t, const void *id, size_t idlen, int fd,
                         const void *data, size_t len)
@@ -650,11 +674,15 @@ static void rt_on_hello(rt *t, const void *id, size_t idlen, int fd,
     uint32_t limit;
     rt_peer *p;
 
+    memset(&x, 0, sizeof(x));
     if (rdma_xch_decode(data, len, &x, why, sizeof(why)) != FLPS_OK ||
         x.type != RDMA_XCH_HELLO) {
-        if (x.type != RDMA_XCH_HELLO && why[0] == '\0')
-            snprintf(why, sizeof(why), "expected a HELLO");
-        log_warn("RDMA exchange message refused: %s", why);
+        if (x.type != 0 && x.type != RDMA_XCH_HELLO)
+            snprintf(why, sizeof(why),
+                     "a listener takes only HELLO exchange messages, not "
+                     "type %d",
+                     (int)x.type);
+        rt_refuse_logged(t, "RDMA exchange message refused", why);
         rt_refuse(t, id, idlen, why);
         return;
     }
@@ -681,7 +709,7 @@ static void rt_on_hello(rt *t, const void *id, size_t idlen, int fd,
                      "(max_peers %u)",
                      limit);
             t->base.stats.conns_refused++;
-            log_warn("%s: connection refused", why);
+            rt_refuse_logged(t, "RDMA connection refused", why);
             rt_refuse(t, id, idlen, why);
             return;
         }
@@ -694,7 +722,7 @@ static void rt_on_hello(rt *t, const void *id, size_t idlen, int fd,
     p->fd = fd;
     if (rt_peer_setup(t, p, why, sizeof(why)) != FLPS_OK ||
         rt_peer_connect(t, p, &x, why, sizeof(why)) != FLPS_OK) {
-        log_error("RDMA connection refused: %s", why);
+        rt_refuse_logged(t, "RDMA connection refused", why);
         rt_refuse(t, id, idlen, why);
         rt_peer_teardown(t, p);
         p->state = RT_FREE;
@@ -1642,6 +1670,7 @@ static flps_err rt_open_device(rt *t, const transport_rdma_options *o,
             t->lid = pa.lid;
             t->mtu = (uint8_t)pa.active_mtu;
             t->roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+            t->gid_tbl_len = pa.gid_tbl_len;
             snprintf(t->devname, sizeof(t->devname), "%s", name);
             break;
         }
@@ -1719,7 +1748,16 @@ flps_err transport_rdma_create(const transport_rdma_options *opt,
         rdma_pool_memlock_check(0, t->plan.peer_bytes, t->memlock, why, whylen);
     if (rc != FLPS_OK)
         goto fail_dev;
-    if (t->v->query_gid(t->ctx, t->port, 0, &gid) == 0)
+    if (t->roce) {
+        /* RoCE addresses by GID: pick the entry that routes. */
+        union ibv_gid tbl[RT_GID_SCAN];
+        int n = t->gid_tbl_len < RT_GID_SCAN ? t->gid_tbl_len : RT_GID_SCAN;
+        for (int i = 0; i < n; i++)
+            if (t->v->query_gid(t->ctx, t->port, i, &tbl[i]) != 0)
+                memset(&tbl[i], 0, sizeof(tbl[i]));
+        t->gid_index = (uint8_t)rdma_gid_pick(tbl, n);
+    }
+    if (t->v->query_gid(t->ctx, t->port, t->gid_index, &gid) == 0)
         memcpy(t->gid, gid.raw, 16);
     t->pd = t->v->alloc_pd(t->ctx);
     if (t->pd == NULL) {

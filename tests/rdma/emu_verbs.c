@@ -52,6 +52,8 @@ static struct {
     pthread_mutex_t lock;
     struct ibv_device dev;
     int no_device, port_down;
+    int roce;                        /* port 1 is RoCE: Ethernet, GIDs */
+    int last_sgid_index;             /* of the last RTR on a RoCE port */
     int fail_reg_mr, fail_create_qp; /* errno of the next failure */
     uint64_t memlock;
     emu_mr *mrs;
@@ -61,6 +63,7 @@ static struct {
 } E = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .memlock = UINT64_MAX,
+    .last_sgid_index = -1,
     .next_qpn = 0x100,
     .next_key = 0x1000,
 };
@@ -152,22 +155,41 @@ static int emu_query_port(struct ibv_context *ctx, uint8_t port,
     emu_unlock();
     attr->max_mtu = IBV_MTU_4096;
     attr->active_mtu = IBV_MTU_4096;
-    attr->gid_tbl_len = 1;
-    attr->lid = 1;
-    attr->link_layer = IBV_LINK_LAYER_INFINIBAND;
+    emu_lock();
+    if (E.roce) {
+        attr->gid_tbl_len = 3;
+        attr->lid = 0;
+        attr->link_layer = IBV_LINK_LAYER_ETHERNET;
+    } else {
+        attr->gid_tbl_len = 1;
+        attr->lid = 1;
+        attr->link_layer = IBV_LINK_LAYER_INFINIBAND;
+    }
+    emu_unlock();
     return 0;
 }
 
 static int emu_query_gid(struct ibv_context *ctx, uint8_t port, int index,
                          union ibv_gid *gid)
 {
+    int roce;
+
     (void)ctx;
-    if (port != 1 || index != 0)
+    emu_lock();
+    roce = E.roce;
+    emu_unlock();
+    if (port != 1 || index < 0 || index >= (roce ? 3 : 1))
         return EINVAL;
     memset(gid, 0, sizeof(*gid));
-    gid->raw[0] = 0xfe;
-    gid->raw[1] = 0x80;
-    gid->raw[15] = 1;
+    if (index == 0) { /* link-local */
+        gid->raw[0] = 0xfe;
+        gid->raw[1] = 0x80;
+        gid->raw[15] = 1;
+    } else { /* ::ffff:10.0.0.1 as RoCE v1 (1) and v2 (2), as mlx5 lists */
+        gid->raw[10] = gid->raw[11] = 0xff;
+        gid->raw[12] = 10;
+        gid->raw[15] = 1;
+    }
     return 0;
 }
 
@@ -434,8 +456,14 @@ static int emu_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr,
             rc = EINVAL;
         else if (E.port_down)
             rc = ENETDOWN;
-        else
+        else if (E.roce && (!attr->ah_attr.is_global ||
+                            attr->ah_attr.grh.sgid_index >= 3 ||
+                            attr->ah_attr.grh.dgid.raw[10] != 0xff))
+            rc = EINVAL; /* RoCE needs a GRH toward a routable GID */
+        else {
             q->dest = attr->dest_qp_num;
+            E.last_sgid_index = attr->ah_attr.grh.sgid_index;
+        }
         break;
     case IBV_QPS_RTS:
         if (qp->state != IBV_QPS_RTR)
@@ -766,7 +794,25 @@ void rdma_emu_reset(void)
     E.fail_reg_mr = 0;
     E.fail_create_qp = 0;
     E.memlock = UINT64_MAX;
+    E.roce = 0;
+    E.last_sgid_index = -1;
     emu_unlock();
+}
+
+void rdma_emu_set_roce(int on)
+{
+    emu_lock();
+    E.roce = on;
+    emu_unlock();
+}
+
+int rdma_emu_last_sgid_index(void)
+{
+    int i;
+    emu_lock();
+    i = E.last_sgid_index;
+    emu_unlock();
+    return i;
 }
 
 #define EMU_GETTER(name, field)                                                \

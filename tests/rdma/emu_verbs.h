@@ -61,6 +61,12 @@ void rdma_emu_set_memlock_limit(uint64_t bytes);
  * IBV_WC_WR_FLUSH_ERR. Its owner may still destroy it. 0 on success, -1
  * when no such queue pair exists. */
 int rdma_emu_vanish_qp(uint32_t qpn);
+/* on: port 1 is RoCE (Ethernet link layer, no LID) with the GID table
+ * fe80::1, ::ffff:10.0.0.1 (RoCE v1), ::ffff:10.0.0.1 (RoCE v2), and RTR
+ * requires a global route toward an IPv4-mapped GID. */
+void rdma_emu_set_roce(int on);
+/* The source GID index of the last RTR on a RoCE port (-1: none). */
+int rdma_emu_last_sgid_index(void);
 /* Every queue pair alive, in creation order (up to max): to pick one to
  * vanish. Returns how many exist. */
 size_t rdma_emu_qp_numbers(uint32_t *qpns, size_t max);

@@ -781,3 +781,22 @@ Test(transport_rdma, shards_and_clients_on_threads_of_one_process,
     }
     check_no_leaks();
 }
+
+Test(transport_rdma, connects_over_a_roce_port_by_its_routable_gid)
+{
+    char bound[256];
+    transport *srv, *cli;
+    const size_t len[] = {64, 200000};
+    uint32_t to_srv;
+
+    rdma_emu_set_roce(1);
+    srv = make_listener(1 << 20, 4, bound, sizeof(bound));
+    cli = make(1 << 20, 4);
+    cr_assert_eq(transport_connect(cli, bound, &to_srv), FLPS_OK);
+    cr_assert_eq(send_msg(cli, to_srv, 1, len, 2), FLPS_OK, "%s", cli->errmsg);
+    transport_rx_release(recv_msg(srv, 1, len, 2));
+    cr_assert_eq(rdma_emu_last_sgid_index(), 2, "the RoCE v2 IPv4 entry");
+    transport_destroy(cli);
+    transport_destroy(srv);
+    check_no_leaks();
+}
