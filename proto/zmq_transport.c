@@ -528,11 +528,15 @@ static void zt_drain_monitor(zt *z)
     }
 }
 
-/* Read the rest of a multipart message into r (the first part is there). */
+/* Read the rest of a multipart message into r (the first part is there).
+ * A message has at most PROTO_MAX_FRAMES frames either way: a listener's
+ * first part is the routing id, a connector's is a frame. */
 static flps_err zt_read_parts(zt *z, void *s, zt_rx *r, int *overflow)
 {
+    const size_t max = PROTO_MAX_FRAMES + (z->router != NULL ? 1 : 0);
+
     while (zmq_msg_more(&r->parts[r->nparts - 1])) {
-        if (r->nparts == PROTO_MAX_FRAMES + 1) {
+        if (r->nparts == max) {
             zmq_msg_t sink;
             zmq_msg_init(&sink);
             zmq_msg_recv(&sink, s, 0);
