@@ -1074,7 +1074,7 @@ static void rt_on_recv(rt *t, uint32_t slot, const struct ibv_wc *wc)
     r->rx.wire_bytes = len;
     if (rc != FLPS_OK) {
         r->err = FLPS_EPROTO;
-    } else if (view.nframes > PROTO_MAX_FRAMES + 1) {
+    } else if (view.nframes > PROTO_MAX_FRAMES) {
         r->err = FLPS_EPROTO;
         snprintf(r->why, sizeof(r->why),
                  "message with more than %d frames dropped", PROTO_MAX_FRAMES);
