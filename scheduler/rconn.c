@@ -2,6 +2,7 @@
 #include "scheduler/rconn.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,11 +167,31 @@ static flps_err rconn_load(rconn *rc, int i)
     return FLPS_OK;
 }
 
+/* Whether the server closed the connection while it sat idle (a Redis
+ * restart): between a reply and the next command nothing may arrive, so
+ * a readable or hung-up socket is a closed one. Found before a command is
+ * sent, so reconnecting then cannot run any command twice; without it the
+ * first command after a restart failed ("lost Redis") and only the next
+ * one reconnected. */
+static int rconn_closed_by_server(const rconn *rc)
+{
+    struct pollfd p = {rc->ctx->fd, POLLIN | POLLRDHUP, 0};
+
+    if (rc->ctx->fd < 0 || poll(&p, 1, 0) != 1)
+        return 0;
+    return (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 static flps_err rconn_connect(rconn *rc)
 {
     struct timeval tv = {rc->timeout_ms / 1000, (rc->timeout_ms % 1000) * 1000};
     redisReply *r;
 
+    if (rc->ctx != NULL && rconn_closed_by_server(rc)) {
+        log_warn("Redis at %s closed the connection; reconnecting", rc->addr);
+        rconn_drop(rc);
+        rc->was_down = 1;
+    }
     if (rc->ctx != NULL)
         return FLPS_OK;
     rc->ctx = redisConnectWithTimeout(rc->host, rc->port, tv);

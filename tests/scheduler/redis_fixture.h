@@ -54,24 +54,24 @@ static inline int test_port_accepts(int port)
     return ok;
 }
 
-/* Start redis-server on port (0: a free one); 0 when it accepts
- * connections. */
-static inline int test_redis_start_on(test_redis *r, int fixed_port)
+/* Start redis-server on r->port (0: a free one) in r->dir, with the
+ * append-only file (appendfsync everysec, as scripts/cluster.sh runs it)
+ * when aof is set; 0 when it accepts connections. */
+static inline int test_redis_exec(test_redis *r, int aof)
 {
     char port[16];
+    const int keep_port = r->port != 0;
 
-    memset(r, 0, sizeof(*r));
-    snprintf(r->dir, sizeof(r->dir), "/tmp/flps-redis-XXXXXX");
-    if (mkdtemp(r->dir) == NULL)
-        return -1;
     for (int attempt = 0; attempt < 5; attempt++) {
-        r->port = fixed_port ? fixed_port : test_free_port();
+        if (!keep_port)
+            r->port = test_free_port();
         snprintf(port, sizeof(port), "%d", r->port);
         r->pid = fork();
         if (r->pid == 0) {
             freopen("/dev/null", "w", stdout);
             execlp("redis-server", "redis-server", "--port", port, "--bind",
-                   "127.0.0.1", "--save", "", "--appendonly", "no", "--dir",
+                   "127.0.0.1", "--save", "", "--appendonly",
+                   aof ? "yes" : "no", "--appendfsync", "everysec", "--dir",
                    r->dir, (char *)NULL);
             _exit(127);
         }
@@ -89,6 +89,40 @@ static inline int test_redis_start_on(test_redis *r, int fixed_port)
         }
     }
     return -1;
+}
+
+/* Start redis-server on port (0: a free one); 0 when it accepts
+ * connections. */
+static inline int test_redis_start_on(test_redis *r, int fixed_port)
+{
+    memset(r, 0, sizeof(*r));
+    snprintf(r->dir, sizeof(r->dir), "/tmp/flps-redis-XXXXXX");
+    if (mkdtemp(r->dir) == NULL)
+        return -1;
+    r->port = fixed_port;
+    return test_redis_exec(r, 0);
+}
+
+/* As test_redis_start, with the append-only file on. */
+static inline int test_redis_start_aof(test_redis *r)
+{
+    memset(r, 0, sizeof(*r));
+    snprintf(r->dir, sizeof(r->dir), "/tmp/flps-redis-XXXXXX");
+    if (mkdtemp(r->dir) == NULL)
+        return -1;
+    return test_redis_exec(r, 1);
+}
+
+/* SIGKILL the server and start it again on its port and directory (what
+ * it had fsynced to its append-only file comes back). */
+static inline int test_redis_kill_and_restart(test_redis *r, int aof)
+{
+    if (r->pid > 0) {
+        kill(r->pid, SIGKILL);
+        waitpid(r->pid, NULL, 0);
+        r->pid = 0;
+    }
+    return test_redis_exec(r, aof);
 }
 
 static inline int test_redis_start(test_redis *r)

@@ -97,6 +97,35 @@ Test(rconn, says_where_redis_is_missing_and_reconnects_when_it_is_back)
     test_redis_stop(&srv);
 }
 
+/* A Redis restart between two commands costs no failed command: the
+ * closed connection is found before the next command is sent (it used to
+ * fail with "lost Redis", and flsched answered one 503). */
+Test(rconn, the_first_command_after_a_restart_succeeds_and_runs_once)
+{
+    test_redis srv;
+    rconn *rc = NULL;
+    redisReply *r = NULL;
+
+    cr_assert_eq(test_redis_start_aof(&srv), 0);
+    cr_assert_eq(rconn_create(srv.url, 1000, &rc), FLPS_OK);
+    cr_assert_eq(rconn_cmd(rc, &r, "INCR n"), FLPS_OK, "%s", rconn_error(rc));
+    freeReplyObject(r);
+    {
+        /* The append-only file is fsynced every second. */
+        struct timespec ts = {1, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_eq(test_redis_kill_and_restart(&srv, 1), 0);
+    cr_assert_eq(rconn_cmd(rc, &r, "INCR n"), FLPS_OK,
+                 "the first command after the restart failed: %s",
+                 rconn_error(rc));
+    cr_assert_eq(r->type, REDIS_REPLY_INTEGER);
+    cr_assert_eq(r->integer, 2, "INCR ran once on the restarted server");
+    freeReplyObject(r);
+    rconn_destroy(rc);
+    test_redis_stop(&srv);
+}
+
 Test(rconn, loads_scripts_at_connect_and_again_after_a_script_flush)
 {
     static const char lua[] = "return redis.call('INCR', KEYS[1])\n";
