@@ -92,6 +92,8 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
         nkeys += 2;
     if (msg->op == PROTO_OP_REGISTER)
         nkeys += 2;
+    if (msg->slowest != 0)
+        nkeys++;
 
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
@@ -130,6 +132,8 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
         pack_u64(&pk, "status", msg->status);
         pack_str(&pk, "text", msg->text);
     }
+    if (msg->slowest != 0)
+        pack_u64(&pk, "slow", msg->slowest);
     if (msg->op == PROTO_OP_REGISTER) {
         const proto_jobcfg *c = &msg->cfg;
         pack_key(&pk, "cfg");
@@ -364,6 +368,7 @@ enum {
     F_TENSORS = 1 << 12,
     F_SPEC = 1 << 13,
     F_SEGS = 1 << 14,
+    F_SLOW = 1 << 15,
     F_BASE = F_V | F_OP | F_JOB | F_RANK | F_PART | F_ITER | F_VER | F_DATA,
 };
 
@@ -585,6 +590,9 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
                 if (rc != FLPS_OK)
                     goto out;
             }
+        } else if (key_is(k, "slow")) {
+            bit = F_SLOW;
+            ok = obj_u64(v, &m->slowest);
         } else if (key_is(k, "tensors")) {
             bit = F_TENSORS;
             if (seen & F_TENSORS) {

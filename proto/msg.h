@@ -128,6 +128,11 @@ typedef struct proto_msg {
     uint32_t nrej;       /* UPDATE (gtopk): indices of this worker's push */
     const uint32_t *rej; /* that the update did not take */
     uint32_t status;     /* ERROR: an flps_err; ACK: op-specific flag */
+    /* ACK of an async push and PULL_REPLY of an async part: the slowest
+     * rank's next iteration on the part (every rank has pushed the
+     * iterations below it), for bounded staleness (ssp). The optional
+     * header key "slow"; 0 when absent. */
+    uint64_t slowest;
     char text[PROTO_ERRMSG_MAX + 1]; /* ERROR: human message */
     proto_jobcfg cfg;                /* REGISTER */
     uint32_t ntensors;               /* REGISTER */

@@ -130,6 +130,18 @@ static int pull_in_flight(ps_part *p, uint32_t peer)
     return busy;
 }
 
+uint64_t ps_part_slowest(const ps_shard *s, const ps_part *p)
+{
+    uint64_t lo = UINT64_MAX;
+
+    if (s->jc.mode != PROTO_MODE_ASYNC || p->last_async == NULL)
+        return 0;
+    for (uint32_t r = 0; r < s->jc.workers; r++)
+        if (p->last_async[r] < lo)
+            lo = p->last_async[r];
+    return lo == UINT64_MAX ? 0 : lo;
+}
+
 static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
                              ps_part *p)
 {
@@ -159,6 +171,7 @@ static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
     r.msg.codec = PROTO_CODEC_DENSE;
     r.msg.n = p->numel;
     r.msg.val = proto_buf_data(b);
+    r.msg.slowest = ps_part_slowest(s, p);
     r.payload = b;
     s->stats.pulls++;
     s->cfg.send(s->cfg.send_arg, peer, &r);

@@ -6,6 +6,7 @@
 #include "ps/shard_impl.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -487,9 +488,15 @@ static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
         for (uint32_t j = 0; j < m->n; j++)
             p->w[dense ? j : m->idx[j]] += delta[j];
         p->version++;
+        ps_reply r;
+
         p->last_async[m->rank] = m->iter + 1;
         s->stats.updates++;
-        ps_shard_reply_ack(s, peer, m, 0, "applied", p->version);
+        ps_shard_reply_init(s, &r, PROTO_OP_ACK, m->rank, m->part, m->iter,
+                            p->version);
+        snprintf(r.msg.text, sizeof(r.msg.text), "applied");
+        r.msg.slowest = ps_part_slowest(s, p);
+        s->cfg.send(s->cfg.send_arg, peer, &r);
     }
     return rc;
 }

@@ -137,6 +137,11 @@ struct ps_shard {
 
 /* ---- shard.c ---- */
 
+/* Async parts: the slowest rank's next iteration on p (the lowest of
+ * last_async), sent in ACKs and pull replies for bounded staleness. 0 for
+ * a part of a synchronous job. */
+uint64_t ps_part_slowest(const ps_shard *s, const ps_part *p);
+
 /* Start a reply: every header field the callers set alike, no payload. */
 void ps_shard_reply_init(const ps_shard *s, ps_reply *r, proto_op op,
                          uint32_t rank, uint32_t part, uint64_t iter,

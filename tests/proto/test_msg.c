@@ -363,6 +363,28 @@ Test(msg, dense_init_round_trips_with_its_values)
     proto_msg_fini(&d);
 }
 
+/* The optional "slow" key: present only when set, read back exactly, and
+ * absent from a message that never had it. */
+Test(msg, the_slowest_iteration_round_trips_and_defaults_to_zero)
+{
+    proto_msg m, d;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_ACK;
+    strcpy(m.job, "j");
+    m.iter = 9;
+    m.slowest = UINT64_C(1) << 40;
+    snprintf(m.text, sizeof(m.text), "applied");
+    round_trip(&m, &d, 1);
+    assert_common_equal(&m, &d);
+    cr_assert_eq(d.slowest, UINT64_C(1) << 40);
+    proto_msg_fini(&d);
+    m.slowest = 0;
+    round_trip(&m, &d, 1);
+    cr_assert_eq(d.slowest, 0);
+    proto_msg_fini(&d);
+}
+
 Test(msg, sparse_push_round_trips_with_indices_and_values)
 {
     proto_msg m, d;

@@ -1433,6 +1433,31 @@ Test(shard, async_applies_each_push_at_once_and_refuses_a_repeated_iteration)
     rig_free(g);
 }
 
+/* Bounded staleness (ssp) rests on this: an async part's ACKs and pull
+ * replies name the slowest rank's next iteration. */
+Test(shard, async_acks_and_pulls_name_the_slowest_ranks_next_iteration)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_ASYNC);
+    const float g0[4] = {1, 2, 3, 4};
+    proto_msg pull = base_msg(PROTO_OP_PULL, 1, 0, 0);
+
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 4);
+    cr_assert_eq(push_dense(g, 0, 0, 0, g0, 4), FLPS_OK);
+    cr_assert_eq(last(g)->msg.slowest, 0, "rank 1 has pushed nothing");
+    cr_assert_eq(push_dense(g, 0, 0, 1, g0, 4), FLPS_OK);
+    cr_assert_eq(last(g)->msg.slowest, 0);
+    cr_assert_eq(push_dense(g, 1, 0, 0, g0, 4), FLPS_OK);
+    cr_assert_eq(last(g)->msg.slowest, 1, "both ranks pushed iteration 0");
+    cr_assert_eq(deliver(g, PEER(1), &pull), FLPS_OK);
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_PULL_REPLY);
+    cr_assert_eq(last(g)->msg.slowest, 1);
+    cr_assert_eq(push_dense(g, 1, 0, 1, g0, 4), FLPS_OK);
+    cr_assert_eq(last(g)->msg.slowest, 2);
+    rig_free(g);
+}
+
 Test(shard, async_sparse_pushes_touch_only_their_indices)
 {
     rig *g = rig_new(2, PROTO_AGG_GTOPK, PROTO_MODE_ASYNC);
