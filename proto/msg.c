@@ -72,7 +72,8 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
         return FLPS_EINVAL;
     if (strlen(msg->cfg.compression) > PROTO_SPEC_MAX)
         return FLPS_EINVAL;
-    if (sparse && msg->op != PROTO_OP_PUSH && msg->op != PROTO_OP_UPDATE)
+    if (sparse && msg->op != PROTO_OP_PUSH && msg->op != PROTO_OP_UPDATE &&
+        msg->op != PROTO_OP_PULL_REPLY)
         return FLPS_EINVAL;
     if (msg->nsegs > 0) {
         uint64_t tn = 0, tr = 0;
@@ -761,7 +762,8 @@ flps_err proto_msg_decode_ex(const proto_frame *frames, size_t nframes,
                              proto_op_name(m.op), m.n);
         goto bad;
     }
-    if (sparse && m.op != PROTO_OP_PUSH && m.op != PROTO_OP_UPDATE) {
+    if (sparse && m.op != PROTO_OP_PUSH && m.op != PROTO_OP_UPDATE &&
+        m.op != PROTO_OP_PULL_REPLY) {
         rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO, "%s cannot be sparse",
                              proto_op_name(m.op));
         goto bad;

@@ -85,6 +85,10 @@ typedef struct cpart {
     /* Async: the slowest rank's next iteration on this part, from its last
      * pull reply (bounded staleness). */
     uint64_t slowest;
+    /* Async: the part's version the replica holds (0: not known), named
+     * in the pulls of flps_client_wait so the shard answers with only
+     * what changed since. */
+    uint64_t held_version;
 } cpart;
 
 typedef struct ctensor {
@@ -430,11 +434,26 @@ static flps_err on_part_reply(flps_client *c, const transport_rx *rx,
         }
         break;
     case PROTO_OP_PULL_REPLY:
-        if (r->kind != CREQ_PULL || p == NULL || m.n != p->numel)
+        if (r->kind != CREQ_PULL || p == NULL)
             goto ignore;
-        memcpy(c->tensors[p->tensor].data + p->offset, m.val,
-               (size_t)m.n * sizeof(float));
-        p->have_iter = m.iter;
+        if (m.codec == PROTO_CODEC_SPARSE) {
+            float *dst = c->tensors[p->tensor].data + p->offset;
+            /* The changes after version m.iter: they bring the replica up
+             * to m.version only if it holds m.iter or later (a late answer
+             * to an older pull may not). */
+            if (!c->async || p->held_version == 0 || m.iter > p->held_version ||
+                (m.n > 0 && m.idx[m.n - 1] >= p->numel))
+                goto ignore;
+            for (uint32_t j = 0; j < m.n; j++)
+                dst[m.idx[j]] = m.val[j];
+        } else if (m.n == p->numel) {
+            memcpy(c->tensors[p->tensor].data + p->offset, m.val,
+                   (size_t)m.n * sizeof(float));
+            p->have_iter = m.iter;
+        } else {
+            goto ignore;
+        }
+        p->held_version = m.version;
         p->slowest = m.slowest;
         creq_clear(r);
         break;
@@ -919,12 +938,16 @@ void flps_client_destroy(flps_client *c)
 
 /* ---- init, pull, checkpoint ---- */
 
-static flps_err send_pulls(flps_client *c)
+/* Pull every part; with since, name the version the replica holds so an
+ * async shard answers with only what changed after it. */
+static flps_err send_pulls_since(flps_client *c, int since)
 {
     for (uint32_t i = 0; i < c->pm.nparts; i++) {
         proto_msg m;
         flps_err rc;
         msg_base(c, &m, PROTO_OP_PULL, i, 0);
+        if (since)
+            m.version = c->parts[i].held_version;
         rc = creq_build(&c->parts[i].req, CREQ_PULL, c->parts[i].shard, &m,
                         NULL);
         if (rc == FLPS_OK)
@@ -933,6 +956,11 @@ static flps_err send_pulls(flps_client *c)
             return set_error(c, rc, "cannot pull part %u", i);
     }
     return drain(c);
+}
+
+static flps_err send_pulls(flps_client *c)
+{
+    return send_pulls_since(c, 0);
 }
 
 flps_err flps_client_pull(flps_client *c)
@@ -1506,7 +1534,7 @@ static flps_err wait_for_slowest(flps_client *c, uint64_t iter)
         nanosleep(&ts, NULL);
         if (pause_us < 20000)
             pause_us *= 2;
-        rc = send_pulls(c);
+        rc = send_pulls_since(c, 1);
         if (rc != FLPS_OK)
             return rc;
     }
@@ -1547,7 +1575,7 @@ flps_err flps_client_wait(flps_client *c, uint64_t iter)
     rc = drain(c);
     if (rc != FLPS_OK || !c->async)
         return rc;
-    rc = send_pulls(c);
+    rc = send_pulls_since(c, 1);
     if (rc != FLPS_OK || c->staleness == UINT32_MAX)
         return rc;
     return wait_for_slowest(c, iter);
