@@ -53,8 +53,8 @@ FLPS_API const char *flps_version(void);
  * new one. Not sticky (the client is unchanged and the call may be made
  * again): FLPS_EINVAL for a bad argument, FLPS_ENONFINITE for a gradient
  * holding NaN or Inf (nothing was sent), and every error of
- * flps_client_set_layer_codec and the FLPS_ESTATE of
- * flps_client_measure_network. */
+ * flps_client_set_layer_codec and flps_client_set_staleness and the
+ * FLPS_ESTATE of flps_client_measure_network. */
 #define FLPS_ERR_MAP(X)                                                        \
     X(FLPS_OK, 0, "success")                                                   \
     X(FLPS_ENOMEM, 1, "out of memory")                                         \
@@ -202,6 +202,21 @@ FLPS_API flps_err flps_client_pull(flps_client *c);
  * sticky, and on error the old codec stays. spec is borrowed for the call. */
 FLPS_API flps_err flps_client_set_layer_codec(flps_client *c, uint32_t tensor,
                                               const char *spec);
+
+/* Bounded staleness (SSP) for an asynchronous client (async = 1): from
+ * now on flps_client_wait(iter) returns only once the slowest worker has
+ * pushed every iteration below iter + 1 - staleness, so this worker never
+ * computes more than `staleness` iterations ahead of it; meanwhile it
+ * pulls the model again. The shards apply pushes as they come and tell
+ * the slowest worker's iteration in their pull replies. 0 waits for every
+ * worker's previous iteration; UINT32_MAX (the default) is plain async.
+ * A wait longer than the request deadline fails with FLPS_ETIMEDOUT
+ * naming how far behind the slowest worker is. Errors: FLPS_EINVAL (c
+ * NULL), FLPS_ESTATE (a synchronous client); neither is sticky. */
+FLPS_API flps_err flps_client_set_staleness(flps_client *c, uint32_t staleness);
+
+/* Seconds flps_client_wait spent waiting for the slowest worker (above). */
+FLPS_API double flps_client_stale_wait_seconds(const flps_client *c);
 
 /* Measure the network to the shards, for a cost model: *alpha (seconds) =
  * half the shortest round trip of 5 pulls of the smallest part (a small

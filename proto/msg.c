@@ -72,7 +72,8 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
         return FLPS_EINVAL;
     if (strlen(msg->cfg.compression) > PROTO_SPEC_MAX)
         return FLPS_EINVAL;
-    if (sparse && msg->op != PROTO_OP_PUSH && msg->op != PROTO_OP_UPDATE)
+    if (sparse && msg->op != PROTO_OP_PUSH && msg->op != PROTO_OP_UPDATE &&
+        msg->op != PROTO_OP_PULL_REPLY)
         return FLPS_EINVAL;
     if (msg->nsegs > 0) {
         uint64_t tn = 0, tr = 0;
@@ -92,6 +93,8 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
         nkeys += 2;
     if (msg->op == PROTO_OP_REGISTER)
         nkeys += 2;
+    if (msg->slowest != 0)
+        nkeys++;
 
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
@@ -130,6 +133,8 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
         pack_u64(&pk, "status", msg->status);
         pack_str(&pk, "text", msg->text);
     }
+    if (msg->slowest != 0)
+        pack_u64(&pk, "slow", msg->slowest);
     if (msg->op == PROTO_OP_REGISTER) {
         const proto_jobcfg *c = &msg->cfg;
         pack_key(&pk, "cfg");
@@ -364,6 +369,7 @@ enum {
     F_TENSORS = 1 << 12,
     F_SPEC = 1 << 13,
     F_SEGS = 1 << 14,
+    F_SLOW = 1 << 15,
     F_BASE = F_V | F_OP | F_JOB | F_RANK | F_PART | F_ITER | F_VER | F_DATA,
 };
 
@@ -585,6 +591,9 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
                 if (rc != FLPS_OK)
                     goto out;
             }
+        } else if (key_is(k, "slow")) {
+            bit = F_SLOW;
+            ok = obj_u64(v, &m->slowest);
         } else if (key_is(k, "tensors")) {
             bit = F_TENSORS;
             if (seen & F_TENSORS) {
@@ -753,7 +762,8 @@ flps_err proto_msg_decode_ex(const proto_frame *frames, size_t nframes,
                              proto_op_name(m.op), m.n);
         goto bad;
     }
-    if (sparse && m.op != PROTO_OP_PUSH && m.op != PROTO_OP_UPDATE) {
+    if (sparse && m.op != PROTO_OP_PUSH && m.op != PROTO_OP_UPDATE &&
+        m.op != PROTO_OP_PULL_REPLY) {
         rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO, "%s cannot be sparse",
                              proto_op_name(m.op));
         goto bad;

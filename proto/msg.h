@@ -128,6 +128,11 @@ typedef struct proto_msg {
     uint32_t nrej;       /* UPDATE (gtopk): indices of this worker's push */
     const uint32_t *rej; /* that the update did not take */
     uint32_t status;     /* ERROR: an flps_err; ACK: op-specific flag */
+    /* ACK of an async push and PULL_REPLY of an async part: the slowest
+     * rank's next iteration on the part (every rank has pushed the
+     * iterations below it), for bounded staleness (ssp). The optional
+     * header key "slow"; 0 when absent. */
+    uint64_t slowest;
     char text[PROTO_ERRMSG_MAX + 1]; /* ERROR: human message */
     proto_jobcfg cfg;                /* REGISTER */
     uint32_t ntensors;               /* REGISTER */
@@ -152,7 +157,11 @@ void proto_msg_seg_view(const proto_msg *m, uint32_t i, size_t off_pairs,
  *   PUSH/INIT DENSE: hdr, val      PUSH SPARSE: hdr, idx, val
  *   PUSH ENCODED: hdr, enc[0..nenc)
  *   UPDATE DENSE: hdr, val, rej    UPDATE SPARSE: hdr, idx, val, rej
- *   PULL_REPLY: hdr, val           others: hdr
+ *   PULL_REPLY DENSE: hdr, val     PULL_REPLY SPARSE: hdr, idx, val
+ *   others: hdr
+ * A sparse PULL_REPLY (an async part's answer to a PULL naming the
+ * version the worker holds) carries the current values of the elements
+ * that changed since that version.
  * A message with segs (sparse PUSH or UPDATE only) has the same frames,
  * holding every segment's entries one after another; n and nrej must be
  * the segments' totals (FLPS_EINVAL otherwise).

@@ -130,11 +130,84 @@ static int pull_in_flight(ps_part *p, uint32_t peer)
     return busy;
 }
 
+uint64_t ps_part_slowest(const ps_shard *s, const ps_part *p)
+{
+    uint64_t lo = UINT64_MAX;
+
+    if (s->jc.mode != PROTO_MODE_ASYNC || p->last_async == NULL)
+        return 0;
+    for (uint32_t r = 0; r < s->jc.workers; r++)
+        if (p->last_async[r] < lo)
+            lo = p->last_async[r];
+    return lo == UINT64_MAX ? 0 : lo;
+}
+
+/* The elements of p that changed after version since, when a pull naming
+ * since can be answered with them in fewer bytes than the whole part
+ * (8 bytes a pair against 4 an element); -1 when it cannot (no tracking,
+ * since 0 or from the future, or too many changed). */
+static int64_t changed_since(const ps_part *p, uint64_t since)
+{
+    uint64_t n = 0;
+    const uint64_t most = p->numel / 2;
+
+    if (p->touched == NULL || since == 0 || since > p->version)
+        return -1;
+    for (uint32_t i = 0; i < p->numel; i++) {
+        n += p->touched[i] > since;
+        if (n > most)
+            return -1;
+    }
+    return (int64_t)n;
+}
+
+/* Answer a PULL of p with the current values of the elements changed
+ * after version since. */
+static flps_err reply_changed(ps_shard *s, uint32_t peer, uint32_t rank,
+                              ps_part *p, uint64_t since, uint32_t n)
+{
+    ps_reply r;
+    proto_buf *b = ps_shard_reply_buf(p, (size_t)n * 8 + 4, 0);
+    uint32_t *idx;
+    float *val;
+    uint32_t k = 0;
+
+    if (b == NULL)
+        return FLPS_ENOMEM;
+    idx = proto_buf_data(b);
+    val = (float *)(idx + n);
+    for (uint32_t i = 0; i < p->numel && k < n; i++) {
+        if (p->touched[i] > since) {
+            idx[k] = i;
+            val[k] = p->w[i];
+            k++;
+        }
+    }
+    p->out[p->nout].peer = peer;
+    p->out[p->nout].buf = proto_buf_hold(b);
+    p->nout++;
+    /* iter names the version the changes are counted from (an async part
+     * has no open iteration): the worker applies them only onto that
+     * version or a later one. */
+    ps_shard_reply_init(s, &r, PROTO_OP_PULL_REPLY, rank, p->id, since,
+                        p->version);
+    r.msg.codec = PROTO_CODEC_SPARSE;
+    r.msg.n = n;
+    r.msg.idx = idx;
+    r.msg.val = val;
+    r.msg.slowest = ps_part_slowest(s, p);
+    r.payload = b;
+    s->stats.pulls++;
+    s->cfg.send(s->cfg.send_arg, peer, &r);
+    return FLPS_OK;
+}
+
 static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
-                             ps_part *p)
+                             ps_part *p, uint64_t since)
 {
     ps_reply r;
     proto_buf *b;
+    int64_t changed;
 
     (void)pull_in_flight(p, peer); /* done buffers back to the pool */
     if (p->nout == p->out_cap) {
@@ -145,6 +218,9 @@ static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
         p->out = o;
         p->out_cap = cap;
     }
+    changed = changed_since(p, since);
+    if (changed >= 0)
+        return reply_changed(s, peer, rank, p, since, (uint32_t)changed);
     b = ps_shard_reply_buf(p, (size_t)p->numel * sizeof(float), 0);
     if (b == NULL)
         return FLPS_ENOMEM;
@@ -159,6 +235,7 @@ static flps_err reply_values(ps_shard *s, uint32_t peer, uint32_t rank,
     r.msg.codec = PROTO_CODEC_DENSE;
     r.msg.n = p->numel;
     r.msg.val = proto_buf_data(b);
+    r.msg.slowest = ps_part_slowest(s, p);
     r.payload = b;
     s->stats.pulls++;
     s->cfg.send(s->cfg.send_arg, peer, &r);
@@ -381,6 +458,7 @@ static void part_destroy(ps_part *p, uint32_t workers)
     for (int i = 0; i < PS_REPLY_POOL; i++)
         proto_buf_release(p->reply[i]);
     flps_free(p->last_async);
+    flps_free(p->touched);
     flps_free(p->last_idx);
     flps_free(p->last_val);
     flps_free(p);
@@ -792,7 +870,7 @@ static flps_err on_init(ps_shard *s, uint32_t peer, const proto_msg *m)
     while (p->pulls != NULL) {
         ps_pull_wait *w = p->pulls;
         p->pulls = w->next;
-        reply_values(s, w->peer, w->rank, p);
+        reply_values(s, w->peer, w->rank, p, 0);
         flps_free(w);
     }
     return FLPS_OK;
@@ -838,7 +916,7 @@ static flps_err on_pull(ps_shard *s, uint32_t peer, const proto_msg *m)
                      p->id, peer);
         return FLPS_EDUP;
     }
-    rc = reply_values(s, peer, m->rank, p);
+    rc = reply_values(s, peer, m->rank, p, m->version);
     if (rc != FLPS_OK)
         ps_shard_reply_error(s, peer, m, rc, "cannot build the reply: %s",
                              flps_strerror(rc));

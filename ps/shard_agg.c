@@ -6,6 +6,7 @@
 #include "ps/shard_impl.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -484,12 +485,27 @@ static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
     wr.val = delta;
     rc = ps_shard_wal(s, &wr);
     if (rc == FLPS_OK) {
+        ps_reply r;
+
+        /* Out of memory here only costs the sparse pulls (full ones are
+         * answered then). */
+        if (p->touched == NULL) {
+            p->touched = flps_malloc((size_t)p->numel * sizeof(*p->touched));
+            for (uint32_t i = 0; p->touched != NULL && i < p->numel; i++)
+                p->touched[i] = p->version;
+        }
         for (uint32_t j = 0; j < m->n; j++)
             p->w[dense ? j : m->idx[j]] += delta[j];
         p->version++;
+        for (uint32_t j = 0; p->touched != NULL && j < m->n; j++)
+            p->touched[dense ? j : m->idx[j]] = p->version;
         p->last_async[m->rank] = m->iter + 1;
         s->stats.updates++;
-        ps_shard_reply_ack(s, peer, m, 0, "applied", p->version);
+        ps_shard_reply_init(s, &r, PROTO_OP_ACK, m->rank, m->part, m->iter,
+                            p->version);
+        snprintf(r.msg.text, sizeof(r.msg.text), "applied");
+        r.msg.slowest = ps_part_slowest(s, p);
+        s->cfg.send(s->cfg.send_arg, peer, &r);
     }
     return rc;
 }

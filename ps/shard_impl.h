@@ -59,7 +59,13 @@ typedef struct ps_part {
      * (ps_shard_reply_buf); NULL where empty. */
     proto_buf *reply[PS_REPLY_POOL];
     uint64_t *last_async; /* async: per rank, last iteration applied + 1 */
-    ps_pull_wait *pulls;  /* pulls waiting for initial values */
+    /* Async: per element, the part's version when it last changed, so a
+     * pull naming the version a worker holds is answered with only what
+     * changed since. Made at the first async push, filled with the
+     * version then (every element "changed" up to it); NULL before, and
+     * in synchronous jobs. */
+    uint64_t *touched;
+    ps_pull_wait *pulls; /* pulls waiting for initial values */
     /* Sync: the update that closed iteration iter - 1, as logged (a copy),
      * so a push for that iteration is answered with it (a worker that
      * missed it, or one restarted at the lowest open iteration of the
@@ -136,6 +142,11 @@ struct ps_shard {
 };
 
 /* ---- shard.c ---- */
+
+/* Async parts: the slowest rank's next iteration on p (the lowest of
+ * last_async), sent in ACKs and pull replies for bounded staleness. 0 for
+ * a part of a synchronous job. */
+uint64_t ps_part_slowest(const ps_shard *s, const ps_part *p);
 
 /* Start a reply: every header field the callers set alike, no payload. */
 void ps_shard_reply_init(const ps_shard *s, ps_reply *r, proto_op op,

@@ -82,6 +82,13 @@ typedef struct cpart {
      * lowest open iteration) is in the pulled values already: it is not
      * added again. */
     uint64_t have_iter;
+    /* Async: the slowest rank's next iteration on this part, from its last
+     * pull reply (bounded staleness). */
+    uint64_t slowest;
+    /* Async: the part's version the replica holds (0: not known), named
+     * in the pulls of flps_client_wait so the shard answers with only
+     * what changed since. */
+    uint64_t held_version;
 } cpart;
 
 typedef struct ctensor {
@@ -111,6 +118,10 @@ struct flps_client {
     int lr_cosine;
     uint64_t iterations;
     double retry_s, deadline_s;
+    /* Async: the most iterations this worker may be ahead of the slowest
+     * (flps_client_set_staleness); UINT32_MAX: no bound. */
+    uint32_t staleness;
+    double stale_wait_s; /* time spent waiting for the slowest */
     uint32_t part_size;
     transport *t;
     char **endpoints;
@@ -423,11 +434,27 @@ static flps_err on_part_reply(flps_client *c, const transport_rx *rx,
         }
         break;
     case PROTO_OP_PULL_REPLY:
-        if (r->kind != CREQ_PULL || p == NULL || m.n != p->numel)
+        if (r->kind != CREQ_PULL || p == NULL)
             goto ignore;
-        memcpy(c->tensors[p->tensor].data + p->offset, m.val,
-               (size_t)m.n * sizeof(float));
-        p->have_iter = m.iter;
+        if (m.codec == PROTO_CODEC_SPARSE) {
+            float *dst = c->tensors[p->tensor].data + p->offset;
+            /* The changes after version m.iter: they bring the replica up
+             * to m.version only if it holds m.iter or later (a late answer
+             * to an older pull may not). */
+            if (!c->async || p->held_version == 0 || m.iter > p->held_version ||
+                (m.n > 0 && m.idx[m.n - 1] >= p->numel))
+                goto ignore;
+            for (uint32_t j = 0; j < m.n; j++)
+                dst[m.idx[j]] = m.val[j];
+        } else if (m.n == p->numel) {
+            memcpy(c->tensors[p->tensor].data + p->offset, m.val,
+                   (size_t)m.n * sizeof(float));
+            p->have_iter = m.iter;
+        } else {
+            goto ignore;
+        }
+        p->held_version = m.version;
+        p->slowest = m.slowest;
         creq_clear(r);
         break;
     case PROTO_OP_UPDATE:
@@ -833,6 +860,7 @@ flps_err flps_client_create_on(const flps_client_config *cfg, transport *t,
     c->part_size = cfg->part_size ? cfg->part_size : 65536;
     c->retry_s = (cfg->retry_ms > 0 ? cfg->retry_ms : 2000) / 1000.0;
     c->deadline_s = (cfg->deadline_ms > 0 ? cfg->deadline_ms : 300000) / 1000.0;
+    c->staleness = UINT32_MAX;
     rc = parse_compression(c, cfg->compression);
     if (rc != FLPS_OK) {
         log_error("%s", c->errmsg); /* the caller has no client to ask */
@@ -910,12 +938,16 @@ void flps_client_destroy(flps_client *c)
 
 /* ---- init, pull, checkpoint ---- */
 
-static flps_err send_pulls(flps_client *c)
+/* Pull every part; with since, name the version the replica holds so an
+ * async shard answers with only what changed after it. */
+static flps_err send_pulls_since(flps_client *c, int since)
 {
     for (uint32_t i = 0; i < c->pm.nparts; i++) {
         proto_msg m;
         flps_err rc;
         msg_base(c, &m, PROTO_OP_PULL, i, 0);
+        if (since)
+            m.version = c->parts[i].held_version;
         rc = creq_build(&c->parts[i].req, CREQ_PULL, c->parts[i].shard, &m,
                         NULL);
         if (rc == FLPS_OK)
@@ -924,6 +956,11 @@ static flps_err send_pulls(flps_client *c)
             return set_error(c, rc, "cannot pull part %u", i);
     }
     return drain(c);
+}
+
+static flps_err send_pulls(flps_client *c)
+{
+    return send_pulls_since(c, 0);
 }
 
 flps_err flps_client_pull(flps_client *c)
@@ -1457,6 +1494,69 @@ flps_err flps_client_push(flps_client *c, uint32_t tensor, const float *grad,
     }
 }
 
+/* The slowest rank's next iteration over every part, as the last pulls
+ * said. */
+static uint64_t slowest_of(const flps_client *c)
+{
+    uint64_t lo = UINT64_MAX;
+
+    for (uint32_t i = 0; i < c->pm.nparts; i++)
+        if (c->parts[i].slowest < lo)
+            lo = c->parts[i].slowest;
+    return lo;
+}
+
+/* Bounded staleness: this worker starts iteration iter + 1 only once the
+ * slowest rank has pushed every iteration below iter + 1 - staleness;
+ * until then it pulls again (the model it will compute on gets fresher
+ * too). Bounded by the request deadline: a rank that never comes is an
+ * error naming how far behind it is. */
+static flps_err wait_for_slowest(flps_client *c, uint64_t iter)
+{
+    const uint64_t next = iter + 1;
+    double t0 = flps_mono_s();
+    long pause_us = 500;
+    flps_err rc;
+
+    while (next > slowest_of(c) + c->staleness) {
+        struct timespec ts;
+
+        if (flps_mono_s() - t0 >= c->deadline_s)
+            return set_error(c, FLPS_ETIMEDOUT,
+                             "ssp: waited %.0f s for the slowest worker, "
+                             "which is at iteration %llu, %llu behind this "
+                             "one (staleness %u)",
+                             c->deadline_s, (unsigned long long)slowest_of(c),
+                             (unsigned long long)(next - slowest_of(c)),
+                             c->staleness);
+        ts.tv_sec = 0;
+        ts.tv_nsec = pause_us * 1000L;
+        nanosleep(&ts, NULL);
+        if (pause_us < 20000)
+            pause_us *= 2;
+        rc = send_pulls_since(c, 1);
+        if (rc != FLPS_OK)
+            return rc;
+    }
+    c->stale_wait_s += flps_mono_s() - t0;
+    return FLPS_OK;
+}
+
+flps_err flps_client_set_staleness(flps_client *c, uint32_t staleness)
+{
+    if (c == NULL)
+        return FLPS_EINVAL;
+    if (!c->async)
+        return FLPS_ESTATE; /* not sticky: the client is unchanged */
+    c->staleness = staleness;
+    return FLPS_OK;
+}
+
+double flps_client_stale_wait_seconds(const flps_client *c)
+{
+    return c != NULL ? c->stale_wait_s : 0;
+}
+
 flps_err flps_client_wait(flps_client *c, uint64_t iter)
 {
     flps_err rc;
@@ -1475,7 +1575,10 @@ flps_err flps_client_wait(flps_client *c, uint64_t iter)
     rc = drain(c);
     if (rc != FLPS_OK || !c->async)
         return rc;
-    return send_pulls(c);
+    rc = send_pulls_since(c, 1);
+    if (rc != FLPS_OK || c->staleness == UINT32_MAX)
+        return rc;
+    return wait_for_slowest(c, iter);
 }
 
 /* ---- auto jobs ---- */

@@ -494,12 +494,6 @@ int main(int argc, char **argv)
                   rank, nservers, spec.workers, spec.servers);
         return 2;
     }
-    if (spec.mode == JOBSPEC_MODE_SSP) {
-        log_error("mode: '%s' is not available in this build; use ssgd, "
-                  "async or fedavg",
-                  jobspec_mode_name(spec.mode));
-        return 2;
-    }
     is_fedavg = spec.mode == JOBSPEC_MODE_FEDAVG;
     /* In the other modes each worker is one client of the partition. */
     nclients = is_fedavg && spec.clients ? spec.clients : spec.workers;
@@ -634,7 +628,9 @@ int main(int argc, char **argv)
     cc.tensors = tensors;
     cc.ntensors = (uint32_t)model_num_tensors(m);
     cc.part_size = spec.part_size;
-    cc.async = spec.mode == JOBSPEC_MODE_ASYNC;
+    /* ssp:S is async with a bound: the shards apply pushes as they come
+     * and tell the slowest worker's iteration; the client waits. */
+    cc.async = spec.mode == JOBSPEC_MODE_ASYNC || spec.mode == JOBSPEC_MODE_SSP;
     cc.compression = comp;
     cc.lr = spec.lr;
     cc.momentum = spec.momentum;
@@ -652,6 +648,11 @@ int main(int argc, char **argv)
     rc = flps_client_create(&cc, &client);
     if (rc != FLPS_OK) {
         log_error("cannot join the parameter servers: %s", flps_strerror(rc));
+        goto out;
+    }
+    if (spec.mode == JOBSPEC_MODE_SSP &&
+        flps_client_set_staleness(client, spec.staleness) != FLPS_OK) {
+        log_error("cannot set the staleness bound");
         goto out;
     }
     if (flps_client_init(client) != FLPS_OK) {
@@ -807,6 +808,9 @@ int main(int argc, char **argv)
            (unsigned long long)st.dense_bytes, (unsigned long long)st.resends);
     if (rank == 0)
         printf(",\"test_accuracy\":%.4f,\"test_loss\":%.4f", acc, tloss);
+    if (spec.mode == JOBSPEC_MODE_SSP)
+        printf(",\"staleness\":%u,\"stale_wait_seconds\":%.3f", spec.staleness,
+               flps_client_stale_wait_seconds(client));
     printf(",\"seconds\":%.3f}\n", flps_mono_s() - t0);
     fflush(stdout);
     log_info("rank %ld done: %llu iterations in %.1f s, sent %llu bytes "

@@ -353,6 +353,25 @@ class Client:
                        InvalidArgumentError.code: "use \"dense\" or "
                        "\"topk:D\" with 0 < D <= 1"})
 
+    def set_staleness(self, staleness):
+        """Bounded staleness (SSP) for an asynchronous client: wait() holds
+        this worker back until it is at most `staleness` iterations ahead
+        of the slowest worker (0: every worker's previous iteration)."""
+        if not isinstance(staleness, int) or not 0 <= staleness < 2**32 - 1:
+            raise ValueError("staleness must be an integer in 0..2^32-2, "
+                             "not %r" % (staleness,))
+        self._call("cannot set the staleness bound",
+                   self._lib.flps_client_set_staleness, staleness,
+                   hints={StateError.code: "a staleness bound needs an "
+                          "asynchronous client: connect with "
+                          "asynchronous=True"})
+
+    @property
+    def stale_wait_seconds(self):
+        """Seconds wait() spent held back by the staleness bound."""
+        with self._lock:
+            return self._lib.flps_client_stale_wait_seconds(self._live())
+
     def measure_network(self):
         """(alpha seconds, beta seconds per byte) to the shards, measured
         with a few pulls that replace the buffers as pull() does."""

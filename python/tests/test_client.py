@@ -234,6 +234,38 @@ def test_an_auto_job_takes_a_codec_per_layer(shards):
             c.residual_norm("nope")
 
 
+def test_a_staleness_bound_holds_a_fast_worker_back(shards):
+    """Rank 1 never pushes: with staleness 1 rank 0 may finish iteration 0
+    (its next, 1, is one ahead of rank 1's 0) but not iteration 1, which
+    waits until the deadline and says how far behind the slowest is."""
+    s = shards("ssp", 1)
+    x = np.zeros(8, dtype=np.float32)
+    y = np.zeros(8, dtype=np.float32)
+    idle = flps.connect("ssp", 1, 2, [s[0].endpoint], {"x": y}, lr=1.0,
+                        asynchronous=True, deadline_ms=20000)
+    with flps.connect("ssp", 0, 2, [s[0].endpoint], {"x": x}, lr=1.0,
+                      asynchronous=True, deadline_ms=1500) as c:
+        with pytest.raises(ValueError):
+            c.set_staleness(-1)
+        c.set_staleness(1)
+        c.init()
+        g = np.ones(8, dtype=np.float32)
+        c.push("x", g, 0)
+        c.wait(0)
+        c.push("x", g, 1)
+        t0 = time.monotonic()
+        with pytest.raises(flps.TimedOutError, match="slowest worker"):
+            c.wait(1)
+        assert time.monotonic() - t0 >= 1.0
+        assert c.stale_wait_seconds < 0.01  # the held-back wait failed
+    idle.close()
+    s2 = shards("sspsync", 1)
+    with flps.connect("sspsync", 0, 1, [s2[0].endpoint], {"x": x},
+                      lr=1.0, deadline_ms=5000) as c:
+        with pytest.raises(flps.StateError, match="asynchronous"):
+            c.set_staleness(1)
+
+
 def test_checkpoint_writes_into_the_shards_directory(shards, tmp_path):
     ck = tmp_path / "ck"
     ck.mkdir()

@@ -363,6 +363,28 @@ Test(msg, dense_init_round_trips_with_its_values)
     proto_msg_fini(&d);
 }
 
+/* The optional "slow" key: present only when set, read back exactly, and
+ * absent from a message that never had it. */
+Test(msg, the_slowest_iteration_round_trips_and_defaults_to_zero)
+{
+    proto_msg m, d;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_ACK;
+    strcpy(m.job, "j");
+    m.iter = 9;
+    m.slowest = UINT64_C(1) << 40;
+    snprintf(m.text, sizeof(m.text), "applied");
+    round_trip(&m, &d, 1);
+    assert_common_equal(&m, &d);
+    cr_assert_eq(d.slowest, UINT64_C(1) << 40);
+    proto_msg_fini(&d);
+    m.slowest = 0;
+    round_trip(&m, &d, 1);
+    cr_assert_eq(d.slowest, 0);
+    proto_msg_fini(&d);
+}
+
 Test(msg, sparse_push_round_trips_with_indices_and_values)
 {
     proto_msg m, d;
@@ -1056,7 +1078,7 @@ Test(msg, refuses_a_valueless_op_that_says_it_carries_values)
     }
 }
 
-Test(msg, refuses_sparse_init_and_sparse_pull_reply)
+Test(msg, refuses_sparse_init)
 {
     proto_frame pl[2] = {{idx3, sizeof(idx3)}, {val3, sizeof(val3)}};
     hdr_spec s = spec_for(PROTO_OP_INIT);
@@ -1064,8 +1086,42 @@ Test(msg, refuses_sparse_init_and_sparse_pull_reply)
     s.codec = PROTO_CODEC_SPARSE;
     s.n = 3;
     expect_hdr_refused(&s, pl, 2, FLPS_EPROTO, "INIT cannot be sparse");
-    s.op = PROTO_OP_PULL_REPLY;
-    expect_hdr_refused(&s, pl, 2, FLPS_EPROTO, "PULL_REPLY cannot be sparse");
+}
+
+/* An async part answers a pull naming the version the worker holds with
+ * the elements changed since: a sparse PULL_REPLY, held to the rules of
+ * every sparse message (ascending indices, matching frames). */
+Test(msg, a_sparse_pull_reply_round_trips_and_keeps_the_sparse_rules)
+{
+    const uint32_t idx[3] = {2, 9, 40}, bad[3] = {9, 2, 40};
+    const float val[3] = {0.5f, -1.0f, 3.0f};
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf = 0, hlen = 0;
+    void *hdr = NULL;
+    proto_msg m, d;
+    char err[256];
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_PULL_REPLY;
+    strcpy(m.job, "j");
+    m.part = 4;
+    m.iter = 17;    /* the version the changes count from */
+    m.version = 23; /* the part's version now */
+    m.codec = PROTO_CODEC_SPARSE;
+    m.n = 3;
+    m.idx = idx;
+    m.val = val;
+    round_trip(&m, &d, 3);
+    assert_common_equal(&m, &d);
+    cr_assert_eq(d.codec, PROTO_CODEC_SPARSE);
+    cr_assert_eq(memcmp(d.idx, idx, sizeof(idx)), 0);
+    cr_assert_eq(memcmp(d.val, val, sizeof(val)), 0);
+    proto_msg_fini(&d);
+    m.idx = bad;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_OK);
+    cr_assert_eq(proto_msg_decode(f, nf, &d, err, sizeof(err)), FLPS_EPROTO);
+    cr_assert_not_null(strstr(err, "strictly ascending"), "%s", err);
+    free(hdr);
 }
 
 Test(msg, refuses_tensors_with_no_elements_or_more_than_2_to_the_32)

@@ -1433,6 +1433,129 @@ Test(shard, async_applies_each_push_at_once_and_refuses_a_repeated_iteration)
     rig_free(g);
 }
 
+/* Bounded staleness (ssp) rests on this: an async part's ACKs and pull
+ * replies name the slowest rank's next iteration. */
+Test(shard, async_acks_and_pulls_name_the_slowest_ranks_next_iteration)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_ASYNC);
+    const float g0[4] = {1, 2, 3, 4};
+    proto_msg pull = base_msg(PROTO_OP_PULL, 1, 0, 0);
+
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 4);
+    cr_assert_eq(push_dense(g, 0, 0, 0, g0, 4), FLPS_OK);
+    cr_assert_eq(last(g)->msg.slowest, 0, "rank 1 has pushed nothing");
+    cr_assert_eq(push_dense(g, 0, 0, 1, g0, 4), FLPS_OK);
+    cr_assert_eq(last(g)->msg.slowest, 0);
+    cr_assert_eq(push_dense(g, 1, 0, 0, g0, 4), FLPS_OK);
+    cr_assert_eq(last(g)->msg.slowest, 1, "both ranks pushed iteration 0");
+    cr_assert_eq(deliver(g, PEER(1), &pull), FLPS_OK);
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_PULL_REPLY);
+    cr_assert_eq(last(g)->msg.slowest, 1);
+    cr_assert_eq(push_dense(g, 1, 0, 1, g0, 4), FLPS_OK);
+    cr_assert_eq(last(g)->msg.slowest, 2);
+    rig_free(g);
+}
+
+/* A pull naming the version the worker holds is answered with the
+ * current values of only the elements changed since (issue: an async
+ * sparse job pulled the whole model every iteration); a pull of version
+ * 0, of a version the shard does not have, or one where most elements
+ * changed, gets the whole part. */
+Test(shard, async_pulls_naming_a_version_get_only_what_changed_since)
+{
+    rig *g = rig_one_part(2, PROTO_AGG_TOPK, 64, 0.1);
+    const uint32_t i0[2] = {3, 40}, i1[1] = {40};
+    const float v0[2] = {1, 2}, v1[1] = {4};
+    proto_msg pull = base_msg(PROTO_OP_PULL, 1, 0, 0);
+    const float *w;
+    uint32_t numel;
+    uint64_t ver, it, v_init;
+    const captured *c;
+
+    g->cfg.mode = PROTO_MODE_ASYNC;
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 64);
+    cr_assert_eq(ps_shard_part(g->s, 0, &w, &numel, &v_init, &it), FLPS_OK);
+    cr_assert_eq(push_sparse(g, 0, 0, 0, i0, v0, 2), FLPS_OK);
+    cr_assert_eq(push_sparse(g, 1, 0, 0, i1, v1, 1), FLPS_OK);
+    cr_assert_eq(ps_shard_part(g->s, 0, &w, &numel, &ver, &it), FLPS_OK);
+    cr_assert_eq(ver, v_init + 2);
+
+    pull.version = v_init; /* held since init: elements 3 and 40 changed */
+    cr_assert_eq(deliver(g, PEER(1), &pull), FLPS_OK);
+    c = last(g);
+    cr_assert_eq(c->msg.op, PROTO_OP_PULL_REPLY);
+    cr_assert_eq(c->msg.codec, PROTO_CODEC_SPARSE);
+    cr_assert_eq(c->msg.n, 2);
+    cr_assert_eq(c->msg.iter, v_init, "the reply names what it counts from");
+    cr_assert_eq(c->msg.version, ver);
+    cr_assert_eq(c->idx[0], 3);
+    cr_assert_eq(c->idx[1], 40);
+    cr_assert_eq(c->val[0], w[3], "current values, not deltas");
+    cr_assert_eq(c->val[1], w[40]);
+
+    pull.version = v_init + 1; /* only rank 1's push is new: element 40 */
+    rig_sent(g);
+    clear_replies(g);
+    cr_assert_eq(deliver(g, PEER(1), &pull), FLPS_OK);
+    cr_assert_eq(last(g)->msg.codec, PROTO_CODEC_SPARSE);
+    cr_assert_eq(last(g)->msg.n, 1);
+    cr_assert_eq(last(g)->idx[0], 40);
+
+    pull.version = ver; /* nothing changed */
+    clear_replies(g);
+    cr_assert_eq(deliver(g, PEER(1), &pull), FLPS_OK);
+    cr_assert_eq(last(g)->msg.codec, PROTO_CODEC_SPARSE);
+    cr_assert_eq(last(g)->msg.n, 0);
+
+    for (uint64_t bad = 0; bad <= 1; bad++) {
+        pull.version = bad ? ver + 5 : 0; /* none / from the future */
+        clear_replies(g);
+        cr_assert_eq(deliver(g, PEER(1), &pull), FLPS_OK);
+        cr_assert_eq(last(g)->msg.codec, PROTO_CODEC_DENSE);
+        cr_assert_eq(last(g)->msg.n, 64);
+        cr_assert_eq(memcmp(last(g)->val, w, 64 * sizeof(float)), 0);
+    }
+    {
+        /* A push changing most elements: the whole part again. */
+        uint32_t many[40];
+        float d[40];
+        for (uint32_t i = 0; i < 40; i++) {
+            many[i] = i;
+            d[i] = 0.5f;
+        }
+        cr_assert_eq(push_sparse(g, 0, 0, 1, many, d, 40), FLPS_OK);
+        pull.version = ver;
+        clear_replies(g);
+        cr_assert_eq(deliver(g, PEER(1), &pull), FLPS_OK);
+        cr_assert_eq(last(g)->msg.codec, PROTO_CODEC_DENSE);
+    }
+    rig_free(g);
+}
+
+/* A synchronous part never answers sparsely: its replicas move by the
+ * updates, and a pull is a full resynchronisation. */
+Test(shard, sync_pulls_are_always_whole_parts)
+{
+    rig *g = rig_one_part(1, PROTO_AGG_TOPK, 16, 0.25);
+    const uint32_t i0[1] = {5};
+    const float v0[1] = {1};
+    proto_msg pull = base_msg(PROTO_OP_PULL, 0, 0, 0);
+
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 16);
+    cr_assert_eq(push_sparse(g, 0, 0, 0, i0, v0, 1), FLPS_OK);
+    pull.version = 1;
+    cr_assert_eq(deliver(g, PEER(0), &pull), FLPS_OK);
+    cr_assert_eq(last(g)->msg.codec, PROTO_CODEC_DENSE);
+    cr_assert_eq(last(g)->msg.n, 16);
+    rig_free(g);
+}
+
 Test(shard, async_sparse_pushes_touch_only_their_indices)
 {
     rig *g = rig_new(2, PROTO_AGG_GTOPK, PROTO_MODE_ASYNC);
