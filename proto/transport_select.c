@@ -105,68 +105,122 @@ static flps_err make_rdma(const transport_select *o, const rdma_probe *p,
 #endif
 }
 
+/* Could RDMA run here? FLPS_OK, or FLPS_ECONFIG with the cause and the fix
+ * in reason. p receives the node's probe. */
+static flps_err rdma_feasible(const transport_select *o, rdma_probe *p,
+                              char *reason, size_t len)
+{
+    flps_err rc = rdma_probe_run(o->sysfs_root, p);
+
+    reason[0] = '\0';
+    if (rc != FLPS_OK)
+        return flps_errbuf_set(reason, len, rc, "the sysfs root is too long");
+    if (!rdma_probe_usable(p, 0, reason, len))
+        return FLPS_ECONFIG;
+    if (!transport_have_rdma())
+        return flps_errbuf_set(reason, len, FLPS_ECONFIG, "%s", NO_RDMA_BUILD);
+    return FLPS_OK;
+}
+
+/* auto's line for a fallback: the cause, without its fix (auto has
+ * applied it already). */
+static void auto_zmq_line(char *reason, char *why, size_t whylen)
+{
+    if (strstr(reason, "; ") != NULL)
+        *strstr(reason, "; ") = '\0';
+    flps_errbuf_set(why, whylen, FLPS_OK, "transport: auto: ZeroMQ, because %s",
+                    reason);
+}
+
+static void auto_rdma_line(const rdma_probe *p, char *why, size_t whylen)
+{
+    char ports[256];
+
+    flps_errbuf_set(why, whylen, FLPS_OK,
+                    "transport: auto: RDMA, because this node has an ACTIVE "
+                    "RDMA port (%s)",
+                    rdma_probe_active_list(p, ports, sizeof(ports)));
+}
+
+static flps_err check_kind(const transport_select *o, char *why, size_t whylen)
+{
+    if (why != NULL && whylen > 0)
+        why[0] = '\0';
+    if (o == NULL)
+        return flps_errbuf_set(why, whylen, FLPS_EINVAL,
+                               "transport: no options given");
+    if (o->kind != TRANSPORT_KIND_ZMQ && o->kind != TRANSPORT_KIND_RDMA &&
+        o->kind != TRANSPORT_KIND_AUTO)
+        return flps_errbuf_set(why, whylen, FLPS_EINVAL,
+                               "transport: unknown kind %d; use zmq, rdma "
+                               "or auto",
+                               (int)o->kind);
+    return FLPS_OK;
+}
+
+flps_err transport_resolve(const transport_select *o, transport_kind *chosen,
+                           char *why, size_t whylen)
+{
+    char reason[768];
+    rdma_probe p;
+    flps_err rc = check_kind(o, why, whylen);
+
+    if (rc != FLPS_OK)
+        return rc;
+    if (o->kind == TRANSPORT_KIND_ZMQ) {
+        if (chosen != NULL)
+            *chosen = TRANSPORT_KIND_ZMQ;
+        return FLPS_OK;
+    }
+    rc = rdma_feasible(o, &p, reason, sizeof(reason));
+    if (rc != FLPS_OK && o->kind == TRANSPORT_KIND_RDMA)
+        return flps_errbuf_set(why, whylen, rc, "transport: rdma: %s", reason);
+    if (o->kind == TRANSPORT_KIND_AUTO) {
+        if (rc == FLPS_OK)
+            auto_rdma_line(&p, why, whylen);
+        else
+            auto_zmq_line(reason, why, whylen);
+    }
+    if (chosen != NULL)
+        *chosen = rc == FLPS_OK ? TRANSPORT_KIND_RDMA : TRANSPORT_KIND_ZMQ;
+    return FLPS_OK;
+}
+
 flps_err transport_create_for(const transport_select *o, transport **out,
                               transport_kind *chosen, char *why, size_t whylen)
 {
     char reason[768];
     rdma_probe p;
     transport *t = NULL;
-    flps_err rc;
+    flps_err rc = check_kind(o, why, whylen);
 
-    if (why != NULL && whylen > 0)
-        why[0] = '\0';
-    if (o == NULL || out == NULL)
+    if (rc != FLPS_OK)
+        return rc;
+    if (out == NULL)
         return flps_errbuf_set(why, whylen, FLPS_EINVAL,
-                               "transport: no options given");
+                               "transport: nowhere to put it");
     if (o->kind == TRANSPORT_KIND_ZMQ) {
         rc = make_zmq(o, &t, why, whylen);
         goto done;
     }
-    if (o->kind != TRANSPORT_KIND_RDMA && o->kind != TRANSPORT_KIND_AUTO)
-        return flps_errbuf_set(why, whylen, FLPS_EINVAL,
-                               "transport: unknown kind %d; use zmq, rdma "
-                               "or auto",
-                               (int)o->kind);
-    rc = rdma_probe_run(o->sysfs_root, &p);
-    if (rc != FLPS_OK)
-        return flps_errbuf_set(why, whylen, rc,
-                               "transport: %s: the sysfs root is too long",
-                               transport_kind_name(o->kind));
-    reason[0] = '\0';
-    if (!rdma_probe_usable(&p, 0, reason, sizeof(reason))) {
-        rc = FLPS_ECONFIG;
-    } else if (!transport_have_rdma()) {
-        snprintf(reason, sizeof(reason), "%s", NO_RDMA_BUILD);
-        rc = FLPS_ECONFIG;
-    } else {
+    rc = rdma_feasible(o, &p, reason, sizeof(reason));
+    if (rc == FLPS_OK)
         rc = make_rdma(o, &p, &t, reason, sizeof(reason));
-    }
     if (rc == FLPS_OK) {
-        char ports[256];
-
         if (o->kind == TRANSPORT_KIND_AUTO)
-            flps_errbuf_set(why, whylen, FLPS_OK,
-                            "transport: auto: RDMA, because this node has "
-                            "an ACTIVE RDMA port (%s)",
-                            rdma_probe_active_list(&p, ports, sizeof(ports)));
+            auto_rdma_line(&p, why, whylen);
         goto done;
     }
     if (o->kind == TRANSPORT_KIND_RDMA)
         return flps_errbuf_set(why, whylen, rc, "transport: rdma: %s", reason);
-    /* auto: ZeroMQ, and the cause RDMA was not taken (without its fix,
-     * which auto has already applied) is what the log line says. */
-    if (strstr(reason, "; ") != NULL)
-        *strstr(reason, "; ") = '\0';
     rc = make_zmq(o, &t, why, whylen);
-    if (rc == FLPS_OK) {
-        flps_errbuf_set(why, whylen, FLPS_OK,
-                        "transport: auto: ZeroMQ, because %s", reason);
-        *out = t;
-        if (chosen != NULL)
-            *chosen = TRANSPORT_KIND_ZMQ;
-        return FLPS_OK;
-    }
-    return rc;
+    if (rc != FLPS_OK)
+        return rc;
+    auto_zmq_line(reason, why, whylen);
+    *out = t;
+    if (chosen != NULL)
+        *chosen = TRANSPORT_KIND_ZMQ;
+    return FLPS_OK;
 done:
     if (rc != FLPS_OK)
         return rc;

@@ -52,4 +52,13 @@ typedef struct transport_select {
 flps_err transport_create_for(const transport_select *o, transport **out,
                               transport_kind *chosen, char *why, size_t whylen);
 
+/* What transport_create_for would choose, without making anything (flrun
+ * decides before it starts a process): zmq gives zmq; rdma gives rdma, or
+ * FLPS_ECONFIG and why as transport_create_for says it; auto gives rdma
+ * where the node and build can run it, else zmq, with why saying which and
+ * why. A transport that then fails to be made is the caller's to report.
+ * Errors: FLPS_EINVAL (NULL o, unknown kind), FLPS_ECONFIG. */
+flps_err transport_resolve(const transport_select *o, transport_kind *chosen,
+                           char *why, size_t whylen);
+
 #endif

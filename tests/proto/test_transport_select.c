@@ -210,3 +210,45 @@ Test(transport_select, refuses_missing_arguments_and_unknown_kinds)
     cr_assert(strstr(why, "use zmq, rdma or auto") != NULL, "%s", why);
     cr_assert_null(t);
 }
+
+Test(transport_select, resolve_decides_as_create_would_without_making_anything)
+{
+    fake_sysfs none, one;
+    transport_select o = {.kind = TRANSPORT_KIND_AUTO};
+    transport_kind chosen = TRANSPORT_KIND_RDMA;
+    char why[768];
+
+    fake_sysfs_init(&none, 1);
+    fake_sysfs_init(&one, 1);
+    fake_sysfs_port(&one, "mlx5_0", 1, "4: ACTIVE\n", "InfiniBand\n", 2);
+
+    o.sysfs_root = none.root;
+    cr_assert_eq(transport_resolve(&o, &chosen, why, sizeof(why)), FLPS_OK);
+    cr_assert_eq(chosen, TRANSPORT_KIND_ZMQ);
+    cr_assert(strstr(why, "transport: auto: ZeroMQ, because no RDMA device") ==
+                  why,
+              "%s", why);
+
+    o.kind = TRANSPORT_KIND_RDMA;
+    cr_assert_eq(transport_resolve(&o, &chosen, why, sizeof(why)),
+                 FLPS_ECONFIG);
+    cr_assert(strstr(why, "transport: rdma: no RDMA device") == why, "%s", why);
+
+    o.sysfs_root = one.root;
+    o.kind = TRANSPORT_KIND_AUTO;
+    cr_assert_eq(transport_resolve(&o, &chosen, why, sizeof(why)), FLPS_OK);
+    cr_assert_eq(chosen,
+                 transport_have_rdma() ? TRANSPORT_KIND_RDMA
+                                       : TRANSPORT_KIND_ZMQ,
+                 "%s", why);
+    o.kind = TRANSPORT_KIND_RDMA;
+    cr_assert_eq(transport_resolve(&o, &chosen, why, sizeof(why)),
+                 transport_have_rdma() ? FLPS_OK : FLPS_ECONFIG, "%s", why);
+
+    o.kind = TRANSPORT_KIND_ZMQ;
+    cr_assert_eq(transport_resolve(&o, &chosen, why, sizeof(why)), FLPS_OK);
+    cr_assert_eq(chosen, TRANSPORT_KIND_ZMQ);
+    cr_assert_str_eq(why, "");
+    fake_sysfs_fini(&none);
+    fake_sysfs_fini(&one);
+}
