@@ -12,8 +12,10 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "flps.h"
 #include "proto/transport_select.h"
 #include "runcmd.h"
+#include "spawn.h"
 #include "tests/common/fake_sysfs.h"
 
 /* Stopping "at once" against hanging until a deadline: the client's waits
@@ -253,5 +255,136 @@ Test(transport_choice, rdma_on_a_node_with_an_active_port_fails_fast_without_it)
     }
     cr_assert_lt(secs, FAST_S, "flrun took %.1f s", secs);
     run_free(&r);
+    scene_fini(&s);
+}
+
+/* ---- libflps: flps_client_create_with and FLPS_TRANSPORT ---- */
+
+/* The library's log lines, for what it said about the transport. */
+static char client_log[4096];
+
+static void keep_line(void *arg, flps_log_level level, const char *line)
+{
+    size_t n = strlen(client_log);
+
+    (void)arg;
+    (void)level;
+    snprintf(client_log + n, sizeof(client_log) - n, "%s\n", line);
+}
+
+static float cdata[64], cgrad[64];
+
+static void client_cfg(flps_client_config *cfg, const char **servers,
+                       flps_tensor *t)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    t->name = "w";
+    t->numel = 64;
+    t->data = cdata;
+    cfg->job = "tsel";
+    cfg->rank = 0;
+    cfg->workers = 1;
+    cfg->servers = servers;
+    cfg->nservers = 1;
+    cfg->tensors = t;
+    cfg->ntensors = 1;
+    cfg->compression = "dense";
+    cfg->lr = 0.5;
+    cfg->iterations = 10;
+    cfg->deadline_ms = 20000;
+}
+
+Test(transport_choice, a_client_asking_for_rdma_without_a_device_fails_at_once)
+{
+    scene s;
+    const char *servers[] = {"tcp://127.0.0.1:9"}; /* nobody listens */
+    flps_client_config cfg;
+    flps_tensor t;
+    flps_client *c = NULL;
+    double t0;
+
+    scene_init(&s, 0, "zmq");
+    cr_assert_eq(setenv("FLPS_SYSFS_ROOT", s.sys.root, 1), 0);
+    client_log[0] = '\0';
+    flps_set_logger(keep_line, NULL);
+    client_cfg(&cfg, servers, &t);
+    t0 = flps_mono_s();
+    cr_assert_eq(flps_client_create_with(&cfg, "rdma", &c), FLPS_ECONFIG);
+    cr_assert_lt(flps_mono_s() - t0, FAST_S, "it did not wait on the shard");
+    cr_assert_null(c);
+    cr_assert(strstr(client_log, "transport: rdma: no RDMA device on this "
+                                 "node (") != NULL,
+              "%s", client_log);
+    cr_assert(strstr(client_log, NO_DEVICE_FIX) != NULL, "%s", client_log);
+
+    client_log[0] = '\0';
+    cr_assert_eq(flps_client_create_with(&cfg, "infiniband", &c), FLPS_EINVAL);
+    cr_assert(strstr(client_log, "transport: 'infiniband' is not a "
+                                 "transport; use zmq, rdma or auto") != NULL,
+              "%s", client_log);
+
+    /* flps_client_create follows FLPS_TRANSPORT, as a job's program does
+     * under flrun and flagent. */
+    client_log[0] = '\0';
+    cr_assert_eq(setenv("FLPS_TRANSPORT", "rdma", 1), 0);
+    cr_assert_eq(flps_client_create(&cfg, &c), FLPS_ECONFIG);
+    cr_assert(strstr(client_log, "transport: rdma: no RDMA device") != NULL,
+              "%s", client_log);
+    cr_assert_eq(setenv("FLPS_TRANSPORT", "bogus", 1), 0);
+    cr_assert_eq(flps_client_create(&cfg, &c), FLPS_EINVAL);
+    cr_assert(strstr(client_log, "'bogus' (from FLPS_TRANSPORT) is not a "
+                                 "transport") != NULL,
+              "%s", client_log);
+    unsetenv("FLPS_TRANSPORT");
+    unsetenv("FLPS_SYSFS_ROOT");
+    flps_set_logger(NULL, NULL);
+    scene_fini(&s);
+}
+
+Test(transport_choice, a_client_on_auto_trains_with_a_shard_on_auto_over_zeromq)
+{
+    scene s;
+    test_shard sh = {0, ""};
+    const char *args[] = {"--job", "tsel",        "--shard", "0", "--shards",
+                          "1",     "--transport", "auto",    NULL};
+    const char *servers[1];
+    flps_client_config cfg;
+    flps_tensor t;
+    flps_client *c = NULL;
+    char log[200];
+
+    scene_init(&s, 0, "zmq");
+    cr_assert_eq(setenv("FLPS_SYSFS_ROOT", s.sys.root, 1), 0);
+    snprintf(log, sizeof(log), "%s/flps.log", s.dir);
+    cr_assert_eq(test_shard_start(&sh, log, args), 0, "see %s", log);
+    servers[0] = sh.endpoint;
+    client_log[0] = '\0';
+    flps_set_logger(keep_line, NULL);
+    client_cfg(&cfg, servers, &t);
+    cr_assert_eq(flps_client_create_with(&cfg, "auto", &c), FLPS_OK, "%s",
+                 client_log);
+    cr_assert(strstr(client_log, "transport: auto: ZeroMQ, because no RDMA "
+                                 "device on this node") != NULL,
+              "%s", client_log);
+    cr_assert_eq(flps_client_init(c), FLPS_OK, "%s", flps_client_last_error(c));
+    for (int i = 0; i < 64; i++)
+        cgrad[i] = 1.0f;
+    cr_assert_eq(flps_client_push(c, 0, cgrad, 0), FLPS_OK);
+    cr_assert_eq(flps_client_wait(c, 0), FLPS_OK, "%s",
+                 flps_client_last_error(c));
+    cr_assert_float_eq(cdata[0], -0.5f, 1e-6, "one step of lr 0.5: %f",
+                       cdata[0]);
+    flps_client_destroy(c);
+    flps_set_logger(NULL, NULL);
+    unsetenv("FLPS_SYSFS_ROOT");
+    test_shard_stop(&sh, SIGTERM);
+    {
+        char *text = slurp(log);
+
+        cr_assert(strstr(text, "transport: auto: ZeroMQ, because no RDMA "
+                               "device on this node") != NULL,
+                  "the shard says what it chose: %s", text);
+        free(text);
+    }
     scene_fini(&s);
 }
