@@ -37,6 +37,16 @@ static void read_line(const char *path, char *buf, size_t len)
         buf[--n] = '\0';
 }
 
+/* Copy src into dst (len bytes), cut to fit: sysfs words are short, and
+ * a longer one is kept in part rather than refused. */
+static void copy_cut(char *dst, size_t len, const char *src)
+{
+    size_t n = strnlen(src, len - 1);
+
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
 /* A GID line is eight groups of hex digits; all zero is an empty slot. */
 static int gid_is_set(const char *line)
 {
@@ -56,7 +66,7 @@ static void probe_port(const char *portdir, rdma_probe_port *pt)
     /* "4: ACTIVE": the number is what ibv_port_state says, the word is for
      * people. */
     colon = strchr(line, ':');
-    snprintf(pt->state, sizeof(pt->state), "%s",
+    copy_cut(pt->state, sizeof(pt->state),
              colon ? colon + 1 + (colon[1] == ' ') : line);
     pt->active =
         strtol(line, NULL, 10) == 4 || strcmp(pt->state, "ACTIVE") == 0;
@@ -148,8 +158,8 @@ flps_err rdma_probe_run(const char *sysfs_root, rdma_probe *out)
 
         if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof(d->name))
             continue;
-        snprintf(d->name, sizeof(d->name), "%s", e->d_name);
-        snprintf(devdir, sizeof(devdir), "%s/%s", out->ib_dir, e->d_name);
+        copy_cut(d->name, sizeof(d->name), e->d_name);
+        snprintf(devdir, sizeof(devdir), "%s/%s", out->ib_dir, d->name);
         probe_dev(devdir, d);
         out->ndevs++;
     }
