@@ -86,6 +86,8 @@ static flps_err make_rdma(const transport_select *o, const rdma_probe *p,
     uint8_t port = 0;
 
     transport_rdma_options_init(&ro);
+    if (o->verbs != NULL)
+        ro.verbs = o->verbs;
     /* The probe and libibverbs read the same sysfs; naming the port the
      * probe saw ACTIVE keeps the choice the log reports. */
     if (rdma_probe_first_active(p, &dev, &port)) {

@@ -27,8 +27,12 @@ int transport_kind_parse(const char *name, transport_kind *out);
  * found when it was built). */
 int transport_have_rdma(void);
 
+struct rdma_verbs; /* rdma/verbs.h */
+
 typedef struct transport_select {
     transport_kind kind;
+    const struct rdma_verbs *verbs; /* for tests (the emulated NIC); NULL:
+                                       libibverbs */
     const char *sysfs_root;   /* for tests; NULL: $FLPS_SYSFS_ROOT or /sys */
     size_t max_message_bytes; /* RDMA: sizes the registered pools (0: the
                                  transport's default) */
