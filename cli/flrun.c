@@ -19,6 +19,7 @@
 #include "common/cliver.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "proto/transport_select.h"
 #include "services/jobspec.h"
 #include "services/plan.h"
 #include "services/procs.h"
@@ -70,6 +71,9 @@ typedef struct run {
     char plan_path[PATH_MAX + 16];
     uint64_t plan_version;
     uint32_t server_restarts; /* shards restarted from their checkpoints */
+    /* What the shards and workers run: transport: rdma, or auto decided
+     * on this machine ("zmq" or "rdma"). */
+    const char *transport;
 } run;
 
 static void human_bytes(double b, char *buf, size_t len)
@@ -322,7 +326,7 @@ static flps_err start_server(run *r, uint32_t i, char *flps_bin, char *ckptdir,
                              const char *logdir, int restore)
 {
     char shard[16], shards[16], interval[32], name[64], log[PATH_MAX + 32];
-    char *args[16];
+    char *args[20];
     int a = 0;
 
     snprintf(shard, sizeof(shard), "%u", i);
@@ -340,6 +344,8 @@ static flps_err start_server(run *r, uint32_t i, char *flps_bin, char *ckptdir,
     args[a++] = shards;
     args[a++] = "--listen";
     args[a++] = restore ? r->endpoints[i] : "tcp://127.0.0.1:0";
+    args[a++] = "--transport";
+    args[a++] = (char *)r->transport;
     if (r->spec.checkpoint_interval > 0) {
         args[a++] = "--checkpoint-dir";
         args[a++] = ckptdir;
@@ -467,6 +473,7 @@ static flps_err start_command(run *r, uint32_t w, const char *prog,
     we.bin_dir = bin_dir[0] ? bin_dir : NULL;
     /* A test (or a slow machine) may shorten (lengthen) the waits. */
     we.deadline_ms = dl != NULL ? strtoull(dl, NULL, 10) : 0;
+    we.transport = r->transport;
     if (workerenv_build(&r->spec, &we, environ, &env) != FLPS_OK) {
         fprintf(stderr, "flrun: out of memory\n");
         return FLPS_ENOMEM;
@@ -569,6 +576,25 @@ int main(int argc, char **argv)
     if (jobspec_load(job_path, &r.spec, errbuf, sizeof(errbuf)) != FLPS_OK) {
         fprintf(stderr, "flrun: %s\nnothing was started.\n", errbuf);
         return 2;
+    }
+    {
+        /* transport: rdma that cannot run here stops now, before any
+         * process starts or anything waits; auto is decided once for the
+         * whole job (every process runs on this machine) and said. */
+        transport_select sel = {.kind = TRANSPORT_KIND_ZMQ};
+        transport_kind chosen = TRANSPORT_KIND_ZMQ;
+
+        transport_kind_parse(jobspec_transport_name(r.spec.transport),
+                             &sel.kind);
+        if (transport_resolve(&sel, &chosen, errbuf, sizeof(errbuf)) !=
+            FLPS_OK) {
+            fprintf(stderr, "flrun: %s: %s\nnothing was started.\n", job_path,
+                    errbuf);
+            return 2;
+        }
+        if (errbuf[0] != '\0')
+            fprintf(stderr, "flrun: %s\n", errbuf);
+        r.transport = transport_kind_name(chosen);
     }
     if (r.spec.servers > 256 ||
         r.spec.workers + r.spec.servers > RUN_MAX_PROCS) {
@@ -696,13 +722,14 @@ int main(int argc, char **argv)
     }
     for (uint32_t w = 0; r.spec.command_argc == 0 && w < r.spec.workers; w++) {
         char rank[16], name[64], log[PATH_MAX + 32];
-        char *args[] = {worker_bin, "--job",     (char *)job_path, "--rank",
-                        rank,       "--servers", servers_arg,      NULL,
-                        NULL,       NULL};
+        char *args[] = {worker_bin,  "--job",       (char *)job_path,
+                        "--rank",    rank,          "--servers",
+                        servers_arg, "--transport", (char *)r.transport,
+                        NULL,        NULL,          NULL};
         snprintf(rank, sizeof(rank), "%u", w);
         if (r.plan_path[0] != '\0') {
-            args[7] = "--plan";
-            args[8] = r.plan_path;
+            args[9] = "--plan";
+            args[10] = r.plan_path;
         }
         snprintf(name, sizeof(name), "flworker rank %u", w);
         snprintf(log, sizeof(log), "%s/flworker-%u.log", logdir, w);
@@ -779,11 +806,11 @@ int main(int argc, char **argv)
                 (unsigned long long)r.dense_bytes);
     printf("{\"test_accuracy\":%.4f,\"iterations\":%llu,\"bytes_sent\":%llu,"
            "\"bytes_received\":%llu,\"dense_bytes\":%llu,"
-           "\"wall_seconds\":%.3f",
+           "\"wall_seconds\":%.3f,\"transport\":\"%s\"",
            r.test_accuracy, (unsigned long long)r.total,
            (unsigned long long)r.bytes_sent,
            (unsigned long long)r.bytes_received,
-           (unsigned long long)r.dense_bytes, wall);
+           (unsigned long long)r.dense_bytes, wall, r.transport);
     if (r.samples != NULL) {
         char *samples = json_dumps(r.samples, JSON_COMPACT);
 

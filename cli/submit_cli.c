@@ -1056,6 +1056,7 @@ static int doctor_job(submit_ctx *ctx, const char *file, submit_doctor_job *job)
     flps_free(data);
     job->given = 1;
     job->rdma = spec.transport == JOBSPEC_TRANSPORT_RDMA;
+    job->rdma_auto = spec.transport == JOBSPEC_TRANSPORT_AUTO;
     job->synthetic = spec.dataset == JOBSPEC_DATASET_SYNTHETIC;
     return SUBMIT_EXIT_OK;
 }

@@ -166,6 +166,8 @@ static const json_t *facts_of(const json_t *n)
 typedef struct problem {
     char what[300];
     char fix[300];
+    char ok[200]; /* for a node that passes: what it has, shown beside its
+                     name ("" says nothing more) */
 } problem;
 
 /* Run one per-node check over the alive nodes: fn leaves p->what "" when
@@ -185,7 +187,7 @@ static void per_node(report *r, const json_t *info, const char *check,
     json_array_foreach(nodes, i, n)
     {
         const json_t *f;
-        problem p = {"", ""};
+        problem p = {"", "", ""};
 
         if (!node_is_alive(n) || str(n, "name") == NULL)
             continue;
@@ -200,6 +202,8 @@ static void per_node(report *r, const json_t *info, const char *check,
         if (p.what[0] == '\0') {
             flps_strbuf_printf(&good, "%s%s", ngood++ ? ", " : "",
                                str(n, "name"));
+            if (p.ok[0] != '\0')
+                flps_strbuf_printf(&good, " (%s)", p.ok);
             continue;
         }
         v = json_object_get(found, p.what);
@@ -253,10 +257,29 @@ static void dataset_problem(const json_t *info, const json_t *f, problem *p)
              "start flagent with --data-dir at a copy");
 }
 
+/* "unlimited" or "8 MiB (8388608 bytes)": a memlock limit with its exact
+ * number, as ulimit -l and the limits files take bytes or KiB. */
+static void memlock_text(double memlock, char *buf, size_t len)
+{
+    char iec[32];
+
+    if (memlock < 0) {
+        snprintf(buf, len, "unlimited");
+        return;
+    }
+    submit_render_bytes_iec(memlock, iec, sizeof(iec));
+    snprintf(buf, len, "%s (%.0f bytes)", iec, memlock);
+}
+
+/* A node fit for transport: rdma has a device with an ACTIVE port (an
+ * agent from before rdma_active_ports counts devices only) and lets its
+ * processes lock SUBMIT_DOCTOR_MIN_MEMLOCK. */
 static void rdma_problem(const json_t *info, const json_t *f, problem *p)
 {
-    double devs = 0, memlock = 0;
-    char have[32], want[32];
+    double devs = 0, active = 0, memlock = 0;
+    int have_active = num(f, "rdma_active_ports", &active);
+    const char *ports = str(f, "rdma_ports"), *detail = str(f, "rdma_detail");
+    char have[64], want[64];
 
     (void)info;
     num(f, "rdma_devices", &devs);
@@ -264,24 +287,36 @@ static void rdma_problem(const json_t *info, const json_t *f, problem *p)
         snprintf(p->what, sizeof(p->what),
                  "no RDMA device (/sys/class/infiniband is empty)");
         snprintf(p->fix, sizeof(p->fix),
-                 "run the job on nodes with RDMA NICs, or use transport: "
-                 "zmq");
+                 "run the job on nodes with RDMA NICs (check with "
+                 "ibv_devinfo), or use transport: zmq or auto");
+        return;
+    }
+    if (have_active && active < 1) {
+        snprintf(p->what, sizeof(p->what), "no RDMA port is ACTIVE (%s)",
+                 detail && *detail ? detail : "no port state read");
+        snprintf(p->fix, sizeof(p->fix),
+                 "check the cable and the subnet manager (ibstat, "
+                 "ibv_devinfo), or use transport: zmq or auto");
         return;
     }
     /* memlock: bytes, or -1 for unlimited. */
-    if (num(f, "memlock", &memlock) &&
-        (memlock < 0 || memlock >= (double)SUBMIT_DOCTOR_MIN_MEMLOCK))
+    if (!num(f, "memlock", &memlock))
+        memlock = 0;
+    memlock_text(memlock, have, sizeof(have));
+    if (memlock >= 0 && memlock < (double)SUBMIT_DOCTOR_MIN_MEMLOCK) {
+        memlock_text((double)SUBMIT_DOCTOR_MIN_MEMLOCK, want, sizeof(want));
+        snprintf(p->what, sizeof(p->what),
+                 "flagent may lock only %s of memory (RLIMIT_MEMLOCK; RDMA "
+                 "needs at least %s)",
+                 have, want);
+        snprintf(p->fix, sizeof(p->fix),
+                 "raise it: ulimit -l unlimited, or LimitMEMLOCK=infinity in "
+                 "flagent's service, and IPC_LOCK for its container (Helm: "
+                 "agent.rdma.enabled=true)");
         return;
-    submit_render_bytes_iec(memlock, have, sizeof(have));
-    submit_render_bytes_iec((double)SUBMIT_DOCTOR_MIN_MEMLOCK, want,
-                            sizeof(want));
-    snprintf(p->what, sizeof(p->what),
-             "flagent may lock only %s of memory (RLIMIT_MEMLOCK; RDMA needs "
-             "at least %s)",
-             have, want);
-    snprintf(p->fix, sizeof(p->fix),
-             "raise it: ulimit -l unlimited, or LimitMEMLOCK=infinity in "
-             "flagent's service");
+    }
+    snprintf(p->ok, sizeof(p->ok), "%s%smemlock %s",
+             ports && *ports ? ports : "", ports && *ports ? ", " : "", have);
 }
 
 /* The skew of a node's clock against flsched's, both measured against
@@ -302,6 +337,44 @@ static void clock_problem(const json_t *info, const json_t *f, problem *p)
              skew > 0 ? "ahead of" : "behind", SUBMIT_DOCTOR_MAX_SKEW_S);
     snprintf(p->fix, sizeof(p->fix),
              "run NTP (chrony or systemd-timesyncd) on every node");
+}
+
+/* transport: auto never fails a check: it says which alive nodes would
+ * run RDMA and which not, since a job placed on any of the latter runs on
+ * ZeroMQ. */
+static void check_rdma_auto(report *r, const json_t *nodes)
+{
+    flps_strbuf yes = FLPS_STRBUF_INIT, no = FLPS_STRBUF_INIT;
+    flps_strbuf msg = FLPS_STRBUF_INIT;
+    const json_t *n;
+    size_t i, nyes = 0, nno = 0;
+    char *text;
+
+    json_array_foreach(nodes, i, n)
+    {
+        const json_t *f = facts_of(n);
+        problem p = {"", "", ""};
+
+        if (!node_is_alive(n) || str(n, "name") == NULL)
+            continue;
+        if (f != NULL)
+            rdma_problem(NULL, f, &p);
+        if (f != NULL && p.what[0] == '\0')
+            flps_strbuf_printf(&yes, "%s%s (%s)", nyes++ ? ", " : "",
+                               str(n, "name"), p.ok);
+        else
+            flps_strbuf_printf(&no, "%s%s", nno++ ? ", " : "", str(n, "name"));
+    }
+    flps_strbuf_printf(&msg,
+                       "transport: auto: RDMA on %s; ZeroMQ for a job "
+                       "placed on %s",
+                       yes.data ? yes.data : "no node",
+                       no.data ? no.data : "no node");
+    text = flps_strbuf_take(&msg);
+    add(r, "rdma", 1, text ? text : "out of memory");
+    flps_free(text);
+    flps_strbuf_fini(&yes);
+    flps_strbuf_fini(&no);
 }
 
 /* Lines of the text report: "OK    redis       message". */
@@ -360,7 +433,10 @@ flps_err submit_doctor_report(const json_t *info, const char *url,
                          dataset_problem);
             if (job->given && job->rdma)
                 per_node(&r, info, "rdma",
-                         "RDMA devices and memlock limits fit", rdma_problem);
+                         "an ACTIVE RDMA port and memlock limit fit",
+                         rdma_problem);
+            else if (job->given && job->rdma_auto)
+                check_rdma_auto(&r, nodes);
             snprintf(ok, sizeof(ok), "within %.0f s of flsched's",
                      SUBMIT_DOCTOR_MAX_SKEW_S);
             per_node(&r, info, "clocks", ok, clock_problem);

@@ -20,6 +20,7 @@
 typedef struct submit_doctor_job {
     int given;
     int rdma;      /* transport: rdma */
+    int rdma_auto; /* transport: auto: which nodes would run RDMA */
     int synthetic; /* dataset: synthetic (no files needed) */
 } submit_doctor_job;
 

@@ -166,6 +166,22 @@ typedef struct flps_client_stats {
 FLPS_API flps_err flps_client_create(const flps_client_config *cfg,
                                      flps_client **out);
 
+/* flps_client_create on the data plane transport names (a new call rather
+ * than a field of flps_client_config, so programs built against an older
+ * flps.h keep working): "zmq" (ZeroMQ over TCP), "rdma" (RDMA queue pairs;
+ * fails at once with FLPS_ECONFIG, nothing connected, when this node has
+ * no ACTIVE RDMA port or the library was built without libibverbs, and the
+ * log line names the cause and the fix) or "auto" (RDMA where this node
+ * can run it, ZeroMQ otherwise; one log line says which and why). NULL:
+ * $FLPS_TRANSPORT when set (flsched and flrun set it for a job's own
+ * programs), else "zmq"; flps_client_create is this call with NULL. The
+ * shards must run the same transport: under flsched and flrun they are
+ * started with the job's choice. Errors: those of flps_client_create,
+ * FLPS_EINVAL for a name that is none of the three, FLPS_ECONFIG. */
+FLPS_API flps_err flps_client_create_with(const flps_client_config *cfg,
+                                          const char *transport,
+                                          flps_client **out);
+
 /* Start of training: rank 0 offers its tensors' values as the initial
  * model (a shard restored from a checkpoint keeps its own); then every rank
  * pulls the model into its replica. Blocks. */

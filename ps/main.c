@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/numparse.h"
 #include "proto/transport.h"
+#include "proto/transport_select.h"
 #include "ps/metrics_shard.h"
 #include "ps/net.h"
 #include "ps/shard.h"
@@ -58,6 +59,12 @@ static void usage(FILE *f)
             "usage: flps --job NAME --shard I --shards N [options]\n"
             "  --listen ENDPOINT          where to listen (default "
             "tcp://127.0.0.1:0, a free port)\n"
+            "  --transport zmq|rdma|auto  the data plane (default zmq); rdma "
+            "stops at once\n"
+            "                             where this node cannot run it, auto "
+            "takes RDMA\n"
+            "                             where it can and ZeroMQ otherwise "
+            "(docs/job-file.md)\n"
             "  --checkpoint-dir DIR       keep a write-ahead log and "
             "checkpoints in DIR\n"
             "  --checkpoint-interval SEC  write a checkpoint every SEC "
@@ -174,6 +181,7 @@ int main(int argc, char **argv)
         {"max-connections", required_argument, NULL, 'C'},
         {"max-message-bytes", required_argument, NULL, 'B'},
         {"send-hwm", required_argument, NULL, 'H'},
+        {"transport", required_argument, NULL, 'X'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -186,6 +194,9 @@ int main(int argc, char **argv)
              hwm = TRANSPORT_SEND_HWM_DEFAULT;
     uint64_t max_frame = (uint64_t)TRANSPORT_MAX_FRAME_DEFAULT;
     transport_limits lim;
+    transport_select sel = {.kind = TRANSPORT_KIND_ZMQ, .listener = 1};
+    transport_kind chosen = TRANSPORT_KIND_ZMQ;
+    char why[1024];
     int restore = 0, do_fsync = 0, cut_corrupt = 0, c;
     char bound[256], comp[64], mbound[128];
     transport *t = NULL;
@@ -260,6 +271,15 @@ int main(int argc, char **argv)
                            &max_elems))
                 return 2;
             break;
+        case 'X':
+            if (!transport_kind_parse(optarg, &sel.kind)) {
+                fprintf(stderr,
+                        "flps: --transport: '%s' is not a transport; use "
+                        "zmq, rdma or auto\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -299,11 +319,20 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     keep_freed_memory();
-    rc = transport_zmq_create(&t);
+    fit_connections(&max_conns);
+    lim.send_hwm = (int)hwm;
+    lim.max_frame_bytes = (int64_t)max_frame;
+    lim.max_peers = max_conns;
+    sel.limits = &lim;
+    /* Before anything listens or waits: a shard that cannot run the
+     * transport asked for stops here, saying why and what to do. */
+    rc = transport_create_for(&sel, &t, &chosen, why, sizeof(why));
     if (rc != FLPS_OK) {
-        log_error("cannot create the ZeroMQ transport: %s", flps_strerror(rc));
-        return 1;
+        log_error("%s", why);
+        return rc == FLPS_ECONFIG ? 2 : 1;
     }
+    if (why[0] != '\0')
+        log_info("%s", why); /* what auto chose, and why */
     if (metrics_ep != NULL) {
         /* Before the shard, so it can report iteration closes; the HTTP
          * thread only ever reads the registry, never the shard. */
@@ -314,15 +343,6 @@ int main(int argc, char **argv)
                       metrics_ep, flps_strerror(rc));
             goto out;
         }
-    }
-    fit_connections(&max_conns);
-    lim.send_hwm = (int)hwm;
-    lim.max_frame_bytes = (int64_t)max_frame;
-    lim.max_peers = max_conns;
-    rc = transport_zmq_set_limits(t, &lim);
-    if (rc != FLPS_OK) {
-        log_error("cannot set the transport's limits: %s", flps_strerror(rc));
-        goto out;
     }
     rc = transport_listen(t, listen_ep, bound, sizeof(bound));
     if (rc != FLPS_OK) {
@@ -350,8 +370,10 @@ int main(int argc, char **argv)
         log_error("cannot start shard %u: %s", shard, flps_strerror(rc));
         goto out;
     }
-    log_info("shard %u of %u for job %s listening on %s%s%s", shard, nshards,
-             job, bound, dir ? ", checkpoints in " : "", dir ? dir : "");
+    log_info("shard %u of %u for job %s listening on %s over %s%s%s", shard,
+             nshards, job, bound,
+             chosen == TRANSPORT_KIND_RDMA ? "RDMA" : "ZeroMQ",
+             dir ? ", checkpoints in " : "", dir ? dir : "");
     printf("listening on %s\n", bound);
     if (pm != NULL) {
         log_info("metrics on http://%s/metrics (health: /healthz)", mbound);

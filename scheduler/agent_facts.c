@@ -1,18 +1,17 @@
-/* What flsubmit doctor checks of a node, published by its agent: the
- * dataset, RDMA devices and memlock limit, and the clock's offset. */
+/* What flsubmit doctor checks of a node, and flsched's placement of
+ * transport: rdma | auto jobs reads, published by its agent: the dataset,
+ * RDMA devices and their ACTIVE ports, the memlock limit, and the clock's
+ * offset. */
 #include "scheduler/agent_node_impl.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "rdma/probe.h"
 #include "services/jobspec.h"
-
-#define AGENT_IB_DIR "/sys/class/infiniband"
 
 /* Redis's TIME and the agent's clock are read in one step, so the offset
  * is the agent's clock minus Redis's, off by at most the time the script
@@ -25,7 +24,9 @@ static const char facts_lua[] =
     "redis.call('HSET', KEYS[1], 'reported_at', ARGV[1],\n"
     "  'clock_offset', string.format('%.6f', tonumber(ARGV[1]) - now),\n"
     "  'dataset_dir', ARGV[2], 'dataset_missing', ARGV[3],\n"
-    "  'rdma_devices', ARGV[4], 'memlock', ARGV[5])\n"
+    "  'rdma_devices', ARGV[4], 'memlock', ARGV[5],\n"
+    "  'rdma_active_ports', ARGV[7], 'rdma_ports', ARGV[8],\n"
+    "  'rdma_detail', ARGV[9])\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[6])\n"
     "return 1\n";
 
@@ -48,40 +49,28 @@ static void dataset_missing(const char *dir, char *buf, size_t len)
     }
 }
 
-/* How many devices /sys/class/infiniband lists (0 when it is absent). */
-static int rdma_devices(void)
-{
-    DIR *d = opendir(AGENT_IB_DIR);
-    struct dirent *e;
-    int n = 0;
-
-    if (d == NULL)
-        return 0;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
-}
-
 void agent_facts_publish(agent_node *n)
 {
     char key[160], now[40], missing[64], devs[16], memlock[32], ttl[32];
-    const char *argv[] = {"EVAL", facts_lua, "1",  key,     now,
-                          NULL,   missing,   devs, memlock, ttl};
-    struct rlimit rl;
+    char active[16], ports[512], detail[1024];
+    const char *argv[] = {"EVAL", facts_lua, "1", key,    now,   NULL,  missing,
+                          devs,   memlock,   ttl, active, ports, detail};
+    rdma_probe p;
 
     snprintf(key, sizeof(key), "%s:facts", n->node_key);
     argv[5] = n->cfg.data_dir;
     dataset_missing(n->cfg.data_dir, missing, sizeof(missing));
-    snprintf(devs, sizeof(devs), "%d", rdma_devices());
+    /* The probe reads $FLPS_SYSFS_ROOT when set, so a test agent can
+     * stand for a node with devices. It cannot fail with a NULL root. */
+    (void)rdma_probe_run(NULL, &p);
+    snprintf(devs, sizeof(devs), "%zu", p.ndevs);
+    snprintf(active, sizeof(active), "%zu", rdma_probe_active_ports(&p));
+    rdma_probe_active_list(&p, ports, sizeof(ports));
+    rdma_probe_describe(&p, detail, sizeof(detail));
     /* -1: unlimited, as the doctor reads it. */
-    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
-        snprintf(memlock, sizeof(memlock), "-1");
-    else
-        snprintf(memlock, sizeof(memlock), "%llu",
-                 (unsigned long long)rl.rlim_cur);
+    snprintf(memlock, sizeof(memlock), "%lld", (long long)p.memlock);
     snprintf(ttl, sizeof(ttl), "%lld", n->ttl_ms * 2);
     snprintf(now, sizeof(now), "%.6f", flps_wall_s());
-    agent_node_redis_cmd(n, NULL, "publishing the node checks", 10, argv);
+    agent_node_redis_cmd(n, NULL, "publishing the node checks",
+                         sizeof(argv) / sizeof(argv[0]), argv);
 }

@@ -204,11 +204,30 @@ static void ckpt_interval_of(agent_node *n, const agent_task *t, char *out,
         freeReplyObject(r);
 }
 
+/* The transport flsched chose for the task's job (the task hash's
+ * transport field), into out: "zmq" or "rdma", or "" when it chose none
+ * (a flsched from before the field) and the processes read the job file. */
+static void task_transport(agent_node *n, const agent_task *t, char *out,
+                           size_t len)
+{
+    const char *argv[] = {"HGET", t->key, "transport"};
+    redisReply *r = NULL;
+
+    out[0] = '\0';
+    if (!agent_node_redis_cmd(n, &r, "reading the task's transport", 3, argv))
+        return;
+    /* Only the words a process accepts become an argument. */
+    if (r->type == REDIS_REPLY_STRING &&
+        (strcmp(r->str, "zmq") == 0 || strcmp(r->str, "rdma") == 0))
+        snprintf(out, len, "%s", r->str);
+    freeReplyObject(r);
+}
+
 static void start_server(agent_node *n, agent_task *t)
 {
     char shard[16], shards[16], listen_ep[96], ckpt[PATH_MAX], mlisten[96];
-    char interval[32];
-    char *argv[18];
+    char interval[32], transport[8];
+    char *argv[20];
     int a = 0;
 
     if (job_info(n, t, &t->servers, NULL) != 1)
@@ -241,6 +260,11 @@ static void start_server(agent_node *n, agent_task *t)
     argv[a++] = mlisten;
     if (t->id.attempt > 0)
         argv[a++] = "--restore";
+    task_transport(n, t, transport, sizeof(transport));
+    if (transport[0] != '\0') {
+        argv[a++] = "--transport";
+        argv[a++] = transport;
+    }
     argv[a] = NULL;
     if (task_spawn(n, t, argv, NULL))
         t->phase = AGENT_TASK_STARTING;
@@ -283,7 +307,8 @@ static int spec_has_command(const char *spec)
 /* Start a command: job's worker: the user's program with the job's
  * FLPS_* variables (services/workerenv.h). 1 when started. */
 static int start_command(agent_node *n, agent_task *t, const char *spec,
-                         const char *servers, const char *plan_file)
+                         const char *servers, const char *plan_file,
+                         const char *transport)
 {
     jobspec js;
     const char *words[JOBSPEC_WORDS_MAX + 1];
@@ -316,6 +341,7 @@ static int start_command(agent_node *n, agent_task *t, const char *spec,
      * does not follow plans may ignore it. */
     we.plan_file = plan_file;
     we.bin_dir = slash != NULL ? bin_dir : NULL;
+    we.transport = transport; /* FLPS_TRANSPORT: flsched's choice */
     if (workerenv_build(&js, &we, environ, &env) != FLPS_OK) {
         task_fail(n, t, "out of memory");
         return 0;
@@ -330,7 +356,7 @@ static int start_command(agent_node *n, agent_task *t, const char *spec,
 static void try_start_worker(agent_node *n, agent_task *t)
 {
     char key[160], job_path[PATH_MAX], rank[16], plan_file[PATH_MAX];
-    char mlisten[96];
+    char mlisten[96], transport[8];
     flps_strbuf list = FLPS_STRBUF_INIT; /* the servers' endpoints */
     char *spec = NULL;
 
@@ -374,10 +400,22 @@ static void try_start_worker(agent_node *n, agent_task *t)
     if (job_info(n, t, &t->servers, &spec) != 1)
         goto out;
     if (write_job_file(n, t, spec, job_path, sizeof(job_path))) {
-        char *argv[] = {
-            n->flworker_bin, "--job",     job_path,   "--rank",  rank,
-            "--servers",     list.data,   "--job-id", t->id.job, "--plan",
-            plan_file,       "--metrics", mlisten,    NULL};
+        char *argv[] = {n->flworker_bin,
+                        "--job",
+                        job_path,
+                        "--rank",
+                        rank,
+                        "--servers",
+                        list.data,
+                        "--job-id",
+                        t->id.job,
+                        "--plan",
+                        plan_file,
+                        "--metrics",
+                        mlisten,
+                        NULL,
+                        NULL,
+                        NULL};
         agent_plan *pl = agent_plan_find(n, t->id.job);
 
         /* The plan file, when there is a plan, is there before the
@@ -388,8 +426,14 @@ static void try_start_worker(agent_node *n, agent_task *t)
         agent_plan_path(n, t->id.job, plan_file, sizeof(plan_file));
         agent_metrics_task_listen(n, mlisten, sizeof(mlisten));
         snprintf(rank, sizeof(rank), "%u", t->id.index);
+        task_transport(n, t, transport, sizeof(transport));
+        if (transport[0] != '\0') {
+            argv[13] = "--transport";
+            argv[14] = transport;
+        }
         if (spec_has_command(spec)) {
-            if (start_command(n, t, spec, list.data, plan_file)) {
+            if (start_command(n, t, spec, list.data, plan_file,
+                              transport[0] ? transport : NULL)) {
                 t->phase = AGENT_TASK_RUNNING;
                 t->report_running = 1;
             }

@@ -317,9 +317,12 @@ static void submit(sched_api *a, const httpd_request *req, const jobspec *spec,
         reply_error(resp, 500, "out of memory");
         return;
     }
-    for (size_t i = 0; i < nn; i++)
+    for (size_t i = 0; i < nn; i++) {
         pn[i].cap = nodes[i].cap;
+        pn[i].rdma = nodes[i].rdma_ports > 0;
+    }
     memset(&pj, 0, sizeof(pj));
+    pj.need_rdma = spec->transport == JOBSPEC_TRANSPORT_RDMA;
     pj.servers = spec->servers;
     pj.workers = spec->workers;
     pj.per_server.mcpus = sched_res_mcpus(spec->cpus_per_server);

@@ -70,7 +70,8 @@ static json_t *redis_json(sched_store *st, int *ok)
 static json_t *facts_json(sched_store *st, const char *name)
 {
     static const char *const numeric[] = {"reported_at", "clock_offset",
-                                          "rdma_devices", "memlock"};
+                                          "rdma_devices", "memlock",
+                                          "rdma_active_ports"};
     redisReply *r = NULL;
     json_t *o;
     flps_err rc = rconn_cmd(st->rc, &r, "HGETALL flps:node:%s:facts", name);

@@ -88,6 +88,8 @@ static const jf job_fields[] = {
     JF("p_elapsed", JF_PROGRESS, p_elapsed, 0, JF_PROGRESS_OF, "elapsed"),
     JF("summary", JF_SUMMARY, summary, 0, JF_TOP, "summary"),
     JF("profile", JF_TEXT_OPT, profile, 0, JF_HIDDEN, NULL),
+    JF("transport", JF_STR, transport, 1, JF_TOP, "transport"),
+    JF("transport_used", JF_STR, transport_used, 0, JF_TOP, "transport_used"),
 };
 
 #define JOB_NFIELDS (sizeof(job_fields) / sizeof(job_fields[0]))

@@ -334,6 +334,8 @@ static flps_err job_of_spec(const jobspec *spec, const char *text, size_t len,
     j->servers = spec->servers;
     j->iterations = spec->iterations;
     j->time_limit = spec->time_limit;
+    snprintf(j->transport, sizeof(j->transport), "%s",
+             jobspec_transport_name(spec->transport));
     j->per_worker.mcpus = sched_res_mcpus(spec->cpus_per_worker);
     j->per_worker.memory = spec->memory_per_worker;
     j->per_worker.gpus = spec->gpus_per_worker;
@@ -465,7 +467,7 @@ flps_err sched_store_cancel(sched_store *st, const char *id, double now,
 }
 
 /* The fields of a task hash at placement, in the order written. */
-#define PLACE_TASK_FIELDS 9
+#define PLACE_TASK_FIELDS 10
 
 flps_err sched_store_place(sched_store *st, const char *leader_id,
                            const sched_job *job,
@@ -524,6 +526,10 @@ flps_err sched_store_place(sched_store *st, const char *leader_id,
             sched_cmd_addf(&tasks, "%llu", (unsigned long long)need->memory);
             sched_cmd_add(&tasks, "gpus");
             sched_cmd_addf(&tasks, "%llu", (unsigned long long)need->gpus);
+            /* "" for a job placed without a choice: flagent then passes
+             * no --transport and the processes read the job file. */
+            sched_cmd_add(&tasks, "transport");
+            sched_cmd_add(&tasks, job->transport_used);
             if (off < sizeof(msg))
                 off += (size_t)snprintf(
                     msg + off, sizeof(msg) - off, "%s %s-%u on %s",
@@ -533,6 +539,7 @@ flps_err sched_store_place(sched_store *st, const char *leader_id,
     if (sched_cmd_add_event(&c, now, "placed", msg) != FLPS_OK)
         c.oom = 1;
     sched_cmd_addf(&c, "%d", PLACE_TASK_FIELDS);
+    sched_cmd_add(&c, job->transport_used);
     for (int i = 0; i < tasks.argc; i++)
         sched_cmd_addb(&c, tasks.argv[i], tasks.len[i]);
     c.oom |= tasks.oom;

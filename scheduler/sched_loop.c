@@ -491,6 +491,65 @@ static void loop_plan(sched_loop *l, const sched_job *job, double now)
 
 /* ---- Placement ---- */
 
+/* The job file's transport: the job hash's field, or its spec for a hash
+ * written before the field existed. */
+static jobspec_transport job_transport(const sched_job *job)
+{
+    static const jobspec_transport all[] = {
+        JOBSPEC_TRANSPORT_ZMQ, JOBSPEC_TRANSPORT_RDMA, JOBSPEC_TRANSPORT_AUTO};
+    jobspec spec;
+
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (strcmp(job->transport, jobspec_transport_name(all[i])) == 0)
+            return all[i];
+    if (job->spec != NULL &&
+        jobspec_parse(job->spec, strlen(job->spec), &spec, NULL, 0) == FLPS_OK)
+        return spec.transport;
+    return JOBSPEC_TRANSPORT_ZMQ;
+}
+
+/* What a placed job's processes run, into job->transport_used, and the
+ * line that says why into why: rdma and zmq as asked; auto RDMA when every
+ * node the job was placed on reports an ACTIVE RDMA port, else ZeroMQ,
+ * naming a node without one. */
+static void choose_transport(sched_job *job, const sched_node *nodes,
+                             const sched_pdecision *d, char *why, size_t len)
+{
+    jobspec_transport t = job_transport(job);
+    const char *without = NULL;
+    size_t nwithout = 0;
+
+    why[0] = '\0';
+    if (t != JOBSPEC_TRANSPORT_AUTO) {
+        snprintf(job->transport_used, sizeof(job->transport_used), "%s",
+                 jobspec_transport_name(t));
+        return;
+    }
+    for (uint32_t k = 0; k < job->servers + job->workers; k++) {
+        uint32_t nd = k < job->servers ? d->server_node[k]
+                                       : d->worker_node[k - job->servers];
+
+        if (nodes[nd].rdma_ports == 0 &&
+            (without == NULL || strcmp(without, nodes[nd].name) != 0)) {
+            if (without == NULL)
+                without = nodes[nd].name;
+            nwithout++;
+        }
+    }
+    if (without == NULL) {
+        snprintf(job->transport_used, sizeof(job->transport_used), "rdma");
+        snprintf(why, len,
+                 "transport: auto: RDMA, because every node the job was "
+                 "placed on reports an ACTIVE RDMA port");
+    } else {
+        snprintf(job->transport_used, sizeof(job->transport_used), "zmq");
+        snprintf(why, len,
+                 "transport: auto: ZeroMQ, because node %s%s the job was "
+                 "placed on reports no ACTIVE RDMA port",
+                 without, nwithout > 1 ? " (and others)" : "");
+    }
+}
+
 typedef struct run_acc {
     char id[32];
     uint32_t attempt;
@@ -528,6 +587,7 @@ static flps_err loop_place(sched_loop *l, double now)
         pn[i].cap = nodes[i].cap;
         pn[i].used = nodes[i].used;
         pn[i].ready = nodes[i].alive && strcmp(nodes[i].state, "READY") == 0;
+        pn[i].rdma = nodes[i].rdma_ports > 0;
         for (size_t k = 0; k < nodes[i].ntasks; k++) {
             char id[32];
             uint32_t attempt = 0;
@@ -604,6 +664,7 @@ static flps_err loop_place(sched_loop *l, double now)
         pq[j].time_limit = queue[j].time_limit;
         pq[j].priority = queue[j].priority;
         pq[j].seq = queue[j].seq;
+        pq[j].need_rdma = job_transport(&queue[j]) == JOBSPEC_TRANSPORT_RDMA;
     }
     sched_place_order(pq, nq, order);
     for (size_t j = 0; j < nq; j++) {
@@ -619,12 +680,14 @@ static flps_err loop_place(sched_loop *l, double now)
     if (rc != FLPS_OK)
         goto out;
     for (size_t j = 0; j < nq; j++) {
-        const sched_job *job = &queue[order[j]];
+        sched_job *job = &queue[order[j]];
         const char **sn = NULL, **wn = NULL;
+        char twhy[256];
         int committed = 0;
 
         if (dec[j].how == SCHED_PLACE_NO)
             continue;
+        choose_transport(job, nodes, &dec[j], twhy, sizeof(twhy));
         sn = flps_calloc(job->servers + 1, sizeof(*sn));
         wn = flps_calloc(job->workers + 1, sizeof(*wn));
         if (sn == NULL || wn == NULL) {
@@ -647,6 +710,13 @@ static flps_err loop_place(sched_loop *l, double now)
                      "the next turn looks again",
                      job->id);
             continue;
+        }
+        if (twhy[0] != '\0') {
+            log_info("job %s: %s", job->id, twhy);
+            if (sched_store_event(l->st, job->id, now, "transport", twhy) !=
+                FLPS_OK)
+                log_warn("job %s: cannot record event: %s", job->id,
+                         sched_store_error(l->st));
         }
         atomic_fetch_add(&l->stats.placements, 1);
         if (l->stats.on_place != NULL)

@@ -67,6 +67,15 @@ static flps_err load_node(sched_store *st, const char *name, sched_node *nd)
         return sched_store_rerr(st, rc);
     nd->alive = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
     freeReplyObject(r);
+    /* What the agent last published of its RDMA ports; a node whose facts
+     * expired (its agent is gone) has none. */
+    rc = rconn_cmd(st->rc, &r, "HGET flps:node:%s:facts rdma_active_ports",
+                   name);
+    if (rc != FLPS_OK)
+        return sched_store_rerr(st, rc);
+    nd->rdma_ports = (uint32_t)sched_store_to_u64(
+        r->type == REDIS_REPLY_STRING ? r->str : NULL);
+    freeReplyObject(r);
     rc = rconn_cmd(st->rc, &r, "SMEMBERS flps:node:%s:tasks", name);
     if (rc != FLPS_OK)
         return sched_store_rerr(st, rc);

@@ -57,6 +57,12 @@ static void res_min(sched_res *r, const sched_res *o)
         r->gpus = o->gpus;
 }
 
+/* May job have a task on node n at all (RDMA jobs only where RDMA is)? */
+static int node_serves(const sched_pnode *n, const sched_pjob *job)
+{
+    return n->ready && (!job->need_rdma || n->rdma);
+}
+
 static sched_res node_free(const sched_pnode *n)
 {
     sched_res f = {0, 0, 0};
@@ -80,7 +86,8 @@ static int place_on(const sched_pnode *nodes, sched_res *free, size_t nnodes,
         size_t best = nnodes;
 
         for (size_t i = 0; i < nnodes; i++) {
-            if (!nodes[i].ready || !res_fits(&job->per_server, &scratch[i]))
+            if (!node_serves(&nodes[i], job) ||
+                !res_fits(&job->per_server, &scratch[i]))
                 continue;
             if (best == nnodes || nsrv[i] < nsrv[best] ||
                 (nsrv[i] == nsrv[best] &&
@@ -97,7 +104,8 @@ static int place_on(const sched_pnode *nodes, sched_res *free, size_t nnodes,
         size_t i;
 
         for (i = 0; i < nnodes; i++)
-            if (nodes[i].ready && res_fits(&job->per_worker, &scratch[i]))
+            if (node_serves(&nodes[i], job) &&
+                res_fits(&job->per_worker, &scratch[i]))
                 break;
         if (i == nnodes)
             return 0;
@@ -188,6 +196,7 @@ flps_err sched_place_fits_ever(const sched_pnode *nodes, size_t nnodes,
     for (size_t i = 0; i < nnodes; i++) {
         empty[i].cap = nodes[i].cap;
         empty[i].ready = 1;
+        empty[i].rdma = nodes[i].rdma;
         free[i] = nodes[i].cap;
     }
     *fits = place_on(empty, free, nnodes, job, t.srv, t.wrk, t.scratch, t.nsrv);
@@ -221,9 +230,27 @@ void sched_place_explain(const sched_pnode *nodes, size_t nnodes,
     sched_res max = {0, 0, 0}, total = {0, 0, 0}, need = {0, 0, 0};
     sched_res srv_need = {0, 0, 0};
     char a[32], b[32];
+    size_t nrdma = 0, nserve = nnodes;
 
+    for (size_t i = 0; i < nnodes; i++)
+        nrdma += nodes[i].rdma != 0;
+    if (job->need_rdma && nnodes > 0 && nrdma == 0) {
+        *field = "transport";
+        snprintf(msg, msglen,
+                 "transport: rdma: none of the %zu registered nodes reports "
+                 "an ACTIVE RDMA port (see flsubmit nodes and flsubmit "
+                 "doctor --job FILE); run it where the nodes have RDMA NICs, "
+                 "or set transport: zmq or auto",
+                 nnodes);
+        return;
+    }
+    if (job->need_rdma)
+        nserve = nrdma;
     for (size_t i = 0; i < nnodes; i++) {
         const sched_res *c = &nodes[i].cap;
+
+        if (job->need_rdma && !nodes[i].rdma)
+            continue;
 
         if (c->mcpus > max.mcpus)
             max.mcpus = c->mcpus;
@@ -288,11 +315,12 @@ void sched_place_explain(const sched_pnode *nodes, size_t nnodes,
     format_size(total.memory, b, sizeof(b));
     snprintf(msg, msglen,
              "%u servers and %u workers need %.3f CPUs, %s of memory and "
-             "%llu GPUs in all, which the %zu registered nodes (%.3f CPUs, "
+             "%llu GPUs in all, which the %zu registered nodes%s (%.3f CPUs, "
              "%s, %llu GPUs together) can never hold",
              job->servers, job->workers, (double)need.mcpus / 1000, a,
-             (unsigned long long)need.gpus, nnodes, (double)total.mcpus / 1000,
-             b, (unsigned long long)total.gpus);
+             (unsigned long long)need.gpus, nserve,
+             job->need_rdma ? " with an ACTIVE RDMA port" : "",
+             (double)total.mcpus / 1000, b, (unsigned long long)total.gpus);
 }
 
 /* Insertion sort: queues are short and the order must be stable. */

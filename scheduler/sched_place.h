@@ -31,6 +31,7 @@ typedef struct sched_pnode {
                        after a node re-registers smaller: then nothing is
                        free) */
     int ready;      /* 0 (LOST): nothing new is placed there */
+    int rdma;       /* its flagent reports an ACTIVE RDMA port */
 } sched_pnode;
 
 /* What a job needs. */
@@ -42,6 +43,7 @@ typedef struct sched_pjob {
     double time_limit; /* seconds; 0 = no limit */
     uint32_t priority; /* for sched_place_order: higher first */
     uint64_t seq;      /* for sched_place_order: submission order */
+    int need_rdma;     /* transport: rdma: only nodes with rdma set */
 } sched_pjob;
 
 /* Queue order: order[n] gets the indices of jobs[n] by priority (highest
@@ -80,7 +82,8 @@ typedef struct sched_preserve {
 } sched_preserve;
 
 /* Place one job on free (nnodes entries, what each node has free; nodes
- * with ready == 0 are skipped): servers spread (each to the ready node
+ * with ready == 0 are skipped, and so are nodes without rdma for a job
+ * with need_rdma): servers spread (each to the ready node
  * with room holding the fewest servers of this job, ties by most free
  * CPUs, then name order), then workers packed (first node in name order
  * with room). All or nothing: on *placed = 1 the node indices are in
@@ -100,9 +103,11 @@ flps_err sched_place_fits_ever(const sched_pnode *nodes, size_t nnodes,
 
 /* For a job that does not fit ever: the job file key to blame and a
  * one-line message saying what the nodes offer (into msg, cut to msglen).
- * *field is a static string: "cpus_per_worker", "memory_per_server", ...
- * when one task is bigger than every node, else "workers" (or "servers"
- * when the servers alone do not fit). */
+ * *field is a static string: "transport" for a need_rdma job when no node
+ * has rdma, else (counting only the nodes with rdma for such a job)
+ * "cpus_per_worker", "memory_per_server", ... when one task is bigger than
+ * every node, else "workers" (or "servers" when the servers alone do not
+ * fit). */
 void sched_place_explain(const sched_pnode *nodes, size_t nnodes,
                          const sched_pjob *job, const char **field, char *msg,
                          size_t msglen);

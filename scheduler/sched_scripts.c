@@ -72,7 +72,7 @@ static const char place_lua[] = LUA_PRELUDE
     "end\n"
     "if not job_is(KEYS[2], 'QUEUED', ARGV[4]) then return 0 end\n"
     "local nf = tonumber(ARGV[8])\n"
-    "local i = 9\n"
+    "local i = 10\n"
     "while i + 1 + 2 * nf <= #ARGV do\n"
     "  local key, node = ARGV[i], ARGV[i + 1]\n"
     "  redis.call('DEL', key)\n"
@@ -81,7 +81,8 @@ static const char place_lua[] = LUA_PRELUDE
     "  redis.call('SADD', KEYS[3], key)\n"
     "  i = i + 2 + 2 * nf\n"
     "end\n"
-    "redis.call('HSET', KEYS[2], 'state', 'RUNNING', 'started_at', ARGV[5])\n"
+    "redis.call('HSET', KEYS[2], 'state', 'RUNNING', 'started_at', ARGV[5],\n"
+    "           'transport_used', ARGV[9])\n"
     "redis.call('ZREM', KEYS[4], ARGV[3])\n"
     "event(KEYS[2], KEYS[5], ARGV[6], ARGV[7])\n"
     "return 1\n";

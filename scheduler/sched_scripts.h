@@ -16,8 +16,8 @@ typedef enum {
     SCHED_SCRIPT_SUBMIT,
     /* KEYS leader, job, job tasks, queue, events; ARGV check the leader
      * (0/1), leader id, job id, attempt, now, event JSON, cap, fields per
-     * task, then per task its key, node and field/value pairs. Returns 1
-     * when placed. */
+     * task, the transport chosen (job's transport_used), then per task its
+     * key, node and field/value pairs. Returns 1 when placed. */
     SCHED_SCRIPT_PLACE,
     /* KEYS job, job tasks, events; ARGV attempt, now, summary, event JSON,
      * cap. Returns 1 when the RUNNING attempt succeeded. */

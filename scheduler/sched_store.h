@@ -82,7 +82,11 @@ typedef struct sched_job {
     char *spec;        /* job file text; owned */
     char *summary;     /* JSON text or NULL; owned */
     char *profile;     /* rank 0's profile event (JSON text) or NULL; owned */
-    sched_task *tasks; /* current attempt's, by key; owned */
+    char transport[8]; /* the job file's transport: zmq, rdma or auto ("" in
+                          a hash written before the field existed) */
+    char transport_used[8]; /* what the placement chose: zmq or rdma; ""
+                               until placed */
+    sched_task *tasks;      /* current attempt's, by key; owned */
     size_t ntasks;
 } sched_job;
 
@@ -105,6 +109,7 @@ typedef struct sched_node {
     char **tasks; /* task keys; owned */
     sched_res *task_need;
     size_t ntasks;
+    uint32_t rdma_ports; /* ACTIVE RDMA ports its agent reports (facts) */
 } sched_node;
 
 void sched_nodes_free(sched_node *nodes, size_t n);
@@ -197,7 +202,10 @@ flps_err sched_store_plan_put(sched_store *st, const char *leader_id,
  * the queue, a "placed" event, in one script that first checks the job
  * (QUEUED at job->attempt) and flps:leader (which must hold leader_id;
  * NULL: no check). server_nodes
- * and worker_nodes name the node of each task. *committed = 0 when the job
+ * and worker_nodes name the node of each task; job->transport_used, when
+ * set, is written to the job hash and every task hash as the transport its
+ * processes run (flagent passes it as --transport). *committed = 0 when the
+ * job
  * changed meanwhile (cancelled) or this scheduler is no longer the leader:
  * nothing was written. */
 flps_err sched_store_place(sched_store *st, const char *leader_id,

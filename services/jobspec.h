@@ -54,6 +54,8 @@ typedef enum {
 typedef enum {
     JOBSPEC_TRANSPORT_ZMQ = 0,
     JOBSPEC_TRANSPORT_RDMA,
+    JOBSPEC_TRANSPORT_AUTO, /* RDMA where every node of the job has an
+                               ACTIVE port, ZeroMQ otherwise */
 } jobspec_transport;
 
 /* Room for command's (and env's) words: bytes, NULs included, and words. */
@@ -86,6 +88,9 @@ typedef enum {
     X(FLPS_MODE, "`mode`")                                                     \
     X(FLPS_EVAL_EVERY, "`eval_every`")                                         \
     X(FLPS_PART_SIZE, "`part_size`")                                           \
+    X(FLPS_TRANSPORT, "the data plane the shards run, zmq or rdma "            \
+                      "(`transport`, with auto decided by flsched or flrun); " \
+                      "libflps's flps_client_create follows it")               \
     X(FLPS_DEADLINE_MS, "how long one wait on the shards may take before "     \
                         "the client gives up (120000 ms), so a job whose "     \
                         "peers never connect fails instead of hanging")        \

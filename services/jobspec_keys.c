@@ -108,7 +108,8 @@ static const char *const jp_datasets[] = {"fashion-mnist", "synthetic"};
 static const char *const jp_partitions[] = {"iid", "dirichlet"};
 static const char *const jp_modes[] = {"ssgd", "async", "ssp", "fedavg"};
 static const char *const jp_schedules[] = {"constant", "cosine"};
-static const char *const jp_transports[] = {"zmq", "rdma"};
+/* By jobspec_transport value, which is also proto's transport_kind. */
+static const char *const jp_transports[] = {"zmq", "rdma", "auto"};
 /* By jobspec_comp value, which is also the order of proto's codec ids. */
 static const char *const jp_codecs[] = {
     "dense", "topk", "gtopk", "randk", "dgc", "qsgd", "fp16", "auto", "sign"};

@@ -168,6 +168,9 @@ flps_err workerenv_build(const jobspec *spec, const workerenv *w,
              (unsigned long long)(w->deadline_ms ? w->deadline_ms
                                                  : WE_DEFAULT_DEADLINE_MS));
     we_add(&l, "FLPS_DEADLINE_MS", num);
+    we_add(&l, "FLPS_TRANSPORT",
+           w->transport != NULL ? w->transport
+                                : jobspec_transport_name(spec->transport));
 
     /* libflps: the launcher's own build (or install) first, so the
      * program talks to the shards with the same library version. */

@@ -19,6 +19,8 @@ typedef struct workerenv {
                               libflps.so in a build or an install; NULL =
                               do not look */
     uint64_t deadline_ms;  /* FLPS_DEADLINE_MS; 0 = 120000 */
+    const char *transport; /* FLPS_TRANSPORT: what the launcher chose for
+                              the shards; NULL = the job file's transport */
 } workerenv;
 
 /* Build the environment of one worker: base (the launcher's environ)

@@ -24,6 +24,7 @@
 #include "proto/msg.h"
 #include "proto/partmap.h"
 #include "proto/transport.h"
+#include "proto/transport_select.h"
 
 typedef enum {
     CREQ_NONE = 0,
@@ -821,16 +822,51 @@ static int config_is_valid(const flps_client_config *cfg)
 
 flps_err flps_client_create(const flps_client_config *cfg, flps_client **out)
 {
+    return flps_client_create_with(cfg, NULL, out);
+}
+
+/* The largest message this client sends one shard: every element of the
+ * model as an index/value pair, and room for the header. It sizes the
+ * RDMA transport's registered buffers. */
+static size_t largest_message(const flps_client_config *cfg)
+{
+    size_t n = 0;
+
+    for (uint32_t i = 0; i < cfg->ntensors; i++)
+        n += cfg->tensors[i].numel;
+    return n * 8 + 65536;
+}
+
+flps_err flps_client_create_with(const flps_client_config *cfg,
+                                 const char *transport_name, flps_client **out)
+{
+    transport_select sel = {.kind = TRANSPORT_KIND_ZMQ};
+    const char *name = transport_name;
     transport *t = NULL;
+    char why[1024];
     flps_err rc;
 
     /* Checked before the ZeroMQ context exists, so a bad configuration
      * costs nothing and is always FLPS_EINVAL. */
     if (out == NULL || !config_is_valid(cfg))
         return FLPS_EINVAL;
-    rc = transport_zmq_create(&t);
-    if (rc != FLPS_OK)
+    if (name == NULL)
+        name = getenv("FLPS_TRANSPORT");
+    if (name != NULL && name[0] != '\0' &&
+        !transport_kind_parse(name, &sel.kind)) {
+        log_error("transport: '%.64s'%s is not a transport; use zmq, rdma or "
+                  "auto",
+                  name, transport_name == NULL ? " (from FLPS_TRANSPORT)" : "");
+        return FLPS_EINVAL;
+    }
+    sel.max_message_bytes = largest_message(cfg);
+    rc = transport_create_for(&sel, &t, NULL, why, sizeof(why));
+    if (rc != FLPS_OK) {
+        log_error("%s", why); /* the caller has no client to ask */
         return rc;
+    }
+    if (why[0] != '\0')
+        log_info("%s", why);
     rc = flps_client_create_on(cfg, t, out);
     if (rc != FLPS_OK)
         transport_destroy(t);

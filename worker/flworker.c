@@ -20,6 +20,7 @@
 #include "common/numparse.h"
 #include "common/rng.h"
 #include "flps.h"
+#include "proto/transport_select.h"
 #include "services/jobspec.h"
 #include "worker/dataset.h"
 #include "worker/fedavg_loop.h"
@@ -387,7 +388,11 @@ static void usage(FILE *f)
                "  [--metrics HOST:PORT]  serve Prometheus /metrics and "
                "/healthz (port 0: a\n"
                "                 free one); prints 'metrics on HOST:PORT' "
-               "on stdout\n");
+               "on stdout\n"
+               "  [--transport zmq|rdma|auto]  the data plane, instead of the "
+               "job file's\n"
+               "                 transport: (flsched passes what it chose "
+               "for auto)\n");
 }
 
 int main(int argc, char **argv)
@@ -399,10 +404,14 @@ int main(int argc, char **argv)
         {"job-id", required_argument, NULL, 'i'},
         {"plan", required_argument, NULL, 'p'},
         {"metrics", required_argument, NULL, 'm'},
+        {"transport", required_argument, NULL, 'X'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *job_file = NULL, *job_id = NULL, *metrics_ep = NULL;
+    const char *transport_arg = NULL;
+    transport_select tsel = {.kind = TRANSPORT_KIND_ZMQ};
+    char twhy[1024];
     flw_metrics *fm = NULL;
     char mbound[128];
     const char *servers[FLW_MAX_SERVERS];
@@ -467,6 +476,16 @@ int main(int argc, char **argv)
         case 'm':
             metrics_ep = optarg;
             break;
+        case 'X':
+            if (!transport_kind_parse(optarg, &tsel.kind)) {
+                fprintf(stderr,
+                        "flworker: --transport: '%s' is not a transport; "
+                        "use zmq, rdma or auto\n",
+                        optarg);
+                return 2;
+            }
+            transport_arg = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -522,9 +541,16 @@ int main(int argc, char **argv)
      * plan to follow, and that is not worth a warning. */
     if (!is_auto)
         pw.path = NULL;
-    if (spec.transport != JOBSPEC_TRANSPORT_ZMQ) {
-        log_error("transport: rdma needs an RDMA device and a build with "
-                  "libibverbs; this build has zmq only");
+    /* The job file's transport: (jobspec_transport and transport_kind
+     * share their names), unless --transport says what flsched chose. */
+    if (transport_arg == NULL)
+        transport_kind_parse(jobspec_transport_name(spec.transport),
+                             &tsel.kind);
+    /* rdma that cannot run here stops before the data set is loaded; auto
+     * decides in the client, which logs what it chose. */
+    if (tsel.kind == TRANSPORT_KIND_RDMA &&
+        transport_resolve(&tsel, NULL, twhy, sizeof(twhy)) != FLPS_OK) {
+        log_error("%s", twhy);
         return 2;
     }
     jobspec_comp_format(&spec, comp, sizeof(comp));
@@ -645,7 +671,7 @@ int main(int argc, char **argv)
         cc.lr_cosine = 0;
         cc.iterations = spec.rounds;
     }
-    rc = flps_client_create(&cc, &client);
+    rc = flps_client_create_with(&cc, transport_kind_name(tsel.kind), &client);
     if (rc != FLPS_OK) {
         log_error("cannot join the parameter servers: %s", flps_strerror(rc));
         goto out;

@@ -134,10 +134,11 @@ Test(submit_doctor, nodes_with_the_same_problem_are_named_together)
     snprintf(b, sizeof(b), bare, "n2");
     snprintf(nodes, sizeof(nodes), "%s, %s", a, b);
     out = report(info_with(nodes), &job, &failed, names);
-    cr_assert(strstr(out, "FAIL  rdma       no RDMA device "
-                          "(/sys/class/infiniband is empty) on n1, n2; run "
-                          "the job on nodes with RDMA NICs, or use "
-                          "transport: zmq\n") != NULL,
+    cr_assert(strstr(out,
+                     "FAIL  rdma       no RDMA device "
+                     "(/sys/class/infiniband is empty) on n1, n2; run "
+                     "the job on nodes with RDMA NICs (check with "
+                     "ibv_devinfo), or use transport: zmq or auto\n") != NULL,
               "the cause and the fix once:\n%s", out);
     flps_free(out);
 }
@@ -161,8 +162,13 @@ Test(submit_doctor, an_rdma_job_needs_a_device_and_a_memlock_limit)
     cr_assert(strstr(out,
                      "FAIL  rdma       no RDMA device "
                      "(/sys/class/infiniband is empty) on n1; flagent "
-                     "may lock only 8 MiB of memory (RLIMIT_MEMLOCK; "
-                     "RDMA needs at least 64 MiB) on n2; run the job") != NULL,
+                     "may lock only 8 MiB (8388608 bytes) of memory "
+                     "(RLIMIT_MEMLOCK; RDMA needs at least 64 MiB (67108864 "
+                     "bytes)) on n2; run the job") != NULL,
+              "%s", out);
+    cr_assert(strstr(out, "ulimit -l unlimited") != NULL, "%s", out);
+    cr_assert(strstr(out, "IPC_LOCK for its container (Helm: "
+                          "agent.rdma.enabled=true)") != NULL,
               "%s", out);
     cr_assert(strstr(out, "OK    dataset    not needed: the job uses the "
                           "synthetic dataset") != NULL,
@@ -196,4 +202,70 @@ Test(submit_doctor, json_gives_every_check_as_an_object)
         submit_doctor_report(info, URL, &job, 0, &out, &failed, NULL, 0),
         FLPS_EINVAL);
     json_decref(info);
+}
+
+/* A node as an agent with the port facts publishes it. */
+static const char rdma_node_fmt[] =
+    "{\"name\": \"%s\", \"state\": \"READY\", \"alive\": true, \"facts\": "
+    "{\"clock_offset\": 0, \"rdma_devices\": %d, \"rdma_active_ports\": %d, "
+    "\"rdma_ports\": \"%s\", \"rdma_detail\": \"%s\", \"memlock\": %s}}";
+
+Test(submit_doctor, names_the_active_ports_and_memlock_of_each_fit_node)
+{
+    submit_doctor_job job = {.given = 1, .rdma = 1, .synthetic = 1};
+    char names[256], a[512], b[512], nodes[1100];
+    int failed = -1;
+    char *out;
+
+    snprintf(a, sizeof(a), rdma_node_fmt, "n1", 1, 1, "mlx5_0:1",
+             "mlx5_0 port 1 ACTIVE InfiniBand 1 GID", "-1");
+    snprintf(b, sizeof(b), rdma_node_fmt, "n2", 2, 2, "mlx5_0:1,mlx5_1:1", "",
+             "134217728");
+    snprintf(nodes, sizeof(nodes), "%s, %s", a, b);
+    out = report(info_with(nodes), &job, &failed, names);
+    cr_assert_eq(failed, 0, "%s", out);
+    cr_assert(strstr(out, "OK    rdma       an ACTIVE RDMA port and memlock "
+                          "limit fit on n1 (mlx5_0:1, memlock unlimited), n2 "
+                          "(mlx5_0:1,mlx5_1:1, memlock 128 MiB (134217728 "
+                          "bytes))\n") != NULL,
+              "%s", out);
+    flps_free(out);
+}
+
+Test(submit_doctor, a_device_whose_ports_are_all_down_names_them)
+{
+    submit_doctor_job job = {.given = 1, .rdma = 1, .synthetic = 1};
+    char names[256], a[512];
+    int failed = -1;
+    char *out;
+
+    snprintf(a, sizeof(a), rdma_node_fmt, "n1", 1, 0, "",
+             "mlx5_0 port 1 DOWN InfiniBand 0 GIDs", "-1");
+    out = report(info_with(a), &job, &failed, names);
+    cr_assert_eq(failed, 1, "%s", out);
+    cr_assert(strstr(out, "FAIL  rdma       no RDMA port is ACTIVE (mlx5_0 "
+                          "port 1 DOWN InfiniBand 0 GIDs) on n1; check the "
+                          "cable and the subnet manager (ibstat, "
+                          "ibv_devinfo)") != NULL,
+              "%s", out);
+    flps_free(out);
+}
+
+Test(submit_doctor, an_auto_job_is_told_where_it_would_run_rdma)
+{
+    submit_doctor_job job = {.given = 1, .rdma_auto = 1, .synthetic = 1};
+    char names[256], a[512], b[512], nodes[1100];
+    int failed = -1;
+    char *out;
+
+    snprintf(a, sizeof(a), rdma_node_fmt, "n1", 0, 0, "", "", "65536");
+    snprintf(b, sizeof(b), rdma_node_fmt, "n2", 1, 1, "mlx5_0:1", "", "-1");
+    snprintf(nodes, sizeof(nodes), "%s, %s", a, b);
+    out = report(info_with(nodes), &job, &failed, names);
+    cr_assert_eq(failed, 0, "auto runs anywhere: %s", out);
+    cr_assert(strstr(out, "OK    rdma       transport: auto: RDMA on n2 "
+                          "(mlx5_0:1, memlock unlimited); ZeroMQ for a job "
+                          "placed on n1\n") != NULL,
+              "%s", out);
+    flps_free(out);
 }

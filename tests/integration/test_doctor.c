@@ -224,8 +224,9 @@ Test(doctor, names_the_missing_rdma_device_for_a_job_that_asks_for_it)
     cr_assert_neq(r.status, 0, "doctor passed:\n%s", r.out);
     cr_assert(strstr(r.out, "FAIL  rdma       no RDMA device "
                             "(/sys/class/infiniband is empty) on n1, n2; "
-                            "run the job on nodes with RDMA NICs, or use "
-                            "transport: zmq") != NULL,
+                            "run the job on nodes with RDMA NICs (check "
+                            "with ibv_devinfo), or use transport: zmq or "
+                            "auto") != NULL,
               "%s", r.out);
     cr_assert(strstr(r.err, "doctor: 1 check failed: rdma") != NULL, "%s",
               r.err);

@@ -1421,3 +1421,79 @@ Test(agent, runs_a_command_jobs_program_and_reports_its_last_error_line,
     free(env);
     fx_fini(&fx);
 }
+
+/* ---- RDMA: the facts and the transport flsched chose ---- */
+
+Test(agent, publishes_its_rdma_ports_and_passes_the_chosen_transport,
+     .timeout = 60)
+{
+    char sys[128], path[256], buf[512], w0[64], s0[64];
+    FILE *f;
+    redisReply *r = NULL;
+    const char *dirs[] = {"/class",
+                          "/class/infiniband",
+                          "/class/infiniband/mlx5_0",
+                          "/class/infiniband/mlx5_0/ports",
+                          "/class/infiniband/mlx5_0/ports/1",
+                          "/class/infiniband/mlx5_0/ports/1/gids"};
+
+    fx_init(&fx, 1);
+    /* A node with one ACTIVE InfiniBand port, as sysfs shows it. */
+    snprintf(sys, sizeof(sys), "%s/sys", fx.dir);
+    cr_assert_eq(mkdir(sys, 0755), 0);
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+        snprintf(path, sizeof(path), "%s%s", sys, dirs[i]);
+        cr_assert_eq(mkdir(path, 0755), 0, "%s", path);
+    }
+    snprintf(path, sizeof(path), "%s%s/state", sys, dirs[4]);
+    f = fopen(path, "w");
+    fputs("4: ACTIVE\n", f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s%s/link_layer", sys, dirs[4]);
+    f = fopen(path, "w");
+    fputs("InfiniBand\n", f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s%s/0", sys, dirs[5]);
+    f = fopen(path, "w");
+    fputs("fe80:0000:0000:0000:0202:c9ff:fe00:0001\n", f);
+    fclose(f);
+    cr_assert_eq(setenv("FLPS_SYSFS_ROOT", sys, 1), 0); /* the agent's too */
+
+    /* Stand-ins that say their command lines. */
+    plan_bins(&fx);
+    snprintf(path, sizeof(path), "%s/flps", fx.bin_dir);
+    f = fopen(path, "w");
+    fputs("#!/bin/sh\necho \"args: $*\" >&2\n"
+          "echo 'listening on tcp://127.0.0.1:9'\nexec sleep 1000\n",
+          f);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0755), 0);
+
+    /* flsched chose rdma for j9: every task hash says so. */
+    place_job(&fx, "j9", quick_job, 1, 2);
+    task_key(w0, sizeof(w0), "j9", "worker-0");
+    task_key(s0, sizeof(s0), "j9", "server-0");
+    must(&fx, rconn_cmd(fx.rc, &r, "HSET %s transport rdma", s0), &r);
+    must(&fx, rconn_cmd(fx.rc, &r, "HSET %s transport rdma", w0), &r);
+    task_key(w0, sizeof(w0), "j9", "worker-1");
+    must(&fx, rconn_cmd(fx.rc, &r, "HSET %s transport rdma", w0), &r);
+    agent_start(&fx, "1");
+    unsetenv("FLPS_SYSFS_ROOT");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    CHECK(&fx, agent_registered(&fx), "the node did not register");
+    cr_assert(hget_is(&fx, "flps:node:n1:facts", "rdma_devices", "1"));
+    cr_assert(hget_is(&fx, "flps:node:n1:facts", "rdma_active_ports", "1"));
+    cr_assert(hget_is(&fx, "flps:node:n1:facts", "rdma_ports", "mlx5_0:1"));
+    cr_assert(hget(&fx, "flps:node:n1:facts", "rdma_detail", buf, sizeof(buf)));
+    cr_assert_str_eq(buf, "mlx5_0 port 1 ACTIVE InfiniBand 1 GID");
+
+    WAIT_UNTIL(logs_have(&fx, "j9", "server-0", "--transport rdma") &&
+                   logs_have(&fx, "j9", "worker-1", "--transport rdma"),
+               15);
+    CHECK(&fx, logs_have(&fx, "j9", "server-0", "--transport rdma"),
+          "the shard was not told the transport");
+    CHECK(&fx, logs_have(&fx, "j9", "worker-0", "--transport rdma"),
+          "worker-0 was not told the transport");
+    CHECK(&fx, logs_have(&fx, "j9", "worker-1", "--transport rdma"),
+          "worker-1 was not told the transport");
+}

@@ -309,10 +309,11 @@ static const char job_a[] = "name: a\nmodel: mlp\nworkers: 2\n";
 Test(sched_daemon, submits_lists_gets_and_cancels_with_the_documented_json)
 {
     static const char *const keys[] = {
-        "id",         "name",        "state",   "priority",   "submitted_at",
-        "started_at", "finished_at", "attempt", "restarts",   "max_restarts",
-        "reason",     "workers",     "servers", "iterations", "time_limit",
-        "resources",  "tasks",       NULL};
+        "id",           "name",         "state",          "priority",
+        "submitted_at", "started_at",   "finished_at",    "attempt",
+        "restarts",     "max_restarts", "reason",         "workers",
+        "servers",      "iterations",   "time_limit",     "resources",
+        "tasks",        "transport",    "transport_used", NULL};
     json_t *j = NULL, *l = NULL;
     size_t nkeys = 0;
 
@@ -403,6 +404,14 @@ Test(sched_daemon, refuses_bad_job_files_naming_the_field_and_writes_nothing)
     expect_refusal("name: a\nmodel: mlp\nworkers: 8\n", 422, "workers", 0);
     expect_refusal("name: a\nmodel: mlp\ngpus_per_worker: 1\n", 422,
                    "gpus_per_worker", 0);
+    /* n1's agent reports no RDMA port: an rdma job could never run. */
+    expect_refusal("name: a\nmodel: mlp\ntransport: rdma\n", 422, "transport",
+                   0);
+    cr_assert_eq(post("name: a\nmodel: mlp\ntransport: rdma\n", &j), 422);
+    cr_assert(strstr(str(j, "error"), "none of the 1 registered nodes reports "
+                                      "an ACTIVE RDMA port") != NULL,
+              "%s", str(j, "error"));
+    json_decref(j);
     memset(big, '#', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
     cr_assert_eq(post(big, NULL), 413);
@@ -410,6 +419,10 @@ Test(sched_daemon, refuses_bad_job_files_naming_the_field_and_writes_nothing)
                      "a refused job leaves Redis as it was");
     cr_assert_eq(post("name: ok\nmodel: mlp\ncompression: auto\n", &j), 201,
                  "compression: auto is accepted");
+    json_decref(j);
+    cr_assert_eq(post("name: ok\nmodel: mlp\ntransport: auto\n", &j), 201,
+                 "transport: auto runs anywhere, on ZeroMQ without RDMA");
+    cr_assert_str_eq(str(j, "transport"), "auto");
     json_decref(j);
 }
 

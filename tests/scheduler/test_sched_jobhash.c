@@ -66,6 +66,7 @@ static sched_job sample(void)
     j.per_worker = (sched_res){1500, 2ULL << 30, 1};
     j.per_server = (sched_res){1000, 512ULL << 20, 0};
     j.spec = "name: two\n";
+    strcpy(j.transport, "auto");
     return j;
 }
 
@@ -79,7 +80,8 @@ Test(sched_jobhash, a_submit_writes_the_documented_fields_in_order)
                      "id name state priority seq submitted_at attempt "
                      "restarts max_restarts reason spec workers servers "
                      "iterations time_limit cpus_per_worker memory_per_worker "
-                     "gpus_per_worker cpus_per_server memory_per_server");
+                     "gpus_per_worker cpus_per_server memory_per_server "
+                     "transport");
     cr_assert_not_null(strstr(p.resp, "$15\r\ncpus_per_worker\r\n$3\r\n1.5"));
     cr_assert_not_null(strstr(p.resp, "submitted_at\r\n$7\r\n1000.25"));
     cr_assert_not_null(strstr(p.resp, "state\r\n$6\r\nQUEUED"));
@@ -109,6 +111,8 @@ Test(sched_jobhash, reads_back_what_it_wrote_and_the_reported_progress)
     cr_assert_eq(back.per_worker.memory, 2ULL << 30);
     cr_assert_eq(back.per_server.memory, 512ULL << 20);
     cr_assert_str_eq(back.spec, "name: two\n");
+    cr_assert_str_eq(back.transport, "auto");
+    cr_assert_str_eq(back.transport_used, "", "chosen only at placement");
     cr_assert_null(back.summary);
     cr_assert(back.have_progress);
     cr_assert_eq(back.p_mask, (1u << 1) | (1u << 5), "loss and elapsed");
@@ -152,7 +156,8 @@ Test(sched_jobhash, shows_the_api_fields_in_order_with_their_groups)
         "\"workers\":2,\"servers\":1,\"iterations\":500,\"time_limit\":60,"
         "\"resources\":{\"cpus_per_worker\":1.5,\"memory_per_worker\":"
         "2147483648,\"gpus_per_worker\":1,\"cpus_per_server\":1,"
-        "\"memory_per_server\":536870912},\"progress\":{\"iteration\":700}}",
+        "\"memory_per_server\":536870912},\"progress\":{\"iteration\":700},"
+        "\"transport\":\"auto\",\"transport_used\":\"\"}",
         "the summary shows only once SUCCEEDED");
     free(text);
     json_decref(o);

@@ -404,3 +404,108 @@ Test(sched_loop, a_new_leader_finds_exits_whose_report_was_lost)
     step();
     cr_assert_str_eq(state_of("j1"), "SUCCEEDED");
 }
+
+/* ---- transport: rdma | auto ---- */
+
+/* What flagent publishes of a node's RDMA ports (scheduler/agent_facts.c). */
+static void give_rdma(const char *name, const char *ports)
+{
+    redisReply *r = NULL;
+
+    cr_assert_eq(rconn_cmd(rc, &r,
+                           "HSET flps:node:%s:facts rdma_active_ports %s "
+                           "rdma_ports mlx5_0:1",
+                           name, ports),
+                 FLPS_OK);
+    freeReplyObject(r);
+}
+
+/* The events of job id, one JSON text per line. */
+static char *events_of(const char *id)
+{
+    redisReply *r = NULL;
+    static char out[16384];
+    size_t off = 0;
+
+    cr_assert_eq(rconn_cmd(rc, &r, "LRANGE flps:job:%s:events 0 -1", id),
+                 FLPS_OK);
+    out[0] = '\0';
+    for (size_t i = 0; i < r->elements; i++)
+        off += (size_t)snprintf(out + off, sizeof(out) - off, "%s\n",
+                                r->element[i]->str);
+    freeReplyObject(r);
+    return out;
+}
+
+Test(sched_loop, places_an_rdma_job_only_on_the_node_with_an_active_port)
+{
+    add_node("n1", 8, 30000); /* first in name order, most room, no RDMA */
+    add_node("n2", 4, 30000);
+    give_rdma("n2", "1");
+    give_rdma("n1", "0");
+    submit("name: r\nmodel: mlp\nworkers: 2\ntransport: rdma\n");
+    submit("name: z\nmodel: mlp\nworkers: 1\n");
+    step();
+    cr_assert_str_eq(state_of("j1"), "RUNNING");
+    cr_assert_str_eq(members("flps:node:n2:tasks"),
+                     "flps:task:j1:0:server-0 flps:task:j1:0:worker-0 "
+                     "flps:task:j1:0:worker-1");
+    cr_assert_str_eq(members("flps:node:n1:tasks"),
+                     "flps:task:j2:0:server-0 flps:task:j2:0:worker-0",
+                     "the ZeroMQ job may go anywhere");
+    cr_assert_str_eq(S("HGET flps:job:%s transport_used", "j1", NULL), "rdma");
+    cr_assert_str_eq(S("HGET flps:task:j1:0:worker-1 transport", NULL, NULL),
+                     "rdma", "flagent passes it to the processes");
+    cr_assert_str_eq(S("HGET flps:job:%s transport_used", "j2", NULL), "zmq");
+}
+
+Test(sched_loop, an_rdma_job_waits_while_the_rdma_nodes_are_full)
+{
+    add_node("n1", 8, 30000);
+    add_node("n2", 2, 30000);
+    give_rdma("n2", "1");
+    submit("name: r\nmodel: mlp\nworkers: 2\ntransport: rdma\n");
+    step();
+    cr_assert_str_eq(state_of("j1"), "QUEUED",
+                     "3 CPUs do not fit the 2-CPU RDMA node, n1 has none");
+    cr_assert_str_eq(members("flps:node:n1:tasks"), "");
+}
+
+Test(sched_loop, auto_takes_rdma_when_every_node_of_the_job_has_it)
+{
+    add_node("n1", 3, 30000);
+    add_node("n2", 3, 30000);
+    give_rdma("n1", "1");
+    give_rdma("n2", "2");
+    submit("name: a\nmodel: mlp\nservers: 2\nworkers: 4\ntransport: auto\n");
+    step();
+    cr_assert_str_eq(state_of("j1"), "RUNNING");
+    cr_assert_str_eq(S("HGET flps:job:%s transport_used", "j1", NULL), "rdma");
+    cr_assert_str_eq(S("HGET flps:job:%s transport", "j1", NULL), "auto",
+                     "the job file's word stays for a restart to decide again");
+    cr_assert_str_eq(S("HGET flps:task:j1:0:server-1 transport", NULL, NULL),
+                     "rdma");
+    cr_assert(strstr(events_of("j1"),
+                     "\"type\":\"transport\",\"message\":\"transport: auto: "
+                     "RDMA, because every node the job was placed on reports "
+                     "an ACTIVE RDMA port\"") != NULL,
+              "%s", events_of("j1"));
+}
+
+Test(sched_loop, auto_falls_back_to_zeromq_naming_a_node_without_rdma)
+{
+    add_node("n1", 3, 30000);
+    add_node("n2", 3, 30000);
+    give_rdma("n1", "1"); /* n2 publishes nothing: no RDMA */
+    submit("name: a\nmodel: mlp\nservers: 2\nworkers: 4\ntransport: auto\n");
+    step();
+    cr_assert_str_eq(state_of("j1"), "RUNNING",
+                     "auto is placed as a ZeroMQ job is");
+    cr_assert_str_eq(S("HGET flps:job:%s transport_used", "j1", NULL), "zmq");
+    cr_assert_str_eq(S("HGET flps:task:j1:0:worker-0 transport", NULL, NULL),
+                     "zmq");
+    cr_assert(strstr(events_of("j1"),
+                     "transport: auto: ZeroMQ, because node n2 the job was "
+                     "placed on reports no ACTIVE RDMA port") != NULL,
+              "%s", events_of("j1"));
+}

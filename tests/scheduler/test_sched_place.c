@@ -459,3 +459,120 @@ Test(sched_place, a_thousand_workers_of_a_tiny_share_do_not_fit_one_small_node)
     cr_assert_eq(sched_place_fits_ever(&n, 1, &j, &fits), FLPS_OK);
     cr_assert_eq(fits, 1, "fits exactly on 2 CPUs");
 }
+
+/* ---- transport: rdma ---- */
+
+Test(sched_place, an_rdma_job_goes_only_to_nodes_with_an_active_port)
+{
+    /* n0 is the first in name order and has room, but no RDMA port. */
+    sched_pnode nodes[3] = {node(8, 32 * GI, 0), node(4, 16 * GI, 0),
+                            node(4, 16 * GI, 0)};
+    sched_res free[3];
+    sched_pjob j = job(2, 4, 1, 0);
+    uint32_t srv[2], wrk[4];
+    const uint32_t want_s[2] = {1, 2}, want_w[4] = {1, 1, 1, 2};
+    int placed = -1;
+
+    nodes[1].rdma = nodes[2].rdma = 1;
+    for (int i = 0; i < 3; i++)
+        free[i] = free_of(&nodes[i]);
+    j.need_rdma = 1;
+    cr_assert_eq(sched_place_gang(nodes, free, 3, &j, srv, wrk, &placed),
+                 FLPS_OK);
+    cr_assert_eq(placed, 1);
+    assert_nodes(srv, want_s, 2, "server");
+    assert_nodes(wrk, want_w, 4, "worker");
+    cr_assert_eq(free[0].mcpus, 8000, "the node without RDMA is untouched");
+
+    /* The same job over ZeroMQ packs onto n0 first. */
+    for (int i = 0; i < 3; i++)
+        free[i] = free_of(&nodes[i]);
+    j.need_rdma = 0;
+    cr_assert_eq(sched_place_gang(nodes, free, 3, &j, srv, wrk, &placed),
+                 FLPS_OK);
+    cr_assert_eq(placed, 1);
+    cr_assert_eq(wrk[0], 0);
+}
+
+Test(sched_place, an_rdma_job_waits_when_the_rdma_nodes_are_full)
+{
+    sched_pnode nodes[2] = {node(8, 32 * GI, 0), node(2, 16 * GI, 0)};
+    sched_res free[2];
+    sched_pjob j = job(1, 2, 1, 0);
+    uint32_t srv[1], wrk[2];
+    int placed = -1, fits = -1;
+
+    nodes[1].rdma = 1;
+    free[0] = free_of(&nodes[0]);
+    free[1] = free_of(&nodes[1]);
+    j.need_rdma = 1;
+    cr_assert_eq(sched_place_gang(nodes, free, 2, &j, srv, wrk, &placed),
+                 FLPS_OK);
+    cr_assert_eq(placed, 0, "1 + 2 CPUs do not fit the 2-CPU RDMA node");
+    cr_assert_eq(sched_place_fits_ever(nodes, 2, &j, &fits), FLPS_OK);
+    cr_assert_eq(fits, 0, "and never will: the big node has no RDMA");
+}
+
+Test(sched_place, explains_an_rdma_job_no_node_can_take)
+{
+    sched_pnode nodes[2] = {node(4, 16 * GI, 0), node(4, 16 * GI, 0)};
+    sched_pjob j = job(1, 1, 1, 0);
+    const char *field = NULL;
+    char msg[512];
+    int fits = -1;
+
+    j.need_rdma = 1;
+    cr_assert_eq(sched_place_fits_ever(nodes, 2, &j, &fits), FLPS_OK);
+    cr_assert_eq(fits, 0);
+    sched_place_explain(nodes, 2, &j, &field, msg, sizeof(msg));
+    cr_assert_str_eq(field, "transport");
+    cr_assert(strstr(msg, "none of the 2 registered nodes reports an ACTIVE "
+                          "RDMA port") != NULL,
+              "%s", msg);
+    cr_assert(strstr(msg, "or set transport: zmq or auto") != NULL, "%s", msg);
+
+    /* One RDMA node that is too small: the workers are to blame, counted
+     * on the RDMA nodes only. */
+    nodes[1].rdma = 1;
+    j.workers = 8;
+    sched_place_explain(nodes, 2, &j, &field, msg, sizeof(msg));
+    cr_assert_str_eq(field, "workers");
+    cr_assert(strstr(msg, "the 1 registered nodes with an ACTIVE RDMA port "
+                          "(4.000 CPUs") != NULL,
+              "%s", msg);
+}
+
+Test(sched_place, the_queue_passes_an_rdma_head_over_for_a_zmq_job)
+{
+    /* Only n0 has RDMA and it is busy until t=100; the RDMA job waits as
+     * the head, and a ZeroMQ job that fits n1 now is placed by backfill
+     * (it takes nothing the head is reserved). */
+    sched_pnode nodes[2] = {node(4, 16 * GI, 0), node(4, 16 * GI, 0)};
+    sched_res held[2];
+    sched_prun run;
+    sched_pjob q[2] = {job(1, 1, 1, 0), job(1, 1, 1, 0)};
+    uint32_t srv[2][1], wrk[2][1];
+    sched_pdecision d[2];
+    sched_preserve r;
+
+    nodes[0].rdma = 1;
+    nodes[0].used.mcpus = 4000;
+    memset(held, 0, sizeof(held));
+    held[0] = nodes[0].used;
+    run.held = held;
+    run.end = 100;
+    q[0].need_rdma = 1;
+    for (int i = 0; i < 2; i++) {
+        d[i].server_node = srv[i];
+        d[i].worker_node = wrk[i];
+    }
+    cr_assert_eq(sched_place_queue(nodes, 2, &run, 1, q, 2, 10, d, &r),
+                 FLPS_OK);
+    cr_assert_eq(d[0].how, SCHED_PLACE_NO, "n1 has room but no RDMA");
+    cr_assert_eq(r.have, 1);
+    cr_assert_eq(r.job, 0);
+    cr_assert_eq(r.start, 100);
+    cr_assert_eq(d[1].how, SCHED_PLACE_BACKFILL);
+    cr_assert_eq(srv[1][0], 1);
+    cr_assert_eq(wrk[1][0], 1);
+}

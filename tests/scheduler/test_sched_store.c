@@ -208,7 +208,8 @@ Test(sched_store, a_placement_writes_tasks_desired_sets_and_state_at_once)
                      "flps:task:j1:0:server-0 flps:task:j1:0:worker-0 "
                      "flps:task:j1:0:worker-1");
     cr_assert_str_eq(L("HKEYS flps:task:j1:0:worker-1", NULL),
-                     "attempt cpus gpus index job memory node role state");
+                     "attempt cpus gpus index job memory node role state "
+                     "transport");
     cr_assert_str_eq(S("HGET flps:task:j1:0:worker-1 %s", "state", NULL),
                      "ASSIGNED");
     cr_assert_str_eq(S("HGET flps:task:j1:0:worker-1 %s", "cpus", NULL), "1.5");

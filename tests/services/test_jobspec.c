@@ -484,7 +484,7 @@ Test(jobspec, rejects_unknown_words_for_enumerated_keys)
     expect_error("name: a\nmodel: mlp\ndataset: mnist\n", "line 3: dataset",
                  "one of fashion-mnist, synthetic", NULL);
     expect_error("name: a\nmodel: mlp\ntransport: tcp\n", "line 3: transport",
-                 "one of zmq, rdma", NULL);
+                 "one of zmq, rdma, auto", NULL);
     expect_error("name: a\nmodel: mlp\nmode: sync\n", "line 3: mode",
                  "'sync' is not a mode", "did you mean 'async'?", NULL);
     expect_error("name: a\nmodel: mlp\nmode: ssp\n", "line 3: mode",
@@ -1076,6 +1076,8 @@ Test(jobspec, reads_every_enum_name_back_to_its_value)
          JOBSPEC_DATASET_SYNTHETIC},
         {"transport: rdma", offsetof(jobspec, transport),
          JOBSPEC_TRANSPORT_RDMA},
+        {"transport: auto", offsetof(jobspec, transport),
+         JOBSPEC_TRANSPORT_AUTO},
         {"mode: async", offsetof(jobspec, mode), JOBSPEC_MODE_ASYNC},
         {"mode: fedavg", offsetof(jobspec, mode), JOBSPEC_MODE_FEDAVG},
         {"compression: fp16", offsetof(jobspec, compression),
@@ -1436,4 +1438,13 @@ Test(jobspec, a_second_command_replaces_nothing_it_is_a_duplicate)
     cr_assert_eq(parse_text(CMD_BASE "command: a\ncommand: [b]\n", &s, err),
                  FLPS_ECONFIG);
     cr_assert_not_null(strstr(err, "duplicate key 'command'"), "%s", err);
+}
+
+Test(jobspec, transport_names_are_the_transport_kinds_of_proto)
+{
+    /* flsched and flrun pass the job's choice on as --transport NAME, which
+     * proto's transport_kind_parse reads. */
+    cr_assert_str_eq(jobspec_transport_name(JOBSPEC_TRANSPORT_ZMQ), "zmq");
+    cr_assert_str_eq(jobspec_transport_name(JOBSPEC_TRANSPORT_RDMA), "rdma");
+    cr_assert_str_eq(jobspec_transport_name(JOBSPEC_TRANSPORT_AUTO), "auto");
 }

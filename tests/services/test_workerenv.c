@@ -130,3 +130,20 @@ Test(workerenv, finds_a_program_in_path_or_says_where_it_looked)
                  FLPS_ECONFIG);
     cr_assert_not_null(strstr(err, "not an executable file"), "%s", err);
 }
+
+Test(workerenv, passes_the_transport_the_launcher_chose_or_the_job_files)
+{
+    jobspec s = parse("name: j\nmodel: mlp\ntransport: auto\n");
+    workerenv w = {.job = "j", .servers = "tcp://a:1"};
+    char **env = NULL;
+
+    cr_assert_eq(workerenv_build(&s, &w, NULL, &env), FLPS_OK);
+    cr_assert_str_eq(workerenv_get(env, "FLPS_TRANSPORT"), "auto",
+                     "no choice made: the job file's word");
+    workerenv_free(env);
+    w.transport = "zmq"; /* auto decided by the launcher */
+    cr_assert_eq(workerenv_build(&s, &w, NULL, &env), FLPS_OK);
+    cr_assert_str_eq(workerenv_get(env, "FLPS_TRANSPORT"), "zmq");
+    cr_assert_eq(count(env, "FLPS_TRANSPORT"), 1);
+    workerenv_free(env);
+}
