@@ -21,7 +21,13 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 BIN="${FLPS_BIN_DIR:-$ROOT/build/bin}"
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY="$(command -v python3 || true)"
-PREFIX=flb
+# FLB_PREFIX names the namespaces (default flb: flb-br, flb-h0, ...), so
+# the CI test's run and a benchmark's do not meet.
+PREFIX="${FLB_PREFIX:-flb}"
+[[ "$PREFIX" =~ ^[a-z][a-z0-9]{0,7}$ ]] || {
+  echo "run.sh: FLB_PREFIX wants 1 to 8 lower-case letters or digits, not '$PREFIX'" >&2
+  exit 2
+}
 BRNS="$PREFIX-br"
 SUBNET=10.213.0
 ALL_CODECS="dense,topk:0.01,gtopk:0.01,gtopk:0.001,dgc:0.01,qsgd:4,auto"
@@ -531,4 +537,6 @@ main() {
   fi
 }
 
-main "$@"
+# One line, so that bash has read all of it before main runs (the file may
+# be edited while a long matrix runs).
+main "$@"; exit $?

@@ -18,6 +18,9 @@ build=$(cd "$build" && pwd) || exit 1
 src=$(cd "$src" && pwd) || exit 1
 run="$src/bench/cluster/run.sh"
 export FLPS_BIN_DIR="$build/bin"
+# Its own namespace names (flbt-br, flbt-h0, ...), so a benchmark running
+# on the same machine is neither refused by it nor removed.
+export FLB_PREFIX=flbt
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 
@@ -28,8 +31,8 @@ if [ "$rc" = 77 ]; then
     exit 77
 fi
 [ "$rc" = 0 ] || exit 1
-if [ -n "$(ip netns list | grep -E '^flb-(br|h[0-9]+)( |$)')" ]; then
-    echo "FAIL: flb-* namespaces exist before the test (another bench/cluster run?): $(ip netns list | tr '\n' ' ')"
+if [ -n "$(ip netns list | grep -E '^flbt-(br|h[0-9]+)( |$)')" ]; then
+    echo "FAIL: flbt-* namespaces exist before the test (another bench/cluster run?): $(ip netns list | tr '\n' ' ')"
     exit 1
 fi
 
@@ -66,7 +69,7 @@ root_state >"$tmp/root-before"
 # namespace that was not there before, no process from this work dir.
 check_clean() { # what
     local left procs
-    left=$(ip netns list | awk '{print $1}' | grep -E '^flb-(br|h[0-9]+)$' | tr '\n' ' ')
+    left=$(ip netns list | awk '{print $1}' | grep -E '^flbt-(br|h[0-9]+)$' | tr '\n' ' ')
     if [ -n "$left" ]; then
         fail "$1: namespaces left: $left"
         return
@@ -92,10 +95,10 @@ common=(--models mlp --codecs dense --rates 100mbit --workers 2 --shards 1
     --hosts 2 --eval-every 25 --probe-seconds 2 --delay 0)
 
 # 1. A leftover namespace (as from a crashed run): refused, then --cleanup.
-ip netns add flb-h0
+ip netns add flbt-h0
 out=$("$run" "${common[@]}" --iterations 50 --work "$tmp/refused" --no-record 2>&1)
 rc=$?
-if [ "$rc" != 0 ] && grep -q -- "--cleanup" <<<"$out" && ip netns list | grep -q '^flb-h0'; then
+if [ "$rc" != 0 ] && grep -q -- "--cleanup" <<<"$out" && ip netns list | grep -q '^flbt-h0'; then
     pass "refuses to start over a crashed run's namespaces and names --cleanup"
 else
     fail "refusal: exit $rc, output: $out"
