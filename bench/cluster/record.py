@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Turn a bench/cluster/run.sh work directory into results CSV and JSON.
 
-  record.py --session DIR --out RESULTS --label L [--note TEXT] [--repo R]
+  record.py --session DIR --out RESULTS --commit SHA [--dirty]
+            [--label L] [--note TEXT]
 
 DIR holds calib-<rate>.json (one per network) and runs/<n>/ with meta.json,
 flrun.out (its summary line last), events-<rank>.jsonl (each worker's
@@ -17,7 +18,6 @@ import os
 import platform
 import socket
 import statistics
-import subprocess
 import sys
 
 COLUMNS = [
@@ -44,14 +44,6 @@ def machine():
         pass
     return {"uname": " ".join(platform.uname()), "nproc": os.cpu_count(),
             "cpu_model": cpu, "hostname": socket.gethostname()}
-
-
-def git(repo, *args):
-    try:
-        return subprocess.run(["git", "-C", repo] + list(args), check=True,
-                              capture_output=True, text=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def events(path):
@@ -168,14 +160,16 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--label", default="matrix")
     p.add_argument("--note", default="")
-    p.add_argument("--repo", default=".")
+    p.add_argument("--commit", required=True,
+                   help="git rev-parse HEAD when the runs started")
+    p.add_argument("--dirty", action="store_true",
+                   help="the tree had uncommitted changes to tracked files")
     a = p.parse_args()
 
     now = datetime.datetime.now(datetime.timezone.utc)
     stem = "%s-%s" % (now.strftime("%Y%m%dT%H%M%SZ"), a.label)
     mach = machine()
-    commit = git(a.repo, "rev-parse", "HEAD")
-    dirty = bool(git(a.repo, "status", "--porcelain", "--untracked-files=no"))
+    commit, dirty = a.commit, a.dirty
     calib = [json.load(open(f)) for f in
              sorted(glob.glob(os.path.join(a.session, "calib-*.json")))]
     rows, failed = [], 0

@@ -509,6 +509,10 @@ main() {
   [ -z "$TARGET" ] || "$PY" -c "import sys; v=float(sys.argv[1]); sys.exit(not 0 < v <= 1)" "$TARGET" 2>/dev/null ||
     die "--target wants an accuracy in (0, 1], not '$TARGET'"
 
+  # The commit the binaries were built from is the one checked out now,
+  # not whatever is checked out when a long matrix ends.
+  COMMIT=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
+  DIRTY=$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | head -c 1)
   trap cleanup EXIT
   trap 'echo "run.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
   trap on_signal INT TERM
@@ -516,7 +520,8 @@ main() {
   if [ -n "$WORK" ]; then mkdir -p "$WORK"; SESSION="$WORK"; else SESSION=$(mktemp -d /tmp/flb-run.XXXXXX); fi
   echo "run.sh: work directory $SESSION" >&2
   build_topology "$HOSTS"
-  cpu_calibration
+  # Only recorded runs need it (and it takes seconds under a sanitizer).
+  if [ "$RECORD" = 1 ]; then cpu_calibration; fi
   for r in ${RATES//,/ }; do
     shape "$r" "$DELAY_S"
     probe "$r" "$SESSION/calib-$r.json"
@@ -533,7 +538,7 @@ main() {
   done
   if [ "$RECORD" = 1 ]; then
     "$PY" "$HERE/record.py" --session "$SESSION" --out "$OUT" --label "$LABEL" \
-      --note "$NOTE" --repo "$ROOT"
+      --note "$NOTE" --commit "$COMMIT" ${DIRTY:+--dirty}
   fi
 }
 
