@@ -499,6 +499,10 @@ main() {
   for m in ${MODELS//,/ }; do
     [ -f "$ROOT/examples/fmnist-$m-dense.yaml" ] || die "--models: no examples/fmnist-$m-dense.yaml (models: mlp, cnn)"
   done
+  for c in ${CODECS//,/ }; do
+    [[ "$c" =~ ^(dense|fp16|sign|auto|(topk|gtopk|randk|dgc):[0-9.eE+-]+|qsgd:[1-8])$ ]] ||
+      die "--codecs: '$c' is not a compression value (dense, topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, fp16, sign, auto; docs/job-file.md)"
+  done
   for r in ${RATES//,/ }; do
     rate_bps "$r" >/dev/null || die "--rates: '$r' is not a tc rate such as 100mbit, 1gbit, 10gbit"
   done
