@@ -206,12 +206,13 @@ def main():
                     r["workers"], r["shards"], e["iter"], e["elapsed_s"],
                     e["test_accuracy"])])
     for r in rows:
+        ttt = r["time_to_target_s"]
         print("record: %s %s W=%d on %s: %s s/iter (median), %s B/iter/worker, "
-              "time to %.2f: %s s, final accuracy %s" % (
+              "time to %.2f: %s, final accuracy %s" % (
                   r["model"], r["codec"], r["workers"], r["rate"],
                   cell(r["s_per_iter_median"]),
                   cell(r["bytes_per_iter_per_worker"]), r["target_accuracy"],
-                  cell(r["time_to_target_s"]) or "not reached",
+                  "not reached" if ttt is None else "%.3f s" % ttt,
                   cell(r["final_test_accuracy"])), file=sys.stderr)
     if failed:
         print("record: %d runs failed and are not recorded" % failed,
