@@ -804,9 +804,13 @@ int main(int argc, char **argv)
         if (rank == 0 && spec.eval_every > 0 &&
             (it + 1) % spec.eval_every == 0 && it + 1 < spec.iterations) {
             if (evaluate(m, &test, &acc, &tloss) == FLPS_OK) {
+                /* elapsed_s: the progress lines' clock, so a run's time
+                 * to a target accuracy can be read from its events. */
                 printf("{\"event\":\"eval\",\"iter\":%llu,"
-                       "\"test_accuracy\":%.4f,\"test_loss\":%.4f}\n",
-                       (unsigned long long)(it + 1), acc, tloss);
+                       "\"test_accuracy\":%.4f,\"test_loss\":%.4f,"
+                       "\"elapsed_s\":%.3f}\n",
+                       (unsigned long long)(it + 1), acc, tloss,
+                       flps_mono_s() - t0);
                 fflush(stdout);
                 if (fm != NULL)
                     flw_metrics_eval(fm, acc, tloss);
@@ -821,8 +825,9 @@ int main(int argc, char **argv)
         if (fm != NULL)
             flw_metrics_eval(fm, acc, tloss);
         printf("{\"event\":\"eval\",\"iter\":%llu,\"test_accuracy\":%.4f,"
-               "\"test_loss\":%.4f}\n",
-               (unsigned long long)spec.iterations, acc, tloss);
+               "\"test_loss\":%.4f,\"elapsed_s\":%.3f}\n",
+               (unsigned long long)spec.iterations, acc, tloss,
+               flps_mono_s() - t0);
     }
     flps_client_get_stats(client, &st);
     printf("{\"event\":\"done\",\"rank\":%ld,\"iterations\":%llu,"
