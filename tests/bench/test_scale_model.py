@@ -42,6 +42,7 @@ def ideal(cal):
     """Only the wire: no CPU anywhere, no headers, the full link rate."""
     return dict(cal, alpha_s=1e-4, link_efficiency=1.0, topk_s_per_element=0.0,
                 ef_s_per_element=0.0, dense_pass_s_per_element=0.0,
+                dense_sum_s_per_element=0.0,
                 apply_pairs_per_s=1e30, aggregation_pairs_per_s=1e30,
                 msg_overhead_s=0.0, header_bytes=0, part_size=65536)
 
