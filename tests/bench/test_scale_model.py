@@ -226,3 +226,26 @@ def test_self_test_and_help_run():
     assert "self-test: 0 failed" in res.stdout
     res = run("--help")
     assert res.returncode == 0 and "--validate" in res.stdout
+
+
+def test_the_whole_grid_writes_its_tables(tmp_path):
+    out = tmp_path / "out"
+    md = tmp_path / "scale.md"
+    res = run("--out", str(out), "--markdown", str(md))
+    assert res.returncode == 0, res.stderr
+    assert "shards needed (links/+cpu)" in res.stdout
+    names = sorted(os.listdir(out))
+    assert names == ["scale.csv", "scale.json", "shards_needed.csv",
+                     "stop_scaling.csv", "summary.txt", "validation.csv"]
+    rows = (out / "scale.csv").read_text().splitlines()
+    assert rows[0].startswith("model,link_gbit,density,workers,scheme,shards")
+    # 2 models x 3 links x P in 9 values, every scheme present.
+    for scheme in ("ring_dense", "topk_allgather", "gtopk_tree", "flps_dense",
+                   "flps_topk", "flps_gtopk"):
+        assert sum(1 for r in rows if (",%s," % scheme) in r) >= 2 * 3 * 9
+    doc = json.loads((out / "scale.json").read_text())
+    assert doc["validation"] == {"checked": 0, "off": 0}
+    assert len(doc["shards_needed"]) == 2 * 3 * 5 * 9
+    text = md.read_text()
+    assert "#### resnet50, density 0.01" in text and "#### bert_base, density 0.001" in text
+    assert "no measured points were given" in text
