@@ -249,3 +249,12 @@ def test_the_whole_grid_writes_its_tables(tmp_path):
     text = md.read_text()
     assert "#### resnet50, density 0.01" in text and "#### bert_base, density 0.001" in text
     assert "no measured points were given" in text
+
+
+def test_the_mlps_dense_bytes_are_its_floats_and_nine_headers(cal):
+    # fc1.weight (200,704) travels as 3 pieces of 65,536 and one of 3,096;
+    # the five other tensors one message each: 9 messages each way.
+    mlp = sm.load_layout("mlp")
+    r = sm.flps_time(cal, "mlp", mlp, "dense", 1.0, 4, 1, 0.1, detail=True)
+    assert r["bytes_per_worker"] == 2 * (4 * 235146 + 9 * cal["header_bytes"])
+    assert r["messages_per_worker"] == 9
