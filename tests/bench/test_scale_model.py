@@ -258,3 +258,12 @@ def test_the_mlps_dense_bytes_are_its_floats_and_nine_headers(cal):
     r = sm.flps_time(cal, "mlp", mlp, "dense", 1.0, 4, 1, 0.1, detail=True)
     assert r["bytes_per_worker"] == 2 * (4 * 235146 + 9 * cal["header_bytes"])
     assert r["messages_per_worker"] == 9
+
+
+def test_faster_shard_links_need_proportionally_fewer_shards(cal):
+    r50 = sm.load_layout("resnet50")
+    same = sm.shards_needed(cal, "resnet50", r50, "dense", 1.0, 64, 10.0)
+    fast = sm.shards_needed(cal, "resnet50", r50, "dense", 1.0, 64, 10.0,
+                            shard_gbit=100.0)
+    assert 60 <= same <= 70
+    assert 6 <= fast <= 8
