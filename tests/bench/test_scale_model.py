@@ -267,3 +267,29 @@ def test_faster_shard_links_need_proportionally_fewer_shards(cal):
                             shard_gbit=100.0)
     assert 60 <= same <= 70
     assert 6 <= fast <= 8
+
+
+def test_the_median_holds_an_evaluation_only_when_most_intervals_do(cal):
+    # 1500 iterations: progress every 15. eval_every 25: 60% of the
+    # intervals hold one, so the median does; eval_every 100: 15%, it does not.
+    pt = {"model": "mlp", "iterations": 1500, "eval_every": 25}
+    assert sm.eval_share(cal, pt) == pytest.approx(cal["eval_s"]["mlp"] / 15)
+    assert sm.eval_share(cal, dict(pt, eval_every=100)) == 0.0
+    assert sm.eval_share(cal, dict(pt, eval_every=5)) == pytest.approx(
+        cal["eval_s"]["mlp"] / 5)
+    assert sm.eval_share(cal, {"model": "mlp"}) == 0.0
+
+
+def test_a_token_bucket_lets_a_small_phase_through_but_not_more_than_its_rate(ideal):
+    one = [("w", 65536)]
+    plain = sm.flps_time(ideal, "t-one", one, "topk", 0.01, 1, 1, 0.1)
+    burst = sm.flps_time(ideal, "t-one", one, "topk", 0.01, 1, 1, 0.1,
+                         burst_bytes=50000)
+    wire = 8 * 655 * 8 / 0.1e9  # one direction of 655 pairs at 100 Mbit/s
+    assert plain == pytest.approx(2e-4 + 2 * wire)
+    assert burst == pytest.approx(max(2e-4, wire))
+    # A phase larger than the bucket pays for what exceeds it.
+    dense = sm.flps_time(ideal, "t-one", one, "dense", 1.0, 1, 1, 0.1,
+                         burst_bytes=50000)
+    dwire = 4 * 65536 * 8 / 0.1e9
+    assert dense == pytest.approx(2e-4 + 2 * (dwire - 50000 * 8 / 0.1e9))
