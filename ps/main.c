@@ -434,6 +434,10 @@ out:
                  (unsigned long long)refused,
                  (unsigned long long)t->stats.bytes_recv,
                  (unsigned long long)t->stats.bytes_sent);
+        if (st->updates > 0 && ps_shard_is_async(s))
+            log_info("async: a push was at most %llu iterations ahead of the "
+                     "slowest worker",
+                     (unsigned long long)st->async_max_lead);
     }
     ps_metrics_destroy(pm);
     ps_shard_destroy(s);

@@ -130,6 +130,11 @@ static int pull_in_flight(ps_part *p, uint32_t peer)
     return busy;
 }
 
+int ps_shard_is_async(const ps_shard *s)
+{
+    return s->configured && s->jc.mode == PROTO_MODE_ASYNC;
+}
+
 uint64_t ps_part_slowest(const ps_shard *s, const ps_part *p)
 {
     uint64_t lo = UINT64_MAX;

@@ -73,6 +73,10 @@ typedef struct ps_shard_stats {
     uint64_t elements_in;               /* index/value pairs received */
     uint64_t elements_out;              /* pairs sent in updates */
     uint64_t checkpoints;
+    /* Async (and ssp) jobs: the most iterations a push was ahead of the
+     * slowest rank's next iteration of its part when it was applied (the
+     * staleness the job really ran with; ssp:S keeps it at most S). */
+    uint64_t async_max_lead;
 } ps_shard_stats;
 
 /* Create a shard. If cfg->ckpt_dir is set and restore is non-zero, loads
@@ -115,6 +119,9 @@ void ps_shard_count_dropped(ps_shard *s, const char *why);
  * FLPS_EINVAL if not owned or not initialised). */
 flps_err ps_shard_part(const ps_shard *s, uint32_t part, const float **values,
                        uint32_t *numel, uint64_t *version, uint64_t *iter);
+
+/* Whether the registered job is asynchronous (async or ssp). */
+int ps_shard_is_async(const ps_shard *s);
 
 /* Number of parts this shard owns (0 before a layout is known). */
 uint32_t ps_shard_num_owned(const ps_shard *s);

@@ -486,6 +486,8 @@ static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
     rc = ps_shard_wal(s, &wr);
     if (rc == FLPS_OK) {
         ps_reply r;
+        /* How far ahead of the slowest rank this push is (before it). */
+        const uint64_t slow = ps_part_slowest(s, p);
 
         /* Out of memory here only costs the sparse pulls (full ones are
          * answered then). */
@@ -494,6 +496,8 @@ static flps_err apply_async(ps_shard *s, uint32_t peer, ps_part *p,
             for (uint32_t i = 0; p->touched != NULL && i < p->numel; i++)
                 p->touched[i] = p->version;
         }
+        if (m->iter > slow && m->iter - slow > s->stats.async_max_lead)
+            s->stats.async_max_lead = m->iter - slow;
         for (uint32_t j = 0; j < m->n; j++)
             p->w[dense ? j : m->idx[j]] += delta[j];
         p->version++;

@@ -33,7 +33,26 @@ typedef struct run {
     atomic_llong max_lead;
     double stale_wait[NW];
     flps_err err[NW];
+    /* The shard's own record (its last log line): the most iterations a
+     * push it applied was ahead of the slowest rank; -1 if not found. */
+    long long shard_max_lead;
 } run;
+
+static long long shard_lead_from_log(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    long long lead = -1;
+
+    cr_assert_not_null(f, "cannot read %s", path);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        const char *at = strstr(line, "async: a push was at most ");
+        if (at != NULL)
+            lead = atoll(at + strlen("async: a push was at most "));
+    }
+    fclose(f);
+    return lead;
+}
 
 typedef struct worker_arg {
     run *run;
@@ -125,7 +144,10 @@ static void run_job(run *rn, uint32_t staleness)
     for (int r = 0; r < NW; r++)
         cr_assert_eq(rn->err[r], FLPS_OK, "worker %d: %s", r,
                      flps_strerror(rn->err[r]));
-    test_shard_stop(&sh, SIGTERM);
+    cr_assert(WIFEXITED(test_shard_stop(&sh, SIGTERM)));
+    rn->shard_max_lead = shard_lead_from_log(log);
+    cr_assert_geq(rn->shard_max_lead, 0,
+                  "the shard logged no staleness; see %s", log);
 }
 
 Test(ssp, a_fast_worker_stays_within_the_staleness_of_the_slowest,
@@ -139,6 +161,10 @@ Test(ssp, a_fast_worker_stays_within_the_staleness_of_the_slowest,
                       "with staleness %u a fast worker got %lld iterations "
                       "ahead of the slow one",
                       s, atomic_load(&rn.max_lead));
+        cr_assert_leq(rn.shard_max_lead, (long long)s,
+                      "with staleness %u the shard applied a push %lld "
+                      "iterations ahead of the slowest",
+                      s, rn.shard_max_lead);
         cr_assert_gt(rn.stale_wait[0] + rn.stale_wait[1], 0.1,
                      "the fast workers waited for the slow one");
         cr_assert_lt(rn.stale_wait[NW - 1], 0.5,
@@ -157,6 +183,9 @@ Test(ssp, without_a_bound_the_fast_workers_run_ahead, .timeout = 120)
     cr_assert_gt(atomic_load(&rn.max_lead), 5,
                  "in async mode the fast workers were at most %lld ahead",
                  atomic_load(&rn.max_lead));
+    cr_assert_gt(rn.shard_max_lead, 5,
+                 "the shard's record says at most %lld ahead",
+                 rn.shard_max_lead);
     cr_assert_eq(rn.stale_wait[0], 0);
 }
 
