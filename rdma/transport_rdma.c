@@ -96,6 +96,7 @@ typedef struct rt_peer {
     unsigned char id[RT_MAX_ID]; /* listener: ROUTER routing id */
     size_t idlen;
     int fd;           /* listener: the descriptor the HELLO came on */
+    uint32_t fdconn;  /* ... and which connection on it (rt.fdconn) */
     uint64_t session; /* connector: this attempt */
     double since;     /* when the current wait began */
     double backoff;   /* connector: seconds before the next attempt */
@@ -160,6 +161,13 @@ struct rt {
     /* ZeroMQ. */
     void *zctx;
     void *router, *rmon; /* listener */
+    /* Listener: per descriptor, the connections accepted on it (<< 1)
+     * and whether the last is open (bit 0), from the monitor's events.
+     * A descriptor is reused as soon as a connection closes, and the
+     * monitor's events come apart from the HELLOs: this tells a closed
+     * connection's DISCONNECTED from the one now on its number. */
+    uint32_t *fdconn;
+    size_t nfdconn;
     rt_peer **peers;
     uint32_t npeers, cap;
     uint32_t next_poll;
@@ -257,6 +265,7 @@ static void rt_free(rt *t)
     pthread_cond_destroy(&t->cond);
     pthread_mutex_destroy(&t->lock);
     flps_free(t->peers);
+    flps_free(t->fdconn);
     flps_free(t);
 }
 
@@ -664,6 +673,9 @@ static void rt_refuse_logged(rt *t, const char *what, const char *why)
     t->refusals = 0;
 }
 
+static void rt_listener_monitor(rt *t);
+static uint32_t *rt_fdconn(rt *t, uint32_t fd);
+
 /* Listener: a HELLO (or garbage) from routing id `id`. */
 static void rt_on_hello(rt *t, const void *id, size_t idlen, int fd,
                         const void *data, size_t len)
@@ -671,9 +683,20 @@ static void rt_on_hello(rt *t, const void *id, size_t idlen, int fd,
     char why[300];
     rdma_xch x, mine;
     uint32_t slot = UINT32_MAX;
-    uint32_t limit;
+    uint32_t limit, conn = 0;
+    uint32_t *c;
     rt_peer *p;
 
+    /* The events of this HELLO's connection are queued by now (ZeroMQ
+     * reports an accept before it reads from the connection): take them,
+     * and with them any earlier connection's close on this descriptor. */
+    rt_listener_monitor(t);
+    c = fd >= 0 ? rt_fdconn(t, (uint32_t)fd) : NULL;
+    if (c != NULL && *c != 0) {
+        if ((*c & 1u) == 0)
+            return; /* that connection has closed already */
+        conn = *c;
+    }
     memset(&x, 0, sizeof(x));
     if (rdma_xch_decode(data, len, &x, why, sizeof(why)) != FLPS_OK ||
         x.type != RDMA_XCH_HELLO) {
@@ -720,6 +743,7 @@ static void rt_on_hello(rt *t, const void *id, size_t idlen, int fd,
     memcpy(p->id, id, idlen);
     p->idlen = idlen;
     p->fd = fd;
+    p->fdconn = conn;
     if (rt_peer_setup(t, p, why, sizeof(why)) != FLPS_OK ||
         rt_peer_connect(t, p, &x, why, sizeof(why)) != FLPS_OK) {
         rt_refuse_logged(t, "RDMA connection refused", why);
@@ -800,19 +824,56 @@ static int rt_monitor_event(void *mon, uint16_t *event, uint32_t *value)
     return 1;
 }
 
+#define RT_FDCONN_MAX (1u << 20) /* descriptors tracked */
+
+/* The entry of descriptor fd, grown to hold it; NULL past the limit or
+ * without memory (its connections are then told apart by number only). */
+static uint32_t *rt_fdconn(rt *t, uint32_t fd)
+{
+    if (fd >= RT_FDCONN_MAX)
+        return NULL;
+    if (fd >= t->nfdconn) {
+        size_t n = t->nfdconn ? t->nfdconn : 64;
+        uint32_t *nt;
+        while (n <= fd)
+            n *= 2;
+        nt = flps_realloc(t->fdconn, n * sizeof(*nt));
+        if (nt == NULL)
+            return NULL;
+        memset(nt + t->nfdconn, 0, (n - t->nfdconn) * sizeof(*nt));
+        t->fdconn = nt;
+        t->nfdconn = n;
+    }
+    return &t->fdconn[fd];
+}
+
+/* Listener: the monitor's events, in the order the connections had them.
+ * A DISCONNECTED fails only the peer whose HELLO came on that connection,
+ * not one whose connection has since been given the same descriptor. */
 static void rt_listener_monitor(rt *t)
 {
     uint16_t ev;
     uint32_t fd;
 
     while (rt_monitor_event(t->rmon, &ev, &fd)) {
+        uint32_t *c = rt_fdconn(t, fd);
+        if (ev == ZMQ_EVENT_ACCEPTED) {
+            if (c != NULL)
+                *c = (((*c >> 1) + 1) << 1) | 1u;
+            continue;
+        }
         if (ev != ZMQ_EVENT_DISCONNECTED)
             continue;
-        for (uint32_t i = 0; i < t->npeers; i++)
-            if (t->peers[i]->state != RT_FREE && t->peers[i]->fd == (int)fd)
+        for (uint32_t i = 0; i < t->npeers; i++) {
+            rt_peer *p = t->peers[i];
+            if (p->state != RT_FREE && p->fd == (int)fd &&
+                (c == NULL || p->fdconn == 0 || p->fdconn == *c))
                 rt_peer_fail(t, i,
                              "its exchange channel closed: the process "
                              "went away");
+        }
+        if (c != NULL)
+            *c &= ~1u;
     }
 }
 
@@ -1268,7 +1329,8 @@ static flps_err rt_listen_locked(rt *t, const char *endpoint, char *bound,
     zmq_setsockopt(t->router, ZMQ_LINGER, &zero, sizeof(zero));
     snprintf(mon_ep, sizeof(mon_ep), "inproc://flps-rdma-monitor-%p",
              (void *)t);
-    if (zmq_socket_monitor(t->router, mon_ep, ZMQ_EVENT_DISCONNECTED) != 0 ||
+    if (zmq_socket_monitor(t->router, mon_ep,
+                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0 ||
         (t->rmon = zmq_socket(t->zctx, ZMQ_PAIR)) == NULL ||
         zmq_setsockopt(t->rmon, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
         zmq_setsockopt(t->rmon, ZMQ_RCVHWM, &zero, sizeof(zero)) != 0 ||

@@ -238,6 +238,38 @@ Test(transport_rdma, serves_a_few_connectors_with_distinct_peers)
     check_no_leaks();
 }
 
+/* A connector that goes frees its descriptor, and the next connection
+ * is given the same number: the close the listener hears of later must
+ * not take the newcomer with it (it did, now and then, when the close
+ * and the newcomer's HELLO came in the same progress round). */
+Test(transport_rdma, a_closed_connection_does_not_take_its_successor)
+{
+    char bound[256];
+    enum { ROUNDS = 60 };
+    transport *srv = make_listener(1 << 16, 8, bound, sizeof(bound));
+
+    for (unsigned r = 0; r < ROUNDS; r++) {
+        transport *cli = make(1 << 16, 8);
+        uint32_t to_srv;
+        transport_rx *rx = NULL;
+        size_t len[] = {16};
+        flps_err rc;
+
+        cr_assert_eq(transport_connect(cli, bound, &to_srv), FLPS_OK);
+        cr_assert_eq(send_msg(cli, to_srv, r, len, 1), FLPS_OK, "round %u: %s",
+                     r, cli->errmsg);
+        rx = recv_msg(srv, r, len, 1);
+        rc = send_msg(srv, rx->peer, 1000 + r, len, 1);
+        cr_assert_eq(rc, FLPS_OK, "round %u: the reply: %s (%s)", r,
+                     flps_strerror(rc), srv->errmsg);
+        transport_rx_release(rx);
+        transport_rx_release(recv_msg(cli, 1000 + r, len, 1));
+        transport_destroy(cli);
+    }
+    transport_destroy(srv);
+    check_no_leaks();
+}
+
 Test(transport_rdma, moves_a_100_mb_message_by_rdma_write, .timeout = 120)
 {
     char bound[256];
