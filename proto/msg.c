@@ -95,6 +95,10 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
         nkeys += 2;
     if (msg->slowest != 0)
         nkeys++;
+    if (msg->auth[0] != '\0')
+        nkeys++;
+    if (msg->cid != 0)
+        nkeys++;
 
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
@@ -135,6 +139,10 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
     }
     if (msg->slowest != 0)
         pack_u64(&pk, "slow", msg->slowest);
+    if (msg->auth[0] != '\0')
+        pack_str(&pk, "auth", msg->auth);
+    if (msg->cid != 0)
+        pack_u64(&pk, "cid", msg->cid);
     if (msg->op == PROTO_OP_REGISTER) {
         const proto_jobcfg *c = &msg->cfg;
         pack_key(&pk, "cfg");
@@ -370,6 +378,8 @@ enum {
     F_SPEC = 1 << 13,
     F_SEGS = 1 << 14,
     F_SLOW = 1 << 15,
+    F_AUTH = 1 << 16,
+    F_CID = 1 << 17,
     F_BASE = F_V | F_OP | F_JOB | F_RANK | F_PART | F_ITER | F_VER | F_DATA,
 };
 
@@ -594,6 +604,12 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
         } else if (key_is(k, "slow")) {
             bit = F_SLOW;
             ok = obj_u64(v, &m->slowest);
+        } else if (key_is(k, "auth")) {
+            bit = F_AUTH;
+            ok = obj_str(v, m->auth, sizeof(m->auth));
+        } else if (key_is(k, "cid")) {
+            bit = F_CID;
+            ok = obj_u64(v, &m->cid);
         } else if (key_is(k, "tensors")) {
             bit = F_TENSORS;
             if (seen & F_TENSORS) {

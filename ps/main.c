@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/numparse.h"
+#include "proto/creds.h"
 #include "proto/transport.h"
 #include "proto/transport_select.h"
 #include "ps/metrics_shard.h"
@@ -98,6 +99,10 @@ static void usage(FILE *f)
             "peer that\n"
             "                             does not read are dropped (default "
             "4096)\n"
+            "  --credentials-file PATH    the job's credentials (0600; else "
+            "$FLPS_CREDENTIALS_FILE):\n"
+            "                             serve only clients holding its "
+            "secret (CURVE with its keys)\n"
             "  --max-model-elements N     refuse a REGISTER whose layout has "
             "more than N\n"
             "                             elements in all (default 2^31)\n"
@@ -182,11 +187,14 @@ int main(int argc, char **argv)
         {"max-message-bytes", required_argument, NULL, 'B'},
         {"send-hwm", required_argument, NULL, 'H'},
         {"transport", required_argument, NULL, 'X'},
+        {"credentials-file", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *job = NULL, *listen_ep = "tcp://127.0.0.1:0", *dir = NULL;
-    const char *metrics_ep = NULL;
+    const char *metrics_ep = NULL, *creds_path = NULL;
+    flps_creds creds;
+    int have_creds = 0;
     uint32_t shard = UINT32_MAX, nshards = 0, interval = 0;
     uint64_t max_elems = PS_MAX_MODEL_ELEMENTS_DEFAULT;
     uint32_t ckpt_req_every = (uint32_t)PS_CKPT_REQUEST_INTERVAL_DEFAULT;
@@ -280,6 +288,9 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'K':
+            creds_path = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -306,6 +317,18 @@ int main(int argc, char **argv)
     }
     snprintf(comp, sizeof(comp), "flps/%u", shard);
     flps_log_setup(comp, FLPS_LOG_INFO);
+    memset(&creds, 0, sizeof(creds));
+    /* The job's credentials: --credentials-file, else the file
+     * $FLPS_CREDENTIALS_FILE names. One that is named must load. */
+    rc = creds_path != NULL
+             ? creds_load(creds_path, &creds, why, sizeof(why))
+             : creds_load_env(&creds, &have_creds, why, sizeof(why));
+    if (creds_path != NULL && rc == FLPS_OK)
+        have_creds = 1;
+    if (rc != FLPS_OK) {
+        log_error("%s", why);
+        return 2;
+    }
     if (dir != NULL && flps_mkdirs(dir) != 0) {
         log_error("cannot create checkpoint directory %s: %s", dir,
                   strerror(errno));
@@ -361,6 +384,7 @@ int main(int argc, char **argv)
         ckpt_req_every == 0 ? -1.0 : (double)ckpt_req_every;
     cfg.send = ps_net_send;
     cfg.send_arg = t;
+    cfg.secret = have_creds ? creds.secret : NULL;
     if (pm != NULL) {
         cfg.on_close = ps_metrics_on_close;
         cfg.on_close_arg = pm;
@@ -370,10 +394,16 @@ int main(int argc, char **argv)
         log_error("cannot start shard %u: %s", shard, flps_strerror(rc));
         goto out;
     }
-    log_info("shard %u of %u for job %s listening on %s over %s%s%s", shard,
-             nshards, job, bound,
+    log_info("shard %u of %u for job %s listening on %s over %s%s%s; data "
+             "plane %s",
+             shard, nshards, job, bound,
              chosen == TRANSPORT_KIND_RDMA ? "RDMA" : "ZeroMQ",
-             dir ? ", checkpoints in " : "", dir ? dir : "");
+             dir ? ", checkpoints in " : "", dir ? dir : "",
+             !have_creds ? "NOT authenticated (no credentials file: any peer "
+                           "that knows the job id is served)"
+             : creds.has_curve && chosen == TRANSPORT_KIND_ZMQ
+                 ? "authenticated (job secret) and encrypted (CURVE)"
+                 : "authenticated (job secret), not encrypted");
     printf("listening on %s\n", bound);
     if (pm != NULL) {
         log_info("metrics on http://%s/metrics (health: /healthz)", mbound);
@@ -442,5 +472,6 @@ out:
     ps_metrics_destroy(pm);
     ps_shard_destroy(s);
     transport_destroy(t);
+    creds_wipe(&creds);
     return status;
 }

@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "compress/codec.h"
 #include "compress/ef.h"
+#include "proto/creds.h"
 #include "proto/msg.h"
 #include "proto/partmap.h"
 #include "proto/transport.h"
@@ -105,6 +106,12 @@ typedef struct ctensor {
 
 struct flps_client {
     char job[PROTO_JOB_MAX + 1];
+    /* The job's secret from its credentials file ("" without one) and
+     * this client's random instance id, sent in every request: a shard
+     * with credentials serves only its members and binds our rank to
+     * cid. */
+    char auth[PROTO_AUTH_MAX + 1];
+    uint64_t cid;
     uint32_t rank, workers, nshards, ntensors;
     int async;
     proto_agg agg;
@@ -284,6 +291,8 @@ static void msg_base(const flps_client *c, proto_msg *m, uint8_t op,
     m->rank = c->rank;
     m->part = part;
     m->iter = iter;
+    memcpy(m->auth, c->auth, sizeof(m->auth));
+    m->cid = c->cid;
 }
 
 /* ---- receiving ---- */
@@ -873,6 +882,33 @@ flps_err flps_client_create_with(const flps_client_config *cfg,
     return rc;
 }
 
+/* The job's credentials from $FLPS_CREDENTIALS_FILE, when it names a
+ * file (which must then load): the secret for every request. */
+static flps_err client_credentials(flps_client *c, transport *t)
+{
+    flps_creds cr;
+    char why[512];
+    int found = 0;
+    flps_err rc = creds_load_env(&cr, &found, why, sizeof(why));
+
+    (void)t; /* CURVE keys go to it (below) */
+    if (rc != FLPS_OK) {
+        log_error("%s", why);
+        return rc;
+    }
+    if (!found)
+        return FLPS_OK;
+    rc = creds_instance_id(&c->cid);
+    if (rc != FLPS_OK) {
+        log_error("cannot make a client id: no randomness (getrandom)");
+        goto out;
+    }
+    snprintf(c->auth, sizeof(c->auth), "%s", cr.secret);
+out:
+    creds_wipe(&cr);
+    return rc;
+}
+
 flps_err flps_client_create_on(const flps_client_config *cfg, transport *t,
                                flps_client **out)
 {
@@ -913,6 +949,9 @@ flps_err flps_client_create_on(const flps_client_config *cfg, transport *t,
                   c->errmsg[0] ? c->errmsg : flps_strerror(rc));
         goto fail;
     }
+    rc = client_credentials(c, t);
+    if (rc != FLPS_OK)
+        goto fail;
     c->t = t;
     for (uint32_t s = 0; s < c->nshards; s++) {
         uint32_t peer;
@@ -969,6 +1008,7 @@ void flps_client_destroy(flps_client *c)
     flps_free(c->sel_hi);
     flps_free(c->sel_pis);
     partmap_fini(&c->pm);
+    explicit_bzero(c->auth, sizeof(c->auth));
     flps_free(c);
 }
 
