@@ -5,6 +5,8 @@
  * training is bit for bit what it is without the attacks; a restarted
  * worker takes its rank over; and the secret appears in no log line. */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -114,13 +116,13 @@ static proto_msg bad_register(proto_tensor *t, const char *secret)
     return m;
 }
 
-typedef struct job {
+typedef struct job_run {
     float w[NUMEL];
     flps_tensor tensor;
     flps_client *c;
-} job;
+} job_run;
 
-static void job_start(job *j, const char *endpoint)
+static void job_start(job_run *j, const char *endpoint)
 {
     const char *servers[1] = {endpoint};
     flps_client_config cfg;
@@ -149,7 +151,7 @@ static void job_start(job *j, const char *endpoint)
                  flps_client_last_error(j->c));
 }
 
-static void job_step(job *j, uint64_t it)
+static void job_step(job_run *j, uint64_t it)
 {
     float g[NUMEL];
 
@@ -203,7 +205,7 @@ Test(auth, strangers_and_non_owners_change_nothing, .timeout = 120)
     uint32_t peer;
     proto_tensor evil;
     proto_msg m;
-    job real, plain;
+    job_run real, plain;
     float before[NUMEL];
     struct stat st;
 
@@ -358,4 +360,94 @@ Test(auth, a_bad_credentials_file_stops_the_shard_with_the_reason,
         snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
         cr_assert_eq(system(cmd), 0);
     }
+}
+
+/* Whether any process's command line holds needle. */
+static int some_argv_holds(const char *needle)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int found = 0;
+
+    cr_assert_not_null(d);
+    while (!found && (e = readdir(d)) != NULL) {
+        char path[300], buf[8192];
+        ssize_t n;
+        int fd;
+
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
+        fd = open(path, O_RDONLY);
+        if (fd < 0)
+            continue;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        for (ssize_t i = 0; i < n; i++)
+            if (buf[i] == '\0')
+                buf[i] = ' ';
+        buf[n] = '\0';
+        found = strstr(buf, needle) != NULL;
+    }
+    closedir(d);
+    return found;
+}
+
+Test(auth, a_flrun_job_runs_authenticated_and_shows_its_secret_nowhere,
+     .timeout = 300)
+{
+    char dir[] = "/tmp/flps-authrun-XXXXXX", job[200], logs[200], out[200];
+    char creds_path[260], why[256], cmd[1024];
+    const char *const args[] = {"--log-dir", logs, job, NULL};
+    flps_creds cr;
+    struct stat st;
+    int status = -1, scans = 0;
+    pid_t pid;
+    FILE *f;
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(job, sizeof(job), "%s/job.yaml", dir);
+    snprintf(logs, sizeof(logs), "%s/logs", dir);
+    snprintf(out, sizeof(out), "%s/out", dir);
+    snprintf(creds_path, sizeof(creds_path), "%s/credentials", logs);
+    f = fopen(job, "w");
+    cr_assert_not_null(f);
+    fputs("name: authrun\nmodel: mlp\ndataset: synthetic\nworkers: 2\n"
+          "servers: 2\niterations: 300\ncompression: topk:0.01\n"
+          "eval_every: 0\n",
+          f);
+    fclose(f);
+    pid = test_spawn("flrun", args, out, NULL, NULL, 0);
+    cr_assert_gt(pid, 0);
+    /* While it runs: the file is there, private, and no process has the
+     * secret on its command line. */
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        if (scans == 0 && stat(creds_path, &st) == 0 &&
+            creds_load(creds_path, &cr, why, sizeof(why)) == FLPS_OK)
+            scans = 1;
+        if (scans > 0) {
+            cr_assert(!some_argv_holds(cr.secret),
+                      "the secret is on a command line");
+            scans++;
+        }
+        usleep(50000);
+    }
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "flrun failed; see %s", out);
+    cr_assert_gt(scans, 1, "the job ran too briefly to look at it");
+    cr_assert_eq(stat(creds_path, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0600);
+    cr_assert(file_holds(out, "\"data_plane\":\"authenticated"),
+              "the summary does not say so; see %s", out);
+    snprintf(cmd, sizeof(cmd), "%s/flps-0.log", logs);
+    cr_assert(file_holds(cmd, "data plane authenticated"));
+    /* No log, summary or other file of the run holds the secret. */
+    snprintf(cmd, sizeof(cmd),
+             "grep -rl --exclude=credentials '%s' %s >/dev/null", cr.secret,
+             dir);
+    cr_assert_neq(system(cmd), 0, "a file of the run holds the secret");
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
 }
