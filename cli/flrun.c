@@ -432,7 +432,8 @@ static int make_credentials(run *r, const char *logdir)
 {
     char path[PATH_MAX + 32], why[512];
     flps_creds c;
-    int curve = 0;
+    /* CURVE where it can run: over ZeroMQ, with a libzmq that has it. */
+    int curve = strcmp(r->transport, "zmq") == 0 && creds_have_curve();
 
     snprintf(path, sizeof(path), "%s/credentials", logdir);
     if (creds_generate(curve, &c, why, sizeof(why)) != FLPS_OK ||
@@ -442,6 +443,13 @@ static int make_credentials(run *r, const char *logdir)
         return -1;
     }
     r->data_plane = c.has_curve ? "authenticated+curve" : "authenticated";
+    if (!c.has_curve && !r->quiet)
+        fprintf(stderr,
+                "flrun: the data plane is authenticated but not "
+                "encrypted (%s)\n",
+                strcmp(r->transport, "zmq") != 0
+                    ? "CURVE applies to ZeroMQ only"
+                    : "this libzmq has no CURVE");
     creds_wipe(&c);
     if (setenv(CREDS_ENV, path, 1) != 0) {
         fprintf(stderr, "flrun: cannot set %s\n", CREDS_ENV);

@@ -356,6 +356,16 @@ int main(int argc, char **argv)
     }
     if (why[0] != '\0')
         log_info("%s", why); /* what auto chose, and why */
+    if (have_creds && creds.has_curve) {
+        rc = transport_set_curve(t, &creds, 1, why, sizeof(why));
+        if (rc == FLPS_ECONFIG && chosen == TRANSPORT_KIND_RDMA) {
+            log_warn("%s", why); /* the secret still authenticates */
+        } else if (rc != FLPS_OK) {
+            log_error("%s", why);
+            transport_destroy(t);
+            return 2;
+        }
+    }
     if (metrics_ep != NULL) {
         /* Before the shard, so it can report iteration closes; the HTTP
          * thread only ever reads the registry, never the shard. */
@@ -455,13 +465,18 @@ out:
     if (s != NULL) {
         const ps_shard_stats *st = ps_shard_stats_get(s);
         uint64_t refused = 0;
+        char handshakes[96] = "";
         for (int i = 0; i < FLPS_ERR_COUNT_; i++)
             refused += st->rejected[i];
+        if (have_creds && creds.has_curve)
+            snprintf(handshakes, sizeof(handshakes),
+                     " and %llu connections (CURVE handshake refused)",
+                     (unsigned long long)t->stats.auth_refused);
         log_info("served %llu pushes, %llu updates, %llu pulls; refused %llu "
-                 "messages; received %llu bytes, sent %llu bytes",
+                 "messages%s; received %llu bytes, sent %llu bytes",
                  (unsigned long long)st->pushes,
                  (unsigned long long)st->updates, (unsigned long long)st->pulls,
-                 (unsigned long long)refused,
+                 (unsigned long long)refused, handshakes,
                  (unsigned long long)t->stats.bytes_recv,
                  (unsigned long long)t->stats.bytes_sent);
         if (st->updates > 0 && ps_shard_is_async(s))

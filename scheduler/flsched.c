@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/numparse.h"
+#include "proto/creds.h"
 #include "scheduler/rconn.h"
 #include "scheduler/sched_api.h"
 #include "scheduler/sched_loop.h"
@@ -286,6 +287,10 @@ int main(int argc, char **argv)
     log_info("flsched %s: API on %s, Redis at %s, lease %ld ms%s", cfg.id,
              bound, shown, cfg.lease_ms,
              cfg.token ? ", bearer token required" : "");
+    if (!creds_have_curve())
+        log_warn("this libzmq was built without CURVE (zmq_has(\"curve\") is "
+                 "0): jobs get a secret that authenticates their data plane, "
+                 "but no CURVE keys; it is not encrypted");
     printf("listening on %s\n", bound);
     fflush(stdout);
 

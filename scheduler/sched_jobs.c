@@ -331,7 +331,9 @@ static flps_err job_credentials(sched_job *j)
 {
     char text[CREDS_FILE_MAX], why[256];
     flps_creds c;
-    flps_err rc = creds_generate(0, &c, why, sizeof(why));
+    /* CURVE keys whenever this libzmq can make them: the transport is
+     * chosen only at placement, and a shard over RDMA ignores them. */
+    flps_err rc = creds_generate(creds_have_curve(), &c, why, sizeof(why));
 
     if (rc != FLPS_OK) {
         log_error("cannot make the job's credentials: %s", why);

@@ -883,7 +883,8 @@ flps_err flps_client_create_with(const flps_client_config *cfg,
 }
 
 /* The job's credentials from $FLPS_CREDENTIALS_FILE, when it names a
- * file (which must then load): the secret for every request. */
+ * file (which must then load): the secret for every request, and the
+ * CURVE keys for a ZeroMQ transport (before it connects). */
 static flps_err client_credentials(flps_client *c, transport *t)
 {
     flps_creds cr;
@@ -891,7 +892,6 @@ static flps_err client_credentials(flps_client *c, transport *t)
     int found = 0;
     flps_err rc = creds_load_env(&cr, &found, why, sizeof(why));
 
-    (void)t; /* CURVE keys go to it (below) */
     if (rc != FLPS_OK) {
         log_error("%s", why);
         return rc;
@@ -904,6 +904,16 @@ static flps_err client_credentials(flps_client *c, transport *t)
         goto out;
     }
     snprintf(c->auth, sizeof(c->auth), "%s", cr.secret);
+    if (cr.has_curve) {
+        /* Before the first connect: every DEALER encrypts. */
+        rc = transport_set_curve(t, &cr, 0, why, sizeof(why));
+        if (rc == FLPS_ECONFIG && strcmp(t->vt->name, "zmq") != 0) {
+            log_warn("%s", why); /* RDMA: the secret still authenticates */
+            rc = FLPS_OK;
+        } else if (rc != FLPS_OK) {
+            log_error("%s", why);
+        }
+    }
 out:
     creds_wipe(&cr);
     return rc;

@@ -451,3 +451,80 @@ Test(auth, a_flrun_job_runs_authenticated_and_shows_its_secret_nowhere,
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+Test(auth, with_curve_a_client_without_the_job_keys_gets_nothing,
+     .timeout = 120)
+{
+    char dir[] = "/tmp/flps-authcurve-XXXXXX", path[200], log[200];
+    char reflog[200], why[256];
+    flps_creds cr, other;
+    test_shard s, ref;
+    transport *plain_t, *wrong_t;
+    uint32_t p1, p2;
+    proto_tensor tensor;
+    proto_msg m, r;
+    job_run real, plain;
+
+    if (!creds_have_curve())
+        cr_skip_test("this libzmq has no CURVE");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/creds", dir);
+    snprintf(log, sizeof(log), "%s/shard.log", dir);
+    snprintf(reflog, sizeof(reflog), "%s/ref.log", dir);
+    cr_assert_eq(creds_generate(1, &cr, why, sizeof(why)), FLPS_OK, "%s", why);
+    cr_assert_eq(creds_generate(1, &other, why, sizeof(why)), FLPS_OK);
+    /* The stranger knows the server's public key, and even the secret:
+     * without the job's client key pair it still gets nothing. */
+    memcpy(other.server_public, cr.server_public, sizeof(cr.server_public));
+    memcpy(other.secret, cr.secret, sizeof(cr.secret));
+    cr_assert_eq(creds_write(path, &cr, 0, why, sizeof(why)), FLPS_OK);
+    start_shard(&s, log, path);
+    start_shard(&ref, reflog, NULL);
+    cr_assert(file_holds(log, "encrypted (CURVE)"));
+
+    cr_assert_eq(transport_zmq_create(&plain_t), FLPS_OK);
+    cr_assert_eq(transport_connect(plain_t, s.endpoint, &p1), FLPS_OK);
+    cr_assert_eq(transport_zmq_create(&wrong_t), FLPS_OK);
+    cr_assert_eq(transport_set_curve(wrong_t, &other, 0, why, sizeof(why)),
+                 FLPS_OK, "%s", why);
+    cr_assert_eq(transport_connect(wrong_t, s.endpoint, &p2), FLPS_OK);
+    m = bad_register(&tensor, cr.secret);
+    send_msg(plain_t, p1, &m);
+    send_msg(wrong_t, p2, &m);
+    cr_assert(!recv_within(plain_t, 1500, &r), "a client without CURVE got "
+                                               "an answer");
+    cr_assert(!recv_within(wrong_t, 1500, &r), "a client with another key "
+                                               "got an answer");
+
+    /* The job trains as it does unattacked, bit for bit. */
+    job_start(&plain, ref.endpoint);
+    cr_assert_eq(setenv(CREDS_ENV, path, 1), 0);
+    job_start(&real, s.endpoint);
+    /* (No more sends from the strangers: a DEALER whose every handshake
+     * failed has no pipe, and its send would block.) */
+    for (uint64_t it = 0; it < ITERS; it++) {
+        job_step(&real, it);
+        job_step(&plain, it);
+    }
+    cr_assert_eq(memcmp(real.w, plain.w, sizeof(real.w)), 0);
+    cr_assert(!recv_within(plain_t, 200, &r));
+    cr_assert(!recv_within(wrong_t, 200, &r));
+    flps_client_destroy(real.c);
+    flps_client_destroy(plain.c);
+    unsetenv(CREDS_ENV);
+    transport_destroy(plain_t);
+    transport_destroy(wrong_t);
+    cr_assert(WIFEXITED(test_shard_stop(&s, SIGTERM)));
+    cr_assert(WIFEXITED(test_shard_stop(&ref, SIGTERM)));
+    cr_assert(file_holds(log, "in the CURVE handshake"),
+              "the refused handshakes are not logged; see %s", log);
+    cr_assert(file_holds(log, "handshake refused"),
+              "the shard's last line does not count them; see %s", log);
+    cr_assert(!file_holds(log, cr.secret));
+    cr_assert(!file_holds(log, cr.server_secret));
+    {
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        cr_assert_eq(system(cmd), 0);
+    }
+}
