@@ -177,6 +177,16 @@ static int file_holds(const char *path, const char *needle)
     return strstr(buf, needle) != NULL;
 }
 
+/* Stop a shard and check it exited cleanly (status 0: no sanitizer
+ * report either). */
+static void stop_clean(test_shard *s, const char *log)
+{
+    int st = test_shard_stop(s, SIGTERM);
+
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "the shard did not exit cleanly; see %s", log);
+}
+
 static void start_shard(test_shard *s, const char *log, const char *creds)
 {
     const char *with[] = {"--job",
@@ -310,8 +320,8 @@ Test(auth, strangers_and_non_owners_change_nothing, .timeout = 120)
     unsetenv(CREDS_ENV);
     transport_destroy(t);
 
-    cr_assert(WIFEXITED(test_shard_stop(&s, SIGTERM)));
-    cr_assert(WIFEXITED(test_shard_stop(&ref, SIGTERM)));
+    stop_clean(&s, log);
+    stop_clean(&ref, reflog);
     cr_assert(file_holds(log, "taken over by a new client"));
     cr_assert(file_holds(log, "refused"));
     /* Neither secret in any log line. */
@@ -514,8 +524,8 @@ Test(auth, with_curve_a_client_without_the_job_keys_gets_nothing,
     unsetenv(CREDS_ENV);
     transport_destroy(plain_t);
     transport_destroy(wrong_t);
-    cr_assert(WIFEXITED(test_shard_stop(&s, SIGTERM)));
-    cr_assert(WIFEXITED(test_shard_stop(&ref, SIGTERM)));
+    stop_clean(&s, log);
+    stop_clean(&ref, reflog);
     cr_assert(file_holds(log, "in the CURVE handshake"),
               "the refused handshakes are not logged; see %s", log);
     cr_assert(file_holds(log, "handshake refused"),
