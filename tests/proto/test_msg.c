@@ -430,8 +430,8 @@ Test(msg, a_weight_on_anything_but_a_push_is_malformed)
     proto_frame f[1];
     proto_msg d;
     char err[ERRLEN] = "";
-    static const char *const keys[] = {"v", "op", "job", "rank", "part",
-                                       "iter", "ver"};
+    static const char *const keys[] = {"v",    "op",   "job", "rank",
+                                       "part", "iter", "ver"};
     const uint64_t vals[] = {PROTO_VERSION, PROTO_OP_PULL, 0, 0, 0, 0, 0};
 
     msgpack_sbuffer_init(&sb);

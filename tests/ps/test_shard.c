@@ -1030,7 +1030,8 @@ Test(shard, a_weighted_job_divides_the_sum_by_the_weights_not_the_workers)
     cr_assert_eq(push_dense_weighted(g, 2, 0, 0, p2, 4, wt[2]), FLPS_OK);
     cr_assert_eq(g->n, 3, "one UPDATE per worker");
     for (uint32_t i = 0; i < 4; i++)
-        want[i] = init_value(0, i) + -(scale * ((0.0f + p0[i]) + p1[i] + p2[i]));
+        want[i] =
+            init_value(0, i) + -(scale * ((0.0f + p0[i]) + p1[i] + p2[i]));
     cr_assert_eq(ps_shard_part(g->s, 0, &v, &n, &ver, &iter), FLPS_OK);
     cr_assert_eq(memcmp(v, want, sizeof(want)), 0,
                  "w - lr * sum / (3 + 0 + 1)");
