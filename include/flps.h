@@ -53,7 +53,8 @@ FLPS_API const char *flps_version(void);
  * new one. Not sticky (the client is unchanged and the call may be made
  * again): FLPS_EINVAL for a bad argument, FLPS_ENONFINITE for a gradient
  * holding NaN or Inf (nothing was sent), and every error of
- * flps_client_set_layer_codec and flps_client_set_staleness and the
+ * flps_client_set_layer_codec, flps_client_set_staleness and
+ * flps_client_set_push_weight and the
  * FLPS_ESTATE of flps_client_measure_network. */
 #define FLPS_ERR_MAP(X)                                                        \
     X(FLPS_OK, 0, "success")                                                   \
@@ -122,6 +123,11 @@ typedef struct flps_tensor {
     float *data;
 } flps_tensor;
 
+/* The values of flps_client_config.async. */
+#define FLPS_MODE_SYNC 0
+#define FLPS_MODE_ASYNC 1
+#define FLPS_MODE_WEIGHTED 2
+
 typedef struct flps_client_config {
     const char *job; /* job id, 1..63 chars */
     uint32_t rank;   /* 0..workers-1 */
@@ -131,7 +137,13 @@ typedef struct flps_client_config {
     const flps_tensor *tensors; /* the model layout, first layer first */
     uint32_t ntensors;
     uint32_t part_size;      /* max elements per part; 0 = 65536 */
-    int async;               /* 0: synchronous S-SGD; 1: asynchronous */
+    int async;               /* FLPS_MODE_SYNC (0): synchronous S-SGD;
+                                FLPS_MODE_ASYNC (1): asynchronous;
+                                FLPS_MODE_WEIGHTED (2): synchronous, the
+                                shards divide each iteration's summed
+                                pushes by the sum of their weights
+                                (flps_client_set_push_weight) instead of
+                                by workers */
     const char *compression; /* "dense", "fp16", "topk:D", "gtopk:D",
                                 "randk:D", "dgc:D", "qsgd:BITS", "sign"
                                 or "auto" (a codec per layer, see
@@ -230,6 +242,17 @@ FLPS_API flps_err flps_client_set_layer_codec(flps_client *c, uint32_t tensor,
  * naming how far behind the slowest worker is. Errors: FLPS_EINVAL (c
  * NULL), FLPS_ESTATE (a synchronous client); neither is sticky. */
 FLPS_API flps_err flps_client_set_staleness(flps_client *c, uint32_t staleness);
+
+/* The weight of this worker's next pushes in a weighted job (async =
+ * FLPS_MODE_WEIGHTED), until set again; 1 until first set. The shards
+ * apply -lr * (sum of the iteration's pushes) / (sum of their weights),
+ * so a worker that pushes w_i * g_i with weight w_i gets the weighted mean
+ * of the g_i: FedAvg's sample-weighted average, where a worker whose
+ * clients all missed the round's deadline pushes zeros with weight 0 (an
+ * iteration whose weights sum to 0 changes nothing). Errors: FLPS_EINVAL
+ * (c NULL; weight negative, not finite or above 1e15), FLPS_ESTATE (not a
+ * weighted client); neither is sticky. */
+FLPS_API flps_err flps_client_set_push_weight(flps_client *c, double weight);
 
 /* Seconds flps_client_wait spent waiting for the slowest worker (above). */
 FLPS_API double flps_client_stale_wait_seconds(const flps_client *c);

@@ -123,6 +123,9 @@ struct flps_client {
      * (flps_client_set_staleness); UINT32_MAX: no bound. */
     uint32_t staleness;
     double stale_wait_s; /* time spent waiting for the slowest */
+    /* FLPS_MODE_WEIGHTED: every push carries push_weight. */
+    int weighted;
+    double push_weight;
     uint32_t part_size;
     transport *t;
     char **endpoints;
@@ -284,6 +287,10 @@ static void msg_base(const flps_client *c, proto_msg *m, uint8_t op,
     m->rank = c->rank;
     m->part = part;
     m->iter = iter;
+    if (op == PROTO_OP_PUSH && c->weighted) {
+        m->has_weight = 1;
+        m->weight = c->push_weight;
+    }
 }
 
 /* ---- receiving ---- */
@@ -787,7 +794,9 @@ static flps_err client_register(flps_client *c)
         m.cfg.nshards = c->nshards;
         m.cfg.workers = c->workers;
         m.cfg.part_size = c->part_size;
-        m.cfg.mode = c->async ? PROTO_MODE_ASYNC : PROTO_MODE_SSGD;
+        m.cfg.mode = c->async      ? PROTO_MODE_ASYNC
+                     : c->weighted ? PROTO_MODE_WEIGHTED
+                                   : PROTO_MODE_SSGD;
         m.cfg.agg = (uint8_t)c->agg;
         m.cfg.density = c->density;
         snprintf(m.cfg.compression, sizeof(m.cfg.compression), "%s",
@@ -888,7 +897,9 @@ flps_err flps_client_create_on(const flps_client_config *cfg, transport *t,
     c->rank = cfg->rank;
     c->workers = cfg->workers;
     c->nshards = cfg->nservers;
-    c->async = cfg->async != 0;
+    c->weighted = cfg->async == FLPS_MODE_WEIGHTED;
+    c->async = cfg->async != 0 && !c->weighted;
+    c->push_weight = 1;
     c->lr = cfg->lr;
     c->momentum = cfg->momentum;
     c->lr_cosine = cfg->lr_cosine != 0;
@@ -1585,6 +1596,17 @@ flps_err flps_client_set_staleness(flps_client *c, uint32_t staleness)
     if (!c->async)
         return FLPS_ESTATE; /* not sticky: the client is unchanged */
     c->staleness = staleness;
+    return FLPS_OK;
+}
+
+flps_err flps_client_set_push_weight(flps_client *c, double weight)
+{
+    if (c == NULL || !isfinite(weight) || weight < 0 ||
+        weight > PROTO_WEIGHT_MAX)
+        return FLPS_EINVAL;
+    if (!c->weighted)
+        return FLPS_ESTATE; /* not sticky: the client is unchanged */
+    c->push_weight = weight;
     return FLPS_OK;
 }
 
