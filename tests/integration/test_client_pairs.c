@@ -25,6 +25,31 @@ typedef struct worker {
     flps_client *c;
 } worker;
 
+/* The shards a test started and has not stopped yet: a failed assertion
+ * ends the test at once, and the suite's fini stops what it left. */
+static pid_t running[8];
+
+static void track(pid_t pid, pid_t replace)
+{
+    for (size_t i = 0; i < sizeof(running) / sizeof(running[0]); i++)
+        if (running[i] == replace) {
+            running[i] = pid;
+            return;
+        }
+}
+
+static void stop_leftovers(void)
+{
+    for (size_t i = 0; i < sizeof(running) / sizeof(running[0]); i++)
+        if (running[i] > 0) {
+            test_shard s = {.pid = running[i]};
+            test_shard_stop(&s, SIGKILL);
+            running[i] = 0;
+        }
+}
+
+TestSuite(client_pairs, .fini = stop_leftovers);
+
 static void start_shards(test_shard *s, const char *job, char *dir)
 {
     char log[200], idx[16];
@@ -37,13 +62,16 @@ static void start_shards(test_shard *s, const char *job, char *dir)
         snprintf(log, sizeof(log), "%s/s%d.log", dir, i);
         cr_assert_eq(test_shard_start(&s[i], log, args), 0,
                      "shard %d of %s did not start", i, job);
+        track(s[i].pid, 0);
     }
 }
 
 static void stop_shards(test_shard *s)
 {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
+        track(0, s[i].pid);
         cr_assert_eq(test_shard_stop(&s[i], SIGTERM), 0);
+    }
 }
 
 /* Worker rank of job on shards s; rank 0 offers init(t, i) as the model. */
