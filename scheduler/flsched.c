@@ -41,6 +41,8 @@ typedef struct flsched_cfg {
     int listen_any; /* --listen-any: every interface was asked for */
     char id[128];
     char *token;
+    const char *tls_cert, *tls_key; /* both or neither: HTTPS */
+    httpd_tls tls;
     int node_ttl;
     long lease_ms;
 } flsched_cfg;
@@ -51,7 +53,7 @@ static void usage(FILE *f)
         f, "usage: flsched --redis redis://HOST:PORT --listen HOST:PORT\n"
            "               [--listen-any] [--id NAME] [--token-file FILE] "
            "[--node-ttl SEC]\n"
-           "               [--lease-ms MS]\n"
+           "               [--lease-ms MS] [--tls-cert FILE --tls-key FILE]\n"
            "  --redis URL        Redis holding the cluster's state\n"
            "                     (redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])\n"
            "  --redis-password-file FILE  the Redis password, first line\n"
@@ -71,6 +73,9 @@ static void usage(FILE *f)
            "without one (default 6)\n"
            "  --lease-ms MS      leader lease (default 5000; renewed every "
            "third)\n"
+           "  --tls-cert FILE    serve the API over HTTPS with this\n"
+           "                     certificate (PEM, leaf first); needs\n"
+           "  --tls-key FILE     its private key (PEM, mode 600 or 400)\n"
            "Prints 'listening on HOST:PORT' on stdout once the API is up.\n");
 }
 
@@ -123,6 +128,8 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
         {"redis-password-file", required_argument, NULL, 'p'},
         {"node-ttl", required_argument, NULL, 'n'},
         {"lease-ms", required_argument, NULL, 'm'},
+        {"tls-cert", required_argument, NULL, 'C'},
+        {"tls-key", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -156,6 +163,12 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
             break;
         case 't':
             token_file = optarg;
+            break;
+        case 'C':
+            cfg->tls_cert = optarg;
+            break;
+        case 'K':
+            cfg->tls_key = optarg;
             break;
         case 'n':
             if (!parse_long(optarg, 1, 86400, &v)) {
@@ -214,10 +227,27 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
         host[sizeof(host) - 1] = '\0';
         snprintf(cfg->id, sizeof(cfg->id), "%s:%ld", host, (long)getpid());
     }
+    if ((cfg->tls_cert == NULL) != (cfg->tls_key == NULL)) {
+        fprintf(stderr, "flsched: --tls-cert and --tls-key go together: "
+                        "give the certificate and its private key, or "
+                        "neither for plain HTTP\n");
+        return 2;
+    }
+    if (cfg->tls_cert != NULL) {
+        char err[512];
+
+        if (httpd_tls_load(cfg->tls_cert, cfg->tls_key, &cfg->tls, err,
+                           sizeof(err)) != FLPS_OK) {
+            fprintf(stderr, "flsched: %s\n", err);
+            return 2;
+        }
+    }
     if (token_file != NULL) {
         cfg->token = read_token(token_file);
-        if (cfg->token == NULL)
+        if (cfg->token == NULL) {
+            httpd_tls_fini(&cfg->tls);
             return 2;
+        }
     }
     return 0;
 }
@@ -278,14 +308,16 @@ int main(int argc, char **argv)
         log_error("cannot start the API: %s", flps_strerror(rc));
         goto out;
     }
-    rc = httpd_start(cfg.listen, FLSCHED_MAX_BODY, sched_api_handle, api, &http,
-                     bound, sizeof(bound));
+    rc = httpd_start_tls(cfg.listen, FLSCHED_MAX_BODY, httpd_default_limits(),
+                         cfg.tls_cert != NULL ? &cfg.tls : NULL,
+                         sched_api_handle, api, &http, bound, sizeof(bound));
+    httpd_tls_fini(&cfg.tls); /* the server has its copy */
     if (rc != FLPS_OK)
         goto out; /* httpd logged why */
     rconn_redact_url(cfg.redis, shown, sizeof(shown));
-    log_info("flsched %s: API on %s, Redis at %s, lease %ld ms%s", cfg.id,
-             bound, shown, cfg.lease_ms,
-             cfg.token ? ", bearer token required" : "");
+    log_info("flsched %s: API on %s://%s, Redis at %s, lease %ld ms%s", cfg.id,
+             cfg.tls_cert != NULL ? "https" : "http", bound, shown,
+             cfg.lease_ms, cfg.token ? ", bearer token required" : "");
     printf("listening on %s\n", bound);
     fflush(stdout);
 
@@ -307,6 +339,7 @@ out:
     sched_loop_destroy(loop); /* hands the lease over at once */
     sched_store_destroy(st);
     metrics_destroy(reg);
+    httpd_tls_fini(&cfg.tls);
     flps_free(cfg.token);
     return status;
 }

@@ -73,7 +73,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "flps.schedulerUrl" -}}
-{{- printf "http://%s.%s.svc:%d" (include "flps.schedulerService" .) .Release.Namespace (int .Values.scheduler.port) -}}
+{{- printf "%s://%s.%s.svc:%d" (include "flps.schedulerScheme" .) (include "flps.schedulerService" .) .Release.Namespace (int .Values.scheduler.port) -}}
+{{- end -}}
+
+{{/* https when flsched serves TLS from scheduler.tls.existingSecret. */}}
+{{- define "flps.schedulerScheme" -}}
+{{- if .Values.scheduler.tls.existingSecret -}}https{{- else -}}http{{- end -}}
 {{- end -}}
 
 {{/* Secrets: the API token, and Redis's password. */}}
