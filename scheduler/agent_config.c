@@ -19,10 +19,14 @@ static const char usage_text[] =
     "               --memory SIZE --gpus N [--address IP] [--work-dir DIR]\n"
     "               [--heartbeat SEC]\n"
     "  --redis URL       the cluster's Redis "
-    "(redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])\n"
+    "(redis[s]://[[USER]:PASSWORD@]HOST[:PORT][/DB];\n"
+    "                    rediss:// is TLS)\n"
     "  --redis-password-file FILE  the Redis password, first line of FILE\n"
     "                    (keeps it off the command line; or set\n"
     "                    FLPS_REDIS_PASSWORD_FILE / FLPS_REDIS_PASSWORD)\n"
+    "  --redis-ca FILE   rediss:// (TLS): the CA certificate (PEM) that\n"
+    "                    signed Redis's (or FLPS_REDIS_CA; default: the\n"
+    "                    system's CAs)\n"
     "  --name NAME       this node's name ([A-Za-z0-9_.-], 1..63 chars,\n"
     "                    starting with a letter or digit, no '..')\n"
     "  --cpus N          CPUs the node offers (> 0; 0.5 is half a CPU)\n"
@@ -85,6 +89,7 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
         {"checkpoint-root", required_argument, NULL, 'k'},
         {"data-dir", required_argument, NULL, 'd'},
         {"redis-password-file", required_argument, NULL, 'p'},
+        {"redis-ca", required_argument, NULL, 'C'},
         {"metrics", required_argument, NULL, 'M'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -116,6 +121,12 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
             snprintf(cfg.redis_url, sizeof(cfg.redis_url), "%s", optarg);
             break;
         }
+        case 'C':
+            if (snprintf(cfg.redis_ca, sizeof(cfg.redis_ca), "%s", optarg) >=
+                (int)sizeof(cfg.redis_ca))
+                return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                                       "--redis-ca: the path is too long");
+            break;
         case 'p':
             if (snprintf(cfg.redis_password_file,
                          sizeof(cfg.redis_password_file), "%s",

@@ -48,6 +48,8 @@ int main(int argc, char **argv)
     flps_log_setup("flagent", FLPS_LOG_INFO);
     if (cfg.redis_password_file[0] != '\0')
         setenv("FLPS_REDIS_PASSWORD_FILE", cfg.redis_password_file, 1);
+    if (cfg.redis_ca[0] != '\0')
+        setenv("FLPS_REDIS_CA", cfg.redis_ca, 1);
 
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;

@@ -50,33 +50,38 @@ typedef struct flsched_cfg {
 static void usage(FILE *f)
 {
     fprintf(
-        f, "usage: flsched --redis redis://HOST:PORT --listen HOST:PORT\n"
-           "               [--listen-any] [--id NAME] [--token-file FILE] "
-           "[--node-ttl SEC]\n"
-           "               [--lease-ms MS] [--tls-cert FILE --tls-key FILE]\n"
-           "  --redis URL        Redis holding the cluster's state\n"
-           "                     (redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])\n"
-           "  --redis-password-file FILE  the Redis password, first line\n"
-           "                     of FILE (or FLPS_REDIS_PASSWORD_FILE /\n"
-           "                     FLPS_REDIS_PASSWORD): off the command line\n"
-           "  --listen HOST:PORT where the HTTP API listens (PORT 0: any);\n"
-           "                     every interface (0.0.0.0, ::, *, :PORT)\n"
-           "                     only with --listen-any\n"
-           "  --listen-any       allow --listen on every interface (in a\n"
-           "                     container, behind a Service)\n"
-           "  --id NAME          this scheduler's name in the leader lease\n"
-           "                     (default HOSTNAME:PID)\n"
-           "  --token-file FILE  require 'Authorization: Bearer TOKEN' with\n"
-           "                     the token in FILE (not for /healthz, "
-           "/metrics)\n"
-           "  --node-ttl SEC     TTL given to a node's alive key found "
-           "without one (default 6)\n"
-           "  --lease-ms MS      leader lease (default 5000; renewed every "
-           "third)\n"
-           "  --tls-cert FILE    serve the API over HTTPS with this\n"
-           "                     certificate (PEM, leaf first); needs\n"
-           "  --tls-key FILE     its private key (PEM, mode 600 or 400)\n"
-           "Prints 'listening on HOST:PORT' on stdout once the API is up.\n");
+        f,
+        "usage: flsched --redis redis://HOST:PORT --listen HOST:PORT\n"
+        "               [--listen-any] [--id NAME] [--token-file FILE] "
+        "[--node-ttl SEC]\n"
+        "               [--lease-ms MS] [--tls-cert FILE --tls-key FILE]\n"
+        "  --redis URL        Redis holding the cluster's state\n"
+        "                     (redis[s]://[[USER]:PASSWORD@]HOST[:PORT][/DB];\n"
+        "                     rediss:// is TLS)\n"
+        "  --redis-ca FILE    rediss:// (TLS): the CA certificate (PEM)\n"
+        "                     that signed Redis's (or FLPS_REDIS_CA;\n"
+        "                     default: the system's CAs)\n"
+        "  --redis-password-file FILE  the Redis password, first line\n"
+        "                     of FILE (or FLPS_REDIS_PASSWORD_FILE /\n"
+        "                     FLPS_REDIS_PASSWORD): off the command line\n"
+        "  --listen HOST:PORT where the HTTP API listens (PORT 0: any);\n"
+        "                     every interface (0.0.0.0, ::, *, :PORT)\n"
+        "                     only with --listen-any\n"
+        "  --listen-any       allow --listen on every interface (in a\n"
+        "                     container, behind a Service)\n"
+        "  --id NAME          this scheduler's name in the leader lease\n"
+        "                     (default HOSTNAME:PID)\n"
+        "  --token-file FILE  require 'Authorization: Bearer TOKEN' with\n"
+        "                     the token in FILE (not for /healthz, "
+        "/metrics)\n"
+        "  --node-ttl SEC     TTL given to a node's alive key found "
+        "without one (default 6)\n"
+        "  --lease-ms MS      leader lease (default 5000; renewed every "
+        "third)\n"
+        "  --tls-cert FILE    serve the API over HTTPS with this\n"
+        "                     certificate (PEM, leaf first); needs\n"
+        "  --tls-key FILE     its private key (PEM, mode 600 or 400)\n"
+        "Prints 'listening on HOST:PORT' on stdout once the API is up.\n");
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out)
@@ -126,6 +131,7 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
         {"id", required_argument, NULL, 'i'},
         {"token-file", required_argument, NULL, 't'},
         {"redis-password-file", required_argument, NULL, 'p'},
+        {"redis-ca", required_argument, NULL, 'c'},
         {"node-ttl", required_argument, NULL, 'n'},
         {"lease-ms", required_argument, NULL, 'm'},
         {"tls-cert", required_argument, NULL, 'C'},
@@ -144,6 +150,9 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
         switch (c) {
         case 'p':
             setenv("FLPS_REDIS_PASSWORD_FILE", optarg, 1);
+            break;
+        case 'c':
+            setenv("FLPS_REDIS_CA", optarg, 1);
             break;
         case 'r':
             cfg->redis = optarg;

@@ -3,7 +3,8 @@
  * gen_certs.sh: flsubmit verifies it with --ca (or FLPS_SCHEDULER_CA) and
  * fails with what to set when the CA is missing or wrong, a plain-HTTP
  * request gets no API answer, /metrics and /healthz answer over HTTPS, and
- * a key others can read is refused. */
+ * a key others can read is refused. And flsched and flagent reaching a
+ * Redis that speaks TLS only (rediss://, --redis-ca). */
 #include <criterion/criterion.h>
 #include <curl/curl.h>
 #include <fcntl.h>
@@ -17,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "redis_fixture.h"
+#include "redis_tls_fixture.h"
 
 #define FLSCHED FLPS_BIN_DIR "/flsched"
 #define FLSUBMIT FLPS_BIN_DIR "/flsubmit"
@@ -398,4 +399,135 @@ Test(sched_tls, a_certificate_that_is_not_the_keys_is_refused)
                           "its private key") != NULL,
               "%s", err);
     free(err);
+}
+
+/* Start a daemon (argv NULL-terminated), stdout and stderr to log. */
+static pid_t spawn_logged(const char *const *argv, const char *log)
+{
+    pid_t pid = fork();
+
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+        }
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int file_has(const char *path, const char *needle)
+{
+    char buf[16384];
+    FILE *f = fopen(path, "r");
+    size_t n;
+
+    if (f == NULL)
+        return 0;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strstr(buf, needle) != NULL;
+}
+
+Test(sched_tls, flsched_and_flagent_reach_a_tls_only_redis)
+{
+    test_redis_tls rs;
+    char slog[128], alog[128], work[128],
+        *err = NULL, out_path[] = "/tmp/flps-tls-out-XXXXXX";
+    char line[256] = "";
+    int out_fd = mkstemp(out_path), seen = 0, pfd[2];
+    pid_t agent;
+
+    cr_assert(out_fd >= 0);
+    unlink(out_path);
+    cr_assert_eq(test_redis_tls_start(&rs, ""), 0, "TLS redis-server");
+    path_in(slog, sizeof(slog), "flsched-rediss.log");
+    path_in(alog, sizeof(alog), "flagent-rediss.log");
+    path_in(work, sizeof(work), "agent-work");
+    {
+        const char *argv[] = {FLSCHED,       "--redis",    rs.r.url, "--listen",
+                              "127.0.0.1:0", "--redis-ca", rs.ca,    NULL};
+        FILE *f;
+
+        cr_assert_eq(pipe(pfd), 0);
+        sched_pid = fork();
+        cr_assert(sched_pid >= 0);
+        if (sched_pid == 0) {
+            int fd = open(slog, O_WRONLY | O_CREAT | O_APPEND, 0600);
+            dup2(pfd[1], STDOUT_FILENO);
+            if (fd >= 0)
+                dup2(fd, STDERR_FILENO);
+            close(pfd[0]);
+            execv(argv[0], (char *const *)argv);
+            _exit(127);
+        }
+        close(pfd[1]);
+        f = fdopen(pfd[0], "r");
+        cr_assert_not_null(fgets(line, sizeof(line), f),
+                           "flsched did not start over rediss://");
+        fclose(f);
+        sched_port = atoi(line + 23);
+    }
+    {
+        const char *argv[] = {FLPS_BIN_DIR "/flagent",
+                              "--redis",
+                              rs.r.url,
+                              "--redis-ca",
+                              rs.ca,
+                              "--name",
+                              "tlsnode",
+                              "--cpus",
+                              "2",
+                              "--memory",
+                              "1Gi",
+                              "--gpus",
+                              "0",
+                              "--work-dir",
+                              work,
+                              NULL};
+        agent = spawn_logged(argv, alog);
+    }
+    for (int i = 0; i < 100 && !seen; i++) {
+        char buf[4096];
+        ssize_t n;
+        const char *argv[] = {FLSUBMIT, "--scheduler", url("http"), "nodes",
+                              NULL};
+
+        cr_assert_eq(ftruncate(out_fd, 0), 0);
+        lseek(out_fd, 0, SEEK_SET);
+        cr_assert_eq(run_capture(argv, &err, out_fd), 0, "%s", err);
+        free(err);
+        lseek(out_fd, 0, SEEK_SET);
+        n = read(out_fd, buf, sizeof(buf) - 1);
+        buf[n > 0 ? n : 0] = '\0';
+        seen = strstr(buf, "tlsnode") != NULL;
+        if (!seen)
+            usleep(100000);
+    }
+    close(out_fd);
+    kill(agent, SIGTERM);
+    waitpid(agent, NULL, 0);
+    cr_assert(seen, "flagent's node never showed up through flsched");
+    cr_assert(file_has(slog, "Redis at rediss://127.0.0.1:"), "flsched log");
+
+    /* flsched with a CA that did not sign Redis's certificate stops at
+     * once, with the reason. */
+    kill(sched_pid, SIGTERM);
+    waitpid(sched_pid, NULL, 0);
+    sched_pid = 0;
+    {
+        const char *argv[] = {FLSCHED,       "--redis",    rs.r.url, "--listen",
+                              "127.0.0.1:0", "--redis-ca", other_ca, NULL};
+        int rc = run_capture(argv, &err, -1);
+
+        cr_assert_eq(rc, 1, "exit %d: %s", rc, err);
+        cr_assert(strstr(err, "does not verify") != NULL, "%s", err);
+        cr_assert(strstr(err, "FLPS_REDIS_CA (--redis-ca)") != NULL, "%s", err);
+        free(err);
+    }
+    test_redis_tls_stop(&rs);
 }
