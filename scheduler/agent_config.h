@@ -35,6 +35,8 @@ typedef struct agent_config {
     double heartbeat;               /* --heartbeat seconds, default 2 */
     char metrics[128]; /* --metrics HOST:PORT for flagent's own /metrics;
                           "" = off */
+    char user[64];     /* --user: who to become after start-up ("" none) */
+    char group[64];    /* --group ("" the user's primary group) */
     int help;          /* --help was given: print usage, exit 0 */
 } agent_config;
 

@@ -21,6 +21,7 @@
 #include "scheduler/sched_store.h"
 #include "services/httpd.h"
 #include "services/metrics.h"
+#include "services/privdrop.h"
 
 #define FLSCHED_TICK_MS 200
 #define FLSCHED_MAX_BODY ((size_t)1 << 20)
@@ -43,6 +44,7 @@ typedef struct flsched_cfg {
     char *token;
     const char *tls_cert, *tls_key; /* both or neither: HTTPS */
     httpd_tls tls;
+    privdrop_target who; /* --user, --group */
     int node_ttl;
     long lease_ms;
 } flsched_cfg;
@@ -81,6 +83,9 @@ static void usage(FILE *f)
         "  --tls-cert FILE    serve the API over HTTPS with this\n"
         "                     certificate (PEM, leaf first); needs\n"
         "  --tls-key FILE     its private key (PEM, mode 600 or 400)\n"
+        "  --user NAME        started as root: become NAME once the API\n"
+        "                     is listening; --group NAME (default: NAME's\n"
+        "                     primary group)\n"
         "Prints 'listening on HOST:PORT' on stdout once the API is up.\n");
 }
 
@@ -136,10 +141,13 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
         {"lease-ms", required_argument, NULL, 'm'},
         {"tls-cert", required_argument, NULL, 'C'},
         {"tls-key", required_argument, NULL, 'K'},
+        {"user", required_argument, NULL, 'U'},
+        {"group", required_argument, NULL, 'G'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *token_file = NULL;
+    const char *token_file = NULL, *user = NULL, *group = NULL;
+    char err[512];
     long v;
     int c;
 
@@ -178,6 +186,12 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
             break;
         case 'K':
             cfg->tls_key = optarg;
+            break;
+        case 'U':
+            user = optarg;
+            break;
+        case 'G':
+            group = optarg;
             break;
         case 'n':
             if (!parse_long(optarg, 1, 86400, &v)) {
@@ -236,6 +250,15 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
         host[sizeof(host) - 1] = '\0';
         snprintf(cfg->id, sizeof(cfg->id), "%s:%ld", host, (long)getpid());
     }
+    if (group != NULL && user == NULL) {
+        fprintf(stderr, "flsched: --group goes with --user\n");
+        return 2;
+    }
+    if (user != NULL &&
+        privdrop_resolve(user, group, &cfg->who, err, sizeof(err)) != FLPS_OK) {
+        fprintf(stderr, "flsched: %s\n", err);
+        return 2;
+    }
     if ((cfg->tls_cert == NULL) != (cfg->tls_key == NULL)) {
         fprintf(stderr, "flsched: --tls-cert and --tls-key go together: "
                         "give the certificate and its private key, or "
@@ -243,8 +266,6 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
         return 2;
     }
     if (cfg->tls_cert != NULL) {
-        char err[512];
-
         if (httpd_tls_load(cfg->tls_cert, cfg->tls_key, &cfg->tls, err,
                            sizeof(err)) != FLPS_OK) {
             fprintf(stderr, "flsched: %s\n", err);
@@ -282,6 +303,7 @@ int main(int argc, char **argv)
     if (r != 0)
         return r == 1 ? 0 : 2;
     flps_log_setup("flsched", FLPS_LOG_INFO);
+    privdrop_warn_root(&cfg.who, "flsched");
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
@@ -327,6 +349,16 @@ int main(int argc, char **argv)
     log_info("flsched %s: API on %s://%s, Redis at %s, lease %ld ms%s", cfg.id,
              cfg.tls_cert != NULL ? "https" : "http", bound, shown,
              cfg.lease_ms, cfg.token ? ", bearer token required" : "");
+    /* The API is bound, its key read, Redis connected with its password:
+     * nothing later needs root. */
+    {
+        char err[512];
+
+        if (privdrop_apply(&cfg.who, err, sizeof(err)) != FLPS_OK) {
+            log_error("cannot drop privileges: %s", err);
+            goto out;
+        }
+    }
     printf("listening on %s\n", bound);
     fflush(stdout);
 
