@@ -226,14 +226,16 @@ static flps_err describe_failure(submit_http *h, CURLcode cc,
     case CURLE_RECV_ERROR:
         if (strncmp(h->base_url, "http://", 7) != 0)
             break;
-        /* A TLS server drops a plain-text request without a word. */
+        /* A TLS server drops a plain-text request without a word. So does
+         * a scheduler that died mid-request, so this stays FLPS_EIO, which
+         * watch retries through a restart. */
         snprintf(h->last_error, sizeof(h->last_error),
                  "the scheduler at %s closed the connection without an HTTP "
                  "answer to %s %s (%s); if flsched serves HTTPS (--tls-cert), "
                  "use an https:// URL with --ca FILE (or FLPS_SCHEDULER_CA)",
                  h->base_url, method, path,
                  h->curl_err[0] ? h->curl_err : curl_easy_strerror(cc));
-        return FLPS_ECONFIG;
+        return FLPS_EIO;
     case CURLE_OUT_OF_MEMORY:
         snprintf(h->last_error, sizeof(h->last_error), "out of memory");
         return FLPS_ENOMEM;

@@ -59,9 +59,10 @@ void submit_http_destroy(submit_http *h);
  *   FLPS_EINVAL    a URL libcurl refuses (bad scheme, bad syntax)
  *   FLPS_ECONFIG   TLS failed: the scheduler's certificate does not verify
  *                  with the CA (the message says to set --ca or
- *                  FLPS_SCHEDULER_CA), the CA file cannot be used, an
- *                  https:// URL to a plain-HTTP scheduler, or an http://
- *                  URL to an HTTPS one (no HTTP answer came back)
+ *                  FLPS_SCHEDULER_CA), the CA file cannot be used, or an
+ *                  https:// URL to a plain-HTTP scheduler
+ * (An http:// URL to an HTTPS scheduler gets no HTTP answer: FLPS_EIO, with
+ * a message that says to use https:// and --ca.)
  *   FLPS_ENOMEM
  * The client stays usable after an error (watch retries through a
  * scheduler restart), so the error is the last one, not a sticky one.

@@ -306,8 +306,7 @@ static flps_err rconn_connect(rconn *rc)
              * credentials, a daemon stops with the reason. */
             return flps_errbuf_set(rc->err, sizeof(rc->err),
                                    e == FLPS_ECONFIG ? FLPS_ECONFIG : FLPS_EIO,
-                                   "cannot reach Redis over TLS at %s: %s",
-                                   rc->addr, why);
+                                   "Redis over TLS: %s", why);
         }
     } else {
         rc->ctx = redisConnectWithTimeout(rc->host, rc->port, tv);

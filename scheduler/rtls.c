@@ -258,8 +258,10 @@ flps_err rtls_connect(const char *host, int port, const char *ca_file,
         goto fail;
     rc = tcp_connect(host, port, deadline, &t->fd, why, sizeof(why));
     if (rc != FLPS_OK) {
-        flps_errbuf_set(errbuf, errlen, rc, "cannot reach %s: %s", t->addr,
-                        why);
+        flps_errbuf_set(errbuf, errlen, rc,
+                        "cannot reach Redis at %s: %s; is redis-server "
+                        "running there, with that port as its tls-port?",
+                        t->addr, why);
         goto fail;
     }
     rc = FLPS_ENOMEM;

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "redis_tls_fixture.h"
 
 #define FLSCHED FLPS_BIN_DIR "/flsched"
@@ -530,4 +531,48 @@ Test(sched_tls, flsched_and_flagent_reach_a_tls_only_redis)
         free(err);
     }
     test_redis_tls_stop(&rs);
+}
+
+/* Plain-text connections each make libmicrohttpd complain: flsched logs at
+ * most 5 such lines a second, so a flood cannot fill its log. */
+Test(sched_tls, plain_text_floods_are_logged_at_a_bounded_rate)
+{
+    static const char req[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    char log[128], buf[65536];
+    double t0, took;
+    size_t n;
+    FILE *f;
+    int lines = 0;
+
+    start_sched(1);
+    t0 = flps_mono_s();
+    for (int i = 0; i < 60; i++) {
+        struct sockaddr_in a;
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        char c;
+
+        memset(&a, 0, sizeof(a));
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons((uint16_t)sched_port);
+        cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+        cr_assert_eq(write(fd, req, sizeof(req) - 1),
+                     (ssize_t)(sizeof(req) - 1));
+        while (read(fd, &c, 1) > 0)
+            ; /* until the server closes it */
+        close(fd);
+    }
+    usleep(200000);
+    took = flps_mono_s() - t0;
+    path_in(log, sizeof(log), "flsched.log");
+    f = fopen(log, "r");
+    cr_assert_not_null(f);
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    for (char *p = buf; (p = strstr(p, "WARN")) != NULL; p++)
+        lines++;
+    cr_assert_gt(lines, 0, "the refusals are logged");
+    cr_assert_leq(lines, 5 * ((int)took + 2),
+                  "%d warning lines in %.1f s for 60 connections", lines, took);
 }
