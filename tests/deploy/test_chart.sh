@@ -155,6 +155,17 @@ tls_check "the ServiceMonitor and the scrape annotations say https" \
 tls_check "without it flsched serves plain HTTP" \
   sh -c "! grep -q -- '--tls-cert' '$TMP/default.yaml' && [ \$(grep -c 'scheme: HTTP\$' '$TMP/default.yaml') -eq 2 ] &&
          grep -q 'FLPS_SCHEDULER: \"http://rel-flps-scheduler' '$TMP/default.yaml'"
+# An external Redis over TLS: rediss:// kept, its CA mounted for flsched and flagent.
+"$HELM" template rel "$CHART" --namespace flps --set redis.enabled=false \
+  --set redis.external.url=rediss://redis.infra.svc:6380/1 --set redis.external.caSecret=redis-ca >"$TMP/rediss.yaml"
+tls_check "an external rediss:// URL stays rediss:// for flsched and flagent" \
+  test "$(grep -c '"rediss://redis.infra.svc:6380/1"' "$TMP/rediss.yaml")" -eq 2
+tls_check "flsched and flagent get FLPS_REDIS_CA and the CA Secret mounted" \
+  sh -c "[ \$(grep -A1 'name: FLPS_REDIS_CA' '$TMP/rediss.yaml' | grep -c /etc/flps/redis-ca/ca.crt) -eq 2 ] &&
+         [ \$(grep -c 'secretName: redis-ca' '$TMP/rediss.yaml') -eq 2 ] &&
+         [ \$(grep -c 'mountPath: /etc/flps/redis-ca' '$TMP/rediss.yaml') -eq 2 ]"
+tls_check "no CA is mounted for a plain redis:// URL" \
+  sh -c "! grep -q FLPS_REDIS_CA '$TMP/default.yaml'"
 if "$HELM" lint --strict "$CHART" --set scheduler.tls.existingSecret=flps-api-tls >"$TMP/lint-tls.log" 2>&1; then
   ok "helm lint --strict (scheduler.tls)"
 else
