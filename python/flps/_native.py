@@ -130,6 +130,7 @@ _PROTOTYPES = {
     "flps_client_residual_norm": (_c_err, [_c_void_p, ctypes.c_uint32,
                                            ctypes.POINTER(ctypes.c_double)]),
     "flps_client_set_staleness": (_c_err, [_c_void_p, ctypes.c_uint32]),
+    "flps_client_set_push_weight": (_c_err, [_c_void_p, ctypes.c_double]),
     "flps_client_stale_wait_seconds": (ctypes.c_double, [_c_void_p]),
     "flps_client_last_error": (ctypes.c_char_p, [_c_void_p]),
     "flps_client_destroy": (None, [_c_void_p]),

@@ -187,7 +187,7 @@ class Client:
     def __init__(self, job, rank, workers, servers, layout, *, lr,
                  compression="dense", momentum=0.0, part_size=0,
                  asynchronous=False, lr_cosine=False, iterations=0,
-                 retry_ms=0, deadline_ms=0):
+                 retry_ms=0, deadline_ms=0, weighted=False):
         lib = _native.lib()
         self._lib = lib
         self._handle = None
@@ -198,6 +198,10 @@ class Client:
         if not isinstance(job, str) or not job:
             raise InvalidArgumentError("job must be the job id, a non-empty "
                                        "string (got %r)" % (job,))
+        if weighted and asynchronous:
+            raise InvalidArgumentError("a weighted job is synchronous: "
+                                       "asynchronous and weighted exclude "
+                                       "each other")
         for what, value, top in (("rank", rank, 2**32), ("workers", workers,
                                                          2**32),
                                  ("part_size", part_size, 2**32),
@@ -250,7 +254,8 @@ class Client:
         cfg = _native.FlpsClientConfig(
             job=job_b, rank=rank, workers=workers, servers=cservers,
             nservers=len(servers_b), tensors=tensors, ntensors=len(items),
-            part_size=part_size, async_=1 if asynchronous else 0,
+            part_size=part_size,
+            async_=2 if weighted else 1 if asynchronous else 0,
             compression=comp_b, lr=lr, lr_cosine=1 if lr_cosine else 0,
             iterations=iterations, momentum=momentum, retry_ms=retry_ms,
             deadline_ms=deadline_ms)
@@ -443,6 +448,22 @@ class Client:
                           "asynchronous client: connect with "
                           "asynchronous=True"})
 
+    def set_push_weight(self, weight):
+        """The weight of this worker's next pushes in a weighted job
+        (connect(..., weighted=True)): the shards divide each iteration's
+        summed pushes by the sum of their weights instead of by workers,
+        so pushing weight * g with `weight` gives the weighted mean of the
+        g (FedAvg's sample-weighted average; 0 for nothing to add)."""
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) \
+                or not 0 <= weight <= 1e15:
+            raise ValueError("weight must be a number in 0..1e15, not %r"
+                             % (weight,))
+        self._call("cannot set the push weight",
+                   self._lib.flps_client_set_push_weight,
+                   ctypes.c_double(weight),
+                   hints={StateError.code: "a push weight needs a weighted "
+                          "client: connect with weighted=True"})
+
     @property
     def stale_wait_seconds(self):
         """Seconds wait() spent held back by the staleness bound."""
@@ -533,7 +554,7 @@ class Client:
 def connect(job, rank, workers, servers, layout, *, lr,
             compression="dense", momentum=0.0, part_size=0,
             asynchronous=False, lr_cosine=False, iterations=0, retry_ms=0,
-            deadline_ms=0):
+            deadline_ms=0, weighted=False):
     """Join job `job` as worker `rank` of `workers` and register `layout`.
 
     servers: the shard endpoints, shard i first (a list, or one
@@ -551,6 +572,9 @@ def connect(job, rank, workers, servers, layout, *, lr,
     part_size, asynchronous, lr_cosine, iterations, retry_ms, deadline_ms:
         as flps_client_config's fields (0 = the library's default; the
         deadline bounds every blocking call, 300 s by default).
+    weighted: synchronous, with the shards dividing each iteration's summed
+        pushes by the sum of the pushes' weights (set_push_weight) instead
+        of by workers (FLPS_MODE_WEIGHTED).
 
     Blocks until every shard accepted the layout, and returns the
     :class:`Client`; call its init() next.  Raises an FlpsError subclass
@@ -561,7 +585,8 @@ def connect(job, rank, workers, servers, layout, *, lr,
                   compression=compression, momentum=momentum,
                   part_size=part_size, asynchronous=asynchronous,
                   lr_cosine=lr_cosine, iterations=iterations,
-                  retry_ms=retry_ms, deadline_ms=deadline_ms)
+                  retry_ms=retry_ms, deadline_ms=deadline_ms,
+                  weighted=weighted)
 
 
 def version():

@@ -326,6 +326,47 @@ def test_a_staleness_bound_holds_a_fast_worker_back(shards):
             c.set_staleness(1)
 
 
+def test_a_weighted_job_takes_the_weighted_mean_of_the_pushes(shards):
+    """Two workers push 3*g0 with weight 3 and 1*g1 with weight 1: the
+    shards apply lr * (3 g0 + g1) / 4, not / 2; a round pushed with weight
+    0 everywhere changes nothing."""
+    s = shards("wtd", 1)
+    x0 = np.zeros(4, dtype=np.float32)
+    x1 = np.zeros(4, dtype=np.float32)
+    g0 = np.array([1, 2, 3, 4], dtype=np.float32)
+    g1 = np.array([4, 0, -4, 8], dtype=np.float32)
+    c0 = flps.connect("wtd", 0, 2, [s[0].endpoint], {"x": x0}, lr=1.0,
+                      weighted=True, deadline_ms=20000)
+    c1 = flps.connect("wtd", 1, 2, [s[0].endpoint], {"x": x1}, lr=1.0,
+                      weighted=True, deadline_ms=20000)
+    with c0, c1:
+        c0.init()
+        c1.init()
+        with pytest.raises(ValueError):
+            c0.set_push_weight(-1)
+        c0.set_push_weight(3)
+        c1.set_push_weight(1)
+        c0.push("x", 3 * g0, 0)
+        c1.push("x", g1, 0)
+        c0.wait(0)
+        c1.wait(0)
+        want = -((3 * g0 + g1) * np.float32(0.25))
+        np.testing.assert_array_equal(x0, want)
+        np.testing.assert_array_equal(x1, want)
+        c0.set_push_weight(0)
+        c1.set_push_weight(0)
+        c0.push("x", np.zeros(4, dtype=np.float32), 1)
+        c1.push("x", np.zeros(4, dtype=np.float32), 1)
+        c0.wait(1)
+        c1.wait(1)
+        np.testing.assert_array_equal(x0, want)
+    s2 = shards("wtdsync", 1)
+    with flps.connect("wtdsync", 0, 1, [s2[0].endpoint], {"x": x0},
+                      lr=1.0, deadline_ms=5000) as c:
+        with pytest.raises(flps.StateError, match="weighted"):
+            c.set_push_weight(1)
+
+
 def test_checkpoint_writes_into_the_shards_directory(shards, tmp_path):
     ck = tmp_path / "ck"
     ck.mkdir()
