@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _native
-from .errors import ConfigError, InvalidArgumentError, StateError, error_class
+from .errors import (ConfigError, InvalidArgumentError, RangeError,
+                     StateError, error_class)
 
 __all__ = ["Client", "ClientStats", "connect", "version"]
 
@@ -110,6 +111,33 @@ def _gradient(obj, numel, what):
     return ptr, buf
 
 
+def _host_pairs_array(obj, kind, what):
+    """obj (numpy array, torch tensor on any device, or array-like) as a
+    1-D C-contiguous numpy array of uint32 (kind "index") or float32 (kind
+    "value") on the host.  A torch tensor on a GPU is copied to the host
+    here, and only it: these are the pairs, not the layer."""
+    if _is_torch_tensor(obj):
+        obj = obj.detach()
+        if obj.device.type != "cpu":
+            obj = obj.cpu()
+        obj = obj.numpy()
+    arr = np.asarray(obj)
+    if arr.ndim != 1:
+        arr = arr.reshape(-1)
+    if kind == "value":
+        return np.ascontiguousarray(arr, dtype=np.float32)
+    if arr.dtype == np.uint32:
+        return np.ascontiguousarray(arr)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise InvalidArgumentError(
+            "%s are %s; pass integer element indices" % (what, arr.dtype))
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= 2**32):
+        raise InvalidArgumentError(
+            "%s hold %d; an element index is in 0..numel-1"
+            % (what, int(arr.min()) if int(arr.min()) < 0 else int(arr.max())))
+    return np.ascontiguousarray(arr, dtype=np.uint32)
+
+
 def _layout_items(layout):
     if hasattr(layout, "items"):
         return list(layout.items())
@@ -159,7 +187,7 @@ class Client:
     def __init__(self, job, rank, workers, servers, layout, *, lr,
                  compression="dense", momentum=0.0, part_size=0,
                  asynchronous=False, lr_cosine=False, iterations=0,
-                 retry_ms=0, deadline_ms=0):
+                 retry_ms=0, deadline_ms=0, weighted=False):
         lib = _native.lib()
         self._lib = lib
         self._handle = None
@@ -170,6 +198,10 @@ class Client:
         if not isinstance(job, str) or not job:
             raise InvalidArgumentError("job must be the job id, a non-empty "
                                        "string (got %r)" % (job,))
+        if weighted and asynchronous:
+            raise InvalidArgumentError("a weighted job is synchronous: "
+                                       "asynchronous and weighted exclude "
+                                       "each other")
         for what, value, top in (("rank", rank, 2**32), ("workers", workers,
                                                          2**32),
                                  ("part_size", part_size, 2**32),
@@ -222,7 +254,8 @@ class Client:
         cfg = _native.FlpsClientConfig(
             job=job_b, rank=rank, workers=workers, servers=cservers,
             nservers=len(servers_b), tensors=tensors, ntensors=len(items),
-            part_size=part_size, async_=1 if asynchronous else 0,
+            part_size=part_size,
+            async_=2 if weighted else 1 if asynchronous else 0,
             compression=comp_b, lr=lr, lr_cosine=1 if lr_cosine else 0,
             iterations=iterations, momentum=momentum, retry_ms=retry_ms,
             deadline_ms=deadline_ms)
@@ -324,6 +357,55 @@ class Client:
                    i, ptr, iteration)
         del keep
 
+    def push_pairs(self, layer, indices, values, iteration):
+        """Push `layer`'s already-selected pairs for `iteration`
+        (flps_client_push_pairs): values[j] at element index indices[j], in
+        any order, each index at most once.  For a selection made by the
+        caller with its own error feedback (flps.torch does it on the
+        tensor's device); libflps applies no momentum or residual to them.
+        Only for jobs whose shards aggregate pairs (topk, gtopk, dgc, randk,
+        auto).  indices and values may be numpy arrays or torch tensors on
+        any device (only these are copied to the host).  After wait(),
+        pairs_taken() says which the shards did not take.  Returns the
+        number of pairs pushed."""
+        i = self.layer(layer)
+        idx = _host_pairs_array(indices, "index",
+                                "the indices of %r" % self.names[i])
+        val = _host_pairs_array(values, "value",
+                                "the values of %r" % self.names[i])
+        if idx.size != val.size:
+            raise InvalidArgumentError(
+                "%d indices and %d values for %r; give one value per index"
+                % (idx.size, val.size, self.names[i]))
+        self._call("cannot push %d pairs of %r for iteration %d"
+                   % (idx.size, self.names[i], iteration),
+                   self._lib.flps_client_push_pairs, i, idx.ctypes.data,
+                   val.ctypes.data, idx.size, iteration,
+                   hints={
+                       InvalidArgumentError.code: "each index at most once, "
+                       "at most numel pairs",
+                       RangeError.code: "an index is not below the layer's %d elements"
+                       % self.numels[i],
+                       StateError.code: "pairs go only to jobs whose shards "
+                       "add pairs (topk, gtopk, dgc, randk, auto), and a "
+                       "layer is pushed once per iteration"})
+        return idx.size
+
+    def pairs_taken(self, layer, n):
+        """After wait(): a numpy bool array of the n pairs of `layer`'s last
+        push_pairs, in the order pushed, True where the shards took the
+        pair into the update and False where they did not (gtopk); add
+        those back into the residual (flps_client_pairs_taken)."""
+        i = self.layer(layer)
+        out = np.empty(n, dtype=np.uint8)
+        self._call("cannot tell which pairs of %r were taken" % self.names[i],
+                   self._lib.flps_client_pairs_taken, i, out.ctypes.data, n,
+                   hints={StateError.code: "call it after wait() of a "
+                          "push_pairs of that layer",
+                          InvalidArgumentError.code: "n must be the pushed "
+                          "count, the number of pairs push_pairs returned"})
+        return out.view(np.bool_)
+
     def wait(self, iteration):
         """Block until every part pushed for `iteration` has its update and
         add the updates into the buffers."""
@@ -365,6 +447,22 @@ class Client:
                    hints={StateError.code: "a staleness bound needs an "
                           "asynchronous client: connect with "
                           "asynchronous=True"})
+
+    def set_push_weight(self, weight):
+        """The weight of this worker's next pushes in a weighted job
+        (connect(..., weighted=True)): the shards divide each iteration's
+        summed pushes by the sum of their weights instead of by workers,
+        so pushing weight * g with `weight` gives the weighted mean of the
+        g (FedAvg's sample-weighted average; 0 for nothing to add)."""
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) \
+                or not 0 <= weight <= 1e15:
+            raise ValueError("weight must be a number in 0..1e15, not %r"
+                             % (weight,))
+        self._call("cannot set the push weight",
+                   self._lib.flps_client_set_push_weight,
+                   ctypes.c_double(weight),
+                   hints={StateError.code: "a push weight needs a weighted "
+                          "client: connect with weighted=True"})
 
     @property
     def stale_wait_seconds(self):
@@ -456,7 +554,7 @@ class Client:
 def connect(job, rank, workers, servers, layout, *, lr,
             compression="dense", momentum=0.0, part_size=0,
             asynchronous=False, lr_cosine=False, iterations=0, retry_ms=0,
-            deadline_ms=0):
+            deadline_ms=0, weighted=False):
     """Join job `job` as worker `rank` of `workers` and register `layout`.
 
     servers: the shard endpoints, shard i first (a list, or one
@@ -474,6 +572,9 @@ def connect(job, rank, workers, servers, layout, *, lr,
     part_size, asynchronous, lr_cosine, iterations, retry_ms, deadline_ms:
         as flps_client_config's fields (0 = the library's default; the
         deadline bounds every blocking call, 300 s by default).
+    weighted: synchronous, with the shards dividing each iteration's summed
+        pushes by the sum of the pushes' weights (set_push_weight) instead
+        of by workers (FLPS_MODE_WEIGHTED).
 
     Blocks until every shard accepted the layout, and returns the
     :class:`Client`; call its init() next.  Raises an FlpsError subclass
@@ -484,7 +585,8 @@ def connect(job, rank, workers, servers, layout, *, lr,
                   compression=compression, momentum=momentum,
                   part_size=part_size, asynchronous=asynchronous,
                   lr_cosine=lr_cosine, iterations=iterations,
-                  retry_ms=retry_ms, deadline_ms=deadline_ms)
+                  retry_ms=retry_ms, deadline_ms=deadline_ms,
+                  weighted=weighted)
 
 
 def version():

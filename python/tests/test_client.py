@@ -207,6 +207,66 @@ def test_push_errors_are_raised_and_only_the_sticky_ones_stick(shards):
         c.push("x", np.ones(5, np.float32), 2)
 
 
+def test_pushed_pairs_and_the_mask_of_what_gtopk_did_not_take(shards):
+    """Two workers push pairs of their own choosing; gtopk:0.25 keeps the 2
+    largest sums of the 8 elements, and each worker learns which of its
+    pairs were left out."""
+    s = shards("pairs", 1)
+    xs = [np.zeros(8, dtype=np.float32) for _ in range(2)]
+    cs = [flps.connect("pairs", r, 2, [s[0].endpoint], {"x": xs[r]}, lr=2.0,
+                       compression="gtopk:0.25", deadline_ms=20000)
+          for r in range(2)]
+    try:
+        for c in cs:
+            c.init()
+        # Rank 0: 7, 1, 0 (any order, int64); rank 1: 1, 5 (uint32).
+        assert cs[0].push_pairs("x", np.array([7, 1, 0]),
+                                np.array([3.0, 1.0, 0.5]), 0) == 3
+        cs[1].push_pairs(0, np.array([1, 5], np.uint32),
+                         np.array([2.0, -4.0], np.float32), 0)
+        for c in cs:
+            c.wait(0)
+        # Sums: x1 = 3, x5 = -4, x7 = 3, x0 = 0.5: the 2 largest are x5 and,
+        # of the tie 3 = 3, the lower index x1.
+        want = np.zeros(8, np.float32)
+        want[1], want[5] = -3.0, 4.0
+        for x in xs:
+            np.testing.assert_array_equal(x, want)
+        assert cs[0].pairs_taken("x", 3).tolist() == [False, True, False]
+        assert cs[1].pairs_taken("x", 2).tolist() == [True, True]
+        c = cs[0]
+        with pytest.raises(flps.InvalidArgumentError, match="pushed count"):
+            c.pairs_taken("x", 2)
+        with pytest.raises(flps.RangeError, match="8 elements"):
+            c.push_pairs("x", [8], [1.0], 1)
+        with pytest.raises(flps.InvalidArgumentError, match="at most once"):
+            c.push_pairs("x", [2, 2], [1.0, 1.0], 1)
+        with pytest.raises(flps.NonFiniteError):
+            c.push_pairs("x", [2], [float("nan")], 1)
+        with pytest.raises(flps.InvalidArgumentError, match="hold -1"):
+            c.push_pairs("x", [-1], [1.0], 1)
+        with pytest.raises(flps.InvalidArgumentError, match="one value per"):
+            c.push_pairs("x", [1, 2], [1.0], 1)
+        assert c.last_error == "", "none of those is sticky"
+        assert c.pairs_taken("x", 3).tolist() == [False, True, False]
+    finally:
+        for c in cs:
+            c.close()
+
+
+def test_pairs_are_refused_by_a_job_of_dense_values(shards):
+    s = shards("pdense", 1)
+    x = np.zeros(4, dtype=np.float32)
+    with flps.connect("pdense", 0, 1, [s[0].endpoint], {"x": x}, lr=1.0,
+                      compression="fp16", deadline_ms=20000) as c:
+        c.init()
+        with pytest.raises(flps.StateError, match="add pairs"):
+            c.push_pairs("x", [0], [1.0], 0)
+        assert c.last_error == ""
+        with pytest.raises(flps.StateError, match="after wait"):
+            c.pairs_taken("x", 0)
+
+
 def test_an_auto_job_takes_a_codec_per_layer(shards):
     s = shards("auto", 1)
     x = np.zeros(8, dtype=np.float32)
@@ -264,6 +324,47 @@ def test_a_staleness_bound_holds_a_fast_worker_back(shards):
                       lr=1.0, deadline_ms=5000) as c:
         with pytest.raises(flps.StateError, match="asynchronous"):
             c.set_staleness(1)
+
+
+def test_a_weighted_job_takes_the_weighted_mean_of_the_pushes(shards):
+    """Two workers push 3*g0 with weight 3 and 1*g1 with weight 1: the
+    shards apply lr * (3 g0 + g1) / 4, not / 2; a round pushed with weight
+    0 everywhere changes nothing."""
+    s = shards("wtd", 1)
+    x0 = np.zeros(4, dtype=np.float32)
+    x1 = np.zeros(4, dtype=np.float32)
+    g0 = np.array([1, 2, 3, 4], dtype=np.float32)
+    g1 = np.array([4, 0, -4, 8], dtype=np.float32)
+    c0 = flps.connect("wtd", 0, 2, [s[0].endpoint], {"x": x0}, lr=1.0,
+                      weighted=True, deadline_ms=20000)
+    c1 = flps.connect("wtd", 1, 2, [s[0].endpoint], {"x": x1}, lr=1.0,
+                      weighted=True, deadline_ms=20000)
+    with c0, c1:
+        c0.init()
+        c1.init()
+        with pytest.raises(ValueError):
+            c0.set_push_weight(-1)
+        c0.set_push_weight(3)
+        c1.set_push_weight(1)
+        c0.push("x", 3 * g0, 0)
+        c1.push("x", g1, 0)
+        c0.wait(0)
+        c1.wait(0)
+        want = -((3 * g0 + g1) * np.float32(0.25))
+        np.testing.assert_array_equal(x0, want)
+        np.testing.assert_array_equal(x1, want)
+        c0.set_push_weight(0)
+        c1.set_push_weight(0)
+        c0.push("x", np.zeros(4, dtype=np.float32), 1)
+        c1.push("x", np.zeros(4, dtype=np.float32), 1)
+        c0.wait(1)
+        c1.wait(1)
+        np.testing.assert_array_equal(x0, want)
+    s2 = shards("wtdsync", 1)
+    with flps.connect("wtdsync", 0, 1, [s2[0].endpoint], {"x": x0},
+                      lr=1.0, deadline_ms=5000) as c:
+        with pytest.raises(flps.StateError, match="weighted"):
+            c.set_push_weight(1)
 
 
 def test_checkpoint_writes_into_the_shards_directory(shards, tmp_path):
