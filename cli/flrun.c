@@ -19,6 +19,7 @@
 #include "common/cliver.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "proto/creds.h"
 #include "proto/transport_select.h"
 #include "services/jobspec.h"
 #include "services/plan.h"
@@ -75,6 +76,7 @@ typedef struct run {
     /* What the shards and workers run: transport: rdma, or auto decided
      * on this machine ("zmq" or "rdma"). */
     const char *transport;
+    const char *data_plane; /* what the credentials protect, for the summary */
 } run;
 
 static void human_bytes(double b, char *buf, size_t len)
@@ -425,6 +427,40 @@ static void report_death(run *r, proc *p)
             how, reason[0] ? reason : "it printed no error");
 }
 
+/* The job's credentials: a new secret (and CURVE keys when libzmq has
+ * them and the job runs over ZeroMQ) in a 0600 file of the run directory,
+ * named to every process through FLPS_CREDENTIALS_FILE (inherited): the
+ * shards then serve only this job's workers. Never on a command line. */
+static int make_credentials(run *r, const char *logdir)
+{
+    char path[PATH_MAX + 32], why[512];
+    flps_creds c;
+    /* CURVE where it can run: over ZeroMQ, with a libzmq that has it. */
+    int curve = strcmp(r->transport, "zmq") == 0 && creds_have_curve();
+
+    snprintf(path, sizeof(path), "%s/credentials", logdir);
+    if (creds_generate(curve, &c, why, sizeof(why)) != FLPS_OK ||
+        creds_write(path, &c, 1, why, sizeof(why)) != FLPS_OK) {
+        creds_wipe(&c);
+        fprintf(stderr, "flrun: %s\nnothing was started.\n", why);
+        return -1;
+    }
+    r->data_plane = c.has_curve ? "authenticated+curve" : "authenticated";
+    if (!c.has_curve && !r->quiet)
+        fprintf(stderr,
+                "flrun: the data plane is authenticated but not "
+                "encrypted (%s)\n",
+                strcmp(r->transport, "zmq") != 0
+                    ? "CURVE applies to ZeroMQ only"
+                    : "this libzmq has no CURVE");
+    creds_wipe(&c);
+    if (setenv(CREDS_ENV, path, 1) != 0) {
+        fprintf(stderr, "flrun: cannot set %s\n", CREDS_ENV);
+        return -1;
+    }
+    return 0;
+}
+
 static int find_bin(const char *name, char *out, size_t len)
 {
     const char *env = getenv("FLPS_BIN_DIR");
@@ -477,6 +513,7 @@ static flps_err start_command(run *r, uint32_t w, const char *prog,
     /* A test (or a slow machine) may shorten (lengthen) the waits. */
     we.deadline_ms = dl != NULL ? strtoull(dl, NULL, 10) : 0;
     we.transport = r->transport;
+    we.credentials_file = getenv(CREDS_ENV);
     if (workerenv_build(&r->spec, &we, environ, &env) != FLPS_OK) {
         fprintf(stderr, "flrun: out of memory\n");
         return FLPS_ENOMEM;
@@ -641,6 +678,8 @@ int main(int argc, char **argv)
         return 1;
     }
     snprintf(ckptdir, sizeof(ckptdir), "%s/checkpoints", logdir);
+    if (make_credentials(&r, logdir) != 0)
+        return 1;
     if (r.spec.compression == JOBSPEC_COMP_AUTO) {
         /* The workers start dense and apply the plan once this file
          * appears; one left by an earlier run in the same --log-dir would
@@ -809,11 +848,12 @@ int main(int argc, char **argv)
                 (unsigned long long)r.dense_bytes);
     printf("{\"test_accuracy\":%.4f,\"iterations\":%llu,\"bytes_sent\":%llu,"
            "\"bytes_received\":%llu,\"dense_bytes\":%llu,"
-           "\"wall_seconds\":%.3f,\"transport\":\"%s\"",
+           "\"wall_seconds\":%.3f,\"transport\":\"%s\","
+           "\"data_plane\":\"%s\"",
            r.test_accuracy, (unsigned long long)r.total,
            (unsigned long long)r.bytes_sent,
            (unsigned long long)r.bytes_received,
-           (unsigned long long)r.dense_bytes, wall, r.transport);
+           (unsigned long long)r.dense_bytes, wall, r.transport, r.data_plane);
     if (r.samples != NULL) {
         char *samples = json_dumps(r.samples, JSON_COMPACT);
 

@@ -47,7 +47,8 @@ FLPS_API const char *flps_version(void);
  * (the network, a shard's refusal, out of memory, a protocol violation,
  * a call out of order: FLPS_ENOMEM, FLPS_EPROTO, FLPS_ETIMEDOUT, FLPS_ESYS,
  * FLPS_ELATE, FLPS_EDUP, FLPS_EFUTURE, FLPS_EJOB, FLPS_ELAYOUT,
- * FLPS_ESTATE, FLPS_EIO, FLPS_ECONFIG, FLPS_EREMOTE, FLPS_ECLOSED) keeps
+ * FLPS_ESTATE, FLPS_EIO, FLPS_ECONFIG, FLPS_EREMOTE, FLPS_ECLOSED,
+ * FLPS_EAUTH) keeps
  * the first such error: every later call returns the same code at once and
  * flps_client_last_error says what happened; destroy the client and make a
  * new one. Not sticky (the client is unchanged and the call may be made
@@ -75,7 +76,8 @@ FLPS_API const char *flps_version(void);
     X(FLPS_EIO, 14, "file input/output failed")                                \
     X(FLPS_ECONFIG, 15, "invalid configuration")                               \
     X(FLPS_EREMOTE, 16, "the server replied with an error")                    \
-    X(FLPS_ECLOSED, 17, "connection closed")
+    X(FLPS_ECLOSED, 17, "connection closed")                                   \
+    X(FLPS_EAUTH, 18, "not a member of the job (credentials refused)")
 
 typedef enum {
 #define FLPS_ERR_ENUM_(code, num, msg) code = num,

@@ -101,6 +101,10 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
             return FLPS_EINVAL;
         nkeys++;
     }
+    if (msg->auth[0] != '\0')
+        nkeys++;
+    if (msg->cid != 0)
+        nkeys++;
 
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
@@ -145,6 +149,10 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
         pack_key(&pk, "wt");
         msgpack_pack_double(&pk, msg->weight);
     }
+    if (msg->auth[0] != '\0')
+        pack_str(&pk, "auth", msg->auth);
+    if (msg->cid != 0)
+        pack_u64(&pk, "cid", msg->cid);
     if (msg->op == PROTO_OP_REGISTER) {
         const proto_jobcfg *c = &msg->cfg;
         pack_key(&pk, "cfg");
@@ -381,6 +389,8 @@ enum {
     F_SEGS = 1 << 14,
     F_SLOW = 1 << 15,
     F_WT = 1 << 16,
+    F_AUTH = 1 << 17,
+    F_CID = 1 << 18,
     F_BASE = F_V | F_OP | F_JOB | F_RANK | F_PART | F_ITER | F_VER | F_DATA,
 };
 
@@ -610,6 +620,12 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
             ok = obj_f64(v, &m->weight) && m->weight >= 0 &&
                  m->weight <= PROTO_WEIGHT_MAX;
             m->has_weight = 1;
+        } else if (key_is(k, "auth")) {
+            bit = F_AUTH;
+            ok = obj_str(v, m->auth, sizeof(m->auth));
+        } else if (key_is(k, "cid")) {
+            bit = F_CID;
+            ok = obj_u64(v, &m->cid);
         } else if (key_is(k, "tensors")) {
             bit = F_TENSORS;
             if (seen & F_TENSORS) {

@@ -15,6 +15,8 @@
 #define PROTO_NAME_MAX 127
 #define PROTO_MAX_TENSORS 4096
 #define PROTO_ERRMSG_MAX 255
+/* The job's secret a request carries (hex digits, proto/creds.h). */
+#define PROTO_AUTH_MAX 128
 /* Parts one sparse PUSH or UPDATE may carry. */
 #define PROTO_MAX_SEGS 65536
 /* Pairs libflps puts in one push of several parts (256 KiB): small parts
@@ -147,8 +149,14 @@ typedef struct proto_msg {
     double weight;
     uint8_t has_weight;
     char text[PROTO_ERRMSG_MAX + 1]; /* ERROR: human message */
-    proto_jobcfg cfg;                /* REGISTER */
-    uint32_t ntensors;               /* REGISTER */
+    /* Requests of a client holding the job's credentials: the job's
+     * secret (optional header key "auth"; "" when absent) and the
+     * client's random instance id (key "cid"; 0 when absent), to which a
+     * shard binds the rank that registered with it. */
+    char auth[PROTO_AUTH_MAX + 1];
+    uint64_t cid;
+    proto_jobcfg cfg;  /* REGISTER */
+    uint32_t ntensors; /* REGISTER */
     proto_tensor *tensors;
     /* A sparse PUSH or UPDATE of several parts: nsegs (>= 1) segments in
      * ascending part order; part is then the first one's, n and nrej the

@@ -43,6 +43,9 @@ typedef struct transport_stats {
     uint64_t msgs_recv;
     uint64_t msgs_dropped;  /* listener: not queued, the peer did not read */
     uint64_t conns_refused; /* listener: closed beyond max_peers */
+    /* listener with CURVE: connections whose handshake failed (no CURVE,
+     * or a client key other than the job's) */
+    uint64_t auth_refused;
 } transport_stats;
 
 /* What a listener bounds, so that peers which do not read, send huge
@@ -150,6 +153,23 @@ flps_err transport_zmq_create(transport **out);
  * none: a worker buffers what its shards send. FLPS_ESTATE after listen,
  * FLPS_EINVAL for max_peers above 2^16 - 1. */
 flps_err transport_zmq_set_limits(transport *t, const transport_limits *lim);
+
+struct flps_creds; /* proto/creds.h */
+
+/* Encrypt and authenticate a ZeroMQ transport with ZeroMQ CURVE, from a
+ * job's credentials (which must hold the CURVE keys): a listener (server
+ * non-zero) is the CURVE server with the job's server key pair and admits,
+ * through its ZAP handler, only clients with the job's client public key
+ * (every other connection is refused in its handshake, counted in
+ * stats.auth_refused and logged at most once a minute with a count); a
+ * connector uses the job's client key pair and the server's public key.
+ * Call before listen / the first connect; the keys are copied.
+ * Errors: FLPS_ECONFIG with errbuf saying why when t is not a ZeroMQ
+ * transport (RDMA: the secret still authenticates every message, nothing
+ * is encrypted) or libzmq was built without CURVE; FLPS_EINVAL when c has
+ * no CURVE keys or they are not valid; FLPS_ESTATE after listen/connect. */
+flps_err transport_set_curve(transport *t, const struct flps_creds *c,
+                             int server, char *errbuf, size_t errlen);
 
 /* Bytes a frame of len bytes takes on a ZMTP 3 wire (flags+size header). */
 static inline size_t transport_zmtp_frame_bytes(size_t len)

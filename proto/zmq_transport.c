@@ -29,6 +29,7 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "proto/creds.h"
 
 #define ZT_MAX_ID 256
 /* Bytes of unaligned small frames a receive record holds itself (headers
@@ -73,6 +74,15 @@ typedef struct zt {
     uint32_t nfree;
     uint32_t live; /* records handed out and not yet released */
     int dead;      /* transport_destroy was called */
+    /* CURVE (transport_set_curve): the keys in Z85, and on a listener
+     * the REP socket of its ZAP handler and the job's client key. */
+    int curve;
+    char srv_pub[CREDS_KEY_LEN + 1], srv_sec[CREDS_KEY_LEN + 1];
+    char cli_pub[CREDS_KEY_LEN + 1], cli_sec[CREDS_KEY_LEN + 1];
+    uint8_t cli_pub_bin[32];
+    void *zap;
+    double auth_logged;     /* when a refused handshake was last logged */
+    uint64_t auth_unlogged; /* refused since then */
 } zt;
 
 struct zt_rx {
@@ -168,9 +178,29 @@ static flps_err zt_listen(transport *t, const char *endpoint, char *bound,
         rc = zt_fail(z, "zmq_setsockopt(ROUTER)");
         goto fail;
     }
+    if (z->curve) {
+        int zero_linger = 0;
+        /* The ZAP handler first: libzmq asks it about every CURVE
+         * handshake of this context once it is bound. */
+        z->zap = zmq_socket(z->ctx, ZMQ_REP);
+        if (z->zap == NULL ||
+            zmq_setsockopt(z->zap, ZMQ_LINGER, &zero_linger,
+                           sizeof(zero_linger)) != 0 ||
+            zmq_bind(z->zap, "inproc://zeromq.zap.01") != 0 ||
+            zmq_setsockopt(z->router, ZMQ_CURVE_SERVER, &one, sizeof(one)) ||
+            zmq_setsockopt(z->router, ZMQ_CURVE_SECRETKEY, z->srv_sec,
+                           sizeof(z->srv_sec)) ||
+            zmq_setsockopt(z->router, ZMQ_ZAP_DOMAIN, "flps", 4)) {
+            rc = zt_fail(z, "CURVE set-up");
+            goto fail;
+        }
+    }
     snprintf(mon_ep, sizeof(mon_ep), "inproc://flps-monitor-%p", (void *)z);
     if (zmq_socket_monitor(z->router, mon_ep,
-                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
         rc = zt_fail(z, "zmq_socket_monitor");
         goto fail;
     }
@@ -200,6 +230,9 @@ fail:
     if (z->mon != NULL)
         zmq_close(z->mon);
     z->mon = NULL;
+    if (z->zap != NULL)
+        zmq_close(z->zap);
+    z->zap = NULL;
     zmq_close(z->router);
     z->router = NULL;
     return rc;
@@ -220,6 +253,14 @@ static flps_err zt_connect(transport *t, const char *endpoint, uint32_t *peer)
     if (s == NULL)
         return zt_fail(z, "zmq_socket(DEALER)");
     rc = zt_set_common(z, s);
+    if (rc == FLPS_OK && z->curve &&
+        (zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, z->srv_pub,
+                        sizeof(z->srv_pub)) != 0 ||
+         zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, z->cli_pub,
+                        sizeof(z->cli_pub)) != 0 ||
+         zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, z->cli_sec,
+                        sizeof(z->cli_sec)) != 0))
+        rc = zt_fail(z, "zmq_setsockopt(CURVE)");
     if (rc == FLPS_OK && zmq_connect(s, endpoint) != 0) {
         char what[300];
         snprintf(what, sizeof(what), "cannot connect to %s", endpoint);
@@ -491,6 +532,72 @@ static void zt_on_disconnected(zt *z, int fd)
     }
 }
 
+/* A connection failed its CURVE handshake: count it, and log it at most
+ * once a minute with the count (a stranger may try very often). */
+static void zt_on_auth_refused(zt *z, const char *why)
+{
+    double now = flps_mono_s();
+
+    z->base.stats.auth_refused++;
+    z->auth_unlogged++;
+    if (z->auth_logged == 0 || now - z->auth_logged >= 60) {
+        log_warn("refused %llu connection(s) in the CURVE handshake since "
+                 "the last such line (the last: %s); only the job's members "
+                 "are served",
+                 (unsigned long long)z->auth_unlogged, why);
+        z->auth_logged = now;
+        z->auth_unlogged = 0;
+    }
+}
+
+/* Answer one ZAP request (ZeroMQ RFC 27): admit a CURVE client whose
+ * public key is the job's, refuse anything else. */
+static void zt_serve_zap(zt *z)
+{
+    zmq_msg_t f[8];
+    size_t n = 0;
+    int more = 1, ok;
+    const char *code;
+
+    while (more && n < 8) {
+        zmq_msg_init(&f[n]);
+        if (zmq_msg_recv(&f[n], z->zap, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&f[n]);
+            break;
+        }
+        more = zmq_msg_more(&f[n]);
+        n++;
+    }
+    while (more) { /* more frames than a request has: drop them */
+        zmq_msg_t sink;
+        zmq_msg_init(&sink);
+        if (zmq_msg_recv(&sink, z->zap, 0) < 0)
+            more = 0;
+        else
+            more = zmq_msg_more(&sink);
+        zmq_msg_close(&sink);
+    }
+    if (n < 2) {
+        for (size_t i = 0; i < n; i++)
+            zmq_msg_close(&f[i]);
+        return; /* nothing to answer: a REP then waits for a request */
+    }
+    ok = n == 7 && zmq_msg_size(&f[5]) == 5 &&
+         memcmp(zmq_msg_data(&f[5]), "CURVE", 5) == 0 &&
+         zmq_msg_size(&f[6]) == 32 &&
+         memcmp(zmq_msg_data(&f[6]), z->cli_pub_bin, 32) == 0;
+    code = ok ? "200" : "400";
+    zmq_send(z->zap, "1.0", 3, ZMQ_SNDMORE);
+    zmq_send(z->zap, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), ZMQ_SNDMORE);
+    zmq_send(z->zap, code, 3, ZMQ_SNDMORE);
+    zmq_send(z->zap, ok ? "OK" : "not a member of the job",
+             ok ? 2 : strlen("not a member of the job"), ZMQ_SNDMORE);
+    zmq_send(z->zap, "", 0, ZMQ_SNDMORE);
+    zmq_send(z->zap, "", 0, 0);
+    for (size_t i = 0; i < n; i++)
+        zmq_msg_close(&f[i]);
+}
+
 /* Read every event the monitor has queued, without waiting. */
 static void zt_drain_monitor(zt *z)
 {
@@ -525,6 +632,13 @@ static void zt_drain_monitor(zt *z)
             zt_on_accepted(z, (int)value);
         else if (event == ZMQ_EVENT_DISCONNECTED)
             zt_on_disconnected(z, (int)value);
+        else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+                 event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+                 event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+            zt_on_auth_refused(z, event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+                                      ? "not the job's CURVE client key"
+                                      : "no CURVE, or not this job's "
+                                        "server key");
     }
 }
 
@@ -585,11 +699,15 @@ static flps_err zt_recv(transport *t, int timeout_ms, transport_rx **out)
         const double until = flps_mono_s() + timeout_ms / 1000.0;
         int wait = timeout_ms;
         for (;;) {
-            zmq_pollitem_t it[2] = {{z->router, 0, ZMQ_POLLIN, 0},
-                                    {z->mon, 0, ZMQ_POLLIN, 0}};
-            n = zmq_poll(it, 2, wait);
+            zmq_pollitem_t it[3] = {{z->router, 0, ZMQ_POLLIN, 0},
+                                    {z->mon, 0, ZMQ_POLLIN, 0},
+                                    {z->zap, 0, ZMQ_POLLIN, 0}};
+            n = zmq_poll(it, z->zap != NULL ? 3 : 2, wait);
             if (n < 0)
                 break; /* before anything else can overwrite its errno */
+            /* Handshakes wait for the ZAP handler's answer. */
+            if (z->zap != NULL && (it[2].revents & ZMQ_POLLIN))
+                zt_serve_zap(z);
             /* Before the message: a peer whose connection went is freed
              * before a new one can arrive on the same descriptor. */
             zt_drain_monitor(z);
@@ -698,8 +816,12 @@ static void zt_destroy(transport *t)
 
     if (z->mon != NULL)
         zmq_close(z->mon);
+    if (z->zap != NULL)
+        zmq_close(z->zap);
     if (z->router != NULL)
         zmq_close(z->router);
+    explicit_bzero(z->srv_sec, sizeof(z->srv_sec));
+    explicit_bzero(z->cli_sec, sizeof(z->cli_sec));
     for (uint32_t i = 0; i < z->npeers; i++)
         if (z->peers[i].sock != NULL)
             zmq_close(z->peers[i].sock);
@@ -707,6 +829,47 @@ static void zt_destroy(transport *t)
     z->dead = 1;
     if (z->live == 0)
         zt_free(z);
+}
+
+static const transport_vtable zt_vtable;
+
+flps_err transport_set_curve(transport *t, const flps_creds *c, int server,
+                             char *errbuf, size_t errlen)
+{
+    zt *z = (zt *)t;
+
+    if (t->vt != &zt_vtable)
+        return flps_errbuf_set(
+            errbuf, errlen, FLPS_ECONFIG,
+            "the job's CURVE keys apply to the ZeroMQ transport only: the "
+            "%s data plane is authenticated by the job's secret but not "
+            "encrypted",
+            t->vt->name);
+    if (!creds_have_curve())
+        return flps_errbuf_set(
+            errbuf, errlen, FLPS_ECONFIG,
+            "the job's credentials hold CURVE keys but this libzmq was built "
+            "without CURVE (zmq_has(\"curve\") is 0): the data plane cannot "
+            "be encrypted; rebuild libzmq with libsodium, or drop the "
+            "curve_* lines to run authenticated but not encrypted");
+    if (c == NULL || !c->has_curve)
+        return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
+                               "the credentials hold no CURVE keys");
+    if (z->router != NULL || z->npeers > 0)
+        return flps_errbuf_set(errbuf, errlen, FLPS_ESTATE,
+                               "CURVE keys are set before listen/connect");
+    if (zmq_z85_decode(z->cli_pub_bin, c->client_public) == NULL)
+        return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
+                               "curve_client_public is not a Z85 key");
+    memcpy(z->srv_pub, c->server_public, sizeof(z->srv_pub));
+    memcpy(z->cli_pub, c->client_public, sizeof(z->cli_pub));
+    /* Each end keeps only the secret key it uses. */
+    if (server)
+        memcpy(z->srv_sec, c->server_secret, sizeof(z->srv_sec));
+    else
+        memcpy(z->cli_sec, c->client_secret, sizeof(z->cli_sec));
+    z->curve = 1;
+    return FLPS_OK;
 }
 
 static const transport_vtable zt_vtable = {

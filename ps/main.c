@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/numparse.h"
+#include "proto/creds.h"
 #include "proto/transport.h"
 #include "proto/transport_select.h"
 #include "ps/metrics_shard.h"
@@ -99,6 +100,10 @@ static void usage(FILE *f)
             "peer that\n"
             "                             does not read are dropped (default "
             "4096)\n"
+            "  --credentials-file PATH    the job's credentials (0600; else "
+            "$FLPS_CREDENTIALS_FILE):\n"
+            "                             serve only clients holding its "
+            "secret (CURVE with its keys)\n"
             "  --max-model-elements N     refuse a REGISTER whose layout has "
             "more than N\n"
             "                             elements in all (default 2^31)\n"
@@ -189,13 +194,16 @@ int main(int argc, char **argv)
         {"transport", required_argument, NULL, 'X'},
         {"user", required_argument, NULL, 'U'},
         {"group", required_argument, NULL, 'G'},
+        {"credentials-file", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *user = NULL, *group = NULL;
     privdrop_target who;
     const char *job = NULL, *listen_ep = "tcp://127.0.0.1:0", *dir = NULL;
-    const char *metrics_ep = NULL;
+    const char *metrics_ep = NULL, *creds_path = NULL;
+    flps_creds creds;
+    int have_creds = 0;
     uint32_t shard = UINT32_MAX, nshards = 0, interval = 0;
     uint64_t max_elems = PS_MAX_MODEL_ELEMENTS_DEFAULT;
     uint32_t ckpt_req_every = (uint32_t)PS_CKPT_REQUEST_INTERVAL_DEFAULT;
@@ -295,6 +303,9 @@ int main(int argc, char **argv)
         case 'G':
             group = optarg;
             break;
+        case 'K':
+            creds_path = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -336,6 +347,18 @@ int main(int argc, char **argv)
     flps_log_setup(comp, FLPS_LOG_INFO);
     /* No warning as root without --user: shards are started by flagent
      * and flrun, which warn (or drop) for them. */
+    memset(&creds, 0, sizeof(creds));
+    /* The job's credentials: --credentials-file, else the file
+     * $FLPS_CREDENTIALS_FILE names. One that is named must load. */
+    rc = creds_path != NULL
+             ? creds_load(creds_path, &creds, why, sizeof(why))
+             : creds_load_env(&creds, &have_creds, why, sizeof(why));
+    if (creds_path != NULL && rc == FLPS_OK)
+        have_creds = 1;
+    if (rc != FLPS_OK) {
+        log_error("%s", why);
+        return 2;
+    }
     if (dir != NULL && flps_mkdirs(dir) != 0) {
         log_error("cannot create checkpoint directory %s: %s", dir,
                   strerror(errno));
@@ -363,6 +386,16 @@ int main(int argc, char **argv)
     }
     if (why[0] != '\0')
         log_info("%s", why); /* what auto chose, and why */
+    if (have_creds && creds.has_curve) {
+        rc = transport_set_curve(t, &creds, 1, why, sizeof(why));
+        if (rc == FLPS_ECONFIG && chosen == TRANSPORT_KIND_RDMA) {
+            log_warn("%s", why); /* the secret still authenticates */
+        } else if (rc != FLPS_OK) {
+            log_error("%s", why);
+            transport_destroy(t);
+            return 2;
+        }
+    }
     if (metrics_ep != NULL) {
         /* Before the shard, so it can report iteration closes; the HTTP
          * thread only ever reads the registry, never the shard. */
@@ -398,6 +431,7 @@ int main(int argc, char **argv)
         ckpt_req_every == 0 ? -1.0 : (double)ckpt_req_every;
     cfg.send = ps_net_send;
     cfg.send_arg = t;
+    cfg.secret = have_creds ? creds.secret : NULL;
     if (pm != NULL) {
         cfg.on_close = ps_metrics_on_close;
         cfg.on_close_arg = pm;
@@ -407,10 +441,16 @@ int main(int argc, char **argv)
         log_error("cannot start shard %u: %s", shard, flps_strerror(rc));
         goto out;
     }
-    log_info("shard %u of %u for job %s listening on %s over %s%s%s", shard,
-             nshards, job, bound,
+    log_info("shard %u of %u for job %s listening on %s over %s%s%s; data "
+             "plane %s",
+             shard, nshards, job, bound,
              chosen == TRANSPORT_KIND_RDMA ? "RDMA" : "ZeroMQ",
-             dir ? ", checkpoints in " : "", dir ? dir : "");
+             dir ? ", checkpoints in " : "", dir ? dir : "",
+             !have_creds ? "NOT authenticated (no credentials file: any peer "
+                           "that knows the job id is served)"
+             : creds.has_curve && chosen == TRANSPORT_KIND_ZMQ
+                 ? "authenticated (job secret) and encrypted (CURVE)"
+                 : "authenticated (job secret), not encrypted");
     printf("listening on %s\n", bound);
     if (pm != NULL) {
         log_info("metrics on http://%s/metrics (health: /healthz)", mbound);
@@ -462,13 +502,18 @@ out:
     if (s != NULL) {
         const ps_shard_stats *st = ps_shard_stats_get(s);
         uint64_t refused = 0;
+        char handshakes[96] = "";
         for (int i = 0; i < FLPS_ERR_COUNT_; i++)
             refused += st->rejected[i];
+        if (have_creds && creds.has_curve)
+            snprintf(handshakes, sizeof(handshakes),
+                     " and %llu connections (CURVE handshake refused)",
+                     (unsigned long long)t->stats.auth_refused);
         log_info("served %llu pushes, %llu updates, %llu pulls; refused %llu "
-                 "messages; received %llu bytes, sent %llu bytes",
+                 "messages%s; received %llu bytes, sent %llu bytes",
                  (unsigned long long)st->pushes,
                  (unsigned long long)st->updates, (unsigned long long)st->pulls,
-                 (unsigned long long)refused,
+                 (unsigned long long)refused, handshakes,
                  (unsigned long long)t->stats.bytes_recv,
                  (unsigned long long)t->stats.bytes_sent);
         if (st->updates > 0 && ps_shard_is_async(s))
@@ -479,5 +524,6 @@ out:
     ps_metrics_destroy(pm);
     ps_shard_destroy(s);
     transport_destroy(t);
+    creds_wipe(&creds);
     return status;
 }

@@ -16,7 +16,7 @@ struct ps_metrics {
     metrics_family *pushes, *updates, *pulls, *rejected;
     metrics_family *bytes_in, *bytes_out, *msgs_in, *msgs_out;
     metrics_family *checkpoints, *elems_in, *elems_out;
-    metrics_family *parts, *close;
+    metrics_family *parts, *close, *handshakes;
 };
 
 typedef struct ps_metric_def {
@@ -49,6 +49,9 @@ static const ps_metric_def counters[] = {
                "Index/value pairs received in accepted pushes."),
     PS_METRIC_(elems_out, "flps_elements_sent_total",
                "Index/value pairs sent in updates (counted once per worker)."),
+    PS_METRIC_(handshakes, "flps_handshakes_refused_total",
+               "Connections refused in the CURVE handshake (no CURVE, or not "
+               "the job's client key); 0 without CURVE."),
 };
 
 flps_err ps_metrics_create(const char *listen, ps_metrics **out, char *bound,
@@ -135,6 +138,7 @@ void ps_metrics_update(ps_metrics *m, const ps_shard_stats *st,
     set(m->bytes_out, ts->bytes_sent);
     set(m->msgs_in, ts->msgs_recv);
     set(m->msgs_out, ts->msgs_sent);
+    set(m->handshakes, ts->auth_refused);
     /* Every reason from the start, zeros included, so a rate() works from
      * the first scrape. FLPS_OK is never a refusal. */
     for (int e = FLPS_OK + 1; e < FLPS_ERR_COUNT_; e++) {

@@ -13,6 +13,7 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "proto/creds.h"
 #include "proto/partmap.h"
 #include "ps/persist.h"
 #include "ps/shard_impl.h"
@@ -502,6 +503,8 @@ static void shard_drop_layout(ps_shard *s)
     s->parts = NULL;
     flps_free(s->member);
     s->member = NULL;
+    flps_free(s->owner);
+    s->owner = NULL;
     partmap_fini(&s->pm);
     flps_free(s->tensors);
     s->tensors = NULL;
@@ -587,7 +590,8 @@ static flps_err shard_configure(ps_shard *s, const proto_jobcfg *c,
         s->nowned++;
     }
     s->member = flps_calloc(c->workers, sizeof(*s->member));
-    if (s->member == NULL) {
+    s->owner = flps_calloc(c->workers, sizeof(*s->owner));
+    if (s->member == NULL || s->owner == NULL) {
         rc = FLPS_ENOMEM;
         goto fail;
     }
@@ -788,6 +792,13 @@ static flps_err on_register(ps_shard *s, uint32_t peer, const proto_msg *m)
         return FLPS_EINVAL;
     }
     s->member[m->rank] = peer + 1;
+    if (s->cfg.secret != NULL && s->owner[m->rank] != m->cid) {
+        if (s->owner[m->rank] != 0)
+            log_info("rank %u of job %s taken over by a new client (peer %u): "
+                     "a restarted worker registered it again",
+                     m->rank, s->job, peer);
+        s->owner[m->rank] = m->cid;
+    }
     for (uint32_t i = 0; i < s->pm.nparts; i++)
         if (s->parts[i] != NULL && s->parts[i]->iter < min_iter)
             min_iter = s->parts[i]->iter;
@@ -985,6 +996,45 @@ static flps_err on_checkpoint(ps_shard *s, uint32_t peer, const proto_msg *m)
     return FLPS_OK;
 }
 
+/* With a secret: m must carry it, and, but for a REGISTER (which binds
+ * the rank when it is accepted), come from the client instance its rank
+ * is bound to; a rank nobody holds yet (after a restore: clients do not
+ * register again) is bound to the first member that speaks as it.
+ * Refusals are answered and counted under FLPS_EAUTH; nothing changes. */
+static flps_err check_member(ps_shard *s, uint32_t peer, const proto_msg *m)
+{
+    if (!creds_secret_equal(s->cfg.secret, m->auth)) {
+        ps_shard_reply_error(
+            s, peer, m, FLPS_EAUTH,
+            m->auth[0] != '\0'
+                ? "wrong credentials for job '%s': not a member of the job"
+                : "job '%s' serves only its members: start the client "
+                  "with the job's credentials (FLPS_CREDENTIALS_FILE)",
+            s->job);
+        return FLPS_EAUTH;
+    }
+    if (m->cid == 0) {
+        ps_shard_reply_error(s, peer, m, FLPS_EAUTH,
+                             "request without a client id (cid) refused: "
+                             "job '%s' binds every rank to its client",
+                             s->job);
+        return FLPS_EAUTH;
+    }
+    if (m->op == PROTO_OP_REGISTER || !s->configured ||
+        m->rank >= s->jc.workers)
+        return FLPS_OK; /* the handlers check the rest */
+    if (s->owner[m->rank] == 0) {
+        s->owner[m->rank] = m->cid;
+    } else if (s->owner[m->rank] != m->cid) {
+        ps_shard_reply_error(s, peer, m, FLPS_EAUTH,
+                             "rank %u of job '%s' is bound to another client; "
+                             "a worker speaks only as the rank it registered",
+                             m->rank, s->job);
+        return FLPS_EAUTH;
+    }
+    return FLPS_OK;
+}
+
 flps_err ps_shard_handle(ps_shard *s, transport_rx *rx)
 {
     proto_msg m;
@@ -1004,6 +1054,11 @@ flps_err ps_shard_handle(ps_shard *s, transport_rx *rx)
                              m.job);
         rc = FLPS_EJOB;
         goto out;
+    }
+    if (s->cfg.secret != NULL) {
+        rc = check_member(s, rx->peer, &m);
+        if (rc != FLPS_OK)
+            goto out;
     }
     switch (m.op) {
     case PROTO_OP_REGISTER:

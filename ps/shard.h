@@ -55,6 +55,16 @@ typedef struct ps_shard_config {
      * log keeps every update meanwhile). 0: the default below, negative:
      * no limit. Only peers that registered may ask at all. */
     double ckpt_request_interval_s;
+    /* The job's secret (hex, proto/creds.h; borrowed until
+     * ps_shard_destroy); NULL: no
+     * authentication, every peer that names the job is served. With it,
+     * every request must carry it (else FLPS_EAUTH, counted, nothing
+     * changes: a wrong REGISTER configures nothing), and each rank is
+     * bound to the client instance (the header's cid) that registered it,
+     * or after a restore that first spoke as it: a request as rank r from
+     * another instance is refused. An authenticated REGISTER of rank r
+     * from a new instance takes the rank over (a restarted worker). */
+    const char *secret;
 } ps_shard_config;
 
 #define PS_CKPT_REQUEST_INTERVAL_DEFAULT 10.0

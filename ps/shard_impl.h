@@ -134,6 +134,9 @@ struct ps_shard {
      * REGISTER or request (0: none yet), so only members of the job may
      * ask for checkpoints. workers entries, with the layout. */
     uint32_t *member;
+    /* With cfg.secret, per rank: the client instance (cid) the rank is
+     * bound to, 0 while unbound. workers entries, with the layout. */
+    uint64_t *owner;
     int restored; /* the layout came from a checkpoint, not a REGISTER */
     double ckpt_req_mono; /* when a requested checkpoint was last written */
     time_t ckpt_req_wall; /* the same, as wall-clock time for the reply */

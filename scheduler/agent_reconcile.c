@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/numparse.h"
 #include "common/strbuf.h"
+#include "proto/creds.h"
 #include "services/fsutil.h"
 #include "services/jobspec.h"
 #include "services/procs.h"
@@ -223,15 +224,75 @@ static void task_transport(agent_node *n, const agent_task *t, char *out,
     freeReplyObject(r);
 }
 
+/* The job's credentials (its hash's credentials field, made by flsched
+ * at submit) in a 0600 file of the job's work directory, one per task so
+ * two tasks of a job never write the same file; its path into out, for
+ * this task's processes only. 1: written; 0: the job has none (submitted
+ * to a flsched from before them), out is "" and the processes run
+ * unauthenticated; -1: Redis is away (t stays new) or the task failed. */
+static int task_credentials(agent_node *n, agent_task *t, char *out, size_t len)
+{
+    char key[128], dir[PATH_MAX], why[256];
+    const char *argv[] = {"HGET", key, "credentials"};
+    redisReply *r = NULL;
+    flps_creds c;
+    int ok = -1;
+
+    out[0] = '\0';
+    snprintf(key, sizeof(key), "flps:job:%s", t->id.job);
+    if (!agent_node_redis_cmd(n, &r, "reading the job's credentials", 3, argv))
+        return -1;
+    if (r->type != REDIS_REPLY_STRING || r->len == 0) {
+        log_warn("task %s: job %s has no credentials in Redis; its data "
+                 "plane runs unauthenticated",
+                 t->key, t->id.job);
+        ok = 0;
+        goto out;
+    }
+    /* Checked before it becomes a file the processes trust: a value
+     * written by anything but flsched must not pass for credentials. */
+    if (creds_parse(r->str, r->len, &c, why, sizeof(why)) != FLPS_OK) {
+        task_fail(n, t, "the job's credentials in Redis are malformed (%s)",
+                  why);
+        goto out;
+    }
+    creds_wipe(&c);
+    snprintf(dir, sizeof(dir), "%s/%s", n->cfg.work_dir, t->id.job);
+    if (flps_mkdirs(dir) != 0) {
+        task_fail(n, t, "cannot create %s: %s", dir, strerror(errno));
+        goto out;
+    }
+    if (snprintf(out, len, "%s/%s.credentials", dir, t->id.name) >= (int)len) {
+        task_fail(n, t, "the work directory's path is too long");
+        out[0] = '\0';
+        goto out;
+    }
+    if (creds_parse(r->str, r->len, &c, why, sizeof(why)) != FLPS_OK ||
+        creds_write(out, &c, 1, why, sizeof(why)) != FLPS_OK) {
+        creds_wipe(&c);
+        task_fail(n, t, "%s", why);
+        out[0] = '\0';
+        goto out;
+    }
+    creds_wipe(&c);
+    ok = 1;
+out:
+    explicit_bzero(r->str, r->len);
+    freeReplyObject(r);
+    return ok;
+}
+
 static void start_server(agent_node *n, agent_task *t)
 {
     char shard[16], shards[16], listen_ep[96], ckpt[PATH_MAX], mlisten[96];
-    char interval[32], transport[8];
-    char *argv[20];
+    char interval[32], transport[8], creds[PATH_MAX];
+    char *argv[22];
     int a = 0;
 
     if (job_info(n, t, &t->servers, NULL) != 1)
         return; /* -1: Redis is away and t stays new; 0: failed */
+    if (task_credentials(n, t, creds, sizeof(creds)) < 0)
+        return;
     ckpt_interval_of(n, t, interval, sizeof(interval));
     if (t->id.index >= t->servers) {
         task_fail(n, t, "server index %u is not below the job's %u servers",
@@ -264,6 +325,10 @@ static void start_server(agent_node *n, agent_task *t)
     if (transport[0] != '\0') {
         argv[a++] = "--transport";
         argv[a++] = transport;
+    }
+    if (creds[0] != '\0') { /* the file's path; the secret stays in it */
+        argv[a++] = "--credentials-file";
+        argv[a++] = creds;
     }
     argv[a] = NULL;
     if (task_spawn(n, t, argv, NULL))
@@ -308,7 +373,7 @@ static int spec_has_command(const char *spec)
  * FLPS_* variables (services/workerenv.h). 1 when started. */
 static int start_command(agent_node *n, agent_task *t, const char *spec,
                          const char *servers, const char *plan_file,
-                         const char *transport)
+                         const char *transport, const char *creds)
 {
     jobspec js;
     const char *words[JOBSPEC_WORDS_MAX + 1];
@@ -342,6 +407,7 @@ static int start_command(agent_node *n, agent_task *t, const char *spec,
     we.plan_file = plan_file;
     we.bin_dir = slash != NULL ? bin_dir : NULL;
     we.transport = transport; /* FLPS_TRANSPORT: flsched's choice */
+    we.credentials_file = creds[0] ? creds : NULL;
     if (workerenv_build(&js, &we, environ, &env) != FLPS_OK) {
         task_fail(n, t, "out of memory");
         return 0;
@@ -356,7 +422,7 @@ static int start_command(agent_node *n, agent_task *t, const char *spec,
 static void try_start_worker(agent_node *n, agent_task *t)
 {
     char key[160], job_path[PATH_MAX], rank[16], plan_file[PATH_MAX];
-    char mlisten[96], transport[8];
+    char mlisten[96], transport[8], creds[PATH_MAX];
     flps_strbuf list = FLPS_STRBUF_INIT; /* the servers' endpoints */
     char *spec = NULL;
 
@@ -399,6 +465,8 @@ static void try_start_worker(agent_node *n, agent_task *t)
     }
     if (job_info(n, t, &t->servers, &spec) != 1)
         goto out;
+    if (task_credentials(n, t, creds, sizeof(creds)) < 0)
+        goto out;
     if (write_job_file(n, t, spec, job_path, sizeof(job_path))) {
         char *argv[] = {n->flworker_bin,
                         "--job",
@@ -413,6 +481,8 @@ static void try_start_worker(agent_node *n, agent_task *t)
                         plan_file,
                         "--metrics",
                         mlisten,
+                        NULL,
+                        NULL,
                         NULL,
                         NULL,
                         NULL};
@@ -431,9 +501,14 @@ static void try_start_worker(agent_node *n, agent_task *t)
             argv[13] = "--transport";
             argv[14] = transport;
         }
+        if (creds[0] != '\0') {
+            int at = transport[0] != '\0' ? 15 : 13;
+            argv[at] = "--credentials-file";
+            argv[at + 1] = creds;
+        }
         if (spec_has_command(spec)) {
             if (start_command(n, t, spec, list.data, plan_file,
-                              transport[0] ? transport : NULL)) {
+                              transport[0] ? transport : NULL, creds)) {
                 t->phase = AGENT_TASK_RUNNING;
                 t->report_running = 1;
             }

@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/numparse.h"
+#include "proto/creds.h"
 #include "scheduler/rconn.h"
 #include "scheduler/sched_api.h"
 #include "scheduler/sched_loop.h"
@@ -359,6 +360,10 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    if (!creds_have_curve())
+        log_warn("this libzmq was built without CURVE (zmq_has(\"curve\") is "
+                 "0): jobs get a secret that authenticates their data plane, "
+                 "but no CURVE keys; it is not encrypted");
     printf("listening on %s\n", bound);
     fflush(stdout);
 

@@ -22,6 +22,7 @@ typedef enum {
     JF_TEXT_OPT, /* char *, owned, NULL when absent or empty */
     JF_SUMMARY,  /* JF_TEXT_OPT holding JSON, shown once SUCCEEDED */
     JF_PROGRESS, /* double with its bit in p_mask (table order) */
+    JF_SECRET,   /* char *, owned: written at submit, never read back */
 } jf_type;
 
 typedef enum {
@@ -90,6 +91,7 @@ static const jf job_fields[] = {
     JF("profile", JF_TEXT_OPT, profile, 0, JF_HIDDEN, NULL),
     JF("transport", JF_STR, transport, 1, JF_TOP, "transport"),
     JF("transport_used", JF_STR, transport_used, 0, JF_TOP, "transport_used"),
+    JF("credentials", JF_SECRET, credentials, 1, JF_HIDDEN, NULL),
 };
 
 #define JOB_NFIELDS (sizeof(job_fields) / sizeof(job_fields[0]))
@@ -135,6 +137,7 @@ flps_err sched_jobhash_write(const sched_job *j, sched_jobhash_put_fn put,
         case JF_TEXT:
         case JF_TEXT_OPT:
         case JF_SUMMARY:
+        case JF_SECRET:
             v = *JF_CAT(j, f, char *);
             if (v == NULL)
                 v = "";
@@ -193,6 +196,8 @@ flps_err sched_jobhash_read(const redisReply *r, sched_job *out)
             if (*JF_AT(&j, f, char *) == NULL)
                 goto oom;
             break;
+        case JF_SECRET:
+            break; /* flsched never needs it back: not kept in memory */
         case JF_TEXT_OPT:
         case JF_SUMMARY:
             if (given) {
@@ -260,6 +265,7 @@ static json_t *field_json(const sched_job *j, const jf *f, unsigned bit)
         return json_loads(*JF_CAT(j, f, char *), 0, NULL);
     case JF_TEXT:
     case JF_TEXT_OPT:
+    case JF_SECRET: /* never shown */
         break;
     }
     return NULL;

@@ -15,6 +15,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/numparse.h"
+#include "proto/creds.h"
 #include "scheduler/sched_jobhash.h"
 #include "scheduler/sched_store_int.h"
 
@@ -73,6 +74,11 @@ void sched_job_fini(sched_job *j)
     flps_free(j->spec);
     flps_free(j->summary);
     flps_free(j->profile);
+    if (j->credentials != NULL) {
+        explicit_bzero(j->credentials, strlen(j->credentials));
+        flps_free(j->credentials);
+        j->credentials = NULL;
+    }
     for (size_t i = 0; i < j->ntasks; i++)
         sched_task_fini(&j->tasks[i]);
     flps_free(j->tasks);
@@ -319,6 +325,30 @@ flps_err sched_store_queue(sched_store *st, sched_job **out, size_t *n)
 
 /* ---- Submit ---- */
 
+/* The job's own credentials (a secret, and CURVE keys where libzmq has
+ * them): stored in its hash for flagent to hand to its processes only. */
+static flps_err job_credentials(sched_job *j)
+{
+    char text[CREDS_FILE_MAX], why[256];
+    flps_creds c;
+    /* CURVE keys whenever this libzmq can make them: the transport is
+     * chosen only at placement, and a shard over RDMA ignores them. */
+    flps_err rc = creds_generate(creds_have_curve(), &c, why, sizeof(why));
+
+    if (rc != FLPS_OK) {
+        log_error("cannot make the job's credentials: %s", why);
+        return rc;
+    }
+    rc = creds_format(&c, text, sizeof(text));
+    creds_wipe(&c);
+    if (rc == FLPS_OK) {
+        j->credentials = flps_strdup(text);
+        rc = j->credentials != NULL ? FLPS_OK : FLPS_ENOMEM;
+    }
+    explicit_bzero(text, sizeof(text));
+    return rc;
+}
+
 /* The job a submit writes. id and seq stay empty: only the script knows
  * the number, and fills them in. */
 static flps_err job_of_spec(const jobspec *spec, const char *text, size_t len,
@@ -344,7 +374,9 @@ static flps_err job_of_spec(const jobspec *spec, const char *text, size_t len,
     /* The job file text as posted; YAML holds no NUL, so a C string keeps
      * all of it. */
     j->spec = sched_store_dup(text, len);
-    return j->spec != NULL ? FLPS_OK : FLPS_ENOMEM;
+    if (j->spec == NULL)
+        return FLPS_ENOMEM;
+    return job_credentials(j);
 }
 
 static flps_err put_field(void *arg, const char *field, const char *value,

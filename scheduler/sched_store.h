@@ -86,7 +86,12 @@ typedef struct sched_job {
                           a hash written before the field existed) */
     char transport_used[8]; /* what the placement chose: zmq or rdma; ""
                                until placed */
-    sched_task *tasks;      /* current attempt's, by key; owned */
+    /* The job's data-plane credentials as a credentials file's text
+     * (proto/creds.h), made at submit and written to the hash then; owned.
+     * Never read back from the hash nor shown by the API: only flagent
+     * reads it, for the job's processes. NULL otherwise. */
+    char *credentials;
+    sched_task *tasks; /* current attempt's, by key; owned */
     size_t ntasks;
 } sched_job;
 

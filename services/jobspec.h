@@ -94,6 +94,9 @@ typedef enum {
     X(FLPS_DEADLINE_MS, "how long one wait on the shards may take before "     \
                         "the client gives up (120000 ms), so a job whose "     \
                         "peers never connect fails instead of hanging")        \
+    X(FLPS_CREDENTIALS_FILE, "the job's credentials file (0600: its secret "   \
+                             "and CURVE keys), which libflps reads; set by "   \
+                             "flrun and flagent, never printed")               \
     X(FLPS_BUILD_DIR, "the flps build directory whose lib/ holds "             \
                       "libflps.so (where the launcher runs from a build)")     \
     X(FLPS_LIBRARY, "the path of libflps.so the package loads")

@@ -171,6 +171,8 @@ flps_err workerenv_build(const jobspec *spec, const workerenv *w,
     we_add(&l, "FLPS_TRANSPORT",
            w->transport != NULL ? w->transport
                                 : jobspec_transport_name(spec->transport));
+    if (w->credentials_file != NULL && w->credentials_file[0] != '\0')
+        we_add(&l, "FLPS_CREDENTIALS_FILE", w->credentials_file);
 
     /* libflps: the launcher's own build (or install) first, so the
      * program talks to the shards with the same library version. */

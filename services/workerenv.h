@@ -21,6 +21,9 @@ typedef struct workerenv {
     uint64_t deadline_ms;  /* FLPS_DEADLINE_MS; 0 = 120000 */
     const char *transport; /* FLPS_TRANSPORT: what the launcher chose for
                               the shards; NULL = the job file's transport */
+    const char *credentials_file; /* FLPS_CREDENTIALS_FILE: the job's
+                                     credentials (a path; the secret stays
+                                     in the file); NULL = none */
 } workerenv;
 
 /* Build the environment of one worker: base (the launcher's environ)

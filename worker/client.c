@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "compress/codec.h"
 #include "compress/ef.h"
+#include "proto/creds.h"
 #include "proto/msg.h"
 #include "proto/partmap.h"
 #include "proto/transport.h"
@@ -106,6 +107,12 @@ typedef struct ctensor {
 
 struct flps_client {
     char job[PROTO_JOB_MAX + 1];
+    /* The job's secret from its credentials file ("" without one) and
+     * this client's random instance id, sent in every request: a shard
+     * with credentials serves only its members and binds our rank to
+     * cid. */
+    char auth[PROTO_AUTH_MAX + 1];
+    uint64_t cid;
     uint32_t rank, workers, nshards, ntensors;
     int async;
     proto_agg agg;
@@ -292,6 +299,8 @@ static void msg_base(const flps_client *c, proto_msg *m, uint8_t op,
         m->has_weight = 1;
         m->weight = c->push_weight;
     }
+    memcpy(m->auth, c->auth, sizeof(m->auth));
+    m->cid = c->cid;
 }
 
 /* ---- receiving ---- */
@@ -893,6 +902,43 @@ flps_err flps_client_create_with(const flps_client_config *cfg,
     return rc;
 }
 
+/* The job's credentials from $FLPS_CREDENTIALS_FILE, when it names a
+ * file (which must then load): the secret for every request, and the
+ * CURVE keys for a ZeroMQ transport (before it connects). */
+static flps_err client_credentials(flps_client *c, transport *t)
+{
+    flps_creds cr;
+    char why[512];
+    int found = 0;
+    flps_err rc = creds_load_env(&cr, &found, why, sizeof(why));
+
+    if (rc != FLPS_OK) {
+        log_error("%s", why);
+        return rc;
+    }
+    if (!found)
+        return FLPS_OK;
+    rc = creds_instance_id(&c->cid);
+    if (rc != FLPS_OK) {
+        log_error("cannot make a client id: no randomness (getrandom)");
+        goto out;
+    }
+    snprintf(c->auth, sizeof(c->auth), "%s", cr.secret);
+    if (cr.has_curve) {
+        /* Before the first connect: every DEALER encrypts. */
+        rc = transport_set_curve(t, &cr, 0, why, sizeof(why));
+        if (rc == FLPS_ECONFIG && strcmp(t->vt->name, "zmq") != 0) {
+            log_warn("%s", why); /* RDMA: the secret still authenticates */
+            rc = FLPS_OK;
+        } else if (rc != FLPS_OK) {
+            log_error("%s", why);
+        }
+    }
+out:
+    creds_wipe(&cr);
+    return rc;
+}
+
 flps_err flps_client_create_on(const flps_client_config *cfg, transport *t,
                                flps_client **out)
 {
@@ -935,6 +981,9 @@ flps_err flps_client_create_on(const flps_client_config *cfg, transport *t,
                   c->errmsg[0] ? c->errmsg : flps_strerror(rc));
         goto fail;
     }
+    rc = client_credentials(c, t);
+    if (rc != FLPS_OK)
+        goto fail;
     c->t = t;
     for (uint32_t s = 0; s < c->nshards; s++) {
         uint32_t peer;
@@ -992,6 +1041,7 @@ void flps_client_destroy(flps_client *c)
     flps_free(c->sel_hi);
     flps_free(c->sel_pis);
     partmap_fini(&c->pm);
+    explicit_bzero(c->auth, sizeof(c->auth));
     flps_free(c);
 }
 

@@ -392,7 +392,10 @@ static void usage(FILE *f)
                "  [--transport zmq|rdma|auto]  the data plane, instead of the "
                "job file's\n"
                "                 transport: (flsched passes what it chose "
-               "for auto)\n");
+               "for auto)\n"
+               "  [--credentials-file PATH]  the job's credentials (0600; "
+               "else\n"
+               "                 $FLPS_CREDENTIALS_FILE)\n");
 }
 
 int main(int argc, char **argv)
@@ -405,6 +408,7 @@ int main(int argc, char **argv)
         {"plan", required_argument, NULL, 'p'},
         {"metrics", required_argument, NULL, 'm'},
         {"transport", required_argument, NULL, 'X'},
+        {"credentials-file", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -485,6 +489,14 @@ int main(int argc, char **argv)
                 return 2;
             }
             transport_arg = optarg;
+            break;
+        case 'K':
+            /* libflps reads the job's credentials from the file this
+             * variable names (the path only; the secret stays in it). */
+            if (setenv("FLPS_CREDENTIALS_FILE", optarg, 1) != 0) {
+                fprintf(stderr, "flworker: cannot set FLPS_CREDENTIALS_FILE\n");
+                return 2;
+            }
             break;
         case 'h':
             usage(stdout);

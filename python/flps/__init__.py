@@ -40,6 +40,7 @@ from .errors import (
     ConfigError,
     RemoteError,
     ConnectionClosedError,
+    AuthError,
 )
 
 __version__ = "0.2.0"
@@ -74,4 +75,5 @@ __all__ = [
     "ConfigError",
     "RemoteError",
     "ConnectionClosedError",
+    "AuthError",
 ]

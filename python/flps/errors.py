@@ -173,6 +173,13 @@ class ConnectionClosedError(FlpsError):
     name = "FLPS_ECLOSED"
 
 
+class AuthError(FlpsError):
+    """FLPS_EAUTH (18): not a member of the job (credentials refused)."""
+
+    code = 18
+    name = "FLPS_EAUTH"
+
+
 #: libflps error number -> its exception class (every code but FLPS_OK).
 ERROR_CLASSES = {
     OutOfMemoryError.code: OutOfMemoryError,
@@ -192,6 +199,7 @@ ERROR_CLASSES = {
     ConfigError.code: ConfigError,
     RemoteError.code: RemoteError,
     ConnectionClosedError.code: ConnectionClosedError,
+    AuthError.code: AuthError,
 }
 
 

@@ -499,3 +499,35 @@ def test_libflps_log_lines_go_to_the_flps_logger(caplog):
     lines = [r for r in caplog.records if r.name == "flps"]
     assert any(r.levelname == "ERROR" and "did not answer" in r.getMessage()
                for r in lines), [r.getMessage() for r in lines]
+
+
+def test_a_job_with_credentials_serves_only_clients_that_hold_them(
+        shards, tmp_path, monkeypatch):
+    creds = tmp_path / "creds"
+    secret = os.urandom(32).hex()
+    creds.write_text("secret=%s\n" % secret)
+    creds.chmod(0o600)
+    s = shards("authpy", 1, ("--credentials-file", str(creds)))
+    w = np.arange(8, dtype=np.float32)
+    monkeypatch.delenv("FLPS_CREDENTIALS_FILE", raising=False)
+    with pytest.raises(flps.AuthError):
+        flps.connect("authpy", 0, 1, [s[0].endpoint], [("w", w)], lr=LR,
+                     deadline_ms=20000)
+    # The variable a launcher sets is all a program needs.
+    monkeypatch.setenv("FLPS_CREDENTIALS_FILE", str(creds))
+    w0 = w.copy()
+    with flps.connect("authpy", 0, 1, [s[0].endpoint], [("w", w)], lr=LR,
+                      deadline_ms=20000) as c:
+        c.init()
+        g = np.ones(8, dtype=np.float32)
+        c.push("w", g, 0)
+        c.wait(0)
+        np.testing.assert_array_equal(w, w0 - np.float32(LR) * g)
+    assert "data plane authenticated" in s[0].log()
+    assert secret not in s[0].log()
+    # A credentials file others may read is refused before anything
+    # connects.
+    creds.chmod(0o644)
+    with pytest.raises(flps.ConfigError):
+        flps.connect("authpy", 0, 1, [s[0].endpoint], [("w", w)], lr=LR,
+                     deadline_ms=20000)

@@ -408,7 +408,7 @@ Test(err, every_code_has_its_message_name_and_pinned_number)
     FLPS_ERR_MAP(CHECK_CODE)
 #undef CHECK_CODE
     cr_assert_eq(n, FLPS_ERR_COUNT_);
-    cr_assert_eq(n, 18);
+    cr_assert_eq(n, 19);
 }
 
 Test(err, the_numbers_stay_where_bindings_expect_them)
@@ -431,6 +431,7 @@ Test(err, the_numbers_stay_where_bindings_expect_them)
     cr_assert_eq(FLPS_ECONFIG, 15);
     cr_assert_eq(FLPS_EREMOTE, 16);
     cr_assert_eq(FLPS_ECLOSED, 17);
+    cr_assert_eq(FLPS_EAUTH, 18);
 }
 
 Test(err, an_unknown_number_still_gets_a_string)

@@ -71,6 +71,8 @@ static void roundtrip(const proto_msg *m)
                (m->op != PROTO_OP_ACK && m->op != PROTO_OP_ERROR)) &&
               strcmp(d.job, m->job) == 0,
           "a re-encoded message decodes to another one");
+    check(strcmp(d.auth, m->auth) == 0 && d.cid == m->cid,
+          "the credentials (auth, cid) changed in a round trip");
     if (m->n > 0 && m->val != NULL)
         check(memcmp(d.val, m->val, (size_t)m->n * sizeof(float)) == 0,
               "values changed in a round trip");

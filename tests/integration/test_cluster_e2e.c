@@ -66,6 +66,28 @@ Test(cluster_e2e, three_jobs_on_two_nodes_run_two_at_a_time_and_all_succeed)
                      300);
         cr_assert_gt(json_number_value(json_object_get(sum, "bytes_sent")), 0);
     }
+    {
+        /* The job's data plane was authenticated with credentials flsched
+         * made and flagent wrote 0600 for each task; the secret is in no
+         * log line and not in the API's answer. */
+        char cmd[1024], api[160];
+        FILE *f;
+        snprintf(api, sizeof(api), "%s/status-c.json", cl.dir);
+        f = fopen(api, "w");
+        cr_assert_not_null(f);
+        cr_assert_eq(json_dumpf(jc, f, JSON_COMPACT), 0);
+        fclose(f);
+        snprintf(cmd, sizeof(cmd),
+                 "set -e; f=$(ls %s/n*/%s/server-0.credentials | head -1); "
+                 "test \"$(stat -c %%a \"$f\")\" = 600; "
+                 "s=$(sed -n 's/^secret=//p' \"$f\"); test ${#s} -eq 64; "
+                 "grep -q 'data plane authenticated' "
+                 "%s/n*/%s/attempt-*/server-0.log; "
+                 "if grep -rq --include='*.log' \"$s\" %s; then exit 1; fi; "
+                 "if grep -q \"$s\" %s; then exit 1; fi",
+                 cl.dir, c, cl.dir, c, cl.dir, api);
+        cr_assert_eq(system(cmd), 0, "credentials check failed: %s", cmd);
+    }
     json_decref(ja);
     json_decref(jb);
     json_decref(jc);

@@ -139,17 +139,13 @@ Test(metrics_flps, a_scrape_has_every_family_with_the_counts_a_client_caused,
     flps_client *c = NULL;
     test_shard s;
     scrape r;
-    static const char *families[] = {"flps_pushes_total",
-                                     "flps_updates_total",
-                                     "flps_pulls_total",
-                                     "flps_rejected_total",
-                                     "flps_received_bytes_total",
-                                     "flps_sent_bytes_total",
-                                     "flps_checkpoints_total",
-                                     "flps_elements_received_total",
-                                     "flps_elements_sent_total",
-                                     "flps_parts_owned",
-                                     "flps_iteration_close_seconds"};
+    static const char *families[] = {
+        "flps_pushes_total",         "flps_updates_total",
+        "flps_pulls_total",          "flps_rejected_total",
+        "flps_received_bytes_total", "flps_sent_bytes_total",
+        "flps_checkpoints_total",    "flps_elements_received_total",
+        "flps_elements_sent_total",  "flps_handshakes_refused_total",
+        "flps_parts_owned",          "flps_iteration_close_seconds"};
 
     curl_global_init(CURL_GLOBAL_DEFAULT);
     cr_assert_not_null(mkdtemp(dir));

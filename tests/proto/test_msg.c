@@ -673,6 +673,74 @@ Test(msg, checkpoint_and_register_ok_round_trip)
     proto_msg_fini(&d);
 }
 
+Test(msg, the_credentials_round_trip_and_default_to_none)
+{
+    proto_msg m, d;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_PULL;
+    strcpy(m.job, "j");
+    memset(m.auth, 'a', PROTO_AUTH_MAX);
+    m.cid = UINT64_MAX;
+    round_trip(&m, &d, 1);
+    assert_common_equal(&m, &d);
+    cr_assert_str_eq(d.auth, m.auth);
+    cr_assert_eq(d.cid, UINT64_MAX);
+    proto_msg_fini(&d);
+    memset(m.auth, 0, sizeof(m.auth));
+    m.cid = 0;
+    round_trip(&m, &d, 1);
+    cr_assert_str_eq(d.auth, "");
+    cr_assert_eq(d.cid, 0);
+    proto_msg_fini(&d);
+}
+
+Test(msg, a_too_long_or_mistyped_secret_is_refused)
+{
+    for (int k = 0; k < 2; k++) {
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        proto_frame f;
+        proto_msg d;
+        char err[ERRLEN] = "", big[PROTO_AUTH_MAX + 2];
+
+        memset(big, 'b', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, 9);
+        pk_str(&pk, "v");
+        msgpack_pack_uint64(&pk, PROTO_VERSION);
+        pk_str(&pk, "op");
+        msgpack_pack_uint64(&pk, PROTO_OP_PULL);
+        pk_str(&pk, "job");
+        pk_str(&pk, "job");
+        pk_str(&pk, "rank");
+        msgpack_pack_uint64(&pk, 1);
+        pk_str(&pk, "part");
+        msgpack_pack_uint64(&pk, 2);
+        pk_str(&pk, "iter");
+        msgpack_pack_uint64(&pk, 3);
+        pk_str(&pk, "ver");
+        msgpack_pack_uint64(&pk, 4);
+        pk_str(&pk, "data");
+        msgpack_pack_array(&pk, 2);
+        msgpack_pack_uint64(&pk, 0);
+        msgpack_pack_uint64(&pk, 0);
+        pk_str(&pk, "auth");
+        if (k == 0)
+            pk_str(&pk, big); /* one character too many */
+        else
+            msgpack_pack_uint64(&pk, 7);
+        f.data = sb.data;
+        f.len = sb.size;
+        cr_assert_eq(proto_msg_decode(&f, 1, &d, err, sizeof(err)),
+                     FLPS_EPROTO);
+        cr_assert_neq(strstr(err, "'auth'"), NULL, "%s", err);
+        msgpack_sbuffer_destroy(&sb);
+    }
+}
+
 Test(msg, unknown_keys_in_the_header_are_ignored)
 {
     proto_frame f;

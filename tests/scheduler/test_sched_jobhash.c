@@ -81,7 +81,7 @@ Test(sched_jobhash, a_submit_writes_the_documented_fields_in_order)
                      "restarts max_restarts reason spec workers servers "
                      "iterations time_limit cpus_per_worker memory_per_worker "
                      "gpus_per_worker cpus_per_server memory_per_server "
-                     "transport");
+                     "transport credentials");
     cr_assert_not_null(strstr(p.resp, "$15\r\ncpus_per_worker\r\n$3\r\n1.5"));
     cr_assert_not_null(strstr(p.resp, "submitted_at\r\n$7\r\n1000.25"));
     cr_assert_not_null(strstr(p.resp, "state\r\n$6\r\nQUEUED"));
@@ -203,4 +203,32 @@ Test(sched_jobhash, progress_bytes_are_summed_over_the_workers)
     json_decref(o);
     j.tasks = NULL;
     j.ntasks = 0;
+}
+
+Test(sched_jobhash, the_credentials_are_written_but_never_read_back_or_shown)
+{
+    static const char creds[] =
+        "secret=00112233445566778899aabbccddeeff00112233445566778899aabbccdd"
+        "eeff\n";
+    sched_job j = sample(), back;
+    pairs p = {0};
+    redisReply *r;
+    json_t *o;
+    char *text;
+
+    j.credentials = (char *)creds;
+    cr_assert_eq(sched_jobhash_write(&j, collect, &p), FLPS_OK);
+    cr_assert_not_null(strstr(p.resp, "credentials\r\n$72\r\nsecret=0011"));
+    r = reply_of(&p, NULL, 0);
+    cr_assert_eq(sched_jobhash_read(r, &back), FLPS_OK);
+    freeReplyObject(r);
+    cr_assert_null(back.credentials, "flsched keeps no copy");
+    sched_job_fini(&back);
+    j.state = SCHED_SUCCEEDED;
+    o = sched_jobhash_json(&j);
+    text = json_dumps(o, JSON_COMPACT);
+    cr_assert_null(strstr(text, "credentials"), "%s", text);
+    cr_assert_null(strstr(text, "00112233445566778899"), "%s", text);
+    free(text);
+    json_decref(o);
 }

@@ -77,14 +77,18 @@ Test(workerenv, every_reserved_variable_is_set_for_a_job_with_a_plan)
     jobspec s = parse("name: j\nmodel: mlp\ncompression: auto\n");
     char *base[] = {"FLPS_BUILD_DIR=/b", "FLPS_LIBRARY=/b/lib/libflps.so",
                     NULL};
-    workerenv w = {
-        .job = "j", .rank = 0, .servers = "tcp://a:1", .plan_file = "/p"};
+    workerenv w = {.job = "j",
+                   .rank = 0,
+                   .servers = "tcp://a:1",
+                   .plan_file = "/p",
+                   .credentials_file = "/run/creds"};
     char **env = NULL;
 
     cr_assert_eq(workerenv_build(&s, &w, base, &env), FLPS_OK);
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         cr_assert_eq(count(env, names[i]), 1, "%s is set once", names[i]);
     cr_assert_str_eq(workerenv_get(env, "FLPS_PLAN_FILE"), "/p");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_CREDENTIALS_FILE"), "/run/creds");
     cr_assert_str_eq(
         workerenv_get(env, "FLPS_LIBRARY"), "/b/lib/libflps.so",
         "without a build beside the launcher, its own is passed on");
