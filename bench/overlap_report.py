@@ -18,7 +18,7 @@ def run_of(d):
     summary = json.loads([ln for ln in lines if ln.startswith("{")][-1])
     # Rank 0's progress clock: the median interval per iteration after the
     # first 10% (start-up, cold caches).
-    prog = []
+    prog, done = [], {}
     for ln in open(os.path.join(d, "events-0.jsonl")):
         try:
             e = json.loads(ln)
@@ -26,6 +26,8 @@ def run_of(d):
             continue
         if e.get("event") == "progress":
             prog.append((e["iter"], e["elapsed"]))
+        elif e.get("event") == "done":
+            done = e
     skip = max(1, len(prog) // 10)
     steps = [(b[1] - a[1]) / (b[0] - a[0])
              for a, b in zip(prog[skip:], prog[skip + 1:]) if b[0] > a[0]]
@@ -35,7 +37,10 @@ def run_of(d):
             "compute_seconds": summary["compute_seconds"],
             "push_seconds": summary["push_seconds"],
             "comm_wait_seconds": summary["comm_wait_seconds"],
-            "model_hash": summary.get("model_hash")}
+            "model_hash": summary.get("model_hash"),
+            # Rank 0's forward waits per layer (overlap on; 0 when off).
+            "layer_wait_seconds": {l["name"]: l.get("wait_seconds", 0)
+                                   for l in done.get("layers", [])}}
 
 
 def main():
@@ -69,7 +74,11 @@ def main():
            "compute_seconds_no_overlap": med(off, "compute_seconds"),
            "comm_wait_seconds_overlap": med(on, "comm_wait_seconds"),
            "comm_wait_seconds_no_overlap": med(off, "comm_wait_seconds"),
-           "same_model": len({r["model_hash"] for r in runs}) == 1}
+           "same_model": len({r["model_hash"] for r in runs}) == 1,
+           "rank0_layer_wait_seconds_overlap": {
+               k: statistics.median(r["layer_wait_seconds"].get(k, 0)
+                                    for r in on)
+               for k in on[0]["layer_wait_seconds"]}}
     out["ratio"] = out["s_per_iter_overlap"] / out["s_per_iter_no_overlap"]
     out["mean_ratio"] = (out["mean_s_per_iter_overlap"]
                          / out["mean_s_per_iter_no_overlap"])

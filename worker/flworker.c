@@ -51,8 +51,10 @@ typedef struct push_ctx {
     /* This iteration's time inside pushes, and inside the forward's
      * per-layer waits. */
     double push_s, layer_wait_s;
-    /* Per tensor, over the run: bytes and elements its pushes sent. */
+    /* Per tensor, over the run: bytes and elements its pushes sent, and
+     * the forward's time waiting for its updates. */
     uint64_t *layer_bytes, *layer_elements;
+    double *layer_wait;
     /* overlap: false: the gradients are only noted (order[0..norder), in
      * the order backprop finished them) and pushed after the backward. */
     int defer;
@@ -130,6 +132,7 @@ static void on_param_needed(void *arg, size_t ti)
         pc->err = rc;
     dt = flps_mono_s() - t0;
     pc->layer_wait_s += dt;
+    pc->layer_wait[ti] += dt;
     pc->last += dt; /* not backward time of the profile */
 }
 
@@ -501,6 +504,7 @@ int main(int argc, char **argv)
     /* The loop's time split, and what each layer sent (see push_ctx). */
     double compute_s = 0, push_total_s = 0, comm_wait_s = 0, loop_s = 0;
     uint64_t *layer_bytes = NULL, *layer_elements = NULL;
+    double *layer_wait = NULL;
     size_t *order = NULL;
     int layer_waits = 0, outstanding = 0;
 
@@ -791,8 +795,10 @@ int main(int argc, char **argv)
     progress_every = spec.iterations / 100 ? spec.iterations / 100 : 1;
     layer_bytes = flps_calloc(model_num_tensors(m), sizeof(uint64_t));
     layer_elements = flps_calloc(model_num_tensors(m), sizeof(uint64_t));
+    layer_wait = flps_calloc(model_num_tensors(m), sizeof(double));
     order = flps_calloc(model_num_tensors(m), sizeof(size_t));
-    if (layer_bytes == NULL || layer_elements == NULL || order == NULL) {
+    if (layer_bytes == NULL || layer_elements == NULL || layer_wait == NULL ||
+        order == NULL) {
         log_error("out of memory");
         goto out;
     }
@@ -814,6 +820,7 @@ int main(int argc, char **argv)
                        .fm = fm,
                        .layer_bytes = layer_bytes,
                        .layer_elements = layer_elements,
+                       .layer_wait = layer_wait,
                        .defer = !spec.overlap,
                        .order = order,
                        .wait_layers = outstanding,
@@ -970,10 +977,11 @@ int main(int argc, char **argv)
                : 0.0,
            (unsigned long long)model_hash(m));
     for (size_t i = 0; i < model_num_tensors(m); i++)
-        printf("%s{\"name\":\"%s\",\"bytes_sent\":%llu,\"elements_sent\":%llu}",
+        printf("%s{\"name\":\"%s\",\"bytes_sent\":%llu,\"elements_sent\":%llu,"
+               "\"wait_seconds\":%.6f}",
                i ? "," : "", model_tensor_at(m, i)->name,
                (unsigned long long)layer_bytes[i],
-               (unsigned long long)layer_elements[i]);
+               (unsigned long long)layer_elements[i], layer_wait[i]);
     printf("],\"seconds\":%.3f}\n", flps_mono_s() - t0);
     fflush(stdout);
     log_info("rank %ld done: %llu iterations in %.1f s (computing %.1f s, "
@@ -1001,6 +1009,7 @@ out:
     flps_free(tb_sum);
     flps_free(layer_bytes);
     flps_free(layer_elements);
+    flps_free(layer_wait);
     flps_free(order);
     return status;
 }
