@@ -18,6 +18,7 @@ RUN apt-get update \
       build-essential cmake pkg-config \
       libzmq3-dev libmsgpack-dev libyaml-dev libjansson-dev zlib1g-dev \
       libopenblas-dev libhiredis-dev libmicrohttpd-dev libcurl4-openssl-dev \
+      libssl-dev \
       libibverbs-dev librdmacm-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -46,7 +47,7 @@ RUN set -e; \
     apt-get update; \
     apt-get install -y --no-install-recommends \
       libzmq5 libmsgpackc2 libyaml-0-2 libjansson4 libopenblas0 \
-      libhiredis0.14 libmicrohttpd12 libcurl4 zlib1g ca-certificates \
+      libhiredis0.14 libmicrohttpd12 libcurl4 libssl3 zlib1g ca-certificates \
       libibverbs1 librdmacm1 ibverbs-providers \
       python3 python3-numpy $extra; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin; \

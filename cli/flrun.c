@@ -48,6 +48,7 @@ typedef struct run {
     /* From the workers' events. */
     uint32_t done;
     uint64_t bytes_sent, bytes_received, dense_bytes;
+    uint64_t late_clients, client_rounds; /* fedavg with round_deadline */
     double test_accuracy, test_loss;
     int have_accuracy;
     uint64_t last_iter;
@@ -398,6 +399,8 @@ static void on_worker_line(void *arg, proc *p, const char *line)
         }
         r->done++;
         on_done_timing(r, o);
+        r->late_clients += json_u64(o, "late_clients");
+        r->client_rounds += json_u64(o, "client_rounds");
         r->bytes_sent += json_u64(o, "bytes_sent");
         r->bytes_received += json_u64(o, "bytes_received");
         r->dense_bytes += json_u64(o, "dense_bytes");
@@ -921,6 +924,10 @@ int main(int argc, char **argv)
                "\"bytes_per_round\":%.0f",
                r.spec.rounds, r.have_last5 ? r.acc_last5 : r.test_accuracy,
                (double)r.bytes_sent / (double)r.spec.rounds);
+    if (r.spec.mode == JOBSPEC_MODE_FEDAVG && r.spec.round_deadline > 0)
+        printf(",\"late_clients\":%llu,\"client_rounds\":%llu",
+               (unsigned long long)r.late_clients,
+               (unsigned long long)r.client_rounds);
     print_timing(&r);
     printf("}\n");
     fflush(stdout);

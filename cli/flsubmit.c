@@ -1,6 +1,7 @@
 /* flsubmit: the command line for flsched: submit a job file, list, watch,
  * cancel and inspect jobs, read their logs, see the nodes. */
 #include <curl/curl.h>
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -138,6 +139,10 @@ static void usage(FILE *f)
         "  -s, --scheduler URL  flsched's address (default: $FLPS_SCHEDULER, "
         "else\n"
         "                       " FLSUBMIT_DEFAULT_URL ")\n"
+        "      --ca FILE        https: the CA certificate (PEM) that signed\n"
+        "                       flsched's --tls-cert (default: "
+        "$FLPS_SCHEDULER_CA,\n"
+        "                       else the system's CAs)\n"
         "  -j, --json           print the API's JSON instead of text "
         "(watch:\n"
         "                       the final job object; logs: one line "
@@ -152,6 +157,7 @@ static void usage(FILE *f)
         "environment:\n"
         "  FLPS_SCHEDULER       default for --scheduler\n"
         "  FLPS_TOKEN           sent as \"Authorization: Bearer TOKEN\"\n"
+        "  FLPS_SCHEDULER_CA    default for --ca\n"
         "\n"
         "exit codes:\n");
 #define FLSUBMIT_EXIT_LINE_(name, code, msg)                                   \
@@ -250,7 +256,7 @@ static int run_command(submit_ctx *ctx, const char *cmd, const invocation *inv)
 
 int main(int argc, char **argv)
 {
-    enum { OPT_JOB = 256 };
+    enum { OPT_JOB = 256, OPT_CA };
     static const struct option opts[] = {
         {"scheduler", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},
@@ -258,10 +264,12 @@ int main(int argc, char **argv)
         {"events", no_argument, NULL, 'e'},
         {"all", no_argument, NULL, 'a'},
         {"job", required_argument, NULL, OPT_JOB},
+        {"ca", required_argument, NULL, OPT_CA},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *url = getenv("FLPS_SCHEDULER"), *token = getenv("FLPS_TOKEN");
+    const char *ca = getenv("FLPS_SCHEDULER_CA");
     const char *cmd, *stray;
     const command *c;
     invocation inv = {0};
@@ -299,6 +307,9 @@ int main(int argc, char **argv)
             inv.opts |= CMD_OPT_JOB;
             inv.job_file = optarg;
             break;
+        case OPT_CA:
+            ca = optarg;
+            break;
         case 'h':
             help = 1;
             break;
@@ -307,6 +318,8 @@ int main(int argc, char **argv)
                 return usage_error("%s needs a URL", "--scheduler");
             if (optopt == OPT_JOB)
                 return usage_error("%s needs a job FILE", "--job");
+            if (optopt == OPT_CA)
+                return usage_error("%s needs a CA certificate FILE", "--ca");
             return usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
@@ -345,6 +358,13 @@ int main(int argc, char **argv)
     }
     if (url[0] == '\0')
         return usage_error("%s", "--scheduler needs a URL");
+    if (ca != NULL && ca[0] != '\0' && access(ca, R_OK) != 0) {
+        fprintf(stderr,
+                "flsubmit: cannot read the CA file %s (--ca or "
+                "FLPS_SCHEDULER_CA): %s\n",
+                ca, strerror(errno));
+        return SUBMIT_EXIT_USAGE;
+    }
 
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal; /* no SA_RESTART: a poll's sleep ends */
@@ -358,6 +378,7 @@ int main(int argc, char **argv)
     }
     hopts.base_url = url;
     hopts.token = token;
+    hopts.ca_file = ca;
     err = submit_http_create(&hopts, &ctx.http);
     if (err != FLPS_OK) {
         fprintf(stderr, "flsubmit: cannot start the HTTP client: %s\n",

@@ -108,6 +108,7 @@ int submit_cli_exit_for_err(flps_err err)
         return SUBMIT_EXIT_OK;
     case FLPS_ECLOSED:
     case FLPS_EIO:
+    case FLPS_ECONFIG: /* TLS: cannot talk to it safely as configured */
         return SUBMIT_EXIT_UNREACHABLE;
     case FLPS_ETIMEDOUT:
         return SUBMIT_EXIT_TIMEOUT;
@@ -269,8 +270,9 @@ static int api_try(submit_ctx *ctx, const call *c, json_t **out, call_error *e)
         submit_http_request(ctx->http, c->method, c->path, c->body, c->len, &r);
     if (err != FLPS_OK) {
         rc = submit_cli_exit_for_err(err);
-        e->transient =
-            rc == SUBMIT_EXIT_UNREACHABLE || rc == SUBMIT_EXIT_TIMEOUT;
+        /* A TLS set-up error does not get better by retrying. */
+        e->transient = err != FLPS_ECONFIG && (rc == SUBMIT_EXIT_UNREACHABLE ||
+                                               rc == SUBMIT_EXIT_TIMEOUT);
         snprintf(e->msg, sizeof(e->msg), "%s%s",
                  submit_http_last_error(ctx->http),
                  err == FLPS_ECLOSED ? "; is flsched running? set --scheduler "

@@ -14,6 +14,7 @@ struct submit_http {
     CURL *curl; /* reused, so consecutive polls share one connection */
     char *base_url;
     char *auth_header; /* "Authorization: Bearer T", or NULL */
+    char *ca_file;     /* CURLOPT_CAINFO, or NULL for the system's CAs */
     long connect_timeout_ms, timeout_ms;
     char curl_err[CURL_ERROR_SIZE];
     char last_error[512];
@@ -36,11 +37,16 @@ flps_err submit_http_create(const submit_http_opts *opts, submit_http **out)
     n = strlen(h->base_url);
     while (n > 0 && h->base_url[n - 1] == '/')
         h->base_url[--n] = '\0';
+    if (opts->ca_file != NULL && opts->ca_file[0] != '\0') {
+        h->ca_file = flps_strdup(opts->ca_file);
+        if (h->ca_file == NULL)
+            goto fail_url;
+    }
     if (opts->token != NULL && opts->token[0] != '\0') {
         n = strlen(opts->token) + sizeof("Authorization: Bearer ");
         h->auth_header = flps_malloc(n);
         if (h->auth_header == NULL)
-            goto fail_url;
+            goto fail_ca;
         snprintf(h->auth_header, n, "Authorization: Bearer %s", opts->token);
     }
     h->connect_timeout_ms = opts->connect_timeout_ms > 0
@@ -58,6 +64,8 @@ flps_err submit_http_create(const submit_http_opts *opts, submit_http **out)
 
 fail_auth:
     flps_free(h->auth_header);
+fail_ca:
+    flps_free(h->ca_file);
 fail_url:
     flps_free(h->base_url);
 fail_h:
@@ -71,6 +79,7 @@ void submit_http_destroy(submit_http *h)
         return;
     curl_easy_cleanup(h->curl);
     flps_free(h->auth_header);
+    flps_free(h->ca_file);
     flps_free(h->base_url);
     flps_free(h);
 }
@@ -183,9 +192,50 @@ static flps_err describe_failure(submit_http *h, CURLcode cc,
     case CURLE_UNSUPPORTED_PROTOCOL:
     case CURLE_URL_MALFORMAT:
         snprintf(h->last_error, sizeof(h->last_error),
-                 "'%s' is not a scheduler URL (expected http://HOST:PORT): %s",
+                 "'%s' is not a scheduler URL (expected http://HOST:PORT or "
+                 "https://HOST:PORT): %s",
                  h->base_url, h->curl_err[0] ? h->curl_err : "bad URL");
         return FLPS_EINVAL;
+    case CURLE_PEER_FAILED_VERIFICATION:
+        snprintf(h->last_error, sizeof(h->last_error),
+                 "the scheduler at %s has a certificate this client cannot "
+                 "verify (%s); %s",
+                 h->base_url, h->curl_err[0] ? h->curl_err : "not trusted",
+                 h->ca_file != NULL
+                     ? "is --ca (FLPS_SCHEDULER_CA) the CA that signed "
+                       "flsched's --tls-cert, and is the URL's host in that "
+                       "certificate?"
+                     : "set --ca FILE (or FLPS_SCHEDULER_CA) to the CA "
+                       "certificate that signed flsched's --tls-cert");
+        return FLPS_ECONFIG;
+    case CURLE_SSL_CACERT_BADFILE:
+        snprintf(h->last_error, sizeof(h->last_error),
+                 "cannot use the CA file %s (--ca or FLPS_SCHEDULER_CA): %s",
+                 h->ca_file ? h->ca_file : "(system default)",
+                 h->curl_err[0] ? h->curl_err : "unreadable or not PEM");
+        return FLPS_ECONFIG;
+    case CURLE_SSL_CONNECT_ERROR:
+        snprintf(h->last_error, sizeof(h->last_error),
+                 "the TLS handshake with the scheduler at %s failed (%s); if "
+                 "flsched serves plain HTTP (no --tls-cert), use an http:// "
+                 "URL",
+                 h->base_url,
+                 h->curl_err[0] ? h->curl_err : curl_easy_strerror(cc));
+        return FLPS_ECONFIG;
+    case CURLE_GOT_NOTHING:
+    case CURLE_RECV_ERROR:
+        if (strncmp(h->base_url, "http://", 7) != 0)
+            break;
+        /* A TLS server drops a plain-text request without a word. So does
+         * a scheduler that died mid-request, so this stays FLPS_EIO, which
+         * watch retries through a restart. */
+        snprintf(h->last_error, sizeof(h->last_error),
+                 "the scheduler at %s closed the connection without an HTTP "
+                 "answer to %s %s (%s); if flsched serves HTTPS (--tls-cert), "
+                 "use an https:// URL with --ca FILE (or FLPS_SCHEDULER_CA)",
+                 h->base_url, method, path,
+                 h->curl_err[0] ? h->curl_err : curl_easy_strerror(cc));
+        return FLPS_EIO;
     case CURLE_OUT_OF_MEMORY:
         snprintf(h->last_error, sizeof(h->last_error), "out of memory");
         return FLPS_ENOMEM;
@@ -261,6 +311,12 @@ flps_err submit_http_request(submit_http *h, const char *method,
     curl_easy_setopt(h->curl, CURLOPT_ERRORBUFFER, h->curl_err);
     curl_easy_setopt(h->curl, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(h->curl, CURLOPT_WRITEDATA, &rb);
+    /* libcurl verifies the peer and its host name by default; say so, so
+     * no later change turns it off by accident. */
+    curl_easy_setopt(h->curl, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(h->curl, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (h->ca_file != NULL)
+        curl_easy_setopt(h->curl, CURLOPT_CAINFO, h->ca_file);
     if (strcmp(method, "GET") == 0) {
         curl_easy_setopt(h->curl, CURLOPT_HTTPGET, 1L);
     } else if (strcmp(method, "POST") == 0) {

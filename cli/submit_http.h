@@ -17,7 +17,11 @@
 typedef struct submit_http submit_http;
 
 typedef struct submit_http_opts {
-    const char *base_url;    /* "http://host:port", a trailing '/' is fine */
+    const char *base_url;    /* "http://host:port" or "https://host:port", a
+                                trailing '/' is fine */
+    const char *ca_file;     /* https: the CA certificates (PEM) that verify
+                                the scheduler's certificate; NULL: the
+                                system's CAs */
     const char *token;       /* sent as "Authorization: Bearer T"; NULL or
                                 "" sends no header */
     long connect_timeout_ms; /* 0 = SUBMIT_HTTP_CONNECT_TIMEOUT_MS */
@@ -53,6 +57,12 @@ void submit_http_destroy(submit_http *h);
  *   FLPS_EIO       the connection broke or the answer was not HTTP
  *   FLPS_EPROTO    an answer over SUBMIT_HTTP_MAX_REPLY
  *   FLPS_EINVAL    a URL libcurl refuses (bad scheme, bad syntax)
+ *   FLPS_ECONFIG   TLS failed: the scheduler's certificate does not verify
+ *                  with the CA (the message says to set --ca or
+ *                  FLPS_SCHEDULER_CA), the CA file cannot be used, or an
+ *                  https:// URL to a plain-HTTP scheduler
+ * (An http:// URL to an HTTPS scheduler gets no HTTP answer: FLPS_EIO, with
+ * a message that says to use https:// and --ca.)
  *   FLPS_ENOMEM
  * The client stays usable after an error (watch retries through a
  * scheduler restart), so the error is the last one, not a sticky one.

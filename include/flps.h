@@ -53,8 +53,10 @@ FLPS_API const char *flps_version(void);
  * new one. Not sticky (the client is unchanged and the call may be made
  * again): FLPS_EINVAL for a bad argument, FLPS_ENONFINITE for a gradient
  * holding NaN or Inf (nothing was sent), and every error of
- * flps_client_set_layer_codec and flps_client_set_staleness and the
- * FLPS_ESTATE of flps_client_measure_network. */
+ * flps_client_set_layer_codec, flps_client_set_staleness and
+ * flps_client_set_push_weight, the FLPS_ESTATE of
+ * flps_client_measure_network, and the errors that flps_client_push_pairs
+ * and flps_client_pairs_taken name as not sticky. */
 #define FLPS_ERR_MAP(X)                                                        \
     X(FLPS_OK, 0, "success")                                                   \
     X(FLPS_ENOMEM, 1, "out of memory")                                         \
@@ -122,6 +124,11 @@ typedef struct flps_tensor {
     float *data;
 } flps_tensor;
 
+/* The values of flps_client_config.async. */
+#define FLPS_MODE_SYNC 0
+#define FLPS_MODE_ASYNC 1
+#define FLPS_MODE_WEIGHTED 2
+
 typedef struct flps_client_config {
     const char *job; /* job id, 1..63 chars */
     uint32_t rank;   /* 0..workers-1 */
@@ -131,7 +138,13 @@ typedef struct flps_client_config {
     const flps_tensor *tensors; /* the model layout, first layer first */
     uint32_t ntensors;
     uint32_t part_size;      /* max elements per part; 0 = 65536 */
-    int async;               /* 0: synchronous S-SGD; 1: asynchronous */
+    int async;               /* FLPS_MODE_SYNC (0): synchronous S-SGD;
+                                FLPS_MODE_ASYNC (1): asynchronous;
+                                FLPS_MODE_WEIGHTED (2): synchronous, the
+                                shards divide each iteration's summed
+                                pushes by the sum of their weights
+                                (flps_client_set_push_weight) instead of
+                                by workers */
     const char *compression; /* "dense", "fp16", "topk:D", "gtopk:D",
                                 "randk:D", "dgc:D", "qsgd:BITS", "sign"
                                 or "auto" (a codec per layer, see
@@ -195,6 +208,45 @@ FLPS_API flps_err flps_client_init(flps_client *c);
 FLPS_API flps_err flps_client_push(flps_client *c, uint32_t tensor,
                                    const float *grad, uint64_t iter);
 
+/* Push tensor `tensor`'s already-selected pairs for iteration iter: the
+ * values val[j] at element indices idx[j], j < n, in any order. For workers
+ * whose gradient lives elsewhere (a GPU): the caller runs the selection
+ * with its own error feedback and momentum where the tensor is and hands
+ * over only the pairs; the client applies neither to them (the config's
+ * momentum and the tensor's residual are left alone) and sends them split
+ * by part, as flps_client_push sends its own selection. Only for jobs whose
+ * shards aggregate pairs: compression topk:D, gtopk:D, dgc:D, randk:D or
+ * auto. n may be 0 (the shards still need this worker's push), and n may
+ * exceed the codec's k: the shards add up whatever is pushed (gtopk then
+ * keeps the k largest sums of each part). After flps_client_wait(iter),
+ * flps_client_pairs_taken tells which pairs the shards did not take.
+ * idx and val are borrowed for the call (copied before it returns).
+ * Errors, none sticky and nothing sent: FLPS_EINVAL (tensor out of range,
+ * n larger than the tensor, idx or val NULL with n > 0, an index given
+ * twice), FLPS_ERANGE (an index >= the tensor's numel), FLPS_ENONFINITE
+ * (a value NaN or Inf), FLPS_ESTATE (the job's shards aggregate dense
+ * values: dense, fp16, qsgd:BITS, sign). Sticky: those of
+ * flps_client_push (FLPS_ESTATE for a tensor pushed again before its
+ * update arrived, FLPS_ENOMEM, the transport's). */
+FLPS_API flps_err flps_client_push_pairs(flps_client *c, uint32_t tensor,
+                                         const uint32_t *idx, const float *val,
+                                         size_t n, uint64_t iter);
+
+/* After flps_client_wait of a flps_client_push_pairs of tensor `tensor`:
+ * taken[j] = 1 when pair j of that push (the caller's order) went into the
+ * shards' update, 0 when the shards did not take it (gtopk: not among its
+ * part's k largest sums). The caller adds the pairs with taken[j] = 0 back
+ * into its residual (r[idx[j]] += val[j]), as flps_client_push's own error
+ * feedback does, so no value is lost. topk, dgc, randk and auto take every
+ * pair; so does an asynchronous job. n must be the n of that push.
+ * Errors, none sticky, taken unchanged: FLPS_EINVAL (tensor out of range,
+ * taken NULL with n > 0, n not the pushed count), FLPS_ESTATE (the
+ * tensor's last push was not flps_client_push_pairs, or its update has not
+ * arrived: call flps_client_wait first). taken is written only on
+ * FLPS_OK. */
+FLPS_API flps_err flps_client_pairs_taken(const flps_client *c, uint32_t tensor,
+                                          uint8_t *taken, size_t n);
+
 /* Wait until every part pushed for iter has its update and apply them to
  * the replica (async mode: until the pushes are applied, then pull the
  * model). Resends unanswered requests; blocks up to the deadline. */
@@ -247,6 +299,17 @@ FLPS_API flps_err flps_client_set_layer_codec(flps_client *c, uint32_t tensor,
  * naming how far behind the slowest worker is. Errors: FLPS_EINVAL (c
  * NULL), FLPS_ESTATE (a synchronous client); neither is sticky. */
 FLPS_API flps_err flps_client_set_staleness(flps_client *c, uint32_t staleness);
+
+/* The weight of this worker's next pushes in a weighted job (async =
+ * FLPS_MODE_WEIGHTED), until set again; 1 until first set. The shards
+ * apply -lr * (sum of the iteration's pushes) / (sum of their weights),
+ * so a worker that pushes w_i * g_i with weight w_i gets the weighted mean
+ * of the g_i: FedAvg's sample-weighted average, where a worker whose
+ * clients all missed the round's deadline pushes zeros with weight 0 (an
+ * iteration whose weights sum to 0 changes nothing). Errors: FLPS_EINVAL
+ * (c NULL; weight negative, not finite or above 1e15), FLPS_ESTATE (not a
+ * weighted client); neither is sticky. */
+FLPS_API flps_err flps_client_set_push_weight(flps_client *c, double weight);
 
 /* Seconds flps_client_wait spent waiting for the slowest worker (above). */
 FLPS_API double flps_client_stale_wait_seconds(const flps_client *c);

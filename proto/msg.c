@@ -95,6 +95,12 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
         nkeys += 2;
     if (msg->slowest != 0)
         nkeys++;
+    if (msg->op == PROTO_OP_PUSH && msg->has_weight) {
+        if (!isfinite(msg->weight) || msg->weight < 0 ||
+            msg->weight > PROTO_WEIGHT_MAX)
+            return FLPS_EINVAL;
+        nkeys++;
+    }
 
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
@@ -135,6 +141,10 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
     }
     if (msg->slowest != 0)
         pack_u64(&pk, "slow", msg->slowest);
+    if (msg->op == PROTO_OP_PUSH && msg->has_weight) {
+        pack_key(&pk, "wt");
+        msgpack_pack_double(&pk, msg->weight);
+    }
     if (msg->op == PROTO_OP_REGISTER) {
         const proto_jobcfg *c = &msg->cfg;
         pack_key(&pk, "cfg");
@@ -265,7 +275,7 @@ static int decode_cfg(const msgpack_object *o, proto_jobcfg *c)
         !obj_u32(&a[8], &sched) || !obj_u64(&a[9], &c->iterations) ||
         !obj_str(&a[10], c->compression, sizeof(c->compression)))
         return 0;
-    if (mode > PROTO_MODE_ASYNC || agg > PROTO_AGG_GTOPK ||
+    if (mode > PROTO_MODE_WEIGHTED || agg > PROTO_AGG_GTOPK ||
         sched > PROTO_LR_COSINE)
         return 0;
     c->lr_schedule = (uint8_t)sched;
@@ -370,6 +380,7 @@ enum {
     F_SPEC = 1 << 13,
     F_SEGS = 1 << 14,
     F_SLOW = 1 << 15,
+    F_WT = 1 << 16,
     F_BASE = F_V | F_OP | F_JOB | F_RANK | F_PART | F_ITER | F_VER | F_DATA,
 };
 
@@ -594,6 +605,11 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
         } else if (key_is(k, "slow")) {
             bit = F_SLOW;
             ok = obj_u64(v, &m->slowest);
+        } else if (key_is(k, "wt")) {
+            bit = F_WT;
+            ok = obj_f64(v, &m->weight) && m->weight >= 0 &&
+                 m->weight <= PROTO_WEIGHT_MAX;
+            m->has_weight = 1;
         } else if (key_is(k, "tensors")) {
             bit = F_TENSORS;
             if (seen & F_TENSORS) {
@@ -634,6 +650,11 @@ static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
         rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
                              "%s header lacks its op-specific fields",
                              proto_op_name(m->op));
+        goto out;
+    }
+    if ((seen & F_WT) && m->op != PROTO_OP_PUSH) {
+        rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                             "only a PUSH carries a weight (wt)");
         goto out;
     }
     if ((seen & F_SEGS) &&

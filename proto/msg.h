@@ -66,7 +66,15 @@ typedef enum {
 typedef enum {
     PROTO_MODE_SSGD = 0,  /* synchronous: one update per iteration */
     PROTO_MODE_ASYNC = 1, /* apply every push at once */
+    /* Synchronous, sample-weighted (FedAvg with a round deadline): every
+     * PUSH carries its weight (header key "wt") and the update is
+     * -lr_at(t) * sum(pushes) / sum(weights) instead of / workers; an
+     * iteration whose weights sum to 0 changes nothing. */
+    PROTO_MODE_WEIGHTED = 2,
 } proto_mode;
+
+/* The largest weight a PUSH may carry. */
+#define PROTO_WEIGHT_MAX 1e15
 
 /* One frame of an encoded message. */
 typedef struct proto_frame {
@@ -133,6 +141,11 @@ typedef struct proto_msg {
      * iterations below it), for bounded staleness (ssp). The optional
      * header key "slow"; 0 when absent. */
     uint64_t slowest;
+    /* PUSH of a weighted job (PROTO_MODE_WEIGHTED): this push's weight,
+     * finite, in [0, PROTO_WEIGHT_MAX]; header key "wt", present when
+     * has_weight. */
+    double weight;
+    uint8_t has_weight;
     char text[PROTO_ERRMSG_MAX + 1]; /* ERROR: human message */
     proto_jobcfg cfg;                /* REGISTER */
     uint32_t ntensors;               /* REGISTER */

@@ -21,6 +21,7 @@
 #include "ps/net.h"
 #include "ps/shard.h"
 #include "services/fsutil.h"
+#include "services/privdrop.h"
 
 /* More shards than a job could ever want (a job file allows 256 servers)
  * but few enough that a typo does not size the partition map. */
@@ -101,6 +102,10 @@ static void usage(FILE *f)
             "  --max-model-elements N     refuse a REGISTER whose layout has "
             "more than N\n"
             "                             elements in all (default 2^31)\n"
+            "  --user NAME [--group NAME] started as root: become NAME once "
+            "the sockets\n"
+            "                             are open (--checkpoint-dir must "
+            "be NAME's)\n"
             "  --metrics HOST:PORT        serve Prometheus /metrics and "
             "/healthz over HTTP\n"
             "                             (default off; port 0 picks a free "
@@ -182,9 +187,13 @@ int main(int argc, char **argv)
         {"max-message-bytes", required_argument, NULL, 'B'},
         {"send-hwm", required_argument, NULL, 'H'},
         {"transport", required_argument, NULL, 'X'},
+        {"user", required_argument, NULL, 'U'},
+        {"group", required_argument, NULL, 'G'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    const char *user = NULL, *group = NULL;
+    privdrop_target who;
     const char *job = NULL, *listen_ep = "tcp://127.0.0.1:0", *dir = NULL;
     const char *metrics_ep = NULL;
     uint32_t shard = UINT32_MAX, nshards = 0, interval = 0;
@@ -280,11 +289,30 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'U':
+            user = optarg;
+            break;
+        case 'G':
+            group = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 0;
         default:
             usage(stderr);
+            return 2;
+        }
+    }
+    memset(&who, 0, sizeof(who));
+    if (group != NULL && user == NULL) {
+        fprintf(stderr, "flps: --group goes with --user\n");
+        return 2;
+    }
+    if (user != NULL) {
+        if (privdrop_resolve(user, group, &who, why, sizeof(why)) != FLPS_OK ||
+            (dir != NULL && privdrop_own_dir(&who, "--checkpoint-dir", dir, why,
+                                             sizeof(why)) != FLPS_OK)) {
+            fprintf(stderr, "flps: %s\n", why);
             return 2;
         }
     }
@@ -306,6 +334,8 @@ int main(int argc, char **argv)
     }
     snprintf(comp, sizeof(comp), "flps/%u", shard);
     flps_log_setup(comp, FLPS_LOG_INFO);
+    /* No warning as root without --user: shards are started by flagent
+     * and flrun, which warn (or drop) for them. */
     if (dir != NULL && flps_mkdirs(dir) != 0) {
         log_error("cannot create checkpoint directory %s: %s", dir,
                   strerror(errno));
@@ -347,6 +377,13 @@ int main(int argc, char **argv)
     rc = transport_listen(t, listen_ep, bound, sizeof(bound));
     if (rc != FLPS_OK) {
         log_error("%s", t->errmsg);
+        goto out;
+    }
+    /* Sockets bound (and the metrics one): the shard's files are written
+     * as the user from here on. */
+    rc = privdrop_apply(&who, why, sizeof(why));
+    if (rc != FLPS_OK) {
+        log_error("cannot drop privileges: %s", why);
         goto out;
     }
     memset(&cfg, 0, sizeof(cfg));

@@ -239,13 +239,28 @@ static uint32_t rejected_of(const proto_msg *m, const uint32_t *u, uint32_t nu,
  * FLPS_ENOMEM come before anything is logged or applied: the caller
  * refuses the iteration (refuse_iteration); a failed log append is fatal
  * (ps_shard_is_broken). */
+/* What the sum of an iteration's pushes is multiplied by: lr / workers,
+ * or in a weighted job lr / (the sum of the pushes' weights), 0 when that
+ * is 0 (no weight: the iteration changes nothing). */
+static float close_scale(const ps_shard *s, const ps_part *p)
+{
+    const uint32_t W = s->jc.workers;
+    const double lr = proto_jobcfg_lr_at(&s->jc, p->iter);
+    double total = 0;
+
+    if (s->jc.mode != PROTO_MODE_WEIGHTED)
+        return (float)(lr / (double)W);
+    for (uint32_t r = 0; r < W; r++)
+        total += p->push[r].weight;
+    return total > 0 ? (float)(lr / total) : 0.0f;
+}
+
 static flps_err close_iteration(ps_shard *s, ps_part *p)
 {
     const uint32_t W = s->jc.workers;
     const int dense = s->jc.agg == PROTO_AGG_DENSE;
     const int gtopk = s->jc.agg == PROTO_AGG_GTOPK;
-    const float scale =
-        (float)(proto_jobcfg_lr_at(&s->jc, p->iter) / (double)W);
+    const float scale = close_scale(s, p);
     uint32_t nt, nu, bad = 0;
     int applied;
     size_t pushed = 0, cap;
@@ -638,6 +653,12 @@ flps_err ps_agg_push(ps_shard *s, transport_rx *rx, const proto_msg *m,
                              "index %u is outside part %u of %u elements",
                              m->idx[m->n - 1], p->id, p->numel);
         return FLPS_ERANGE;
+    }
+    if (s->jc.mode == PROTO_MODE_WEIGHTED && !m->has_weight) {
+        ps_shard_reply_error(s, peer, m, FLPS_EPROTO,
+                             "this job averages pushes by weight: a push "
+                             "carries its weight (header key wt)");
+        return FLPS_EPROTO;
     }
     if (!async && m->iter + 1 == p->iter && p->has_last)
         return answer_closed(s, peer, p, m);

@@ -19,10 +19,17 @@ static const char usage_text[] =
     "               --memory SIZE --gpus N [--address IP] [--work-dir DIR]\n"
     "               [--heartbeat SEC]\n"
     "  --redis URL       the cluster's Redis "
-    "(redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])\n"
+    "(redis[s]://[[USER]:PASSWORD@]HOST[:PORT][/DB];\n"
+    "                    rediss:// is TLS)\n"
     "  --redis-password-file FILE  the Redis password, first line of FILE\n"
     "                    (keeps it off the command line; or set\n"
     "                    FLPS_REDIS_PASSWORD_FILE / FLPS_REDIS_PASSWORD)\n"
+    "  --user NAME       started as root: become NAME once the sockets are\n"
+    "                    open (its tasks run as NAME too); --group NAME\n"
+    "                    (default: NAME's primary group)\n"
+    "  --redis-ca FILE   rediss:// (TLS): the CA certificate (PEM) that\n"
+    "                    signed Redis's (or FLPS_REDIS_CA; default: the\n"
+    "                    system's CAs)\n"
     "  --name NAME       this node's name ([A-Za-z0-9_.-], 1..63 chars,\n"
     "                    starting with a letter or digit, no '..')\n"
     "  --cpus N          CPUs the node offers (> 0; 0.5 is half a CPU)\n"
@@ -85,6 +92,9 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
         {"checkpoint-root", required_argument, NULL, 'k'},
         {"data-dir", required_argument, NULL, 'd'},
         {"redis-password-file", required_argument, NULL, 'p'},
+        {"redis-ca", required_argument, NULL, 'C'},
+        {"user", required_argument, NULL, 'U'},
+        {"group", required_argument, NULL, 'G'},
         {"metrics", required_argument, NULL, 'M'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -116,6 +126,21 @@ flps_err agent_config_parse(int argc, char **argv, agent_config *out,
             snprintf(cfg.redis_url, sizeof(cfg.redis_url), "%s", optarg);
             break;
         }
+        case 'U':
+        case 'G':
+            if (snprintf(c == 'U' ? cfg.user : cfg.group, sizeof(cfg.user),
+                         "%s", optarg) >= (int)sizeof(cfg.user) ||
+                optarg[0] == '\0')
+                return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                                       "--%s: give a name of 1 to 63 bytes",
+                                       c == 'U' ? "user" : "group");
+            break;
+        case 'C':
+            if (snprintf(cfg.redis_ca, sizeof(cfg.redis_ca), "%s", optarg) >=
+                (int)sizeof(cfg.redis_ca))
+                return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                                       "--redis-ca: the path is too long");
+            break;
         case 'p':
             if (snprintf(cfg.redis_password_file,
                          sizeof(cfg.redis_password_file), "%s",

@@ -16,6 +16,7 @@
 typedef struct agent_config {
     char redis_url[512];            /* --redis, required */
     char redis_password_file[4096]; /* "" = none (see rconn.h) */
+    char redis_ca[4096];            /* --redis-ca, "" = FLPS_REDIS_CA */
     char name[AGENT_NAME_MAX];      /* --name, required: [A-Za-z0-9_.-]{1,63} */
     double cpus;      /* --cpus, required, a decimal > 0 (e.g. 8, 0.5) */
     uint64_t memory;  /* --memory SIZE (jobspec_size_parse), required, > 0 */
@@ -34,6 +35,8 @@ typedef struct agent_config {
     double heartbeat;               /* --heartbeat seconds, default 2 */
     char metrics[128]; /* --metrics HOST:PORT for flagent's own /metrics;
                           "" = off */
+    char user[64];     /* --user: who to become after start-up ("" none) */
+    char group[64];    /* --group ("" the user's primary group) */
     int help;          /* --help was given: print usage, exit 0 */
 } agent_config;
 

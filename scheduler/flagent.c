@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "scheduler/agent_config.h"
 #include "scheduler/agent_node.h"
+#include "services/privdrop.h"
 
 /* Set by the signal handler, read by the agent's loop (process-wide by
  * nature: the one global the style allows). */
@@ -25,6 +26,7 @@ int main(int argc, char **argv)
 {
     agent_config cfg;
     agent_node *node = NULL;
+    privdrop_target who;
     char errbuf[512], bin_dir[PATH_MAX];
     struct sigaction sa;
     flps_err rc;
@@ -45,9 +47,31 @@ int main(int argc, char **argv)
         fprintf(stderr, "flagent: %s\n", errbuf);
         return 2;
     }
+    if (cfg.group[0] != '\0' && cfg.user[0] == '\0') {
+        fprintf(stderr, "flagent: --group goes with --user\n");
+        return 2;
+    }
+    memset(&who, 0, sizeof(who));
+    if (cfg.user[0] != '\0' &&
+        privdrop_resolve(cfg.user, cfg.group, &who, errbuf, sizeof(errbuf)) !=
+            FLPS_OK) {
+        fprintf(stderr, "flagent: %s\n", errbuf);
+        return 2;
+    }
+    if (privdrop_own_dir(&who, "--work-dir", cfg.work_dir, errbuf,
+                         sizeof(errbuf)) != FLPS_OK ||
+        (strcmp(cfg.ckpt_root, cfg.work_dir) != 0 &&
+         privdrop_own_dir(&who, "--checkpoint-root", cfg.ckpt_root, errbuf,
+                          sizeof(errbuf)) != FLPS_OK)) {
+        fprintf(stderr, "flagent: %s\n", errbuf);
+        return 2;
+    }
     flps_log_setup("flagent", FLPS_LOG_INFO);
+    privdrop_warn_root(&who, "flagent");
     if (cfg.redis_password_file[0] != '\0')
         setenv("FLPS_REDIS_PASSWORD_FILE", cfg.redis_password_file, 1);
+    if (cfg.redis_ca[0] != '\0')
+        setenv("FLPS_REDIS_CA", cfg.redis_ca, 1);
 
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
@@ -63,6 +87,14 @@ int main(int argc, char **argv)
     if (rc != FLPS_OK) {
         log_error("cannot start: %s", flps_strerror(rc));
         return rc == FLPS_EINVAL ? 2 : 1;
+    }
+    /* Redis is connected (its password read) and the metrics socket
+     * bound: nothing later needs root. Tasks inherit the user. */
+    rc = privdrop_apply(&who, errbuf, sizeof(errbuf));
+    if (rc != FLPS_OK) {
+        log_error("cannot drop privileges: %s", errbuf);
+        agent_node_destroy(node);
+        return rc == FLPS_ECONFIG ? 2 : 1;
     }
     /* The connection holds the password now: the tasks this agent starts
      * must not inherit it. */

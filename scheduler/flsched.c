@@ -21,6 +21,7 @@
 #include "scheduler/sched_store.h"
 #include "services/httpd.h"
 #include "services/metrics.h"
+#include "services/privdrop.h"
 
 #define FLSCHED_TICK_MS 200
 #define FLSCHED_MAX_BODY ((size_t)1 << 20)
@@ -41,6 +42,9 @@ typedef struct flsched_cfg {
     int listen_any; /* --listen-any: every interface was asked for */
     char id[128];
     char *token;
+    const char *tls_cert, *tls_key; /* both or neither: HTTPS */
+    httpd_tls tls;
+    privdrop_target who; /* --user, --group */
     int node_ttl;
     long lease_ms;
 } flsched_cfg;
@@ -48,30 +52,41 @@ typedef struct flsched_cfg {
 static void usage(FILE *f)
 {
     fprintf(
-        f, "usage: flsched --redis redis://HOST:PORT --listen HOST:PORT\n"
-           "               [--listen-any] [--id NAME] [--token-file FILE] "
-           "[--node-ttl SEC]\n"
-           "               [--lease-ms MS]\n"
-           "  --redis URL        Redis holding the cluster's state\n"
-           "                     (redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])\n"
-           "  --redis-password-file FILE  the Redis password, first line\n"
-           "                     of FILE (or FLPS_REDIS_PASSWORD_FILE /\n"
-           "                     FLPS_REDIS_PASSWORD): off the command line\n"
-           "  --listen HOST:PORT where the HTTP API listens (PORT 0: any);\n"
-           "                     every interface (0.0.0.0, ::, *, :PORT)\n"
-           "                     only with --listen-any\n"
-           "  --listen-any       allow --listen on every interface (in a\n"
-           "                     container, behind a Service)\n"
-           "  --id NAME          this scheduler's name in the leader lease\n"
-           "                     (default HOSTNAME:PID)\n"
-           "  --token-file FILE  require 'Authorization: Bearer TOKEN' with\n"
-           "                     the token in FILE (not for /healthz, "
-           "/metrics)\n"
-           "  --node-ttl SEC     TTL given to a node's alive key found "
-           "without one (default 6)\n"
-           "  --lease-ms MS      leader lease (default 5000; renewed every "
-           "third)\n"
-           "Prints 'listening on HOST:PORT' on stdout once the API is up.\n");
+        f,
+        "usage: flsched --redis redis://HOST:PORT --listen HOST:PORT\n"
+        "               [--listen-any] [--id NAME] [--token-file FILE] "
+        "[--node-ttl SEC]\n"
+        "               [--lease-ms MS] [--tls-cert FILE --tls-key FILE]\n"
+        "  --redis URL        Redis holding the cluster's state\n"
+        "                     (redis[s]://[[USER]:PASSWORD@]HOST[:PORT][/DB];\n"
+        "                     rediss:// is TLS)\n"
+        "  --redis-ca FILE    rediss:// (TLS): the CA certificate (PEM)\n"
+        "                     that signed Redis's (or FLPS_REDIS_CA;\n"
+        "                     default: the system's CAs)\n"
+        "  --redis-password-file FILE  the Redis password, first line\n"
+        "                     of FILE (or FLPS_REDIS_PASSWORD_FILE /\n"
+        "                     FLPS_REDIS_PASSWORD): off the command line\n"
+        "  --listen HOST:PORT where the HTTP API listens (PORT 0: any);\n"
+        "                     every interface (0.0.0.0, ::, *, :PORT)\n"
+        "                     only with --listen-any\n"
+        "  --listen-any       allow --listen on every interface (in a\n"
+        "                     container, behind a Service)\n"
+        "  --id NAME          this scheduler's name in the leader lease\n"
+        "                     (default HOSTNAME:PID)\n"
+        "  --token-file FILE  require 'Authorization: Bearer TOKEN' with\n"
+        "                     the token in FILE (not for /healthz, "
+        "/metrics)\n"
+        "  --node-ttl SEC     TTL given to a node's alive key found "
+        "without one (default 6)\n"
+        "  --lease-ms MS      leader lease (default 5000; renewed every "
+        "third)\n"
+        "  --tls-cert FILE    serve the API over HTTPS with this\n"
+        "                     certificate (PEM, leaf first); needs\n"
+        "  --tls-key FILE     its private key (PEM, mode 600 or 400)\n"
+        "  --user NAME        started as root: become NAME once the API\n"
+        "                     is listening; --group NAME (default: NAME's\n"
+        "                     primary group)\n"
+        "Prints 'listening on HOST:PORT' on stdout once the API is up.\n");
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out)
@@ -121,12 +136,18 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
         {"id", required_argument, NULL, 'i'},
         {"token-file", required_argument, NULL, 't'},
         {"redis-password-file", required_argument, NULL, 'p'},
+        {"redis-ca", required_argument, NULL, 'c'},
         {"node-ttl", required_argument, NULL, 'n'},
         {"lease-ms", required_argument, NULL, 'm'},
+        {"tls-cert", required_argument, NULL, 'C'},
+        {"tls-key", required_argument, NULL, 'K'},
+        {"user", required_argument, NULL, 'U'},
+        {"group", required_argument, NULL, 'G'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *token_file = NULL;
+    const char *token_file = NULL, *user = NULL, *group = NULL;
+    char err[512];
     long v;
     int c;
 
@@ -137,6 +158,9 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
         switch (c) {
         case 'p':
             setenv("FLPS_REDIS_PASSWORD_FILE", optarg, 1);
+            break;
+        case 'c':
+            setenv("FLPS_REDIS_CA", optarg, 1);
             break;
         case 'r':
             cfg->redis = optarg;
@@ -156,6 +180,18 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
             break;
         case 't':
             token_file = optarg;
+            break;
+        case 'C':
+            cfg->tls_cert = optarg;
+            break;
+        case 'K':
+            cfg->tls_key = optarg;
+            break;
+        case 'U':
+            user = optarg;
+            break;
+        case 'G':
+            group = optarg;
             break;
         case 'n':
             if (!parse_long(optarg, 1, 86400, &v)) {
@@ -214,10 +250,34 @@ static int parse_args(int argc, char **argv, flsched_cfg *cfg)
         host[sizeof(host) - 1] = '\0';
         snprintf(cfg->id, sizeof(cfg->id), "%s:%ld", host, (long)getpid());
     }
+    if (group != NULL && user == NULL) {
+        fprintf(stderr, "flsched: --group goes with --user\n");
+        return 2;
+    }
+    if (user != NULL &&
+        privdrop_resolve(user, group, &cfg->who, err, sizeof(err)) != FLPS_OK) {
+        fprintf(stderr, "flsched: %s\n", err);
+        return 2;
+    }
+    if ((cfg->tls_cert == NULL) != (cfg->tls_key == NULL)) {
+        fprintf(stderr, "flsched: --tls-cert and --tls-key go together: "
+                        "give the certificate and its private key, or "
+                        "neither for plain HTTP\n");
+        return 2;
+    }
+    if (cfg->tls_cert != NULL) {
+        if (httpd_tls_load(cfg->tls_cert, cfg->tls_key, &cfg->tls, err,
+                           sizeof(err)) != FLPS_OK) {
+            fprintf(stderr, "flsched: %s\n", err);
+            return 2;
+        }
+    }
     if (token_file != NULL) {
         cfg->token = read_token(token_file);
-        if (cfg->token == NULL)
+        if (cfg->token == NULL) {
+            httpd_tls_fini(&cfg->tls);
             return 2;
+        }
     }
     return 0;
 }
@@ -243,6 +303,7 @@ int main(int argc, char **argv)
     if (r != 0)
         return r == 1 ? 0 : 2;
     flps_log_setup("flsched", FLPS_LOG_INFO);
+    privdrop_warn_root(&cfg.who, "flsched");
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
@@ -278,14 +339,26 @@ int main(int argc, char **argv)
         log_error("cannot start the API: %s", flps_strerror(rc));
         goto out;
     }
-    rc = httpd_start(cfg.listen, FLSCHED_MAX_BODY, sched_api_handle, api, &http,
-                     bound, sizeof(bound));
+    rc = httpd_start_tls(cfg.listen, FLSCHED_MAX_BODY, httpd_default_limits(),
+                         cfg.tls_cert != NULL ? &cfg.tls : NULL,
+                         sched_api_handle, api, &http, bound, sizeof(bound));
+    httpd_tls_fini(&cfg.tls); /* the server has its copy */
     if (rc != FLPS_OK)
         goto out; /* httpd logged why */
     rconn_redact_url(cfg.redis, shown, sizeof(shown));
-    log_info("flsched %s: API on %s, Redis at %s, lease %ld ms%s", cfg.id,
-             bound, shown, cfg.lease_ms,
-             cfg.token ? ", bearer token required" : "");
+    log_info("flsched %s: API on %s://%s, Redis at %s, lease %ld ms%s", cfg.id,
+             cfg.tls_cert != NULL ? "https" : "http", bound, shown,
+             cfg.lease_ms, cfg.token ? ", bearer token required" : "");
+    /* The API is bound, its key read, Redis connected with its password:
+     * nothing later needs root. */
+    {
+        char err[512];
+
+        if (privdrop_apply(&cfg.who, err, sizeof(err)) != FLPS_OK) {
+            log_error("cannot drop privileges: %s", err);
+            goto out;
+        }
+    }
     printf("listening on %s\n", bound);
     fflush(stdout);
 
@@ -307,6 +380,7 @@ out:
     sched_loop_destroy(loop); /* hands the lease over at once */
     sched_store_destroy(st);
     metrics_destroy(reg);
+    httpd_tls_fini(&cfg.tls);
     flps_free(cfg.token);
     return status;
 }

@@ -11,6 +11,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/numparse.h"
+#include "scheduler/rtls.h"
 
 /* Enough for every script flsched and flagent run; a fixed table keeps a
  * script's id stable for the connection's life. */
@@ -23,8 +24,14 @@ typedef struct rconn_script {
     char sha[41];
 } rconn_script;
 
+/* One of ctx (redis://: hiredis's own socket) and tls (rediss://: our TLS
+ * socket, hiredis's protocol) is set while connected. */
 struct rconn {
-    redisContext *ctx; /* NULL while disconnected */
+    redisContext *ctx;  /* NULL while disconnected */
+    rtls *tls;          /* NULL while disconnected */
+    int use_tls;        /* a rediss:// URL */
+    char ca_file[1024]; /* FLPS_REDIS_CA; "" for the system's CAs */
+    char tls_err[512];  /* why the last TLS command failed */
     char host[256];
     int port;
     char user[128];
@@ -38,18 +45,37 @@ struct rconn {
     int nscripts;
 };
 
+/* The length of url's scheme and "://" (8 or 9), 0 for anything but
+ * redis:// and rediss://. */
+static size_t url_prefix(const char *url)
+{
+    if (url == NULL)
+        return 0;
+    if (strncmp(url, "redis://", 8) == 0)
+        return 8;
+    if (strncmp(url, "rediss://", 9) == 0)
+        return 9;
+    return 0;
+}
+
+int rconn_url_is_tls(const char *url)
+{
+    return url_prefix(url) == 9;
+}
+
 void rconn_redact_url(const char *url, char *out, size_t len)
 {
     const char *p, *at, *slash, *colon;
+    size_t pre = url_prefix(url);
 
     if (len == 0)
         return;
-    if (url == NULL || strncmp(url, "redis://", 8) != 0) {
+    if (pre == 0) {
         /* Not a URL we can take apart: show none of it. */
         snprintf(out, len, "%s", url == NULL ? "(null)" : "(not a redis URL)");
         return;
     }
-    p = url + 8;
+    p = url + pre;
     slash = strchr(p, '/');
     at = memchr(p, '@', slash ? (size_t)(slash - p) : strlen(p));
     if (at == NULL) {
@@ -58,7 +84,7 @@ void rconn_redact_url(const char *url, char *out, size_t len)
     }
     colon = memchr(p, ':', (size_t)(at - p));
     /* Keep the user name (not a secret), hide everything after it. */
-    snprintf(out, len, "redis://%.*s:***@%s",
+    snprintf(out, len, "%.*s%.*s:***@%s", (int)pre, url,
              colon ? (int)(colon - p) : (int)(at - p), p, at + 1);
 }
 
@@ -69,13 +95,14 @@ flps_err rconn_parse_url(const char *url, char *host, size_t hostlen, int *port,
     const char *p, *at, *hostp, *colon, *slash, *end;
     char shown[512];
 
-    if (url == NULL || strncmp(url, "redis://", 8) != 0) {
+    if (url_prefix(url) == 0) {
         return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
                                "'%s' is not a Redis URL; expected "
-                               "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]",
+                               "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] "
+                               "(rediss:// for TLS)",
                                url ? url : "(null)");
     }
-    p = url + 8;
+    p = url + url_prefix(url);
     end = p + strlen(p);
     slash = strchr(p, '/');
     if (slash == NULL)
@@ -137,6 +164,77 @@ static void rconn_drop(rconn *rc)
         redisFree(rc->ctx);
         rc->ctx = NULL;
     }
+    rtls_close(rc->tls);
+    rc->tls = NULL;
+}
+
+static int rconn_is_up(const rconn *rc)
+{
+    return rc->ctx != NULL || rc->tls != NULL;
+}
+
+/* Why the last command on the connection failed. */
+static const char *rconn_ioerr(const rconn *rc)
+{
+    if (rc->use_tls)
+        return rc->tls_err[0] ? rc->tls_err : "no connection";
+    return rc->ctx ? rc->ctx->errstr : "no connection";
+}
+
+/* One formatted command over TLS; NULL when it failed (why: tls_err).
+ * Takes cmd (redisFreeCommand). */
+static redisReply *rconn_tls_send(rconn *rc, char *cmd, int len)
+{
+    redisReply *r = NULL;
+
+    if (len < 0 || cmd == NULL) {
+        snprintf(rc->tls_err, sizeof(rc->tls_err),
+                 "cannot format the command (out of memory)");
+        return NULL;
+    }
+    if (rc->tls == NULL)
+        snprintf(rc->tls_err, sizeof(rc->tls_err), "no connection");
+    else if (rtls_command(rc->tls, cmd, (size_t)len, &r, rc->tls_err,
+                          sizeof(rc->tls_err)) != FLPS_OK)
+        r = NULL;
+    redisFreeCommand(cmd);
+    return r;
+}
+
+/* redisvCommand / redisCommandArgv on whichever connection is up: NULL
+ * on a connection failure, as hiredis. */
+static redisReply *rconn_vcommand(rconn *rc, const char *fmt, va_list ap)
+{
+    char *cmd = NULL;
+    int len;
+
+    if (!rc->use_tls)
+        return redisvCommand(rc->ctx, fmt, ap);
+    len = redisvFormatCommand(&cmd, fmt, ap);
+    return rconn_tls_send(rc, cmd, len);
+}
+
+static redisReply *rconn_command(rconn *rc, const char *fmt, ...)
+{
+    va_list ap;
+    redisReply *r;
+
+    va_start(ap, fmt);
+    r = rconn_vcommand(rc, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+static redisReply *rconn_argv(rconn *rc, int argc, const char **argv,
+                              const size_t *argvlen)
+{
+    char *cmd = NULL;
+    int len;
+
+    if (!rc->use_tls)
+        return redisCommandArgv(rc->ctx, argc, argv, argvlen);
+    len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+    return rconn_tls_send(rc, cmd, len);
 }
 
 /* The sticky message of a connection failure; evaluates to FLPS_EIO. */
@@ -153,7 +251,7 @@ static flps_err rconn_load(rconn *rc, int i)
     flps_err err;
 
     s->sha[0] = '\0';
-    err = rconn_check(rc, redisCommand(rc->ctx, "SCRIPT LOAD %s", s->lua), &r);
+    err = rconn_check(rc, rconn_command(rc, "SCRIPT LOAD %s", s->lua), &r);
     if (err != FLPS_OK)
         return err;
     if (r->type != REDIS_REPLY_STRING || r->len != sizeof(s->sha) - 1) {
@@ -175,7 +273,10 @@ static flps_err rconn_load(rconn *rc, int i)
  * one reconnected. */
 static int rconn_closed_by_server(const rconn *rc)
 {
-    struct pollfd p = {rc->ctx->fd, POLLIN | POLLRDHUP, 0};
+    struct pollfd p = {rc->ctx ? rc->ctx->fd : -1, POLLIN | POLLRDHUP, 0};
+
+    if (rc->tls != NULL)
+        return rtls_closed_by_server(rc->tls);
 
     if (rc->ctx->fd < 0 || poll(&p, 1, 0) != 1)
         return 0;
@@ -187,34 +288,49 @@ static flps_err rconn_connect(rconn *rc)
     struct timeval tv = {rc->timeout_ms / 1000, (rc->timeout_ms % 1000) * 1000};
     redisReply *r;
 
-    if (rc->ctx != NULL && rconn_closed_by_server(rc)) {
+    if (rconn_is_up(rc) && rconn_closed_by_server(rc)) {
         log_warn("Redis at %s closed the connection; reconnecting", rc->addr);
         rconn_drop(rc);
         rc->was_down = 1;
     }
-    if (rc->ctx != NULL)
+    if (rconn_is_up(rc))
         return FLPS_OK;
-    rc->ctx = redisConnectWithTimeout(rc->host, rc->port, tv);
-    if (rc->ctx == NULL)
-        return rconn_fail(rc, "redis at %s: out of memory", rc->addr);
-    if (rc->ctx->err) {
-        rconn_fail(rc,
-                   "cannot reach Redis at %s: %s; is redis-server "
-                   "running there?",
-                   rc->addr, rc->ctx->errstr);
-        rconn_drop(rc);
-        rc->was_down = 1;
-        return FLPS_EIO;
+    if (rc->use_tls) {
+        char why[512];
+        flps_err e = rtls_connect(rc->host, rc->port, rc->ca_file,
+                                  rc->timeout_ms, &rc->tls, why, sizeof(why));
+
+        if (e != FLPS_OK) {
+            rc->was_down = 1;
+            /* A certificate that does not verify stays so: like wrong
+             * credentials, a daemon stops with the reason. */
+            return flps_errbuf_set(rc->err, sizeof(rc->err),
+                                   e == FLPS_ECONFIG ? FLPS_ECONFIG : FLPS_EIO,
+                                   "Redis over TLS: %s", why);
+        }
+    } else {
+        rc->ctx = redisConnectWithTimeout(rc->host, rc->port, tv);
+        if (rc->ctx == NULL)
+            return rconn_fail(rc, "redis at %s: out of memory", rc->addr);
+        if (rc->ctx->err) {
+            rconn_fail(rc,
+                       "cannot reach Redis at %s: %s; is redis-server "
+                       "running there?",
+                       rc->addr, rc->ctx->errstr);
+            rconn_drop(rc);
+            rc->was_down = 1;
+            return FLPS_EIO;
+        }
+        redisSetTimeout(rc->ctx, tv);
+        redisEnableKeepAlive(rc->ctx);
     }
-    redisSetTimeout(rc->ctx, tv);
-    redisEnableKeepAlive(rc->ctx);
     if (rc->password[0] != '\0') {
         if (rc->user[0] != '\0')
-            r = redisCommand(rc->ctx, "AUTH %s %s", rc->user, rc->password);
+            r = rconn_command(rc, "AUTH %s %s", rc->user, rc->password);
         else
-            r = redisCommand(rc->ctx, "AUTH %s", rc->password);
+            r = rconn_command(rc, "AUTH %s", rc->password);
         if (r == NULL) {
-            rconn_fail(rc, "Redis at %s: %s", rc->addr, rc->ctx->errstr);
+            rconn_fail(rc, "Redis at %s: %s", rc->addr, rconn_ioerr(rc));
             rconn_drop(rc);
             return FLPS_EIO;
         }
@@ -235,7 +351,7 @@ static flps_err rconn_connect(rconn *rc)
         /* No password given: a server that wants one says NOAUTH on the
          * first command; PING tells now, with a message that says what
          * to set. */
-        r = redisCommand(rc->ctx, "PING");
+        r = rconn_command(rc, "PING");
         if (r != NULL && r->type == REDIS_REPLY_ERROR &&
             strncmp(r->str, "NOAUTH", 6) == 0) {
             flps_errbuf_set(rc->err, sizeof(rc->err), FLPS_ECONFIG,
@@ -249,17 +365,17 @@ static flps_err rconn_connect(rconn *rc)
             return FLPS_ECONFIG;
         }
         if (r == NULL) {
-            rconn_fail(rc, "Redis at %s: %s", rc->addr, rc->ctx->errstr);
+            rconn_fail(rc, "Redis at %s: %s", rc->addr, rconn_ioerr(rc));
             rconn_drop(rc);
             return FLPS_EIO;
         }
         freeReplyObject(r);
     }
     if (rc->db != 0) {
-        r = redisCommand(rc->ctx, "SELECT %d", rc->db);
+        r = rconn_command(rc, "SELECT %d", rc->db);
         if (r == NULL || r->type == REDIS_REPLY_ERROR) {
             rconn_fail(rc, "Redis at %s: cannot select database %d: %s",
-                       rc->addr, rc->db, r ? r->str : rc->ctx->errstr);
+                       rc->addr, rc->db, r ? r->str : rconn_ioerr(rc));
             if (r)
                 freeReplyObject(r);
             rconn_drop(rc);
@@ -298,7 +414,7 @@ static flps_err rconn_credentials(rconn *rc, const char *url)
     if (rc->password[0] != '\0') {
         /* rconn_parse_url drops a leading ':'; any other colon splits an
          * ACL user from its password. */
-        colon = url[8] == ':' ? NULL : strchr(rc->password, ':');
+        colon = url[url_prefix(url)] == ':' ? NULL : strchr(rc->password, ':');
         if (colon != NULL) {
             size_t n = (size_t)(colon - rc->password);
             if (n >= sizeof(rc->user))
@@ -352,6 +468,18 @@ flps_err rconn_create(const char *url, int timeout_ms, rconn **out)
         return rc_err;
     }
     rc->timeout_ms = timeout_ms > 0 ? timeout_ms : 2000;
+    rc->use_tls = rconn_url_is_tls(url);
+    if (rc->use_tls) {
+        const char *ca = getenv("FLPS_REDIS_CA");
+
+        if (ca != NULL && strlen(ca) >= sizeof(rc->ca_file)) {
+            log_error("FLPS_REDIS_CA is longer than %zu bytes",
+                      sizeof(rc->ca_file) - 1);
+            flps_free(rc);
+            return FLPS_EINVAL;
+        }
+        snprintf(rc->ca_file, sizeof(rc->ca_file), "%s", ca ? ca : "");
+    }
     snprintf(rc->addr, sizeof(rc->addr), "%s:%d", rc->host, rc->port);
     rc->was_down = 1;
     (void)rconn_connect(rc); /* errors surface on the first command */
@@ -371,8 +499,7 @@ static flps_err rconn_check(rconn *rc, redisReply *r, redisReply **reply)
 {
     if (r == NULL) {
         /* The context is unusable after an I/O error: reconnect next time. */
-        rconn_fail(rc, "lost Redis at %s: %s", rc->addr,
-                   rc->ctx ? rc->ctx->errstr : "no connection");
+        rconn_fail(rc, "lost Redis at %s: %s", rc->addr, rconn_ioerr(rc));
         rconn_drop(rc);
         rc->was_down = 1;
         return FLPS_EIO;
@@ -396,7 +523,7 @@ flps_err rconn_cmd(rconn *rc, redisReply **reply, const char *fmt, ...)
     if (err != FLPS_OK)
         return err;
     va_start(ap, fmt);
-    r = redisvCommand(rc->ctx, fmt, ap);
+    r = rconn_vcommand(rc, fmt, ap);
     va_end(ap);
     return rconn_check(rc, r, reply);
 }
@@ -409,7 +536,7 @@ flps_err rconn_cmdv(rconn *rc, redisReply **reply, int argc, const char **argv,
 
     if (err != FLPS_OK)
         return err;
-    r = redisCommandArgv(rc->ctx, argc, argv, argvlen);
+    r = rconn_argv(rc, argc, argv, argvlen);
     return rconn_check(rc, r, reply);
 }
 
@@ -428,7 +555,7 @@ flps_err rconn_script_add(rconn *rc, const char *lua, int *id)
     rc->scripts[i].sha[0] = '\0';
     /* Loaded now when connected, else at the connect that comes first. A
      * failure here is no error: the first run loads it again and says. */
-    if (rc->ctx != NULL)
+    if (rconn_is_up(rc))
         (void)rconn_load(rc, i);
     *id = i;
     return FLPS_OK;
@@ -478,7 +605,7 @@ flps_err rconn_script_run(rconn *rc, redisReply **reply, int id, int nkeys,
     }
     for (int i = 0; i < 3; i++)
         al[i] = strlen(av[i]);
-    r = redisCommandArgv(rc->ctx, argc + 3, av, al);
+    r = rconn_argv(rc, argc + 3, av, al);
     /* NOSCRIPT means the script did not run, so running it again after
      * loading it cannot do its work twice. */
     if (rconn_is_noscript(r)) {
@@ -486,7 +613,7 @@ flps_err rconn_script_run(rconn *rc, redisReply **reply, int id, int nkeys,
         r = NULL;
         err = rconn_load(rc, id);
         if (err == FLPS_OK)
-            r = redisCommandArgv(rc->ctx, argc + 3, av, al);
+            r = rconn_argv(rc, argc + 3, av, al);
     }
     flps_free(av);
     flps_free(al);

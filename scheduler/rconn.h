@@ -13,8 +13,9 @@
 
 typedef struct rconn rconn;
 
-/* Parse "redis://[:PASSWORD@]HOST[:PORT][/DB]" (PORT default 6379, DB
- * default 0). Errors: FLPS_EINVAL with a message in errbuf. */
+/* Parse "redis://[:PASSWORD@]HOST[:PORT][/DB]" or the same with
+ * "rediss://" (TLS) (PORT default 6379, DB default 0). Errors: FLPS_EINVAL
+ * with a message in errbuf. */
 flps_err rconn_parse_url(const char *url, char *host, size_t hostlen, int *port,
                          char *password, size_t pwlen, int *db, char *errbuf,
                          size_t errlen);
@@ -22,6 +23,9 @@ flps_err rconn_parse_url(const char *url, char *host, size_t hostlen, int *port,
 /* url with any password replaced by "***" (for logs and messages: a
  * password is never printed). Always NUL-terminates out. */
 void rconn_redact_url(const char *url, char *out, size_t len);
+
+/* Whether url is a rediss:// (TLS) URL. */
+int rconn_url_is_tls(const char *url);
 
 /* Create a connection to url; connects at once (timeout_ms for connect and
  * for each command). A server that cannot be reached is not an error here:
@@ -37,6 +41,11 @@ void rconn_redact_url(const char *url, char *out, size_t len);
  * Redis refuses
  * (WRONGPASS, NOAUTH) make every command fail with FLPS_ECONFIG: retrying
  * cannot help, and a daemon should stop with the reason.
+ * TLS: a "rediss://" URL speaks TLS (1.2 or 1.3) to Redis's tls-port and
+ * verifies its certificate and host name against the CA certificates in
+ * the PEM file FLPS_REDIS_CA names (unset: the system's CAs), read at
+ * every connect. A certificate that does not verify is FLPS_ECONFIG, as
+ * wrong credentials; the TLS I/O is rtls.c's, the protocol hiredis's.
  * Errors: FLPS_EINVAL (bad URL), FLPS_EIO (the password file cannot be
  * read), FLPS_ENOMEM. Caller owns *out. Not thread-safe: one thread per
  * rconn. */

@@ -7,7 +7,7 @@ PKGS=(
   build-essential cmake pkg-config clang-format
   libzmq3-dev libmsgpack-dev libyaml-dev libjansson-dev zlib1g-dev
   libopenblas-dev libopenblas0 libhiredis-dev libmicrohttpd-dev
-  libcurl4-openssl-dev libcriterion-dev prometheus
+  libcurl4-openssl-dev libcriterion-dev prometheus libssl-dev openssl
   redis-server dataset-fashion-mnist
   python3-torch python3-numpy python3-pytest
   libibverbs-dev librdmacm-dev iproute2 gnuplot-nox clang libclang-rt-14-dev

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
@@ -42,6 +44,10 @@
 #define HTTPD_TOO_LARGE 413
 #define HTTPD_WATCH_MS 100
 #define HTTPD_REAP_LOG_S 1.0 /* at most one "closed slow clients" line */
+#define HTTPD_PEM_MAX ((size_t)1 << 20)
+#define HTTPD_MHD_LOG_BURST 5 /* libmicrohttpd lines per second */
+/* TLS 1.2 and 1.3 only, GnuTLS's NORMAL choice of ciphers within them. */
+#define HTTPD_TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
 
 /* One open connection, as the watchdog sees it. */
 typedef struct httpd_conn {
@@ -63,6 +69,8 @@ struct httpd {
     void *arg;
     size_t max_body;
     httpd_limits lim;
+    int tls;                  /* serving HTTPS */
+    char *cert_pem, *key_pem; /* copies MHD reads at start (TLS only) */
     char bound[128];
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -72,6 +80,9 @@ struct httpd {
     size_t nconns;
     unsigned long reaped, busy; /* not yet logged */
     double last_reap_log, last_busy_log;
+    double mhd_log_window; /* on_mhd_log's rate limit */
+    unsigned mhd_log_lines;
+    unsigned long mhd_log_dropped;
 };
 
 /* One request's state; owned by the connection's thread, which is the only
@@ -81,17 +92,41 @@ typedef struct httpd_req_state {
     int too_large;    /* over max_body: the rest is discarded, then 413 */
 } httpd_req_state;
 
+/* libmicrohttpd's messages. A client can cause one per connection (under
+ * TLS, every plain-text request makes "received handshake message out of
+ * context"), so at most HTTPD_MHD_LOG_BURST lines a second are logged and
+ * the next line says how many were not. */
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    httpd *h = cls;
     char line[512];
     size_t n;
+    unsigned long dropped = 0;
+    double now = flps_mono_s();
 
-    (void)cls;
+    pthread_mutex_lock(&h->lock);
+    if (now - h->mhd_log_window >= 1.0) {
+        h->mhd_log_window = now;
+        h->mhd_log_lines = 0;
+    }
+    if (h->mhd_log_lines >= HTTPD_MHD_LOG_BURST) {
+        h->mhd_log_dropped++;
+        pthread_mutex_unlock(&h->lock);
+        return;
+    }
+    h->mhd_log_lines++;
+    dropped = h->mhd_log_dropped;
+    h->mhd_log_dropped = 0;
+    pthread_mutex_unlock(&h->lock);
     flps_errbuf_vset(line, sizeof(line), FLPS_EREMOTE, fmt, ap);
     n = strlen(line);
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
         line[--n] = '\0';
-    log_warn("http: %s", line);
+    if (dropped > 0)
+        log_warn("http: %s (and %lu more such messages not logged)", line,
+                 dropped);
+    else
+        log_warn("http: %s", line);
 }
 
 /* The watchdog's record of conn (NULL when it has none). */
@@ -372,8 +407,10 @@ static void *watchdog_main(void *arg)
 
             if (!c->in_use || c->answering || c->reaped || now < c->deadline)
                 continue;
-            if (send(c->fd, r408, sizeof(r408) - 1,
-                     MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+            /* Under TLS a plain-text 408 would be garbage to the client
+             * (and the session is MHD's): just close. */
+            if (!h->tls && send(c->fd, r408, sizeof(r408) - 1,
+                                MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
                 /* The client is gone or not reading: just close. */
             }
             shutdown(c->fd, SHUT_RDWR);
@@ -588,14 +625,166 @@ flps_err httpd_start_limits(const char *where, size_t max_body,
                             const httpd_limits *lim, httpd_handler h, void *arg,
                             httpd **out, char *bound, size_t boundlen)
 {
+    return httpd_start_tls(where, max_body, lim, NULL, h, arg, out, bound,
+                           boundlen);
+}
+
+int httpd_tls_supported(void)
+{
+    return MHD_is_feature_supported(MHD_FEATURE_TLS) == MHD_YES;
+}
+
+/* The wipe cannot be optimised away: the buffer is read through a
+ * volatile pointer. */
+static void wipe(char *p)
+{
+    volatile char *v = p;
+
+    if (p == NULL)
+        return;
+    while (*v != '\0')
+        *v++ = '\0';
+}
+
+void httpd_tls_fini(httpd_tls *tls)
+{
+    if (tls == NULL)
+        return;
+    wipe(tls->key_pem);
+    flps_free(tls->key_pem);
+    flps_free(tls->cert_pem);
+    memset(tls, 0, sizeof(*tls));
+}
+
+/* Read path (a PEM file) whole into *out. what names it in messages
+ * ("--tls-cert"). A key must be private to its owner. */
+static flps_err read_pem(const char *what, const char *path, int is_key,
+                         char **out, char *errbuf, size_t errlen)
+{
+    struct stat st;
+    char *buf;
+    size_t n = 0;
+    ssize_t got;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        return flps_errbuf_set(errbuf, errlen, FLPS_EIO, "%s %s: %s", what,
+                               path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                               "%s %s is not a regular file", what, path);
+    }
+    /* Checked on the descriptor read, so a file swapped after the check
+     * is not the one read. Our own key must be ours alone; a key root
+     * owns may also be readable by its group (not writable), which is
+     * how a Kubernetes Secret volume with fsGroup hands it to a non-root
+     * container (PostgreSQL allows the same). Others: never. */
+    if (is_key &&
+        ((st.st_mode & S_IRWXO) != 0 ||
+         (st.st_mode & (S_IWGRP | S_IXGRP)) != 0 ||
+         ((st.st_mode & S_IRGRP) != 0 && (st.st_uid != 0 || geteuid() == 0)))) {
+        close(fd);
+        return flps_errbuf_set(
+            errbuf, errlen, FLPS_ECONFIG,
+            "%s %s can be read or written by group or others (mode %04o): "
+            "a private key must be private; chmod 600 %s (or 400)",
+            what, path, (unsigned)(st.st_mode & 07777), path);
+    }
+    if ((size_t)st.st_size > HTTPD_PEM_MAX) {
+        close(fd);
+        return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                               "%s %s is over %zu bytes: not a PEM file", what,
+                               path, HTTPD_PEM_MAX);
+    }
+    buf = flps_malloc((size_t)st.st_size + 1);
+    if (buf == NULL) {
+        close(fd);
+        return flps_errbuf_set(errbuf, errlen, FLPS_ENOMEM, "out of memory");
+    }
+    while (n < (size_t)st.st_size &&
+           (got = read(fd, buf + n, (size_t)st.st_size - n)) != 0) {
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            int e = errno;
+            close(fd);
+            buf[n] = '\0';
+            wipe(buf);
+            flps_free(buf);
+            return flps_errbuf_set(errbuf, errlen, FLPS_EIO, "%s %s: %s", what,
+                                   path, strerror(e));
+        }
+        n += (size_t)got;
+    }
+    close(fd);
+    buf[n] = '\0';
+    if (strlen(buf) != n || strstr(buf, "-----BEGIN ") == NULL) {
+        wipe(buf);
+        flps_free(buf);
+        return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                               "%s %s holds no PEM text (-----BEGIN ...)", what,
+                               path);
+    }
+    *out = buf;
+    return FLPS_OK;
+}
+
+flps_err httpd_tls_load(const char *cert_path, const char *key_path,
+                        httpd_tls *out, char *errbuf, size_t errlen)
+{
+    httpd_tls t = {NULL, NULL};
+    flps_err rc;
+
+    memset(out, 0, sizeof(*out));
+    if (cert_path == NULL || key_path == NULL)
+        return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
+                               "TLS needs both a certificate and a key");
+    if (!httpd_tls_supported())
+        return flps_errbuf_set(errbuf, errlen, FLPS_ECONFIG,
+                               "this libmicrohttpd is built without TLS "
+                               "(GnuTLS), so it cannot serve HTTPS; install "
+                               "one with TLS or serve plain HTTP");
+    rc = read_pem("--tls-cert", cert_path, 0, &t.cert_pem, errbuf, errlen);
+    if (rc == FLPS_OK)
+        rc = read_pem("--tls-key", key_path, 1, &t.key_pem, errbuf, errlen);
+    if (rc != FLPS_OK) {
+        httpd_tls_fini(&t);
+        return rc;
+    }
+    *out = t;
+    return FLPS_OK;
+}
+
+static void free_pems(httpd *d)
+{
+    wipe(d->key_pem);
+    flps_free(d->key_pem);
+    flps_free(d->cert_pem);
+}
+
+flps_err httpd_start_tls(const char *where, size_t max_body,
+                         const httpd_limits *lim, const httpd_tls *tls,
+                         httpd_handler h, void *arg, httpd **out, char *bound,
+                         size_t boundlen)
+{
+    struct MHD_OptionItem tls_opts[4];
+    unsigned int flags = MHD_USE_ERROR_LOG | MHD_USE_POLL_INTERNAL_THREAD |
+                         MHD_USE_THREAD_PER_CONNECTION;
     httpd *d;
     int fd = -1;
     flps_err rc;
 
     if (where == NULL || h == NULL || out == NULL || lim == NULL ||
         !(lim->request_deadline_s > 0) || lim->soft_conns == 0 ||
-        lim->soft_conns >= HTTPD_MAX_CONNS)
+        lim->soft_conns >= HTTPD_MAX_CONNS ||
+        (tls != NULL && (tls->cert_pem == NULL || tls->key_pem == NULL)))
         return FLPS_EINVAL;
+    if (tls != NULL && !httpd_tls_supported()) {
+        log_error("http: cannot serve HTTPS: this libmicrohttpd is built "
+                  "without TLS (GnuTLS)");
+        return FLPS_ECONFIG;
+    }
     d = flps_calloc(1, sizeof(*d));
     if (d == NULL)
         return FLPS_ENOMEM;
@@ -603,9 +792,28 @@ flps_err httpd_start_limits(const char *where, size_t max_body,
     d->arg = arg;
     d->max_body = max_body;
     d->lim = *lim;
+    memset(tls_opts, 0, sizeof(tls_opts));
+    tls_opts[0].option = MHD_OPTION_END;
+    if (tls != NULL) {
+        d->tls = 1;
+        d->cert_pem = flps_strdup(tls->cert_pem);
+        d->key_pem = flps_strdup(tls->key_pem);
+        if (d->cert_pem == NULL || d->key_pem == NULL) {
+            rc = FLPS_ENOMEM;
+            goto fail_pems;
+        }
+        flags |= MHD_USE_TLS;
+        tls_opts[0].option = MHD_OPTION_HTTPS_MEM_CERT;
+        tls_opts[0].ptr_value = d->cert_pem;
+        tls_opts[1].option = MHD_OPTION_HTTPS_MEM_KEY;
+        tls_opts[1].ptr_value = d->key_pem;
+        tls_opts[2].option = MHD_OPTION_HTTPS_PRIORITIES;
+        tls_opts[2].ptr_value = (void *)HTTPD_TLS_PRIORITIES;
+        tls_opts[3].option = MHD_OPTION_END;
+    }
     rc = open_listener(where, &fd, d->bound, sizeof(d->bound));
     if (rc != FLPS_OK)
-        goto fail_d;
+        goto fail_pems;
     rc = FLPS_ESYS;
     if (pthread_mutex_init(&d->lock, NULL) != 0)
         goto fail_fd;
@@ -616,22 +824,24 @@ flps_err httpd_start_limits(const char *where, size_t max_body,
         goto fail_cond;
     }
     d->mhd = MHD_start_daemon(
-        MHD_USE_ERROR_LOG | MHD_USE_POLL_INTERNAL_THREAD |
-            MHD_USE_THREAD_PER_CONNECTION,
-        0, NULL, NULL, on_request, d, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
-        NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+        flags, 0, NULL, NULL, on_request, d, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, d, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, d,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, d,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTPD_MAX_CONNS,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTPD_IDLE_TIMEOUT_S,
-        MHD_OPTION_END);
+        MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (d->mhd == NULL) {
         log_error("http: cannot start the server on %s (libmicrohttpd "
-                  "refused; see its message above)",
-                  d->bound);
+                  "refused%s; see its message above)",
+                  d->bound,
+                  d->tls ? ": check that --tls-cert and --tls-key are a "
+                           "certificate and its private key"
+                         : "");
         goto fail_watchdog;
     }
-    log_info("http: listening on %s", d->bound);
+    /* GnuTLS has its own copies now: ours are wiped and freed at stop. */
+    log_info("http: listening on %s%s", d->bound, d->tls ? " (https)" : "");
     if (bound != NULL && boundlen > 0)
         snprintf(bound, boundlen, "%s", d->bound);
     *out = d;
@@ -645,7 +855,8 @@ fail_lock:
     pthread_mutex_destroy(&d->lock);
 fail_fd:
     close(fd);
-fail_d:
+fail_pems:
+    free_pems(d);
     flps_free(d);
     return rc;
 }
@@ -661,6 +872,7 @@ void httpd_stop(httpd *h)
     watchdog_stop(h);
     pthread_cond_destroy(&h->wake);
     pthread_mutex_destroy(&h->lock);
+    free_pems(h);
     flps_free(h);
 }
 

@@ -75,6 +75,42 @@ flps_err httpd_start_limits(const char *listen, size_t max_body,
                             const httpd_limits *lim, httpd_handler h, void *arg,
                             httpd **out, char *bound, size_t boundlen);
 
+/* TLS for the server: its certificate (the chain, leaf first) and private
+ * key, both PEM, as httpd_tls_load read them. */
+typedef struct httpd_tls {
+    char *cert_pem; /* flps_malloc'd, NUL-terminated */
+    char *key_pem;  /* flps_malloc'd; httpd_tls_fini wipes it */
+} httpd_tls;
+
+/* Whether this libmicrohttpd can serve HTTPS (it is built with GnuTLS). */
+int httpd_tls_supported(void);
+
+/* Read the certificate from cert_path and the key from key_path into *out.
+ * The key file must not be readable or writable by group or others:
+ * FLPS_ECONFIG ("chmod 600 FILE"), as for a file that is no PEM text or is
+ * over 1 MiB. (One exception: a key owned by root, read by a process that
+ * is not root, may be readable by its group, mode 0440 or 0640, as a
+ * Kubernetes Secret volume with fsGroup gives it.) FLPS_EIO: a file cannot be
+ * read. FLPS_ECONFIG also when libmicrohttpd has no TLS (httpd_tls_supported).
+ * The message is in errbuf (file names, never key bytes). Ownership: on FLPS_OK
+ * the caller owns what *out holds (httpd_tls_fini); on error *out is zeroed. */
+flps_err httpd_tls_load(const char *cert_path, const char *key_path,
+                        httpd_tls *out, char *errbuf, size_t errlen);
+
+/* Free what tls holds (the key wiped first) and zero it; a zeroed one is
+ * fine. */
+void httpd_tls_fini(httpd_tls *tls);
+
+/* httpd_start_limits serving HTTPS only when tls is not NULL (its PEM is
+ * copied; tls is borrowed for the call). A client speaking plain HTTP to
+ * it gets no HTTP answer: the handshake fails and the connection closes.
+ * A certificate or key that GnuTLS refuses is FLPS_ESYS, with its message
+ * logged. Logs "http: listening on HOST:PORT (https)". */
+flps_err httpd_start_tls(const char *listen, size_t max_body,
+                         const httpd_limits *lim, const httpd_tls *tls,
+                         httpd_handler h, void *arg, httpd **out, char *bound,
+                         size_t boundlen);
+
 /* Stop listening, close every connection and wait for running handlers,
  * then free h. NULL is ignored. Do not call from a handler. */
 void httpd_stop(httpd *h);

@@ -117,6 +117,10 @@ typedef struct jobspec {
                                         per worker */
     double round_deadline;           /* fedavg, seconds, 0 = wait for every
                                         client; default 0 */
+    double straggler_fraction;       /* fedavg, [0, 1]: clients simulated
+                                        as slow, default 0 */
+    double straggler_slowdown;       /* fedavg, >= 1: how much slower,
+                                        default 10 */
     uint32_t batch_size;             /* 1..65536, default 32 */
     double lr;                       /* > 0, default 0.05 */
     double momentum;                 /* [0, 1), default 0.9 */

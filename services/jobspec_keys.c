@@ -211,6 +211,14 @@ static const jp_keydef jp_keys[JOBSPEC_KEY_COUNT] = {
                                     .expect =
                                         JP_SECONDS("0 = wait for every client"),
                                     .range = {0, INFINITY, false, false}},
+    [JOBSPEC_KEY_STRAGGLER_FRACTION] =
+        {JP_ROW(straggler_fraction, JP_REAL, "0"),
+         .expect = "a number with 0 <= F <= 1 (0 = no stragglers)",
+         .range = {0, 1, false, false}},
+    [JOBSPEC_KEY_STRAGGLER_SLOWDOWN] =
+        {JP_ROW(straggler_slowdown, JP_REAL, "10"),
+         .expect = "a number >= 1 (how many times slower a straggler is)",
+         .range = {1, 1e9, false, false}},
     [JOBSPEC_KEY_BATCH_SIZE] = {JP_ROW(batch_size, JP_UINT, "32"), .umin = 1,
                                 .umax = 65536},
     [JOBSPEC_KEY_LR] = {JP_ROW(lr, JP_REAL, "0.05"), .expect = "a number > 0",

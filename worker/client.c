@@ -101,6 +101,7 @@ typedef struct ctensor {
     ef *ef;          /* error feedback + momentum correction */
     float *velocity; /* plain momentum, for codecs without error feedback */
     double vel_max;  /* dense codec: max |velocity| after the last push */
+    struct cpairs *pairs; /* flps_client_push_pairs: the last push's pairs */
 } ctensor;
 
 struct flps_client {
@@ -123,6 +124,9 @@ struct flps_client {
      * (flps_client_set_staleness); UINT32_MAX: no bound. */
     uint32_t staleness;
     double stale_wait_s; /* time spent waiting for the slowest */
+    /* FLPS_MODE_WEIGHTED: every push carries push_weight. */
+    int weighted;
+    double push_weight;
     uint32_t part_size;
     transport *t;
     char **endpoints;
@@ -284,9 +288,19 @@ static void msg_base(const flps_client *c, proto_msg *m, uint8_t op,
     m->rank = c->rank;
     m->part = part;
     m->iter = iter;
+    if (op == PROTO_OP_PUSH && c->weighted) {
+        m->has_weight = 1;
+        m->weight = c->push_weight;
+    }
 }
 
 /* ---- receiving ---- */
+
+struct cpairs;
+static int pairs_are_live(const struct cpairs *pr);
+static void pairs_forget(struct cpairs *pr);
+static void pairs_mark_rejected(struct cpairs *pr, uint64_t offset,
+                                const proto_msg *m);
 
 /* gtopk: what the shard did not take goes back into the residual. Both
  * lists are ascending: one merge walk finds the values we sent. */
@@ -349,7 +363,9 @@ static flps_err apply_update(flps_client *c, cpart *p, const proto_msg *m)
         for (uint32_t j = 0; j < m->n; j++)
             w[m->idx[j]] += m->val[j];
     }
-    if (m->nrej > 0 && p->req.sent_idx != NULL && t->ef != NULL)
+    if (m->nrej > 0 && t->pairs != NULL && pairs_are_live(t->pairs))
+        pairs_mark_rejected(t->pairs, p->offset, m);
+    else if (m->nrej > 0 && p->req.sent_idx != NULL && t->ef != NULL)
         add_back_rejected(c, p, m);
     return FLPS_OK;
 }
@@ -686,6 +702,8 @@ static uint64_t layer_seed(const flps_client *c, uint32_t tensor)
     return ((uint64_t)c->rank << 32) ^ ((uint64_t)tensor << 8);
 }
 
+static void pairs_destroy(struct cpairs *pr);
+
 static flps_err client_setup(flps_client *c, const flps_client_config *cfg)
 {
     uint64_t *numel;
@@ -806,7 +824,9 @@ static flps_err client_register(flps_client *c)
         m.cfg.nshards = c->nshards;
         m.cfg.workers = c->workers;
         m.cfg.part_size = c->part_size;
-        m.cfg.mode = c->async ? PROTO_MODE_ASYNC : PROTO_MODE_SSGD;
+        m.cfg.mode = c->async      ? PROTO_MODE_ASYNC
+                     : c->weighted ? PROTO_MODE_WEIGHTED
+                                   : PROTO_MODE_SSGD;
         m.cfg.agg = (uint8_t)c->agg;
         m.cfg.density = c->density;
         snprintf(m.cfg.compression, sizeof(m.cfg.compression), "%s",
@@ -907,7 +927,9 @@ flps_err flps_client_create_on(const flps_client_config *cfg, transport *t,
     c->rank = cfg->rank;
     c->workers = cfg->workers;
     c->nshards = cfg->nservers;
-    c->async = cfg->async != 0;
+    c->weighted = cfg->async == FLPS_MODE_WEIGHTED;
+    c->async = cfg->async != 0 && !c->weighted;
+    c->push_weight = 1;
     c->lr = cfg->lr;
     c->momentum = cfg->momentum;
     c->lr_cosine = cfg->lr_cosine != 0;
@@ -977,6 +999,7 @@ void flps_client_destroy(flps_client *c)
         codec_destroy(c->tensors[i].cd);
         ef_destroy(c->tensors[i].ef);
         flps_free(c->tensors[i].velocity);
+        pairs_destroy(c->tensors[i].pairs);
     }
     for (uint32_t s = 0; c->endpoints != NULL && s < c->nshards; s++)
         flps_free(c->endpoints[s]);
@@ -1457,7 +1480,7 @@ static flps_err encode_grad(flps_client *c, codec *cd, ef *e, float *velocity,
     return codec_encode(cd, velocity, n, out);
 }
 
-flps_err flps_client_push(flps_client *c, uint32_t tensor, const float *grad,
+static flps_err push_grad(flps_client *c, uint32_t tensor, const float *grad,
                           uint64_t iter)
 {
     ctensor *t;
@@ -1549,6 +1572,256 @@ flps_err flps_client_push(flps_client *c, uint32_t tensor, const float *grad,
     }
 }
 
+flps_err flps_client_push(flps_client *c, uint32_t tensor, const float *grad,
+                          uint64_t iter)
+{
+    flps_err rc = push_grad(c, tensor, grad, iter);
+
+    /* From now on a rejection of this tensor goes to the client's own
+     * residual, not to the caller's mask. No reply is handled before
+     * flps_client_wait, so this is in time. */
+    if (rc == FLPS_OK && c->tensors[tensor].pairs != NULL)
+        pairs_forget(c->tensors[tensor].pairs);
+    return rc;
+}
+
+/* ---- pushes of pairs selected by the caller ---- */
+
+/* A tensor's last flps_client_push_pairs. The arrays grow to the largest
+ * push seen and are kept. key and key2 are the sort's scratch: a refused
+ * push is sorted and checked there, so the last push's pairs and mask
+ * stay as they were. */
+struct cpairs {
+    size_t cap;    /* elements of every array below */
+    size_t n;      /* pairs of the last push */
+    int live;      /* the tensor's last push was a push of pairs */
+    uint32_t *idx; /* the pairs, ascending by index (tensor coordinates) */
+    float *val;
+    uint32_t *pos;        /* pos[s]: the caller's position of sorted pair s */
+    uint8_t *taken;       /* by the caller's position */
+    uint64_t *key, *key2; /* index << 32 | the caller's position */
+};
+
+static void pairs_destroy(struct cpairs *pr)
+{
+    if (pr == NULL)
+        return;
+    flps_free(pr->idx);
+    flps_free(pr->val);
+    flps_free(pr->pos);
+    flps_free(pr->taken);
+    flps_free(pr->key);
+    flps_free(pr->key2);
+    flps_free(pr);
+}
+
+static int pairs_are_live(const struct cpairs *pr)
+{
+    return pr->live;
+}
+
+static void pairs_forget(struct cpairs *pr)
+{
+    pr->live = 0;
+}
+
+/* Room for n pairs in *prp (made on first use); FLPS_ENOMEM leaves what
+ * was there. */
+static flps_err pairs_reserve(struct cpairs **prp, size_t n)
+{
+    struct cpairs *pr = *prp;
+    void *a[6];
+    const size_t sz[6] = {sizeof(uint32_t), sizeof(float),    sizeof(uint32_t),
+                          sizeof(uint8_t),  sizeof(uint64_t), sizeof(uint64_t)};
+
+    if (pr == NULL) {
+        pr = flps_calloc(1, sizeof(*pr));
+        if (pr == NULL)
+            return FLPS_ENOMEM;
+        *prp = pr;
+    }
+    if (n <= pr->cap)
+        return FLPS_OK;
+    for (int i = 0; i < 6; i++) {
+        a[i] = flps_malloc(n * sz[i]);
+        if (a[i] == NULL) {
+            while (i-- > 0)
+                flps_free(a[i]);
+            return FLPS_ENOMEM;
+        }
+    }
+    /* The live pairs move along: their update may still be on its way. */
+    if (pr->n > 0) {
+        memcpy(a[0], pr->idx, pr->n * sz[0]);
+        memcpy(a[1], pr->val, pr->n * sz[1]);
+        memcpy(a[2], pr->pos, pr->n * sz[2]);
+        memcpy(a[3], pr->taken, pr->n * sz[3]);
+    }
+    flps_free(pr->idx);
+    flps_free(pr->val);
+    flps_free(pr->pos);
+    flps_free(pr->taken);
+    flps_free(pr->key);
+    flps_free(pr->key2);
+    pr->idx = a[0];
+    pr->val = a[1];
+    pr->pos = a[2];
+    pr->taken = a[3];
+    pr->key = a[4];
+    pr->key2 = a[5];
+    pr->cap = n;
+    return FLPS_OK;
+}
+
+/* Sort key[0..n) by its upper 32 bits (the index), stably: an LSD radix
+ * sort of 4 byte-wide passes through key2, skipped when the caller's pairs
+ * are ascending already (as a GPU selection sorted before the copy is).
+ * Returns the sorted array (key or key2). */
+static uint64_t *pairs_sort(uint64_t *key, uint64_t *key2, size_t n)
+{
+    size_t i;
+
+    for (i = 1; i < n; i++)
+        if (key[i - 1] > key[i])
+            break;
+    if (i >= n)
+        return key;
+    for (int shift = 32; shift < 64; shift += 8) {
+        size_t count[256] = {0}, at = 0;
+        for (i = 0; i < n; i++)
+            count[(key[i] >> shift) & 0xff]++;
+        for (int d = 0; d < 256; d++) {
+            size_t here = count[d];
+            count[d] = at;
+            at += here;
+        }
+        for (i = 0; i < n; i++)
+            key2[count[(key[i] >> shift) & 0xff]++] = key[i];
+        {
+            uint64_t *tmp = key;
+            key = key2;
+            key2 = tmp;
+        }
+    }
+    return key; /* 4 passes: back in the array it started in */
+}
+
+/* An update's rejected indices (part-relative, of the part at offset):
+ * those pairs were not taken. */
+static void pairs_mark_rejected(struct cpairs *pr, uint64_t offset,
+                                const proto_msg *m)
+{
+    for (uint32_t q = 0; q < m->nrej; q++) {
+        uint64_t want = offset + m->rej[q];
+        size_t lo = 0, hi = pr->n;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (pr->idx[mid] < want)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < pr->n && pr->idx[lo] == want)
+            pr->taken[pr->pos[lo]] = 0;
+    }
+}
+
+flps_err flps_client_push_pairs(flps_client *c, uint32_t tensor,
+                                const uint32_t *idx, const float *val, size_t n,
+                                uint64_t iter)
+{
+    ctensor *t;
+    struct cpairs *pr;
+    uint32_t first, last;
+    uint64_t *sorted;
+    flps_err rc;
+
+    if (c == NULL)
+        return FLPS_EINVAL;
+    if (c->err != FLPS_OK)
+        return c->err;
+    if (tensor >= c->ntensors || (n > 0 && (idx == NULL || val == NULL)))
+        return FLPS_EINVAL;
+    t = &c->tensors[tensor];
+    if (n > t->numel)
+        return FLPS_EINVAL;
+    if (!c->sparse)
+        return FLPS_ESTATE; /* the shards take dense values only */
+    first = c->pm.first_part[tensor];
+    last =
+        tensor + 1 < c->ntensors ? c->pm.first_part[tensor + 1] : c->pm.nparts;
+    for (uint32_t pi = first; pi < last; pi++)
+        if (c->parts[pi].req.kind != CREQ_NONE)
+            return set_error(c, FLPS_ESTATE,
+                             "tensor %s pushed again before the update of "
+                             "its previous push arrived (call "
+                             "flps_client_wait first)",
+                             t->name);
+    for (size_t j = 0; j < n; j++)
+        if (!isfinite(val[j]))
+            return FLPS_ENONFINITE;
+    for (size_t j = 0; j < n; j++)
+        if (idx[j] >= t->numel)
+            return FLPS_ERANGE;
+    rc = pairs_reserve(&t->pairs, n);
+    if (rc != FLPS_OK)
+        return set_error(c, rc, "out of memory for a push of %s", t->name);
+    pr = t->pairs;
+    for (size_t j = 0; j < n; j++)
+        pr->key[j] = (uint64_t)idx[j] << 32 | j;
+    sorted = pairs_sort(pr->key, pr->key2, n);
+    for (size_t s = 1; s < n; s++)
+        if (sorted[s] >> 32 == sorted[s - 1] >> 32)
+            return FLPS_EINVAL; /* an index twice */
+    /* Accepted: from here the pairs replace the last push's. */
+    for (size_t s = 0; s < n; s++) {
+        uint32_t j = (uint32_t)sorted[s];
+        pr->idx[s] = (uint32_t)(sorted[s] >> 32);
+        pr->val[s] = val[j];
+        pr->pos[s] = j;
+        pr->taken[s] = 1;
+    }
+    pr->n = n;
+    pr->live = 1;
+    {
+        uint32_t j = 0;
+        for (uint32_t pi = first; pi < last; pi++) {
+            uint64_t end = c->parts[pi].offset + c->parts[pi].numel;
+            c->sel_lo[pi] = j;
+            while (j < n && pr->idx[j] < end)
+                j++;
+            c->sel_hi[pi] = j;
+        }
+    }
+    return push_selection(c, first, last, iter, pr->idx, pr->val);
+}
+
+flps_err flps_client_pairs_taken(const flps_client *c, uint32_t tensor,
+                                 uint8_t *taken, size_t n)
+{
+    const ctensor *t;
+    const struct cpairs *pr;
+    uint32_t first, last;
+
+    if (c == NULL || tensor >= c->ntensors || (taken == NULL && n > 0))
+        return FLPS_EINVAL;
+    t = &c->tensors[tensor];
+    pr = t->pairs;
+    if (pr == NULL || !pr->live)
+        return FLPS_ESTATE;
+    first = c->pm.first_part[tensor];
+    last =
+        tensor + 1 < c->ntensors ? c->pm.first_part[tensor + 1] : c->pm.nparts;
+    for (uint32_t pi = first; pi < last; pi++)
+        if (c->parts[pi].req.kind == CREQ_PUSH)
+            return FLPS_ESTATE;
+    if (n != pr->n)
+        return FLPS_EINVAL;
+    if (n > 0)
+        memcpy(taken, pr->taken, n);
+    return FLPS_OK;
+}
+
 /* The slowest rank's next iteration over every part, as the last pulls
  * said. */
 static uint64_t slowest_of(const flps_client *c)
@@ -1604,6 +1877,17 @@ flps_err flps_client_set_staleness(flps_client *c, uint32_t staleness)
     if (!c->async)
         return FLPS_ESTATE; /* not sticky: the client is unchanged */
     c->staleness = staleness;
+    return FLPS_OK;
+}
+
+flps_err flps_client_set_push_weight(flps_client *c, double weight)
+{
+    if (c == NULL || !isfinite(weight) || weight < 0 ||
+        weight > PROTO_WEIGHT_MAX)
+        return FLPS_EINVAL;
+    if (!c->weighted)
+        return FLPS_ESTATE; /* not sticky: the client is unchanged */
+    c->push_weight = weight;
     return FLPS_OK;
 }
 

@@ -2,6 +2,7 @@
 #include "worker/fedavg.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "common/alloc.h"
 #include "common/rng.h"
@@ -75,4 +76,28 @@ void fedavg_scale_push(float *acc, size_t n, uint32_t workers, double total)
      * weighted sum that total divides evenly comes out exact. */
     for (size_t i = 0; i < n; i++)
         acc[i] = (float)(f * (double)acc[i] / total);
+}
+
+flps_err fedavg_stragglers(uint32_t clients, double fraction, uint64_t seed,
+                           uint8_t *slow)
+{
+    uint32_t n, *ids;
+    flps_err rc;
+
+    if (slow == NULL || clients == 0 || !(fraction >= 0 && fraction <= 1))
+        return FLPS_EINVAL;
+    memset(slow, 0, clients);
+    if (fraction == 0)
+        return FLPS_OK;
+    n = fedavg_round_size(clients, fraction);
+    ids = flps_malloc((size_t)n * sizeof(uint32_t));
+    if (ids == NULL)
+        return FLPS_ENOMEM;
+    /* "STRAGGLE" apart the seed, the last round number apart the rounds. */
+    rc = fedavg_sample(clients, fraction, seed ^ 0x5354524147474c45ull,
+                       UINT64_MAX, ids);
+    for (uint32_t k = 0; rc == FLPS_OK && k < n; k++)
+        slow[ids[k]] = 1;
+    flps_free(ids);
+    return rc;
 }

@@ -24,6 +24,15 @@ uint32_t fedavg_round_size(uint32_t clients, double fraction);
 flps_err fedavg_sample(uint32_t clients, double fraction, uint64_t seed,
                        uint64_t round, uint32_t *out);
 
+/* round_deadline's stragglers: slow[c] = 1 for the
+ * fedavg_round_size(clients, fraction) clients drawn from seed (a draw of
+ * its own, apart from every round's sample), 0 for the others; all 0 when
+ * fraction is 0. The same on every worker process and in every round.
+ * Errors: FLPS_EINVAL (slow NULL, clients 0, fraction not in [0, 1]),
+ * FLPS_ENOMEM. */
+flps_err fedavg_stragglers(uint32_t clients, double fraction, uint64_t seed,
+                           uint8_t *slow);
+
 /* acc[i] += weight * (local[i] - global[i]) for i < n: one client's delta,
  * weighted by its sample count. */
 void fedavg_add_delta(float *acc, const float *local, const float *global,

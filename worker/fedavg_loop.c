@@ -12,6 +12,8 @@
 
 /* test_accuracy_last5 is the mean of this many final evaluations. */
 #define FEDAVG_LAST_EVALS 5
+/* Late clients a round's log line names. */
+#define FL_LATE_SHOWN 8
 
 /* Where each client is in its own data: it goes through its samples in a
  * shuffled order and reshuffles when it has seen them all, across rounds
@@ -64,11 +66,12 @@ static double fl_lr(const jobspec *spec, uint64_t r)
            (1.0 + cos(M_PI * (double)r / (double)spec->rounds));
 }
 
-/* local_steps of SGD with momentum for client c from the global model;
- * adds n_c * (local - global) into acc. *loss_sum gains each step's loss. */
+/* local_steps of SGD with momentum for client c from the global model,
+ * which leaves the client's local model in a->m. *loss_sum gains each
+ * step's loss. */
 static flps_err fl_train_client(const fedavg_loop_args *a, fl_data *d,
                                 uint32_t c, uint64_t r, float *x, uint8_t *y,
-                                float *vel, float *acc, double *loss_sum)
+                                float *vel, double *loss_sum)
 {
     const size_t nt = model_num_tensors(a->m);
     const float lr = (float)fl_lr(a->spec, r), mom = (float)a->spec->momentum;
@@ -102,15 +105,43 @@ static flps_err fl_train_client(const fedavg_loop_args *a, fl_data *d,
             off += t->numel;
         }
     }
-    off = 0;
-    for (size_t i = 0; i < nt; i++) {
+    return FLPS_OK;
+}
+
+/* Add client c's delta (its local model in a->m) to acc, weighted by its
+ * sample count. */
+static void fl_add_client(const fedavg_loop_args *a, uint32_t c, float *acc)
+{
+    size_t off = 0;
+
+    for (size_t i = 0; i < model_num_tensors(a->m); i++) {
         model_tensor *t = model_tensor_at(a->m, i);
 
         fedavg_add_delta(acc + off, t->param, a->global[i], t->numel,
                          (double)partition_count(a->part, c));
         off += t->numel;
     }
-    return FLPS_OK;
+}
+
+/* round_deadline's stragglers (fedavg_stragglers); NULL when there are
+ * none or on failure (*rc says which). */
+static uint8_t *fl_stragglers(const jobspec *spec, uint32_t N, flps_err *rc)
+{
+    uint8_t *slow;
+
+    *rc = FLPS_OK;
+    if (spec->round_deadline <= 0 || spec->straggler_fraction <= 0 ||
+        spec->straggler_slowdown <= 1 || N == 0)
+        return NULL;
+    slow = flps_malloc(N);
+    *rc = slow == NULL ? FLPS_ENOMEM
+                       : fedavg_stragglers(N, spec->straggler_fraction,
+                                           spec->seed, slow);
+    if (*rc != FLPS_OK) {
+        flps_free(slow);
+        return NULL;
+    }
+    return slow;
 }
 
 static flps_err fl_evaluate(const fedavg_loop_args *a, double *acc,
@@ -142,8 +173,12 @@ flps_err fedavg_loop_run(const fedavg_loop_args *a)
     float *x = flps_malloc((size_t)spec->batch_size * dim * sizeof(float));
     uint8_t *y = flps_malloc(spec->batch_size);
     uint32_t *sample = flps_malloc((size_t)per_round * sizeof(uint32_t));
+    const int deadline = spec->round_deadline > 0;
+    flps_err slow_rc;
+    uint8_t *slow = fl_stragglers(spec, N, &slow_rc);
     double t0 = flps_mono_s(), tacc = -1, tloss = 0, last_sum = 0;
     unsigned last_n = 0;
+    uint64_t late_total = 0, client_rounds = 0;
     flps_client_stats st;
     fl_data d;
     flps_err rc = FLPS_ENOMEM;
@@ -153,14 +188,15 @@ flps_err fedavg_loop_run(const fedavg_loop_args *a)
     d.epoch = flps_calloc(N, sizeof(uint64_t));
     if (acc == NULL || vel == NULL || x == NULL || y == NULL ||
         sample == NULL || d.order == NULL || d.cursor == NULL ||
-        d.epoch == NULL) {
+        d.epoch == NULL || slow_rc != FLPS_OK) {
         log_error("out of memory");
         goto out;
     }
     memcpy(d.order, a->part->idx, a->part->n * sizeof(uint32_t));
     for (uint64_t r = a->start_round; r < spec->rounds; r++) {
-        double total = 0, loss_sum = 0;
-        unsigned mine = 0;
+        double total = 0, loss_sum = 0, weight = 0;
+        unsigned mine = 0, nlate = 0;
+        char late[256] = "";
         size_t off = 0;
 
         rc = fedavg_sample(N, spec->client_fraction, spec->seed, r, sample);
@@ -173,17 +209,52 @@ flps_err fedavg_loop_run(const fedavg_loop_args *a)
             total += (double)partition_count(a->part, sample[k]);
         memset(acc, 0, P * sizeof(float));
         for (uint32_t k = 0; k < per_round; k++) {
-            if (sample[k] % W != a->rank)
+            const uint32_t c = sample[k];
+            double began, took;
+
+            if (c % W != a->rank)
                 continue;
-            rc =
-                fl_train_client(a, &d, sample[k], r, x, y, vel, acc, &loss_sum);
+            began = flps_mono_s();
+            rc = fl_train_client(a, &d, c, r, x, y, vel, &loss_sum);
             if (rc != FLPS_OK)
                 goto out;
+            /* A client's round time is its own training: on real devices
+             * the clients this process plays in turn run side by side. */
+            took = (flps_mono_s() - began) *
+                   (slow != NULL && slow[c] ? spec->straggler_slowdown : 1.0);
+            client_rounds++;
             mine++;
+            if (deadline && took > spec->round_deadline) {
+                if (nlate < FL_LATE_SHOWN)
+                    snprintf(late + strlen(late), sizeof(late) - strlen(late),
+                             "%s%u (%.3g s)", nlate ? ", " : "", c, took);
+                nlate++;
+                continue;
+            }
+            fl_add_client(a, c, acc);
+            weight += (double)partition_count(a->part, c);
         }
+        late_total += nlate;
+        if (nlate > 0)
+            log_warn("round %llu: %u of this process's %u clients missed the "
+                     "%.3g s round_deadline and were left out: %s%s",
+                     (unsigned long long)r, nlate, mine, spec->round_deadline,
+                     late, nlate > FL_LATE_SHOWN ? ", ..." : "");
         /* Every process pushes, zeros when it has no client this round:
-         * the shards close a round when all of them have pushed. */
-        fedavg_scale_push(acc, P, W, total);
+         * the shards close a round when all of them have pushed. With a
+         * deadline the shards divide by the in-time clients' samples. */
+        if (deadline) {
+            for (size_t j = 0; j < P; j++)
+                acc[j] = -acc[j];
+            rc = flps_client_set_push_weight(a->client, weight);
+            if (rc != FLPS_OK) {
+                log_error("round %llu: cannot set the push's weight: %s",
+                          (unsigned long long)r, flps_strerror(rc));
+                goto out;
+            }
+        } else {
+            fedavg_scale_push(acc, P, W, total);
+        }
         for (size_t i = 0; i < nt; i++) {
             rc = flps_client_push(a->client, (uint32_t)i, acc + off, r);
             if (rc != FLPS_OK)
@@ -244,6 +315,10 @@ flps_err fedavg_loop_run(const fedavg_loop_args *a)
            (unsigned long long)st.bytes_sent,
            (unsigned long long)st.bytes_received,
            (unsigned long long)st.dense_bytes, (unsigned long long)st.resends);
+    if (deadline)
+        printf(",\"late_clients\":%llu,\"client_rounds\":%llu",
+               (unsigned long long)late_total,
+               (unsigned long long)client_rounds);
     if (a->rank == 0)
         printf(",\"test_accuracy\":%.4f,\"test_loss\":%.4f,"
                "\"test_accuracy_last5\":%.4f",
@@ -265,5 +340,6 @@ out:
     flps_free(d.order);
     flps_free(d.cursor);
     flps_free(d.epoch);
+    flps_free(slow);
     return rc;
 }

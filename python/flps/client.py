@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _native
-from .errors import ConfigError, InvalidArgumentError, StateError, error_class
+from .errors import (ConfigError, InvalidArgumentError, RangeError,
+                     StateError, error_class)
 
 __all__ = ["Client", "ClientStats", "connect", "version"]
 
@@ -108,6 +109,33 @@ def _gradient(obj, numel, what):
         raise InvalidArgumentError(
             "%s has %d elements; the layout says %d" % (what, n, numel))
     return ptr, buf
+
+
+def _host_pairs_array(obj, kind, what):
+    """obj (numpy array, torch tensor on any device, or array-like) as a
+    1-D C-contiguous numpy array of uint32 (kind "index") or float32 (kind
+    "value") on the host.  A torch tensor on a GPU is copied to the host
+    here, and only it: these are the pairs, not the layer."""
+    if _is_torch_tensor(obj):
+        obj = obj.detach()
+        if obj.device.type != "cpu":
+            obj = obj.cpu()
+        obj = obj.numpy()
+    arr = np.asarray(obj)
+    if arr.ndim != 1:
+        arr = arr.reshape(-1)
+    if kind == "value":
+        return np.ascontiguousarray(arr, dtype=np.float32)
+    if arr.dtype == np.uint32:
+        return np.ascontiguousarray(arr)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise InvalidArgumentError(
+            "%s are %s; pass integer element indices" % (what, arr.dtype))
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= 2**32):
+        raise InvalidArgumentError(
+            "%s hold %d; an element index is in 0..numel-1"
+            % (what, int(arr.min()) if int(arr.min()) < 0 else int(arr.max())))
+    return np.ascontiguousarray(arr, dtype=np.uint32)
 
 
 def _layout_items(layout):
@@ -323,6 +351,55 @@ class Client:
                    % (self.names[i], iteration), self._lib.flps_client_push,
                    i, ptr, iteration)
         del keep
+
+    def push_pairs(self, layer, indices, values, iteration):
+        """Push `layer`'s already-selected pairs for `iteration`
+        (flps_client_push_pairs): values[j] at element index indices[j], in
+        any order, each index at most once.  For a selection made by the
+        caller with its own error feedback (flps.torch does it on the
+        tensor's device); libflps applies no momentum or residual to them.
+        Only for jobs whose shards aggregate pairs (topk, gtopk, dgc, randk,
+        auto).  indices and values may be numpy arrays or torch tensors on
+        any device (only these are copied to the host).  After wait(),
+        pairs_taken() says which the shards did not take.  Returns the
+        number of pairs pushed."""
+        i = self.layer(layer)
+        idx = _host_pairs_array(indices, "index",
+                                "the indices of %r" % self.names[i])
+        val = _host_pairs_array(values, "value",
+                                "the values of %r" % self.names[i])
+        if idx.size != val.size:
+            raise InvalidArgumentError(
+                "%d indices and %d values for %r; give one value per index"
+                % (idx.size, val.size, self.names[i]))
+        self._call("cannot push %d pairs of %r for iteration %d"
+                   % (idx.size, self.names[i], iteration),
+                   self._lib.flps_client_push_pairs, i, idx.ctypes.data,
+                   val.ctypes.data, idx.size, iteration,
+                   hints={
+                       InvalidArgumentError.code: "each index at most once, "
+                       "at most numel pairs",
+                       RangeError.code: "an index is not below the layer's %d elements"
+                       % self.numels[i],
+                       StateError.code: "pairs go only to jobs whose shards "
+                       "add pairs (topk, gtopk, dgc, randk, auto), and a "
+                       "layer is pushed once per iteration"})
+        return idx.size
+
+    def pairs_taken(self, layer, n):
+        """After wait(): a numpy bool array of the n pairs of `layer`'s last
+        push_pairs, in the order pushed, True where the shards took the
+        pair into the update and False where they did not (gtopk); add
+        those back into the residual (flps_client_pairs_taken)."""
+        i = self.layer(layer)
+        out = np.empty(n, dtype=np.uint8)
+        self._call("cannot tell which pairs of %r were taken" % self.names[i],
+                   self._lib.flps_client_pairs_taken, i, out.ctypes.data, n,
+                   hints={StateError.code: "call it after wait() of a "
+                          "push_pairs of that layer",
+                          InvalidArgumentError.code: "n must be the pushed "
+                          "count, the number of pairs push_pairs returned"})
+        return out.view(np.bool_)
 
     def wait(self, iteration):
         """Block until every part pushed for `iteration` has its update and

@@ -15,16 +15,18 @@ applies it.  docs/python.md describes the two modes ("gradient", "server")
 and the environment variables.
 """
 
+import math
 import os
 from dataclasses import dataclass
 
 import torch
 
+from . import auto as _auto
 from . import client as _client
 from .errors import ConfigError, InvalidArgumentError, StateError
 
-__all__ = ["Config", "init", "DistributedOptimizer", "ENVIRONMENT",
-           "HAS_POST_ACCUMULATE_HOOK"]
+__all__ = ["Config", "init", "DistributedOptimizer", "TopkSelector",
+           "ENVIRONMENT", "HAS_POST_ACCUMULATE_HOOK"]
 
 #: The environment variables init() reads (flrun and flagent set them for a
 #: job file's command:; set them yourself otherwise).
@@ -98,6 +100,94 @@ def init(environ=None):
     return _config
 
 
+def _topk_density(compression):
+    """D of "topk:D" or "gtopk:D" (the codecs whose selection flps.torch
+    can run itself), else None."""
+    if compression == "auto":
+        return "auto"  # per layer: dense or topk:D, as the plan says
+    kind, _, arg = (compression or "dense").partition(":")
+    if kind not in ("topk", "gtopk"):
+        return None
+    try:
+        density = float(arg)
+    except ValueError:
+        return None
+    return density if 0 < density <= 1 else None
+
+
+class TopkSelector:
+    """Top-k with error feedback (and momentum correction) for one layer,
+    run by torch on the device its gradient lives on: the residual and
+    velocity stay there and only the k selected (index, value) pairs go to
+    the host.  The same steps as libflps's own (docs/algorithms.md):
+
+        u <- m*u + g;  a <- r + u  (a <- r + g without momentum)
+        S <- the k largest |a|;  send a[S];  r <- a, zeroed on S;  u[S] <- 0
+        after the update: r[i] += a[i] for every pair the shards left out.
+
+    Ties between equal |a| may be broken otherwise than by libflps (which
+    takes the lower index); everything else is the same arithmetic.
+    """
+
+    def __init__(self, numel, density, device, momentum=0.0):
+        self.numel = numel
+        self.set_density(density)
+        self.momentum = float(momentum)
+        self.residual = torch.zeros(numel, dtype=torch.float32, device=device)
+        self.velocity = (torch.zeros_like(self.residual)
+                         if self.momentum > 0 else None)
+        self._pending = None
+        self.idx = None  # the last push's pairs, on the device
+        self.val = None
+
+    def set_density(self, density):
+        """k = max(floor(density * numel), 1) from the next select on
+        (density 1: every element, as an auto job's dense layer sends)."""
+        self.k = min(max(int(math.floor(density * self.numel)), 1),
+                     self.numel)
+
+    def select(self, grad):
+        """(indices ascending, values) of grad's step, on grad's device;
+        nothing of the state moves until commit()."""
+        g = grad.detach().reshape(-1).to(self.residual.dtype)
+        if self.velocity is not None:
+            u = self.velocity * self.momentum + g
+            a = self.residual + u
+        else:
+            u = None
+            a = self.residual + g
+        if self.k == self.numel:
+            idx = torch.arange(self.numel, device=a.device)
+        else:
+            # A NaN or Inf is among the largest |a| (torch.topk orders NaN
+            # first), so libflps refuses the push and commit() never runs.
+            _, idx = torch.topk(a.abs(), self.k, sorted=False)
+            idx, _ = torch.sort(idx)  # ascending: libflps need not sort
+        val = a[idx]
+        self._pending = (a, u, idx, val)
+        return idx, val
+
+    def commit(self):
+        """The selection was pushed: r <- a zeroed on S, u[S] <- 0."""
+        a, u, idx, val = self._pending
+        self._pending = None
+        a[idx] = 0
+        self.residual = a
+        if u is not None:
+            u[idx] = 0
+            self.velocity = u
+        self.idx, self.val = idx, val
+
+    def add_back(self, taken):
+        """taken: the host's bool mask of the last push's pairs; the pairs
+        not taken go back into the residual (only the mask crosses)."""
+        if bool(taken.all()):
+            return 0
+        left = torch.from_numpy(~taken).to(self.idx.device)
+        self.residual.index_add_(0, self.idx[left], self.val[left])
+        return int((~taken).sum())
+
+
 def _named(optimizer, named_parameters):
     """(name, parameter) for every parameter of optimizer that needs a
     gradient, in the layout's order."""
@@ -143,21 +233,33 @@ class DistributedOptimizer(torch.optim.Optimizer):
         themselves (the wrapped optimizer must be torch.optim.SGD; its lr
         and momentum go to flps) and hold the model, for checkpoints and
         late joins.
+    selection: where top-k with error feedback runs (topk:D and gtopk:D):
+        "auto" (default): in torch, on the tensor's device, for CUDA
+        parameters (only the selected pairs cross to the host, the residual
+        stays on the GPU); in libflps for CPU parameters.  "torch": in torch
+        for every parameter (CPU too).  "libflps": libflps's own top-k on
+        the host (a CUDA gradient is copied over whole).
     config: a Config (default: the one init() returned, or init() now).
     part_size, iterations, lr_cosine, retry_ms, deadline_ms: passed to
         flps.connect.
 
-    Every parameter must be a contiguous float32 CPU tensor.  Constructing
-    it connects and makes every worker's parameters rank 0's.
+    Every parameter must be a contiguous float32 tensor, on the CPU or (in
+    mode "gradient") on a CUDA device.  Constructing it connects and makes
+    every worker's parameters rank 0's.
     """
 
     def __init__(self, optimizer, named_parameters=None, compression="dense",
-                 mode="gradient", *, config=None, part_size=0, iterations=0,
-                 lr_cosine=False, retry_ms=0, deadline_ms=0):
+                 mode="gradient", *, selection="auto", config=None,
+                 part_size=0, iterations=0, lr_cosine=False, retry_ms=0,
+                 deadline_ms=0):
         if mode not in ("gradient", "server"):
             raise ConfigError("mode=%r: use \"gradient\" (the wrapped "
                               "optimizer applies the averaged gradient) or "
                               "\"server\" (the shards apply SGD)" % (mode,))
+        if selection not in ("auto", "torch", "libflps"):
+            raise ConfigError("selection=%r: use \"auto\" (torch for CUDA "
+                              "parameters, libflps for CPU ones), \"torch\" "
+                              "or \"libflps\"" % (selection,))
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise InvalidArgumentError(
                 "optimizer is a %s; pass a torch.optim.Optimizer"
@@ -175,7 +277,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
             raise InvalidArgumentError("the optimizer has no parameter that "
                                        "requires a gradient")
         for name, p in self._named:
-            self._check_parameter(name, p)
+            self._check_parameter(name, p, mode)
+        density = _topk_density(compression)
+        if selection == "torch" and density is None:
+            raise ConfigError(
+                "selection=\"torch\" runs top-k in torch: it needs "
+                "compression \"topk:D\", \"gtopk:D\" or \"auto\" (got %r)"
+                % (compression,))
         lr, momentum = 1.0, 0.0
         if mode == "server":
             lr, momentum = self._sgd_settings(optimizer)
@@ -204,11 +312,34 @@ class DistributedOptimizer(torch.optim.Optimizer):
             compression=compression, momentum=momentum, part_size=part_size,
             iterations=iterations, lr_cosine=lr_cosine, retry_ms=retry_ms,
             deadline_ms=deadline_ms)
+        #: compression "auto": the profile and plan duties (flps.auto).
+        self.tuner = None
+        if compression == "auto":
+            self.tuner = _auto.AutoTuner(
+                self.client, [n for n, _ in self._named],
+                [p.numel() for _, p in self._named], cfg.rank, cfg.workers,
+                on_codec=self._on_codec)
         try:
             self._broadcast()
         except BaseException:
             self.client.close()
             raise
+
+        def density_of(i):
+            if density != "auto":
+                return density
+            spec = self.tuner.codecs[i]
+            return 1.0 if spec == "dense" else float(spec.partition(":")[2])
+
+        #: Per parameter, its TopkSelector when torch runs its selection,
+        #: else None (libflps's own push).
+        self.selectors = [
+            TopkSelector(p.numel(), density_of(i), p.device, momentum)
+            if density is not None and (
+                selection == "torch" or
+                (selection == "auto" and p.device.type == "cuda"))
+            else None for i, (_, p) in enumerate(self._named)]
+        self._local = 0  # steps this process made
         self.iteration = self.client.resume_iteration
         self._pushed = [False] * len(self._named)
         self._hooks = []
@@ -216,13 +347,26 @@ class DistributedOptimizer(torch.optim.Optimizer):
             for i, (_, p) in enumerate(self._named):
                 self._hooks.append(
                     p.register_post_accumulate_grad_hook(self._hook(i)))
+        # Rank 0 of an auto job times each layer's backward in warm-up: a
+        # tensor hook runs as the parameter's gradient is produced (torch
+        # 1.13 has these too); removed once the profile is out.
+        self._timing_hooks = []
+        if self.tuner is not None and self.tuner.alpha is not None:
+            for i, (_, p) in enumerate(self._named):
+                self._timing_hooks.append(p.register_hook(self._timer(i)))
 
     @staticmethod
-    def _check_parameter(name, p):
-        if p.device.type != "cpu" or p.dtype != torch.float32:
+    def _check_parameter(name, p, mode):
+        if p.device.type not in ("cpu", "cuda") or p.dtype != torch.float32:
             raise InvalidArgumentError(
-                "parameter %r is %s on %s; flps.torch trains float32 CPU "
-                "parameters" % (name, p.dtype, p.device))
+                "parameter %r is %s on %s; flps.torch trains float32 CPU or "
+                "CUDA parameters" % (name, p.dtype, p.device))
+        if mode == "server" and p.device.type != "cpu":
+            raise InvalidArgumentError(
+                "parameter %r is on %s; mode=\"server\" writes the shards' "
+                "model into the parameters' memory, so they must be on the "
+                "CPU: use mode=\"gradient\" for CUDA parameters"
+                % (name, p.device))
         if not p.is_contiguous():
             raise InvalidArgumentError("parameter %r is not contiguous"
                                        % name)
@@ -255,6 +399,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 for (_, p), r in zip(self._named, self._replicas):
                     r.copy_(p.reshape(-1))
             self.client.init()
+            if self.tuner is not None and self.config.rank == 0:
+                # Now, while a pull only re-reads the model just pulled.
+                self.tuner.measure_network()
             if self.mode == "gradient":
                 for (_, p), r in zip(self._named, self._replicas):
                     p.copy_(r.view_as(p))
@@ -265,6 +412,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._push(i, p.grad)
         return hook
 
+    def _timer(self, i):
+        def hook(_grad):
+            if self.tuner.profiling(self._local):
+                self.tuner.mark(i)
+        return hook
+
+    def _on_codec(self, i, spec):
+        """The plan changed layer i's codec: a torch selector follows."""
+        sel = self.selectors[i] if hasattr(self, "selectors") else None
+        if sel is not None:
+            sel.set_density(1.0 if spec == "dense"
+                            else float(spec.partition(":")[2]))
+
     def _push(self, i, grad):
         name, p = self._named[i]
         if self._pushed[i]:
@@ -273,11 +433,27 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 "pushes each gradient once per step: call step() after "
                 "every backward()" % (name, self.iteration))
         if grad is None:
-            grad = torch.zeros(p.numel(), dtype=torch.float32)
+            grad = torch.zeros(p.numel(), dtype=torch.float32,
+                               device=p.device)
         elif grad.is_sparse:
             grad = grad.to_dense()
-        self.client.push(i, grad.detach(), self.iteration)
+        if self.tuner is not None and not any(self._pushed):
+            # The iteration's first push: its boundary, where flworker
+            # too applies a new plan.
+            self.tuner.check_plan(self.iteration)
+        sel = self.selectors[i]
+        if sel is not None:
+            idx, val = sel.select(grad)
+            # Only the pairs go to the host (int32 indices: a layer has
+            # fewer than 2^31 elements wherever torch indexes it).
+            self.client.push_pairs(i, idx.to(torch.int32), val,
+                                   self.iteration)
+            sel.commit()
+        else:
+            self.client.push(i, grad.detach(), self.iteration)
         self._pushed[i] = True
+        if self.tuner is not None:
+            self.tuner.mark_pushed()
 
     def step(self, closure=None):
         """Push what backward produced (all of it, last layer first, on
@@ -291,21 +467,55 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if not self._pushed[i]:
                 self._push(i, self._named[i][1].grad)
         self.client.wait(self.iteration)
+        for i, sel in enumerate(self.selectors):
+            if sel is not None:
+                sel.add_back(self.client.pairs_taken(i, sel.idx.numel()))
         if self.mode == "gradient":
             with torch.no_grad():
-                for (_, p), r in zip(self._named, self._replicas):
+                for (_, p), r, sel in zip(self._named, self._replicas,
+                                          self.selectors):
+                    if sel is not None:
+                        self._sparse_grad(p, r)
+                        continue
                     avg = r.view_as(p).neg()
                     if p.grad is None:
-                        p.grad = avg
+                        p.grad = avg.to(p.device)
                     else:
                         p.grad.copy_(avg)
                     r.zero_()
             self.optimizer.step()
+        if self.tuner is not None:
+            self.tuner.end_step(self._local, self.iteration)
+            if self.tuner.profile is not None and self._timing_hooks:
+                for h in self._timing_hooks:
+                    h.remove()
+                self._timing_hooks = []
+            if self.tuner.profiling(self._local + 1):
+                self.tuner.mark_start()
+        self._local += 1
         self.iteration += 1
         self._pushed = [False] * len(self._named)
         return loss
 
+    @staticmethod
+    def _sparse_grad(p, r):
+        """p.grad = the update in the host replica r (-mean of the pairs the
+        shards kept), carried to p's device as pairs: the update of a
+        sparse job touches at most the shards' k (gtopk) or P*k (topk)
+        elements, so only those cross; r is zeroed where it was set."""
+        nz = torch.nonzero(r, as_tuple=False).reshape(-1)
+        vals = r[nz].neg()
+        r[nz] = 0
+        grad = torch.zeros(p.numel(), dtype=torch.float32, device=p.device)
+        grad[nz.to(p.device)] = vals.to(p.device)
+        if p.grad is None:
+            p.grad = grad.view_as(p)
+        else:
+            p.grad.copy_(grad.view_as(p))
+
     def zero_grad(self, *args, **kwargs):
+        if self.tuner is not None and self.tuner.profiling(self._local):
+            self.tuner.mark_start()  # the step's compute starts here
         return self.optimizer.zero_grad(*args, **kwargs)
 
     def state_dict(self):
@@ -321,9 +531,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def close(self):
         """Disconnect from the shards (the parameters stay as they are)."""
-        for h in self._hooks:
+        for h in self._hooks + self._timing_hooks:
             h.remove()
         self._hooks = []
+        self._timing_hooks = []
         self.client.close()
 
     def __repr__(self):

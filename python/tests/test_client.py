@@ -207,6 +207,66 @@ def test_push_errors_are_raised_and_only_the_sticky_ones_stick(shards):
         c.push("x", np.ones(5, np.float32), 2)
 
 
+def test_pushed_pairs_and_the_mask_of_what_gtopk_did_not_take(shards):
+    """Two workers push pairs of their own choosing; gtopk:0.25 keeps the 2
+    largest sums of the 8 elements, and each worker learns which of its
+    pairs were left out."""
+    s = shards("pairs", 1)
+    xs = [np.zeros(8, dtype=np.float32) for _ in range(2)]
+    cs = [flps.connect("pairs", r, 2, [s[0].endpoint], {"x": xs[r]}, lr=2.0,
+                       compression="gtopk:0.25", deadline_ms=20000)
+          for r in range(2)]
+    try:
+        for c in cs:
+            c.init()
+        # Rank 0: 7, 1, 0 (any order, int64); rank 1: 1, 5 (uint32).
+        assert cs[0].push_pairs("x", np.array([7, 1, 0]),
+                                np.array([3.0, 1.0, 0.5]), 0) == 3
+        cs[1].push_pairs(0, np.array([1, 5], np.uint32),
+                         np.array([2.0, -4.0], np.float32), 0)
+        for c in cs:
+            c.wait(0)
+        # Sums: x1 = 3, x5 = -4, x7 = 3, x0 = 0.5: the 2 largest are x5 and,
+        # of the tie 3 = 3, the lower index x1.
+        want = np.zeros(8, np.float32)
+        want[1], want[5] = -3.0, 4.0
+        for x in xs:
+            np.testing.assert_array_equal(x, want)
+        assert cs[0].pairs_taken("x", 3).tolist() == [False, True, False]
+        assert cs[1].pairs_taken("x", 2).tolist() == [True, True]
+        c = cs[0]
+        with pytest.raises(flps.InvalidArgumentError, match="pushed count"):
+            c.pairs_taken("x", 2)
+        with pytest.raises(flps.RangeError, match="8 elements"):
+            c.push_pairs("x", [8], [1.0], 1)
+        with pytest.raises(flps.InvalidArgumentError, match="at most once"):
+            c.push_pairs("x", [2, 2], [1.0, 1.0], 1)
+        with pytest.raises(flps.NonFiniteError):
+            c.push_pairs("x", [2], [float("nan")], 1)
+        with pytest.raises(flps.InvalidArgumentError, match="hold -1"):
+            c.push_pairs("x", [-1], [1.0], 1)
+        with pytest.raises(flps.InvalidArgumentError, match="one value per"):
+            c.push_pairs("x", [1, 2], [1.0], 1)
+        assert c.last_error == "", "none of those is sticky"
+        assert c.pairs_taken("x", 3).tolist() == [False, True, False]
+    finally:
+        for c in cs:
+            c.close()
+
+
+def test_pairs_are_refused_by_a_job_of_dense_values(shards):
+    s = shards("pdense", 1)
+    x = np.zeros(4, dtype=np.float32)
+    with flps.connect("pdense", 0, 1, [s[0].endpoint], {"x": x}, lr=1.0,
+                      compression="fp16", deadline_ms=20000) as c:
+        c.init()
+        with pytest.raises(flps.StateError, match="add pairs"):
+            c.push_pairs("x", [0], [1.0], 0)
+        assert c.last_error == ""
+        with pytest.raises(flps.StateError, match="after wait"):
+            c.pairs_taken("x", 0)
+
+
 def test_an_auto_job_takes_a_codec_per_layer(shards):
     s = shards("auto", 1)
     x = np.zeros(8, dtype=np.float32)

@@ -21,7 +21,7 @@ W = 2
 
 
 def run_workers(shard, job, tmp_path, steps, optimizer, mode="gradient",
-                compression="dense"):
+                compression="dense", selection="auto"):
     """Train on W worker processes against shard; their saved results."""
     procs, outs = [], []
     for rank in range(W):
@@ -31,7 +31,8 @@ def run_workers(shard, job, tmp_path, steps, optimizer, mode="gradient",
                    FLPS_JOB=job, FLPS_RANK=str(rank), FLPS_WORKERS=str(W),
                    FLPS_SERVERS=shard.endpoint, TEST_STEPS=str(steps),
                    TEST_OPTIMIZER=optimizer, TEST_MODE=mode,
-                   TEST_COMPRESSION=compression, OMP_NUM_THREADS="1")
+                   TEST_COMPRESSION=compression, TEST_SELECTION=selection,
+                   OMP_NUM_THREADS="1")
         procs.append(subprocess.Popen(
             [sys.executable, os.path.join(HERE, "torch_worker.py"), str(out)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -113,6 +114,147 @@ def test_adam_with_gtopk_keeps_workers_identical_and_sends_less(shards,
     assert (results[0]["final"] - results[0]["synced"]).abs().max() > 1e-3
     for r in results:
         assert r["bytes_sent"] < 0.5 * r["dense_bytes"]
+
+
+@pytest.mark.parametrize("compression,mode,optimizer", [
+    ("topk:0.1", "gradient", "sgd"),
+    ("gtopk:0.1", "gradient", "adam"),
+    ("gtopk:0.1", "server", "sgd"),  # momentum 0.9: momentum correction
+])
+def test_top_k_selected_in_torch_trains_as_libflps_own_top_k(
+        shards, tmp_path, compression, mode, optimizer):
+    """CPU tensors forced onto the path CUDA tensors take: torch.topk with
+    the residual kept as a tensor, only the pairs handed to libflps."""
+    steps = 25
+    tag = compression.partition(":")[0] + "-" + mode
+    own = run_workers(shards("own-" + tag)[0], "own-" + tag, tmp_path, steps,
+                      optimizer, mode=mode, compression=compression,
+                      selection="libflps")
+    sel = run_workers(shards("sel-" + tag)[0], "sel-" + tag, tmp_path, steps,
+                      optimizer, mode=mode, compression=compression,
+                      selection="torch")
+    for r in own:
+        assert r["torch_layers"] == 0
+    for r in sel:
+        assert r["torch_layers"] == 4, "every layer selected in torch"
+        assert r["residual"] and any(x.abs().max() > 0 for x in r["residual"])
+    assert (own[0]["final"] - own[0]["synced"]).abs().max() > 1e-3,         "training should move the parameters"
+    for rank in range(W):
+        diff = (sel[rank]["final"] - own[rank]["final"]).abs().max().item()
+        assert diff < 1e-5, "rank %d: torch's selection is %.3g from "             "libflps's" % (rank, diff)
+        assert sel[rank]["elements_sent"] == own[rank]["elements_sent"]
+    assert torch.equal(sel[0]["final"], sel[1]["final"])
+
+
+def test_selection_in_torch_needs_a_top_k_codec():
+    model = tc.make_model(1)
+    with pytest.raises(flps.ConfigError, match="topk:D"):
+        ft.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            named_parameters=model.named_parameters(), compression="fp16",
+            selection="torch", config=ft.Config("j", 0, 1, ("tcp://x:1",)))
+    with pytest.raises(flps.ConfigError, match="selection"):
+        ft.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            named_parameters=model.named_parameters(), selection="gpu",
+            config=ft.Config("j", 0, 1, ("tcp://x:1",)))
+
+
+def test_the_torch_selector_keeps_what_it_did_not_send():
+    """Error feedback's invariant: everything sent plus the residual is
+    everything accumulated, and a pair the shards left out comes back."""
+    import numpy as np
+    sel = ft.TopkSelector(10, 0.3, torch.device("cpu"))
+    g = torch.tensor([0.5, -4.0, 1.0, 3.0, -0.25, 2.0, 0.0, 0.1, -3.5, 1.5])
+    idx, val = sel.select(g)
+    assert idx.tolist() == [1, 3, 8]
+    assert torch.equal(sel.residual, torch.zeros(10)), "nothing moves yet"
+    sel.commit()
+    assert torch.equal(sel.residual + torch.zeros(10).index_add(0, idx, val),
+                       g)
+    assert sel.add_back(np.array([True, False, True])) == 1
+    assert sel.residual[3].item() == 3.0 and sel.residual[1].item() == 0.0
+    idx2, _ = sel.select(torch.zeros(10))
+    assert 3 in idx2.tolist(), "the left-out value is sent again"
+
+
+def _auto_run(shards, tmp_path, monkeypatch, selection):
+    """One in-process worker of an auto job: 25 warm-up steps (the
+    profile), then a plan written as a launcher would, 5 more steps."""
+    import importlib
+    import io
+    import json
+    report_mod = importlib.import_module("flps.report")
+    job = "auto-" + selection
+    s = shards(job)[0]
+    plan = tmp_path / ("%s-plan.json" % job)
+    monkeypatch.setenv("FLPS_PLAN_FILE", str(plan))
+    out = io.StringIO()
+    monkeypatch.setitem(report_mod._state, "out", out)
+    model = tc.make_model(3)
+    opt = ft.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        model.named_parameters(), compression="auto", selection=selection,
+        config=ft.Config(job, 0, 1, (s.endpoint,)), deadline_ms=20000)
+    x, y = tc.make_data(1, 30)
+    sent = []
+    try:
+        for step in range(30):
+            if step == 25:
+                layers = [{"name": n, "numel": p.numel(),
+                           "codec": "topk" if n.endswith("weight")
+                           else "dense",
+                           "density": 0.25 if n.endswith("weight") else 1}
+                          for n, p in model.named_parameters()]
+                plan.write_text(json.dumps({
+                    "version": 1, "layers": layers,
+                    "predicted_iteration_seconds": 0.001,
+                    "dense_iteration_seconds": 0.002}))
+            before = opt.client.stats().elements_sent
+            opt.zero_grad()
+            tc.loss_of(model, *tc.batch(x, y, 1, step, 0)).backward()
+            opt.step()
+            sent.append(opt.client.stats().elements_sent - before)
+        # A stale plan (not newer) and a broken one are ignored.
+        plan.write_text(json.dumps({"version": 1, "layers": []}))
+        assert not opt.tuner.check_plan(30)
+        plan.write_text("{not json")
+        assert not opt.tuner.check_plan(30)
+        assert opt.tuner.plan_version == 1
+    finally:
+        opt.close()
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    return model, opt, events, sent
+
+
+def test_auto_profiles_the_warm_up_and_follows_the_plan(shards, tmp_path,
+                                                         monkeypatch):
+    finals = {}
+    for selection in ("libflps", "torch"):
+        model, opt, events, sent = _auto_run(shards, tmp_path, monkeypatch,
+                                             selection)
+        profiles = [e for e in events if e["event"] == "profile"]
+        assert len(profiles) == 1, events
+        prof = profiles[0]
+        assert prof["iteration"] == 25 and prof["workers"] == 1
+        assert prof["alpha"] > 0 and prof["beta"] > 0
+        assert [(l["name"], l["numel"]) for l in prof["layers"]] == [
+            (n, p.numel()) for n, p in model.named_parameters()]
+        assert all(l["t_backward"] >= 0 for l in prof["layers"])
+        assert sum(l["t_backward"] for l in prof["layers"]) > 0
+        plans = [e for e in events if e["event"] == "plan"]
+        assert plans == [{"event": "plan", "version": 1, "iteration": 25}]
+        # Layers of < 4096 elements start dense: 128 + 16 + 64 + 4 pairs;
+        # the plan's top-k of a quarter of each weight: 32 + 16 + 16 + 4.
+        assert sent[:25] == [212] * 25
+        assert sent[25:] == [68] * 5
+        assert opt.tuner.codecs == ["topk:0.25", "dense", "topk:0.25",
+                                    "dense"]
+        if selection == "torch":
+            assert all(s is not None for s in opt.selectors)
+            assert [s.k for s in opt.selectors] == [32, 16, 16, 4]
+        finals[selection] = tc.flat(model)
+    assert (finals["torch"] - finals["libflps"]).abs().max() < 1e-6
 
 
 ENV = {"FLPS_JOB": "j", "FLPS_RANK": "1", "FLPS_WORKERS": "2",

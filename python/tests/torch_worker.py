@@ -23,7 +23,8 @@ def main():
         tc.make_optimizer(os.environ["TEST_OPTIMIZER"], model.parameters()),
         named_parameters=model.named_parameters(),
         compression=os.environ.get("TEST_COMPRESSION", "dense"),
-        mode=os.environ.get("TEST_MODE", "gradient"), deadline_ms=60000)
+        mode=os.environ.get("TEST_MODE", "gradient"),
+        selection=os.environ.get("TEST_SELECTION", "auto"), deadline_ms=60000)
     synced = tc.flat(model).clone()
     x, y = tc.make_data(cfg.workers, steps)
     losses = []
@@ -35,10 +36,15 @@ def main():
         opt.step()
         losses.append(loss.item())
     stats = opt.client.stats()
+    torch_layers = sum(s is not None for s in opt.selectors)
+    residual = [s.residual.clone() for s in opt.selectors if s is not None]
     opt.close()
     torch.save({"before": before, "synced": synced, "final": tc.flat(model),
                 "losses": losses, "bytes_sent": stats.bytes_sent,
-                "dense_bytes": stats.dense_bytes}, sys.argv[1])
+                "dense_bytes": stats.dense_bytes,
+                "elements_sent": stats.elements_sent,
+                "torch_layers": torch_layers, "residual": residual},
+               sys.argv[1])
 
 
 if __name__ == "__main__":

@@ -128,6 +128,51 @@ else
   not_ok "auth.token and redis.password are not used as given"
 fi
 
+# ---- scheduler.tls: flsched serves HTTPS from a kubernetes.io/tls Secret ----------
+"$HELM" template rel "$CHART" --namespace flps --set scheduler.tls.existingSecret=flps-api-tls \
+  --set metrics.serviceMonitor.enabled=true --set metrics.annotations=true >"$TMP/tls.yaml"
+tls_check() { # what, then a command that must succeed
+  local what=$1
+  shift
+  if "$@"; then ok "scheduler.tls: $what"; else not_ok "scheduler.tls: $what"; fi
+}
+tls_check "flsched gets --tls-cert and --tls-key from the mounted Secret" \
+  grep -q -A1 -- '- --tls-cert' "$TMP/tls.yaml"
+tls_check "the certificate and key paths are the Secret's files" \
+  sh -c "grep -A1 -- '- --tls-cert' '$TMP/tls.yaml' | grep -q /etc/flps/tls/tls.crt &&
+         grep -A1 -- '- --tls-key' '$TMP/tls.yaml' | grep -q /etc/flps/tls/tls.key"
+tls_check "the Secret is mounted with mode 0400" \
+  sh -c "grep -B1 -A1 'secretName: flps-api-tls' '$TMP/tls.yaml' | grep -q 'defaultMode: 0400'"
+tls_check "both probes use HTTPS" test "$(grep -c 'scheme: HTTPS' "$TMP/tls.yaml")" -eq 2
+tls_check "FLPS_SCHEDULER is an https:// URL" \
+  grep -q 'FLPS_SCHEDULER: "https://rel-flps-scheduler.flps.svc:8080"' "$TMP/tls.yaml"
+tls_check "the helm test's flsubmit verifies with the Secret's ca.crt" \
+  sh -c "grep -A1 'name: FLPS_SCHEDULER_CA' '$TMP/tls.yaml' | grep -q /etc/flps/tls/ca.crt &&
+         grep -A2 'key: ca.crt' '$TMP/tls.yaml' | grep -q 'path: ca.crt'"
+tls_check "the ServiceMonitor and the scrape annotations say https" \
+  sh -c "grep -q 'scheme: https' '$TMP/tls.yaml' && grep -q 'prometheus.io/scheme: https' '$TMP/tls.yaml' &&
+         grep -q 'serverName: rel-flps-scheduler.flps.svc' '$TMP/tls.yaml'"
+tls_check "without it flsched serves plain HTTP" \
+  sh -c "! grep -q -- '--tls-cert' '$TMP/default.yaml' && [ \$(grep -c 'scheme: HTTP\$' '$TMP/default.yaml') -eq 2 ] &&
+         grep -q 'FLPS_SCHEDULER: \"http://rel-flps-scheduler' '$TMP/default.yaml'"
+# An external Redis over TLS: rediss:// kept, its CA mounted for flsched and flagent.
+"$HELM" template rel "$CHART" --namespace flps --set redis.enabled=false \
+  --set redis.external.url=rediss://redis.infra.svc:6380/1 --set redis.external.caSecret=redis-ca >"$TMP/rediss.yaml"
+tls_check "an external rediss:// URL stays rediss:// for flsched and flagent" \
+  test "$(grep -c '"rediss://redis.infra.svc:6380/1"' "$TMP/rediss.yaml")" -eq 2
+tls_check "flsched and flagent get FLPS_REDIS_CA and the CA Secret mounted" \
+  sh -c "[ \$(grep -A1 'name: FLPS_REDIS_CA' '$TMP/rediss.yaml' | grep -c /etc/flps/redis-ca/ca.crt) -eq 2 ] &&
+         [ \$(grep -c 'secretName: redis-ca' '$TMP/rediss.yaml') -eq 2 ] &&
+         [ \$(grep -c 'mountPath: /etc/flps/redis-ca' '$TMP/rediss.yaml') -eq 2 ]"
+tls_check "no CA is mounted for a plain redis:// URL" \
+  sh -c "! grep -q FLPS_REDIS_CA '$TMP/default.yaml'"
+if "$HELM" lint --strict "$CHART" --set scheduler.tls.existingSecret=flps-api-tls >"$TMP/lint-tls.log" 2>&1; then
+  ok "helm lint --strict (scheduler.tls)"
+else
+  not_ok "helm lint --strict (scheduler.tls)"
+  sed 's/^/    /' "$TMP/lint-tls.log"
+fi
+
 # ---- the schema refuses wrong values -------------------------------------------------
 refuse() { # what, expected message part, helm args...
   local what=$1 msg=$2
@@ -149,6 +194,8 @@ refuse "uid 0" "runAsUser" --set runAsUser=0
 refuse "an unknown checkpoint storage" "agent.checkpoints.type" --set agent.checkpoints.type=nfs
 refuse "a lease flsched refuses" "scheduler.leaseMs" --set scheduler.leaseMs=100
 refuse "zero flsched replicas" "scheduler.replicas" --set scheduler.replicas=0
+refuse "a TLS Secret name Kubernetes refuses" "scheduler.tls.existingSecret" --set 'scheduler.tls.existingSecret=Bad_Name'
+refuse "an unknown scheduler.tls key" "Additional property cert" --set scheduler.tls.cert=x
 refuse "flagent metrics on port 0" "agent.metrics.port" --set agent.metrics.port=0
 refuse "a dashboard label Kubernetes refuses" "metrics.grafana.dashboard.label" --set 'metrics.grafana.dashboard.label=bad label'
 refuse "an unknown dashboard key" "Additional property folder" --set metrics.grafana.dashboard.folder=x

@@ -11,68 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static char dir[64];
-static char script[512];
-
-/* Run a shell command; its stdout without the trailing newlines (static
- * buffer, valid until the next call) and its exit status in *status. */
-static const char *sh(const char *cmd, int *status)
-{
-    static char out[8192];
-    FILE *p = popen(cmd, "r");
-    size_t n;
-    int st;
-
-    cr_assert_not_null(p, "%s", cmd);
-    n = fread(out, 1, sizeof(out) - 1, p);
-    out[n] = '\0';
-    while (n > 0 && out[n - 1] == '\n')
-        out[--n] = '\0';
-    st = pclose(p);
-    if (status != NULL)
-        *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return out;
-}
-
-/* A redis-cli command on the cluster's Redis, authenticated through the
- * environment from the password file. */
-static const char *rcli(const char *args)
-{
-    char cmd[1024];
-
-    snprintf(cmd, sizeof(cmd),
-             "REDISCLI_AUTH=\"$(head -n1 %s/redis-password)\" redis-cli "
-             "--no-auth-warning -p \"$(cat %s/redis-port)\" %s 2>&1",
-             dir, dir, args);
-    return sh(cmd, NULL);
-}
-
-static const char *cluster(const char *verb, int *status)
-{
-    char cmd[1024];
-
-    snprintf(cmd, sizeof(cmd),
-             "FLPS_CLUSTER_DIR=%s FLPS_BIN_DIR=%s FLPS_AGENT_CPUS=2 "
-             "FLPS_AGENT_MEMORY=2Gi bash %s %s 2>>%s/cluster.err",
-             dir, FLPS_BIN_DIR, script, verb, dir);
-    return sh(cmd, status);
-}
-
-static const char *flsubmit(const char *args, int *status)
-{
-    char cmd[1024];
-
-    snprintf(cmd, sizeof(cmd),
-             "FLPS_SCHEDULER=\"$(cat %s/scheduler)\" %s/flsubmit %s 2>&1", dir,
-             FLPS_BIN_DIR, args);
-    return sh(cmd, status);
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
+#include "cluster_script_fixture.h"
 
 /* Wait up to seconds for the job's state to be want. */
 static int job_state_is(const char *job, const char *want, int seconds)
@@ -90,18 +29,12 @@ static int job_state_is(const char *job, const char *want, int seconds)
 
 static void setup(void)
 {
-    strcpy(dir, "/tmp/flps-clsh-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(script, sizeof(script), "%s/scripts/cluster.sh", FLPS_SOURCE_DIR);
+    cluster_dir("flps-clsh");
 }
 
 static void teardown(void)
 {
-    char cmd[256];
-
-    cluster("down", NULL);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    sh(cmd, NULL);
+    cluster_remove();
 }
 
 TestSuite(cluster_script, .init = setup, .fini = teardown, .timeout = 240);

@@ -142,14 +142,21 @@ Test(flrun_command, a_program_not_in_path_starts_nothing)
 
 Test(flrun_command, a_program_that_never_finishes_is_stopped_at_the_time_limit)
 {
-    char dir[] = "/tmp/flrun-cmdslow-XXXXXX", job[128], cmd[512];
+    char dir[] = "/tmp/flrun-cmdslow-XXXXXX", job[128], cmd[512], text[256];
+    char look[64];
     struct timespec t0, t1;
     run_result r;
+    /* A duration of this run's own, so that another run's sleep (tests
+     * run side by side) is not taken for this one's. */
+    const unsigned secs = 100000u + (unsigned)getpid() % 100000u;
 
     cr_assert_not_null(mkdtemp(dir));
     snprintf(job, sizeof(job), "%s/job.yaml", dir);
-    write_file(job, "name: cmdslow\nmodel: mlp\nworkers: 2\ntime_limit: 2\n"
-                    "command: sleep 120\n");
+    snprintf(text, sizeof(text),
+             "name: cmdslow\nmodel: mlp\nworkers: 2\ntime_limit: 2\n"
+             "command: sleep %u\n",
+             secs);
+    write_file(job, text);
     snprintf(cmd, sizeof(cmd), "%s/flrun %s", FLPS_BIN_DIR, job);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     run_cmd(cmd, &r);
@@ -158,7 +165,7 @@ Test(flrun_command, a_program_that_never_finishes_is_stopped_at_the_time_limit)
     cr_assert_not_null(strstr(r.err, "ran past its time_limit of 2 s"), "%s",
                        r.err);
     cr_assert_lt(t1.tv_sec - t0.tv_sec, 30, "stopped within the grace");
-    cr_assert_eq(system("pgrep -f '[s]leep 120' >/dev/null"), 256,
-                 "the program was stopped");
+    snprintf(look, sizeof(look), "pgrep -f '^[s]leep %u$' >/dev/null", secs);
+    cr_assert_eq(system(look), 256, "the program was stopped");
     run_free(&r);
 }

@@ -3,19 +3,27 @@
  * round, 30 rounds of 20 local steps) reaches 0.78 as the mean of its last
  * five rounds' evaluations; top-k deltas at density 0.01 stay within 3
  * points of it; 100 clients at a tenth per round train too; and the result
- * does not depend on how many worker processes play the clients. */
+ * does not depend on how many worker processes play the clients; a
+ * round_deadline leaves exactly the late clients out. */
 #include <criterion/criterion.h>
 
 #include "runcmd.h"
+#include "worker/fedavg.h"
 
 #define EXAMPLE FLPS_SOURCE_DIR "/examples/fmnist-mlp-fedavg.yaml"
+
+static char paths[4][64];
+
+static const char *variant_path(int slot)
+{
+    return paths[slot];
+}
 
 /* The example with each "from" line replaced by its "to" line, written to a
  * new file; returns its path (static storage per slot). */
 static const char *variant(int slot, const char *const *from,
                            const char *const *to, int n)
 {
-    static char paths[4][64];
     char *text = slurp(EXAMPLE), dir[] = "/tmp/flrun-fedavg-XXXXXX";
     FILE *f;
 
@@ -41,6 +49,9 @@ static const char *variant(int slot, const char *const *from,
     free(text);
     return paths[slot];
 }
+
+/* The job file variant() last wrote in slot. */
+static const char *variant_path(int slot);
 
 static void run_job(const char *path, run_result *r)
 {
@@ -148,19 +159,96 @@ Test(flrun_fedavg, the_result_does_not_depend_on_the_number_of_workers,
     run_free(&five);
 }
 
-Test(flrun_fedavg, a_round_deadline_is_refused_with_the_reason)
+/* The example for 10 rounds with extra (deadline) lines; its summary. */
+static void run_deadline(int slot, const char *extra, run_result *r)
 {
+    char to[256], cmd[1024];
+    const char *to_[] = {to};
     static const char *const from[] = {"rounds: 30"};
-    static const char *const to[] = {"rounds: 30\nround_deadline: 5"};
-    run_result r;
-    char cmd[1024];
+    const char *job;
 
-    snprintf(cmd, sizeof(cmd), "%s/flrun --quiet %s", FLPS_BIN_DIR,
-             variant(0, from, to, 1));
-    run_cmd(cmd, &r);
-    cr_assert_neq(r.status, 0, "a deadline cannot be kept yet:\n%s", r.out);
-    cr_assert_not_null(strstr(r.err, "round_deadline: leaving late clients "
-                                     "out of a round is not available"),
-                       "%s", r.err);
+    snprintf(to, sizeof(to), "rounds: 10\n%s", extra);
+    job = variant(slot, from, to_, 1);
+    /* The logs next to the job file (flrun makes the directory). */
+    snprintf(cmd, sizeof(cmd), "%s/flrun --quiet --log-dir %.*s/logs %s",
+             FLPS_BIN_DIR, (int)(strrchr(job, '/') - job), job, job);
+    run_cmd(cmd, r);
+    cr_assert_eq(r->status, 0, "flrun failed:\n%s", r->err);
+    cr_assert_not_null(r->summary, "no JSON summary:\n%s", r->out);
+    cr_assert_eq(num(r->summary, "rounds"), 10);
+}
+
+Test(flrun_fedavg, a_round_every_client_misses_changes_nothing, .timeout = 600)
+{
+    run_result r;
+
+    /* No client trains in a nanosecond: every round is left empty. */
+    run_deadline(0, "round_deadline: 0.000000001", &r);
+    cr_assert_eq(num(r.summary, "client_rounds"), 10 * 5);
+    cr_assert_eq(num(r.summary, "late_clients"), 10 * 5, "every one late");
+    /* The model never moved from its initial values: each of the last five
+     * evaluations is the same, that of an untrained model. */
+    cr_assert_eq(num(r.summary, "test_accuracy_last5"),
+                 num(r.summary, "test_accuracy"));
+    cr_assert_lt(num(r.summary, "test_accuracy"), 0.3);
+    {
+        /* Each worker process says which of its clients were late. */
+        char path[128];
+        char *log0, *log1;
+        const char *job = variant_path(0);
+
+        snprintf(path, sizeof(path), "%.*s/logs/flworker-0.log",
+                 (int)(strrchr(job, '/') - job), job);
+        log0 = slurp(path);
+        path[strlen(path) - 5] = '1';
+        log1 = slurp(path);
+        cr_assert_not_null(strstr(log0, "missed the 1e-09 s round_deadline "
+                                        "and were left out"),
+                           "%s", log0);
+        cr_assert_not_null(strstr(log1, "were left out"), "%s", log1);
+        free(log0);
+        free(log1);
+    }
     run_free(&r);
+}
+
+Test(flrun_fedavg, stragglers_past_the_deadline_are_left_out_and_the_rest_train,
+     .timeout = 600)
+{
+    run_result fast, slow;
+    uint8_t straggler[10];
+    uint32_t sample[5];
+    unsigned want_late = 0;
+
+    /* A generous deadline with no stragglers: nobody is late, and the
+     * weighted mean trains as the pre-scaled one does. */
+    run_deadline(1, "round_deadline: 60", &fast);
+    cr_assert_eq(num(fast.summary, "late_clients"), 0);
+    cr_assert_eq(num(fast.summary, "client_rounds"), 10 * 5);
+    cr_assert_geq(num(fast.summary, "test_accuracy_last5"), 0.7);
+
+    /* Three clients a million times slower: exactly their draws are late
+     * (the others train in well under the minute). */
+    run_deadline(2,
+                 "round_deadline: 60\nstraggler_fraction: 0.3\n"
+                 "straggler_slowdown: 1000000",
+                 &slow);
+    cr_assert_eq(fedavg_stragglers(10, 0.3, 1, straggler), FLPS_OK);
+    for (uint64_t r = 0; r < 10; r++) {
+        cr_assert_eq(fedavg_sample(10, 0.5, 1, r, sample), FLPS_OK);
+        for (int k = 0; k < 5; k++)
+            want_late += straggler[sample[k]];
+    }
+    cr_assert_gt(want_late, 0);
+    cr_assert_eq(num(slow.summary, "late_clients"), want_late);
+    cr_assert_eq(num(slow.summary, "client_rounds"), 10 * 5);
+    cr_log_info("deadline, no stragglers: %.4f; %u late client-rounds: %.4f",
+                num(fast.summary, "test_accuracy_last5"), want_late,
+                num(slow.summary, "test_accuracy_last5"));
+    /* Their deltas are gone, so the result is not that of the full run. */
+    cr_assert_neq(num(slow.summary, "test_accuracy"),
+                  num(fast.summary, "test_accuracy"));
+    cr_assert_geq(num(slow.summary, "test_accuracy_last5"), 0.5);
+    run_free(&fast);
+    run_free(&slow);
 }

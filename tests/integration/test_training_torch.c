@@ -87,6 +87,58 @@ Test(training_torch, the_torch_mlp_with_gtopk_sends_a_few_percent_of_dense,
     run_free(&r);
 }
 
+Test(
+    training_torch,
+    compression_auto_profiles_the_torch_program_and_its_workers_follow_the_plan,
+    .timeout = 600)
+{
+    char dir[] = "/tmp/flrun-torchauto-XXXXXX", job[160], cmd[1024];
+    char text[1400], path[200];
+    run_result r;
+    double acc;
+
+    /* Rank 0's package prints the profile after 25 iterations; flrun
+     * plans it with LAGS and writes FLPS_PLAN_FILE; every rank applies
+     * the plan and prints its plan event (kept by tee for the test). */
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(job, sizeof(job), "%s/job.yaml", dir);
+    snprintf(text, sizeof(text),
+             "name: torch-mlp-auto\nmodel: mlp\nworkers: 2\nservers: 1\n"
+             "iterations: 120\nbatch_size: 32\nlr: 0.05\neval_every: 120\n"
+             "compression: auto\n"
+             "command: [/bin/sh, -c, '/usr/bin/python3 "
+             "%s/examples/torch/mlp.py --test-samples 1000 | tee "
+             "\"$OUT_DIR/out-$FLPS_RANK\"']\n"
+             "env:\n  OMP_NUM_THREADS: '1'\n  OUT_DIR: %s\n",
+             FLPS_SOURCE_DIR, dir);
+    write_file(job, text);
+    snprintf(cmd, sizeof(cmd), "%s/flrun --log-dir %s/logs %s", FLPS_BIN_DIR,
+             dir, job);
+    run_cmd(cmd, &r);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_not_null(r.summary, "%s", r.out);
+    cr_assert_not_null(strstr(r.err, "plan v1: "),
+                       "flrun planned the program's profile: %s", r.err);
+    cr_assert_null(strstr(r.err, "cannot plan"), "%s", r.err);
+    for (int rank = 0; rank < 2; rank++) {
+        char *out;
+        snprintf(path, sizeof(path), "%s/out-%d", dir, rank);
+        out = slurp(path);
+        cr_assert_not_null(out, "no output of rank %d", rank);
+        cr_assert_not_null(strstr(out, "\"event\":\"plan\",\"version\":1"),
+                           "rank %d applied the plan: %s", rank, out);
+        if (rank == 0)
+            cr_assert_not_null(strstr(out, "{\"event\":\"profile\","
+                                           "\"iteration\":25,"),
+                               "%s", out);
+        free(out);
+    }
+    acc = json_real_value(json_object_get(r.summary, "test_accuracy"));
+    cr_log_info("torch mlp auto: test accuracy %.4f after 120 iterations", acc);
+    cr_assert_gt(acc, 0.5, "test accuracy %.4f: %s", acc, r.err);
+    run_free(&r);
+}
+
 Test(training_torch, a_job_whose_peer_never_connects_fails_within_the_deadline,
      .timeout = 300)
 {

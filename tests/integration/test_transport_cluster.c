@@ -16,67 +16,9 @@
 #include "proto/transport_select.h"
 #include "tests/common/fake_sysfs.h"
 
-static char dir[64];
-static char script[512];
+#include "cluster_script_fixture.h"
+
 static fake_sysfs sys;
-
-static const char *sh(const char *cmd, int *status)
-{
-    static char out[16384];
-    FILE *p = popen(cmd, "r");
-    size_t n;
-    int st;
-
-    cr_assert_not_null(p, "%s", cmd);
-    n = fread(out, 1, sizeof(out) - 1, p);
-    out[n] = '\0';
-    while (n > 0 && out[n - 1] == '\n')
-        out[--n] = '\0';
-    st = pclose(p);
-    if (status != NULL)
-        *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return out;
-}
-
-static const char *rcli(const char *args)
-{
-    char cmd[1024];
-
-    snprintf(cmd, sizeof(cmd),
-             "REDISCLI_AUTH=\"$(head -n1 %s/redis-password)\" redis-cli "
-             "--no-auth-warning -p \"$(cat %s/redis-port)\" %s 2>&1",
-             dir, dir, args);
-    return sh(cmd, NULL);
-}
-
-/* The cluster's script, its agents reading the fake sysfs. */
-static const char *cluster(const char *verb, int *status)
-{
-    char cmd[2048];
-
-    snprintf(cmd, sizeof(cmd),
-             "FLPS_SYSFS_ROOT=%s FLPS_CLUSTER_DIR=%s FLPS_BIN_DIR=%s "
-             "FLPS_AGENT_CPUS=2 FLPS_AGENT_MEMORY=2Gi bash %s %s 2>>%s/"
-             "cluster.err",
-             sys.root, dir, FLPS_BIN_DIR, script, verb, dir);
-    return sh(cmd, status);
-}
-
-static const char *flsubmit(const char *args, int *status)
-{
-    char cmd[1024];
-
-    snprintf(cmd, sizeof(cmd),
-             "FLPS_SCHEDULER=\"$(cat %s/scheduler)\" %s/flsubmit %s 2>&1", dir,
-             FLPS_BIN_DIR, args);
-    return sh(cmd, status);
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* Wait up to seconds for job's state to be one of a, b; returns it. */
 static const char *job_final(const char *job, int seconds)
@@ -86,7 +28,7 @@ static const char *job_final(const char *job, int seconds)
 
     snprintf(args, sizeof(args), "HGET flps:job:%s state", job);
     for (int i = 0; i < seconds * 10; i++) {
-        snprintf(state, sizeof(state), "%s", rcli(args));
+        snprintf(state, sizeof(state), "%.31s", rcli(args));
         if (strcmp(state, "SUCCEEDED") == 0 || strcmp(state, "FAILED") == 0)
             return state;
         sleep_ms(100);
@@ -128,10 +70,9 @@ static void up(int with_ports)
 {
     int status;
 
-    strcpy(dir, "/tmp/flps-tcl-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(script, sizeof(script), "%s/scripts/cluster.sh", FLPS_SOURCE_DIR);
+    cluster_dir("flps-tcl");
     fake_sysfs_init(&sys, 1);
+    snprintf(cluster_env, sizeof(cluster_env), "FLPS_SYSFS_ROOT=%s", sys.root);
     if (with_ports)
         fake_sysfs_port(&sys, "mlx5_0", 1, "4: ACTIVE\n", "InfiniBand\n", 1);
     cluster("up", &status);
@@ -141,11 +82,7 @@ static void up(int with_ports)
 
 static void teardown(void)
 {
-    char cmd[256];
-
-    cluster("down", NULL);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    sh(cmd, NULL);
+    cluster_remove();
     fake_sysfs_fini(&sys);
 }
 

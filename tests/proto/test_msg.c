@@ -385,6 +385,84 @@ Test(msg, the_slowest_iteration_round_trips_and_defaults_to_zero)
     proto_msg_fini(&d);
 }
 
+Test(msg, a_push_weight_round_trips_and_is_refused_out_of_range)
+{
+    proto_msg m, d;
+    const float v[2] = {1, -1};
+    void *hdr = NULL;
+    size_t hlen, nf;
+    proto_frame f[PROTO_MAX_FRAMES];
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_PUSH;
+    strcpy(m.job, "j");
+    m.codec = PROTO_CODEC_DENSE;
+    m.n = 2;
+    m.val = v;
+    m.has_weight = 1;
+    m.weight = 6000.5;
+    round_trip(&m, &d, 2);
+    cr_assert_eq(d.has_weight, 1);
+    cr_assert_eq(d.weight, 6000.5);
+    proto_msg_fini(&d);
+    m.weight = 0; /* a worker with no client in time */
+    round_trip(&m, &d, 2);
+    cr_assert_eq(d.has_weight, 1);
+    cr_assert_eq(d.weight, 0.0);
+    proto_msg_fini(&d);
+    m.has_weight = 0;
+    round_trip(&m, &d, 2);
+    cr_assert_eq(d.has_weight, 0, "absent unless given");
+    proto_msg_fini(&d);
+    m.has_weight = 1;
+    m.weight = -1;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_EINVAL);
+    m.weight = NAN;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_EINVAL);
+    m.weight = PROTO_WEIGHT_MAX * 2;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_EINVAL);
+}
+
+Test(msg, a_weight_on_anything_but_a_push_is_malformed)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    proto_frame f[1];
+    proto_msg d;
+    char err[ERRLEN] = "";
+    static const char *const keys[] = {"v",    "op",   "job", "rank",
+                                       "part", "iter", "ver"};
+    const uint64_t vals[] = {PROTO_VERSION, PROTO_OP_PULL, 0, 0, 0, 0, 0};
+
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 9);
+    for (int i = 0; i < 7; i++) {
+        msgpack_pack_str(&pk, strlen(keys[i]));
+        msgpack_pack_str_body(&pk, keys[i], strlen(keys[i]));
+        if (i == 2) {
+            msgpack_pack_str(&pk, 1);
+            msgpack_pack_str_body(&pk, "j", 1);
+        } else {
+            msgpack_pack_uint64(&pk, vals[i]);
+        }
+    }
+    msgpack_pack_str(&pk, 4);
+    msgpack_pack_str_body(&pk, "data", 4);
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_uint64(&pk, 0);
+    msgpack_pack_uint64(&pk, 0);
+    msgpack_pack_str(&pk, 2);
+    msgpack_pack_str_body(&pk, "wt", 2);
+    msgpack_pack_double(&pk, 1.0);
+    f[0].data = sb.data;
+    f[0].len = sb.size;
+    memset(&d, 0, sizeof(d));
+    cr_assert_eq(proto_msg_decode(f, 1, &d, err, sizeof(err)), FLPS_EPROTO);
+    cr_assert_not_null(strstr(err, "weight"), "%s", err);
+    msgpack_sbuffer_destroy(&sb);
+}
+
 Test(msg, sparse_push_round_trips_with_indices_and_values)
 {
     proto_msg m, d;

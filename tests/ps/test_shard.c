@@ -992,6 +992,84 @@ Test(shard, topk_sums_overlapping_sparse_pushes_over_their_union)
     rig_free(g);
 }
 
+/* ---- weighted synchronous aggregation (FedAvg with a deadline) ---- */
+
+static flps_err push_dense_weighted(rig *g, uint32_t rank, uint32_t part,
+                                    uint64_t iter, const float *v, uint32_t n,
+                                    double weight)
+{
+    proto_msg m = base_msg(PROTO_OP_PUSH, rank, part, iter);
+
+    m.codec = PROTO_CODEC_DENSE;
+    m.n = n;
+    m.val = v;
+    m.weight = weight;
+    m.has_weight = 1;
+    return deliver(g, PEER(rank), &m);
+}
+
+Test(shard, a_weighted_job_divides_the_sum_by_the_weights_not_the_workers)
+{
+    rig *g = rig_new(3, PROTO_AGG_DENSE, PROTO_MODE_WEIGHTED);
+    /* Rank 1 had no client in time: it pushes zeros with weight 0. */
+    const float p0[4] = {4, -8, 2, 1}, p1[4] = {0, 0, 0, 0},
+                p2[4] = {2, 4, -6, 0.5f};
+    const double wt[3] = {3, 0, 1};
+    float want[4];
+    const float *v;
+    uint32_t n;
+    uint64_t ver, iter;
+    const float scale = (float)(g->cfg.lr / 4.0);
+
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 4);
+    clear_replies(g);
+    cr_assert_eq(push_dense_weighted(g, 0, 0, 0, p0, 4, wt[0]), FLPS_OK);
+    cr_assert_eq(push_dense_weighted(g, 1, 0, 0, p1, 4, wt[1]), FLPS_OK);
+    cr_assert_eq(push_dense_weighted(g, 2, 0, 0, p2, 4, wt[2]), FLPS_OK);
+    cr_assert_eq(g->n, 3, "one UPDATE per worker");
+    for (uint32_t i = 0; i < 4; i++)
+        want[i] =
+            init_value(0, i) + -(scale * ((0.0f + p0[i]) + p1[i] + p2[i]));
+    cr_assert_eq(ps_shard_part(g->s, 0, &v, &n, &ver, &iter), FLPS_OK);
+    cr_assert_eq(memcmp(v, want, sizeof(want)), 0,
+                 "w - lr * sum / (3 + 0 + 1)");
+
+    /* Nobody in time: the weights sum to 0 and the part is unchanged. */
+    memcpy(want, v, sizeof(want));
+    clear_replies(g);
+    for (uint32_t r = 0; r < 3; r++)
+        cr_assert_eq(push_dense_weighted(g, r, 0, 1, p1, 4, 0), FLPS_OK);
+    cr_assert_eq(g->n, 3);
+    cr_assert_eq(ps_shard_part(g->s, 0, &v, &n, &ver, &iter), FLPS_OK);
+    cr_assert_eq(memcmp(v, want, sizeof(want)), 0);
+    cr_assert_eq(iter, 2, "the iteration closed all the same");
+    rig_free(g);
+}
+
+Test(shard, a_weighted_jobs_push_without_its_weight_is_refused)
+{
+    rig *g = rig_new(2, PROTO_AGG_DENSE, PROTO_MODE_WEIGHTED);
+    const float gr[4] = {1, 2, 3, 4};
+    snap a, b;
+
+    rig_start(g);
+    register_all(g);
+    init_part(g, 0, 4);
+    take_snap(g, &a);
+    clear_replies(g);
+    cr_assert_eq(push_dense(g, 0, 0, 0, gr, 4), FLPS_EPROTO);
+    cr_assert_eq(last(g)->msg.op, PROTO_OP_ERROR);
+    cr_assert_not_null(strstr(last(g)->msg.text, "weight"), "%s",
+                       last(g)->msg.text);
+    /* The rank may push again, with its weight. */
+    cr_assert_eq(push_dense_weighted(g, 0, 0, 0, gr, 4, 2), FLPS_OK);
+    take_snap(g, &b);
+    assert_snap_eq(g, &a, &b);
+    rig_free(g);
+}
+
 Test(shard, an_iteration_where_nobody_sent_anything_still_closes)
 {
     rig *g = rig_one_part(2, PROTO_AGG_GTOPK, 8, 0.25);

@@ -110,3 +110,32 @@ Test(fedavg, a_worker_without_clients_pushes_zeros)
     for (int i = 0; i < 3; i++)
         cr_assert_eq(acc[i], 0.0f);
 }
+
+Test(fedavg, stragglers_are_a_fixed_share_drawn_apart_from_the_rounds)
+{
+    uint8_t a[100], b[100];
+    uint32_t sample[30];
+    unsigned n = 0, same = 0;
+
+    cr_assert_eq(fedavg_stragglers(100, 0.3, 7, a), FLPS_OK);
+    cr_assert_eq(fedavg_stragglers(100, 0.3, 7, b), FLPS_OK);
+    cr_assert_eq(memcmp(a, b, sizeof(a)), 0, "the same in every process");
+    for (int c = 0; c < 100; c++) {
+        cr_assert(a[c] == 0 || a[c] == 1);
+        n += a[c];
+    }
+    cr_assert_eq(n, 30, "ceil(0.3 * 100) clients");
+    /* Not the clients of round 0 (or of any round: a draw of its own). */
+    cr_assert_eq(fedavg_sample(100, 0.3, 7, 0, sample), FLPS_OK);
+    for (int k = 0; k < 30; k++)
+        same += a[sample[k]];
+    cr_assert_lt(same, 30);
+    cr_assert_eq(fedavg_stragglers(100, 0.3, 8, b), FLPS_OK);
+    cr_assert_neq(memcmp(a, b, sizeof(a)), 0, "another seed, others");
+    cr_assert_eq(fedavg_stragglers(100, 0, 7, b), FLPS_OK);
+    for (int c = 0; c < 100; c++)
+        cr_assert_eq(b[c], 0, "fraction 0: none");
+    cr_assert_eq(fedavg_stragglers(100, 1.5, 7, b), FLPS_EINVAL);
+    cr_assert_eq(fedavg_stragglers(0, 0.5, 7, b), FLPS_EINVAL);
+    cr_assert_eq(fedavg_stragglers(100, 0.5, 7, NULL), FLPS_EINVAL);
+}

@@ -73,7 +73,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "flps.schedulerUrl" -}}
-{{- printf "http://%s.%s.svc:%d" (include "flps.schedulerService" .) .Release.Namespace (int .Values.scheduler.port) -}}
+{{- printf "%s://%s.%s.svc:%d" (include "flps.schedulerScheme" .) (include "flps.schedulerService" .) .Release.Namespace (int .Values.scheduler.port) -}}
+{{- end -}}
+
+{{/* https when flsched serves TLS from scheduler.tls.existingSecret. */}}
+{{- define "flps.schedulerScheme" -}}
+{{- if .Values.scheduler.tls.existingSecret -}}https{{- else -}}http{{- end -}}
 {{- end -}}
 
 {{/* Secrets: the API token, and Redis's password. */}}
@@ -126,7 +131,8 @@ environment, which takes it from the Secret.
 {{- if not .Values.redis.external.url -}}
 {{- fail "redis.enabled is false: set redis.external.url (redis://HOST[:PORT][/DB])" -}}
 {{- end -}}
-{{- printf "redis://%s%s" $auth (trimPrefix "redis://" .Values.redis.external.url) -}}
+{{- $scheme := ternary "rediss://" "redis://" (hasPrefix "rediss://" .Values.redis.external.url) -}}
+{{- printf "%s%s%s" $scheme $auth (trimPrefix $scheme .Values.redis.external.url) -}}
 {{- end -}}
 {{- end -}}
 
@@ -139,6 +145,29 @@ environment, which takes it from the Secret.
       name: {{ include "flps.redisSecretName" . }}
       key: {{ include "flps.redisSecretKey" . }}
 {{- end }}
+{{- end -}}
+
+{{/* rediss:// to an external Redis with its CA from redis.external.caSecret:
+     the variable, the mount and the volume flsched and flagent get. */}}
+{{- define "flps.redisCa" -}}
+{{- if and (not .Values.redis.enabled) .Values.redis.external.caSecret (hasPrefix "rediss://" .Values.redis.external.url) -}}yes{{- end -}}
+{{- end -}}
+{{- define "flps.redisCaEnv" -}}
+- name: FLPS_REDIS_CA
+  value: /etc/flps/redis-ca/ca.crt
+{{- end -}}
+{{- define "flps.redisCaMount" -}}
+- name: redis-ca
+  mountPath: /etc/flps/redis-ca
+  readOnly: true
+{{- end -}}
+{{- define "flps.redisCaVolume" -}}
+- name: redis-ca
+  secret:
+    secretName: {{ .Values.redis.external.caSecret }}
+    items:
+      - key: {{ .Values.redis.external.caKey }}
+        path: ca.crt
 {{- end -}}
 
 {{/* Pod-level security context of every pod. */}}
