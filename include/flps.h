@@ -55,8 +55,9 @@ FLPS_API const char *flps_version(void);
  * holding NaN or Inf (nothing was sent), and every error of
  * flps_client_set_layer_codec, flps_client_set_staleness and
  * flps_client_set_push_weight, the FLPS_ESTATE of
- * flps_client_measure_network, and the errors that flps_client_push_pairs
- * and flps_client_pairs_taken name as not sticky. */
+ * flps_client_measure_network and of flps_client_wait_layer on an
+ * asynchronous client, and the errors that flps_client_push_pairs and
+ * flps_client_pairs_taken name as not sticky. */
 #define FLPS_ERR_MAP(X)                                                        \
     X(FLPS_OK, 0, "success")                                                   \
     X(FLPS_ENOMEM, 1, "out of memory")                                         \
