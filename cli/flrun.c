@@ -77,6 +77,18 @@ typedef struct run {
      * on this machine ("zmq" or "rdma"). */
     const char *transport;
     const char *data_plane; /* what the credentials protect, for the summary */
+    /* flworker's time split, summed over the workers that report it, and
+     * the bytes each layer's pushes sent, summed over all workers
+     * (layer_names owned, from the first report). */
+    uint32_t timed;
+    double compute_s, push_s, comm_wait_s, s_per_iter;
+    json_t *layer_names;
+    uint64_t *layer_bytes;
+    size_t nlayers;
+    /* The workers' hashes of their replicas at the end: the first one
+     * reported, and whether every other was the same. */
+    char model_hash[24];
+    int hash_differs;
 } run;
 
 static void human_bytes(double b, char *buf, size_t len)
@@ -231,6 +243,89 @@ static uint64_t json_u64(json_t *o, const char *k)
     return json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
 }
 
+/* A worker's done event: its time split (computing, pushing, blocked on
+ * the network) and its per-layer bytes, when it reports them (flworker
+ * does; a command: job's program need not). */
+static void on_done_timing(run *r, json_t *o)
+{
+    json_t *layers = json_object_get(o, "layers");
+    size_t n = json_array_size(layers);
+
+    const char *hash = json_string_value(json_object_get(o, "model_hash"));
+
+    if (!json_is_number(json_object_get(o, "compute_seconds")))
+        return;
+    /* 16 hex digits, as flworker prints it; anything else is no hash. */
+    if (hash != NULL &&
+        (strlen(hash) != 16 || strspn(hash, "0123456789abcdef") != 16))
+        hash = NULL;
+    if (hash != NULL && r->model_hash[0] == '\0')
+        snprintf(r->model_hash, sizeof(r->model_hash), "%s", hash);
+    else if (hash == NULL || strcmp(hash, r->model_hash) != 0)
+        r->hash_differs = 1;
+    r->timed++;
+    r->compute_s += json_number_value(json_object_get(o, "compute_seconds"));
+    r->push_s += json_number_value(json_object_get(o, "push_seconds"));
+    r->comm_wait_s +=
+        json_number_value(json_object_get(o, "comm_wait_seconds"));
+    r->s_per_iter +=
+        json_number_value(json_object_get(o, "seconds_per_iteration"));
+    if (n == 0 || (r->layer_bytes != NULL && n != r->nlayers))
+        return;
+    if (r->layer_bytes == NULL) {
+        r->layer_bytes = calloc(n, sizeof(*r->layer_bytes));
+        r->layer_names = json_array();
+        if (r->layer_bytes == NULL || r->layer_names == NULL) {
+            free(r->layer_bytes);
+            r->layer_bytes = NULL;
+            json_decref(r->layer_names);
+            r->layer_names = NULL;
+            return;
+        }
+        r->nlayers = n;
+        for (size_t i = 0; i < n; i++) {
+            json_t *name = json_object_get(json_array_get(layers, i), "name");
+            json_array_append(r->layer_names,
+                              json_is_string(name) ? name : json_null());
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        r->layer_bytes[i] += json_u64(json_array_get(layers, i), "bytes_sent");
+}
+
+/* The summary's time split: means over the workers that reported one,
+ * and each layer's push bytes over all of them. */
+static void print_timing(const run *r)
+{
+    if (r->timed == 0)
+        return;
+    printf(",\"overlap\":%s,\"compute_seconds\":%.3f,\"push_seconds\":%.3f,"
+           "\"comm_wait_seconds\":%.3f,\"seconds_per_iteration\":%.6f",
+           r->spec.overlap ? "true" : "false", r->compute_s / r->timed,
+           r->push_s / r->timed, r->comm_wait_s / r->timed,
+           r->s_per_iter / r->timed);
+    /* Synchronous workers end with the same replica, bit for bit. */
+    if (r->model_hash[0] != '\0')
+        printf(
+            ",\"model_hash\":\"%s\",\"replicas_identical\":%s", r->model_hash,
+            r->hash_differs || r->timed != r->spec.workers ? "false" : "true");
+    if (r->layer_bytes == NULL)
+        return;
+    printf(",\"layer_bytes_sent\":{");
+    for (size_t i = 0; i < r->nlayers; i++) {
+        const char *name = json_string_value(json_array_get(r->layer_names, i));
+        /* A tensor name as flworker's models spell them, else a stand-in
+         * that cannot break the JSON. */
+        if (name == NULL || strlen(name) > 64 ||
+            strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                         "0123456789._-") != strlen(name))
+            name = "?";
+        printf("%s\"%s\":%llu", i ? "," : "", name,
+               (unsigned long long)r->layer_bytes[i]);
+    }
+    printf("}");
+}
+
 /* One line a worker printed on stdout: a JSON event. */
 static void on_worker_line(void *arg, proc *p, const char *line)
 {
@@ -305,6 +400,7 @@ static void on_worker_line(void *arg, proc *p, const char *line)
             r->have_last5 = 1;
         }
         r->done++;
+        on_done_timing(r, o);
         r->late_clients += json_u64(o, "late_clients");
         r->client_rounds += json_u64(o, "client_rounds");
         r->bytes_sent += json_u64(o, "bytes_sent");
@@ -834,6 +930,8 @@ int main(int argc, char **argv)
                       "it with flps.report(test_accuracy=...))",
                 logdir);
         json_decref(r.samples);
+        json_decref(r.layer_names);
+        free(r.layer_bytes);
         free(r.procs);
         return 1;
     }
@@ -870,9 +968,12 @@ int main(int argc, char **argv)
         printf(",\"late_clients\":%llu,\"client_rounds\":%llu",
                (unsigned long long)r.late_clients,
                (unsigned long long)r.client_rounds);
+    print_timing(&r);
     printf("}\n");
     fflush(stdout);
     json_decref(r.samples);
+    json_decref(r.layer_names);
+    free(r.layer_bytes);
     free(r.procs);
     free(r.rank_bytes);
     return 0;
@@ -886,6 +987,8 @@ stop:
         fprintf(stderr, "flrun: stopping the job; logs are in %s\n", logdir);
     proc_stop_all(r.procs, r.nprocs, 5000);
     json_decref(r.samples);
+    json_decref(r.layer_names);
+    free(r.layer_bytes);
     free(r.procs);
     free(r.rank_bytes);
     status = interrupted ? 130 : 1;

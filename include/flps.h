@@ -56,8 +56,9 @@ FLPS_API const char *flps_version(void);
  * holding NaN or Inf (nothing was sent), and every error of
  * flps_client_set_layer_codec, flps_client_set_staleness and
  * flps_client_set_push_weight, the FLPS_ESTATE of
- * flps_client_measure_network, and the errors that flps_client_push_pairs
- * and flps_client_pairs_taken name as not sticky. */
+ * flps_client_measure_network and of flps_client_wait_layer on an
+ * asynchronous client, and the errors that flps_client_push_pairs and
+ * flps_client_pairs_taken name as not sticky. */
 #define FLPS_ERR_MAP(X)                                                        \
     X(FLPS_OK, 0, "success")                                                   \
     X(FLPS_ENOMEM, 1, "out of memory")                                         \
@@ -253,6 +254,23 @@ FLPS_API flps_err flps_client_pairs_taken(const flps_client *c, uint32_t tensor,
  * the replica (async mode: until the pushes are applied, then pull the
  * model). Resends unanswered requests; blocks up to the deadline. */
 FLPS_API flps_err flps_client_wait(flps_client *c, uint64_t iter);
+
+/* Synchronous clients: wait until every part of tensor `tensor` pushed
+ * for iter has its update and apply it to that tensor's replica; replies
+ * for other tensors that arrive first are applied too, and their pushes
+ * stay outstanding otherwise. Call it just before the next forward pass
+ * first reads the tensor, so that pass waits only for the layers it has
+ * reached while later layers' updates are still on the wire (call
+ * flps_client_wait, or this for every tensor, before anything reads the
+ * whole model). A tensor with nothing outstanding returns at once; a
+ * tensor may be pushed again (for iter + 1) once this returned for it.
+ * Resends unanswered requests; blocks up to the deadline.
+ * Errors: FLPS_EINVAL (c NULL, tensor out of range) and FLPS_ESTATE for an
+ * asynchronous client (use flps_client_wait), neither sticky; FLPS_ESTATE
+ * (sticky) when a part of the tensor was pushed for another iteration;
+ * flps_client_wait's errors. */
+FLPS_API flps_err flps_client_wait_layer(flps_client *c, uint32_t tensor,
+                                         uint64_t iter);
 
 /* Replace the replica with the shards' current model. Blocks. */
 FLPS_API flps_err flps_client_pull(flps_client *c);

@@ -136,6 +136,11 @@ typedef struct jobspec {
     uint64_t eval_every;             /* iterations between test evaluations,
                                         0 = only at the end; default 100 */
     uint32_t part_size;              /* max elements per part, default 65536 */
+    uint32_t overlap;                /* 1 (default): flworker pushes each
+                                        layer as backprop reaches it and the
+                                        next forward waits per layer; 0:
+                                        push after the whole backward, wait
+                                        for every layer (for comparison) */
     double checkpoint_interval;      /* seconds, 0 = off; default 0 */
     uint32_t max_restarts;           /* default 0 (used by flsched) */
     uint32_t priority;               /* default 0 (used by flsched) */

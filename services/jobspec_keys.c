@@ -110,6 +110,8 @@ static const char *const jp_modes[] = {"ssgd", "async", "ssp", "fedavg"};
 static const char *const jp_schedules[] = {"constant", "cosine"};
 /* By jobspec_transport value, which is also proto's transport_kind. */
 static const char *const jp_transports[] = {"zmq", "rdma", "auto"};
+/* overlap: stored as its index, so false is 0. */
+static const char *const jp_bools[] = {"false", "true"};
 /* By jobspec_comp value, which is also the order of proto's codec ids. */
 static const char *const jp_codecs[] = {
     "dense", "topk", "gtopk", "randk", "dgc", "qsgd", "fp16", "auto", "sign"};
@@ -240,6 +242,8 @@ static const jp_keydef jp_keys[JOBSPEC_KEY_COUNT] = {
                                 .umax = UINT64_MAX},
     [JOBSPEC_KEY_PART_SIZE] = {JP_ROW(part_size, JP_UINT, "65536"), .umin = 1,
                                .umax = UINT32_MAX},
+    [JOBSPEC_KEY_OVERLAP] = {JP_ROW(overlap, JP_WORD, "true"),
+                             JP_WORDS(jp_bools)},
     [JOBSPEC_KEY_CHECKPOINT_INTERVAL] =
         {JP_ROW(checkpoint_interval, JP_REAL, "0"),
          .expect = JP_SECONDS("0 = off"), .range = {0, INFINITY, false, false}},

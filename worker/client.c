@@ -597,35 +597,54 @@ static flps_err check_timeouts(flps_client *c, creq *r, double now)
     return creq_send(c, r);
 }
 
+/* Receive and handle at most one reply (waiting up to 100 ms for it),
+ * then resend or fail what waited too long. */
+static flps_err drain_once(flps_client *c)
+{
+    transport_rx *rx = NULL;
+    double now;
+    flps_err rc = transport_recv(c->t, 100, &rx);
+
+    if (rc == FLPS_OK) {
+        rc = on_reply(c, rx);
+        transport_rx_release(rx);
+        if (rc != FLPS_OK)
+            return rc;
+    } else if (rc != FLPS_ETIMEDOUT && rc != FLPS_EPROTO) {
+        return set_error(c, rc, "receive failed: %s", c->t->errmsg);
+    }
+    now = flps_mono_s();
+    for (uint32_t s = 0; s < c->nshards; s++) {
+        rc = check_timeouts(c, &c->shard_req[s], now);
+        if (rc != FLPS_OK)
+            return rc;
+    }
+    for (uint32_t i = 0; i < c->pm.nparts; i++) {
+        rc = check_timeouts(c, &c->parts[i].req, now);
+        if (rc != FLPS_OK)
+            return rc;
+    }
+    return FLPS_OK;
+}
+
 /* Receive and handle replies until nothing is outstanding. */
 static flps_err drain(flps_client *c)
 {
     while (any_pending(c)) {
-        transport_rx *rx = NULL;
-        double now;
-        flps_err rc = transport_recv(c->t, 100, &rx);
-
-        if (rc == FLPS_OK) {
-            rc = on_reply(c, rx);
-            transport_rx_release(rx);
-            if (rc != FLPS_OK)
-                return rc;
-        } else if (rc != FLPS_ETIMEDOUT && rc != FLPS_EPROTO) {
-            return set_error(c, rc, "receive failed: %s", c->t->errmsg);
-        }
-        now = flps_mono_s();
-        for (uint32_t s = 0; s < c->nshards; s++) {
-            rc = check_timeouts(c, &c->shard_req[s], now);
-            if (rc != FLPS_OK)
-                return rc;
-        }
-        for (uint32_t i = 0; i < c->pm.nparts; i++) {
-            rc = check_timeouts(c, &c->parts[i].req, now);
-            if (rc != FLPS_OK)
-                return rc;
-        }
+        flps_err rc = drain_once(c);
+        if (rc != FLPS_OK)
+            return rc;
     }
     return FLPS_OK;
+}
+
+/* Whether a part of [first, last) still waits for an answer. */
+static int parts_pending(const flps_client *c, uint32_t first, uint32_t last)
+{
+    for (uint32_t i = first; i < last; i++)
+        if (c->parts[i].req.kind != CREQ_NONE)
+            return 1;
+    return 0;
 }
 
 /* ---- set-up ---- */
@@ -1949,6 +1968,35 @@ flps_err flps_client_wait(flps_client *c, uint64_t iter)
     if (rc != FLPS_OK || c->staleness == UINT32_MAX)
         return rc;
     return wait_for_slowest(c, iter);
+}
+
+flps_err flps_client_wait_layer(flps_client *c, uint32_t tensor, uint64_t iter)
+{
+    uint32_t first, last;
+    flps_err rc = FLPS_OK;
+
+    if (c == NULL || tensor >= c->ntensors)
+        return FLPS_EINVAL;
+    if (c->err != FLPS_OK)
+        return c->err;
+    if (c->async)
+        return FLPS_ESTATE; /* not sticky: async waits pull the model */
+    first = c->pm.first_part[tensor];
+    last =
+        tensor + 1 < c->ntensors ? c->pm.first_part[tensor + 1] : c->pm.nparts;
+    for (uint32_t i = first; i < last; i++) {
+        const creq *r = &c->parts[i].req;
+        if (r->kind == CREQ_PUSH && r->iter != iter)
+            return set_error(c, FLPS_ESTATE,
+                             "waiting for layer %s of iteration %llu but "
+                             "part %u was pushed for iteration %llu",
+                             c->tensors[tensor].name, (unsigned long long)iter,
+                             i, (unsigned long long)r->iter);
+    }
+    /* Other layers' replies that come first are applied on the way. */
+    while (rc == FLPS_OK && parts_pending(c, first, last))
+        rc = drain_once(c);
+    return rc;
 }
 
 /* ---- auto jobs ---- */

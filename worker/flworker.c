@@ -46,51 +46,110 @@ typedef struct push_ctx {
     double *tb_sum;
     double last;
     /* --metrics (NULL when off): each push is timed and its elements
-     * counted; push_s sums this iteration's push time. */
+     * counted into it. */
     flw_metrics *fm;
-    double push_s;
+    /* This iteration's time inside pushes, and inside the forward's
+     * per-layer waits. */
+    double push_s, layer_wait_s;
+    /* Per tensor, over the run: bytes and elements its pushes sent, and
+     * the forward's time waiting for its updates. */
+    uint64_t *layer_bytes, *layer_elements;
+    double *layer_wait;
+    /* overlap: false: the gradients are only noted (order[0..norder), in
+     * the order backprop finished them) and pushed after the backward. */
+    int defer;
+    size_t *order, norder;
+    /* overlap: the forward waits for each layer's update of wait_iter
+     * before it reads the layer (wait_layers 0: nothing outstanding). */
+    int wait_layers;
+    uint64_t wait_iter;
 } push_ctx;
 
-/* Called by backprop as each tensor's gradient is final: the push starts
- * while earlier layers are still being computed. */
+/* Push tensor ti's gradient (compression and queueing: the sending is the
+ * transport's), timed and its bytes counted. */
+static void push_layer(push_ctx *pc, size_t ti)
+{
+    flps_client_stats before, after;
+    model_tensor *t;
+    double t0, dt;
+    flps_err rc;
+
+    if (pc->err != FLPS_OK)
+        return;
+    flps_client_get_stats(pc->client, &before);
+    t0 = flps_mono_s();
+    t = model_tensor_at(pc->m, ti);
+    rc = flps_client_push(pc->client, (uint32_t)ti, t->grad, pc->iter);
+    if (rc != FLPS_OK)
+        pc->err = rc;
+    dt = flps_mono_s() - t0;
+    flps_client_get_stats(pc->client, &after);
+    pc->push_s += dt;
+    /* Only this push sends during the call (resends happen in the
+     * waits), so the deltas are this layer's. */
+    pc->layer_bytes[ti] += after.bytes_sent - before.bytes_sent;
+    pc->layer_elements[ti] += after.elements_sent - before.elements_sent;
+    if (pc->fm != NULL)
+        flw_metrics_push(pc->fm, ti, dt,
+                         after.elements_sent - before.elements_sent,
+                         after.bytes_sent - before.bytes_sent,
+                         after.dense_bytes - before.dense_bytes);
+}
+
+/* Called by backprop as each tensor's gradient is final: with overlap the
+ * push starts while earlier layers are still being computed. */
 static void on_grad_ready(void *arg, size_t ti)
 {
     push_ctx *pc = arg;
-    model_tensor *t;
-    flps_err rc;
 
     /* The time since the previous callback returned (or since the step
-     * began) is this layer's backward computation; the push below is
-     * communication work and is left out of the next layer's time. */
+     * began, less the forward's waits) is this layer's backward
+     * computation; the push below is communication work and is left out
+     * of the next layer's time. */
     if (pc->tb_sum != NULL)
         pc->tb_sum[ti] += flps_mono_s() - pc->last;
-    if (pc->err == FLPS_OK) {
-        flps_client_stats before, after;
-        double t0 = 0;
-
-        if (pc->fm != NULL) {
-            flps_client_get_stats(pc->client, &before);
-            t0 = flps_mono_s();
-        }
-        t = model_tensor_at(pc->m, ti);
-        rc = flps_client_push(pc->client, (uint32_t)ti, t->grad, pc->iter);
-        if (rc != FLPS_OK)
-            pc->err = rc;
-        if (pc->fm != NULL) {
-            double dt = flps_mono_s() - t0;
-
-            flps_client_get_stats(pc->client, &after);
-            pc->push_s += dt;
-            /* Only this push sends during the call (resends happen in
-             * flps_client_wait), so the deltas are this layer's. */
-            flw_metrics_push(pc->fm, ti, dt,
-                             after.elements_sent - before.elements_sent,
-                             after.bytes_sent - before.bytes_sent,
-                             after.dense_bytes - before.dense_bytes);
-        }
-    }
+    if (pc->defer)
+        pc->order[pc->norder++] = ti;
+    else
+        push_layer(pc, ti);
     if (pc->tb_sum != NULL)
         pc->last = flps_mono_s();
+}
+
+/* Called by the forward pass before it first reads tensor ti: wait for
+ * that layer's update of the previous iteration only. */
+static void on_param_needed(void *arg, size_t ti)
+{
+    push_ctx *pc = arg;
+    double t0, dt;
+    flps_err rc;
+
+    if (!pc->wait_layers || pc->err != FLPS_OK)
+        return;
+    t0 = flps_mono_s();
+    rc = flps_client_wait_layer(pc->client, (uint32_t)ti, pc->wait_iter);
+    if (rc != FLPS_OK)
+        pc->err = rc;
+    dt = flps_mono_s() - t0;
+    pc->layer_wait_s += dt;
+    pc->layer_wait[ti] += dt;
+    pc->last += dt; /* not backward time of the profile */
+}
+
+/* FNV-1a over every parameter's bytes: equal replicas, equal hashes. */
+static uint64_t model_hash(model *m)
+{
+    uint64_t h = 14695981039346656037ULL;
+
+    for (size_t i = 0; i < model_num_tensors(m); i++) {
+        const model_tensor *t = model_tensor_at(m, i);
+        const unsigned char *b = (const unsigned char *)t->param;
+        for (size_t k = 0; k < t->numel * sizeof(float); k++) {
+            h ^= b[k];
+            h *= 1099511628211ULL;
+        }
+    }
+    return h;
 }
 
 /* The per-layer plan of an auto job, read from a file the scheduler
@@ -446,6 +505,12 @@ int main(int argc, char **argv)
     plan_watch pw;
     int is_auto;
     double *tb_sum = NULL, alpha = 0, beta = 0;
+    /* The loop's time split, and what each layer sent (see push_ctx). */
+    double compute_s = 0, push_total_s = 0, comm_wait_s = 0, loop_s = 0;
+    uint64_t *layer_bytes = NULL, *layer_elements = NULL;
+    double *layer_wait = NULL;
+    size_t *order = NULL;
+    int layer_waits = 0, outstanding = 0;
 
     if (flps_cli_version(argc, argv, "flworker"))
         return 0;
@@ -735,12 +800,40 @@ int main(int argc, char **argv)
     memcpy(xb_idx, mine, nmine * sizeof(uint32_t));
     shuffle(xb_idx, nmine, mix64(spec.seed * 1000003ULL + (uint64_t)rank));
     progress_every = spec.iterations / 100 ? spec.iterations / 100 : 1;
+    layer_bytes = flps_calloc(model_num_tensors(m), sizeof(uint64_t));
+    layer_elements = flps_calloc(model_num_tensors(m), sizeof(uint64_t));
+    layer_wait = flps_calloc(model_num_tensors(m), sizeof(double));
+    order = flps_calloc(model_num_tensors(m), sizeof(size_t));
+    if (layer_bytes == NULL || layer_elements == NULL || layer_wait == NULL ||
+        order == NULL) {
+        log_error("out of memory");
+        goto out;
+    }
+    /* overlap: the next forward waits per layer. An async (or ssp) wait
+     * pulls the whole model, so there it stays one wait per iteration
+     * (the pushes still go out during backprop). */
+    layer_waits = spec.overlap && !cc.async;
+    if (spec.overlap && cc.async && rank == 0)
+        log_info("overlap: %s jobs push during backprop but wait for the "
+                 "whole model after it (their wait pulls it)",
+                 jobspec_mode_name(spec.mode));
     t0 = flps_mono_s();
     for (uint64_t it = start_iter; it < spec.iterations; it++) {
         uint64_t local = it - start_iter;
-        push_ctx pc = {client, m, it, FLPS_OK, NULL, 0, fm, 0};
+        push_ctx pc = {.client = client,
+                       .m = m,
+                       .iter = it,
+                       .err = FLPS_OK,
+                       .fm = fm,
+                       .layer_bytes = layer_bytes,
+                       .layer_elements = layer_elements,
+                       .layer_wait = layer_wait,
+                       .defer = !spec.overlap,
+                       .order = order,
+                       .wait_layers = outstanding,
+                       .wait_iter = it - 1};
         float loss = 0;
-        double step_t0, wait_t0 = 0, wait_dt;
+        double step_t0, step_dt, wait_t0, wait_dt = 0;
 
         if (!plan_check(&pw, client, m, it))
             goto out;
@@ -764,26 +857,40 @@ int main(int argc, char **argv)
         }
         pc.last = flps_mono_s();
         step_t0 = pc.last;
-        rc = model_train_step(m, xb, yb, spec.batch_size, &loss, on_grad_ready,
-                              &pc);
+        rc = model_train_step_ex(m, xb, yb, spec.batch_size, &loss,
+                                 layer_waits ? on_param_needed : NULL, &pc,
+                                 on_grad_ready, &pc);
         if (rc != FLPS_OK) {
             log_error("training step %llu failed: %s (lower lr?)",
                       (unsigned long long)it, flps_strerror(rc));
             goto out;
         }
+        /* overlap: false: every layer now, in backprop's order, so the
+         * pushes (and so the results) are those of overlap on. */
+        for (size_t k = 0; k < pc.norder; k++)
+            push_layer(&pc, pc.order[k]);
+        step_dt = flps_mono_s() - step_t0;
         wait_t0 = flps_mono_s();
-        if (pc.err != FLPS_OK || flps_client_wait(client, it) != FLPS_OK) {
+        if (pc.err == FLPS_OK && !layer_waits) {
+            pc.err = flps_client_wait(client, it);
+            wait_dt = flps_mono_s() - wait_t0;
+        }
+        if (pc.err != FLPS_OK) {
             log_error("iteration %llu: %s", (unsigned long long)it,
                       flps_client_last_error(client)[0]
                           ? flps_client_last_error(client)
                           : flps_strerror(pc.err));
             goto out;
         }
-        wait_dt = flps_mono_s() - wait_t0;
+        outstanding = layer_waits;
+        compute_s += step_dt - pc.push_s - pc.layer_wait_s;
+        push_total_s += pc.push_s;
+        comm_wait_s += pc.layer_wait_s + wait_dt;
         if (fm != NULL) {
             flps_client_get_stats(client, &st);
-            flw_metrics_iteration(fm, it, wait_t0 - step_t0 - pc.push_s,
-                                  pc.push_s + wait_dt, wait_dt, loss, &st);
+            flw_metrics_iteration(fm, it, step_dt - pc.push_s - pc.layer_wait_s,
+                                  pc.push_s + pc.layer_wait_s + wait_dt,
+                                  pc.layer_wait_s + wait_dt, loss, &st);
         }
         if (pc.tb_sum != NULL && local + 1 == FLW_PROFILE_TO)
             print_profile(m, it + 1, spec.workers, alpha, beta, tb_sum,
@@ -808,6 +915,20 @@ int main(int argc, char **argv)
             loss_window = 0;
             nwin = 0;
         }
+        /* An evaluation, and the end, read the whole model: every layer's
+         * update first. */
+        if (outstanding &&
+            (it + 1 == spec.iterations || (rank == 0 && spec.eval_every > 0 &&
+                                           (it + 1) % spec.eval_every == 0))) {
+            wait_t0 = flps_mono_s();
+            if (flps_client_wait(client, it) != FLPS_OK) {
+                log_error("iteration %llu: %s", (unsigned long long)it,
+                          flps_client_last_error(client));
+                goto out;
+            }
+            comm_wait_s += flps_mono_s() - wait_t0;
+            outstanding = 0;
+        }
         if (rank == 0 && spec.eval_every > 0 &&
             (it + 1) % spec.eval_every == 0 && it + 1 < spec.iterations) {
             if (evaluate(m, &test, &acc, &tloss) == FLPS_OK) {
@@ -824,6 +945,7 @@ int main(int argc, char **argv)
             }
         }
     }
+    loop_s = flps_mono_s() - t0;
     if (rank == 0) {
         if (evaluate(m, &test, &acc, &tloss) != FLPS_OK) {
             log_error("final evaluation failed");
@@ -849,11 +971,31 @@ int main(int argc, char **argv)
     if (spec.mode == JOBSPEC_MODE_SSP)
         printf(",\"staleness\":%u,\"stale_wait_seconds\":%.3f", spec.staleness,
                flps_client_stale_wait_seconds(client));
-    printf(",\"seconds\":%.3f}\n", flps_mono_s() - t0);
+    /* Where the loop's time went: computing (the steps less their pushes
+     * and waits), pushing (compression and queueing), blocked on the
+     * network; and what each layer's pushes sent. */
+    printf(",\"overlap\":%s,\"compute_seconds\":%.6f,\"push_seconds\":%.6f,"
+           "\"comm_wait_seconds\":%.6f,\"seconds_per_iteration\":%.6f,"
+           "\"model_hash\":\"%016llx\",\"layers\":[",
+           spec.overlap ? "true" : "false", compute_s, push_total_s,
+           comm_wait_s,
+           spec.iterations > start_iter
+               ? loop_s / (double)(spec.iterations - start_iter)
+               : 0.0,
+           (unsigned long long)model_hash(m));
+    for (size_t i = 0; i < model_num_tensors(m); i++)
+        printf("%s{\"name\":\"%s\",\"bytes_sent\":%llu,\"elements_sent\":%llu,"
+               "\"wait_seconds\":%.6f}",
+               i ? "," : "", model_tensor_at(m, i)->name,
+               (unsigned long long)layer_bytes[i],
+               (unsigned long long)layer_elements[i], layer_wait[i]);
+    printf("],\"seconds\":%.3f}\n", flps_mono_s() - t0);
     fflush(stdout);
-    log_info("rank %ld done: %llu iterations in %.1f s, sent %llu bytes "
-             "(dense would be %llu)",
-             rank, (unsigned long long)spec.iterations, flps_mono_s() - t0,
+    log_info("rank %ld done: %llu iterations in %.1f s (computing %.1f s, "
+             "pushing %.1f s, waiting on the network %.1f s, overlap %s), "
+             "sent %llu bytes (dense would be %llu)",
+             rank, (unsigned long long)spec.iterations, loop_s, compute_s,
+             push_total_s, comm_wait_s, spec.overlap ? "on" : "off",
              (unsigned long long)st.bytes_sent,
              (unsigned long long)st.dense_bytes);
     status = 0;
@@ -872,5 +1014,9 @@ out:
     flps_free(xb_idx);
     flps_free(tensors);
     flps_free(tb_sum);
+    flps_free(layer_bytes);
+    flps_free(layer_elements);
+    flps_free(layer_wait);
+    flps_free(order);
     return status;
 }

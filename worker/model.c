@@ -215,6 +215,14 @@ flps_err model_train_step(model *m, const float *x, const uint8_t *y, size_t b,
                           float *loss, model_grad_ready_fn layer_done,
                           void *arg)
 {
+    return model_train_step_ex(m, x, y, b, loss, NULL, NULL, layer_done, arg);
+}
+
+flps_err model_train_step_ex(model *m, const float *x, const uint8_t *y,
+                             size_t b, float *loss,
+                             model_param_needed_fn param_needed, void *need_arg,
+                             model_grad_ready_fn layer_done, void *arg)
+{
     const float *logits;
     double total;
     flps_err rc;
@@ -226,7 +234,11 @@ flps_err model_train_step(model *m, const float *x, const uint8_t *y, size_t b,
     if (rc != FLPS_OK)
         return rc;
 
+    m->param_needed = param_needed;
+    m->need_arg = need_arg;
     logits = m->ops->forward(m, x, b);
+    m->param_needed = NULL;
+    m->need_arg = NULL;
     total = model_softmax_xent(logits, y, b, m->classes, m->dlogits, NULL);
     /* Refuse before any gradient is written: a NaN or Inf here comes from
      * non-finite inputs or parameters and would poison the server. */
@@ -296,6 +308,8 @@ static const float *mlp_forward(model *m, const float *x, size_t b)
     for (size_t l = 1; l <= p->nlayers; l++) {
         const model_tensor *w = &m->tensors[2 * (l - 1)];
 
+        model_need(m, 2 * (l - 1));
+        model_need(m, 2 * (l - 1) + 1);
         model_fc_forward(in, b, p->dims[l - 1], w->param, w[1].param,
                          p->dims[l], l < p->nlayers, p->acts[l]);
         in = p->acts[l];

@@ -86,6 +86,20 @@ flps_err model_train_step(model *m, const float *x, const uint8_t *y, size_t b,
                           float *loss, model_grad_ready_fn layer_done,
                           void *arg);
 
+/* model_train_step whose forward pass asks for each tensor before it
+ * first reads it: param_needed (if not NULL) is called with the tensor's
+ * index just before the forward uses that tensor's parameters, first
+ * layer first, each tensor once per step, so a caller can hold the
+ * forward of a layer until that layer's update has arrived while later
+ * layers' updates are still on their way. The arithmetic is that of
+ * model_train_step: only when the parameters are read changes. Errors as
+ * model_train_step. */
+typedef void (*model_param_needed_fn)(void *arg, size_t tensor_index);
+flps_err model_train_step_ex(model *m, const float *x, const uint8_t *y,
+                             size_t b, float *loss,
+                             model_param_needed_fn param_needed, void *need_arg,
+                             model_grad_ready_fn layer_done, void *arg);
+
 /* Predict classes of b rows of x; counts the correct ones against y and sums
  * the per-row losses. b may exceed max_batch (processed in chunks).
  * *correct and *loss_sum are overwritten with the results for these b rows,

@@ -230,21 +230,29 @@ static const float *cnn_forward(model *m, const float *x, size_t b)
 
     cnn_im2col(x, b, s->height, s->width, s->channels, s->kernel, c->col1);
     /* z1 (r1 x conv1) = col1 (r1 x k1) * W1^T, W1 stored conv1 x k1. */
+    model_need(m, CNN_CONV1_W);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)r1, (int)s->conv1,
                 (int)c->k1, 1.0f, c->col1, (int)c->k1, t[CNN_CONV1_W].param,
                 (int)c->k1, 0.0f, c->z1, (int)s->conv1);
+    model_need(m, CNN_CONV1_B);
     cnn_pool_forward(c->z1, t[CNN_CONV1_B].param, b, s->height, s->width,
                      s->conv1, c->a1);
 
     cnn_im2col(c->a1, b, c->h2, c->w2, s->conv1, s->kernel, c->col2);
+    model_need(m, CNN_CONV2_W);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)r2, (int)s->conv2,
                 (int)c->k2, 1.0f, c->col2, (int)c->k2, t[CNN_CONV2_W].param,
                 (int)c->k2, 0.0f, c->z2, (int)s->conv2);
+    model_need(m, CNN_CONV2_B);
     cnn_pool_forward(c->z2, t[CNN_CONV2_B].param, b, c->h2, c->w2, s->conv2,
                      c->a2);
 
+    model_need(m, CNN_FC1_W);
+    model_need(m, CNN_FC1_B);
     model_fc_forward(c->a2, b, c->flat, t[CNN_FC1_W].param, t[CNN_FC1_B].param,
                      s->fc, 1, c->hid);
+    model_need(m, CNN_FC2_W);
+    model_need(m, CNN_FC2_B);
     model_fc_forward(c->hid, b, s->fc, t[CNN_FC2_W].param, t[CNN_FC2_B].param,
                      s->classes, 0, c->logits);
     return c->logits;

@@ -40,7 +40,18 @@ struct model {
     float *params;  /* all tensors back to back, in tensor order */
     float *grads;   /* same layout as params */
     float *dlogits; /* max_batch x classes, for the train step */
+    /* During model_train_step_ex only (else NULL): called before the
+     * forward first reads a tensor (model_need). */
+    model_param_needed_fn param_needed;
+    void *need_arg;
 };
+
+/* In a forward pass, before tensor ti's parameters are first read. */
+static inline void model_need(const model *m, size_t ti)
+{
+    if (m->param_needed != NULL)
+        m->param_needed(m->need_arg, ti);
+}
 
 /* Build the generic part: ntensors tensors with numel[i] elements each,
  * laid back to back in params and grads (grads zeroed), names left empty

@@ -51,6 +51,7 @@ PROBE_SECONDS=3
 KEEP_GOING=0
 TIME_LIMIT=0
 RECORD=1
+OVERLAPS=
 
 usage() {
   cat <<EOF
@@ -79,6 +80,8 @@ Options (lists are comma-separated):
   --work DIR          keep jobs' logs there (default a new /tmp/flb-run.*)
   --note TEXT         recorded with the results
   --probe-seconds S   bulk bandwidth probe length (default $PROBE_SECONDS)
+  --overlap LIST      the jobs' overlap: values, run in turn for each job,
+                      e.g. true,false,true,false (default: the example's)
   --no-record         do not write results files (the CI test's runs)
   --keep-going        go on with the matrix after a job fails
 EOF
@@ -339,11 +342,12 @@ EOF
 }
 
 # The job file: the example's keys, with ours replacing theirs.
-write_job() { # model codec workers out
-  local model="$1" codec="$2" w="$3" out="$4" ex="$ROOT/examples/fmnist-$1-dense.yaml"
+write_job() { # model codec workers out [overlap]
+  local model="$1" codec="$2" w="$3" out="$4" ov="${5:-}" ex="$ROOT/examples/fmnist-$1-dense.yaml"
   local name="flb-$model-${codec//:/-}-w$w"
   {
-    grep -vE '^(#|name|workers|servers|iterations|compression|eval_every|data_dir|time_limit|transport):' "$ex" | grep -v '^$'
+    grep -vE '^(#|name|workers|servers|iterations|compression|eval_every|data_dir|time_limit|transport|overlap):' "$ex" | grep -v '^$'
+    if [ -n "$ov" ]; then echo "overlap: $ov"; fi
     echo "name: $name"
     echo "workers: $w"
     echo "servers: $SHARDS"
@@ -399,15 +403,15 @@ write_wrappers() { # dir workers
 }
 
 RUN_N=0
-run_job() { # rate model codec workers
-  local rate="$1" model="$2" codec="$3" w="$4" dir rc w0 w1 t0
+run_job() { # rate model codec workers [overlap]
+  local rate="$1" model="$2" codec="$3" w="$4" ov="${5:-}" dir rc w0 w1 t0
   RUN_N=$((RUN_N + 1))
   dir="$SESSION/runs/$RUN_N"
   mkdir -p "$dir"
-  write_job "$model" "$codec" "$w" "$dir/job.yaml"
+  write_job "$model" "$codec" "$w" "$dir/job.yaml" "$ov"
   write_wrappers "$dir/bin" "$w"
   t0=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  echo "run.sh: [$RUN_N] $model $codec, $w workers, $SHARDS shards, $ITERS iterations on $rate" >&2
+  echo "run.sh: [$RUN_N] $model $codec, $w workers, $SHARDS shards, $ITERS iterations on $rate${ov:+, overlap: $ov}" >&2
   w0=$(bridge_rx_bytes)
   set +e
   FLPS_BIN_DIR="$dir/bin" "$BIN/flrun" --log-dir "$dir/logs" --quiet "$dir/job.yaml" \
@@ -424,7 +428,8 @@ json.dump({"n": $RUN_N, "date": "$t0", "rate": "$rate", "rate_bps": $(rate_bps "
            "delay_s": $DELAY_S, "delay_applied": "$DELAY_APPLIED" == "true",
            "model": "$model", "codec": "$codec", "workers": $w, "shards": $SHARDS,
            "hosts": $HOSTS, "iterations": $ITERS, "eval_every": $EVERY,
-           "target_accuracy": $TGT, "wire_bytes": $((w1 - w0)), "rc": $rc},
+           "target_accuracy": $TGT, "wire_bytes": $((w1 - w0)), "rc": $rc,
+           "overlap": "$ov" or None},
           open(sys.argv[1], "w"))
 EOF
   if [ "$rc" != 0 ]; then
@@ -460,6 +465,7 @@ main() {
       --work) WORK="$2"; shift ;;
       --note) NOTE="$2"; shift ;;
       --probe-seconds) PROBE_SECONDS="$2"; shift ;;
+      --overlap) OVERLAPS="$2"; shift ;;
       --no-record) RECORD=0 ;;
       --keep-going) KEEP_GOING=1 ;;
       *) usage >&2; die "unknown option '$1'" ;;
@@ -506,6 +512,9 @@ main() {
   for r in ${RATES//,/ }; do
     rate_bps "$r" >/dev/null || die "--rates: '$r' is not a tc rate such as 100mbit, 1gbit, 10gbit"
   done
+  for v in ${OVERLAPS//,/ }; do
+    [[ "$v" =~ ^(true|false)$ ]] || die "--overlap wants true or false (a list), not '$v'"
+  done
   DELAY_S=$(delay_s "$DELAY") || die "--delay: '$DELAY' is not a delay such as 0, 100us, 0.5ms, 1ms (at most 1 s)"
   for v in "$ITERATIONS" "$EVAL_EVERY"; do
     [ -z "$v" ] || [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "--iterations/--eval-every want positive integers, not '$v'"
@@ -535,7 +544,11 @@ main() {
       TGT="${TARGET:-$([ "$m" = cnn ] && echo 0.89 || echo 0.85)}"
       for c in ${CODECS//,/ }; do
         for w in ${WORKERS//,/ }; do
-          run_job "$r" "$m" "$c" "$w"
+          if [ -z "$OVERLAPS" ]; then
+            run_job "$r" "$m" "$c" "$w"
+          else
+            for v in ${OVERLAPS//,/ }; do run_job "$r" "$m" "$c" "$w" "$v"; done
+          fi
         done
       done
     done

@@ -1113,7 +1113,7 @@ Test(jobspec, lists_every_key_in_table_order_for_an_unknown_key)
                  "clients, round_deadline, straggler_fraction, "
                  "straggler_slowdown, batch_size, lr, momentum, "
                  "lr_schedule, compression, transport, seed, eval_every, "
-                 "part_size, "
+                 "part_size, overlap, "
                  "checkpoint_interval, max_restarts, priority, "
                  "cpus_per_worker, memory_per_worker, gpus_per_worker, "
                  "cpus_per_server, memory_per_server, time_limit",
@@ -1448,4 +1448,24 @@ Test(jobspec, transport_names_are_the_transport_kinds_of_proto)
     cr_assert_str_eq(jobspec_transport_name(JOBSPEC_TRANSPORT_ZMQ), "zmq");
     cr_assert_str_eq(jobspec_transport_name(JOBSPEC_TRANSPORT_RDMA), "rdma");
     cr_assert_str_eq(jobspec_transport_name(JOBSPEC_TRANSPORT_AUTO), "auto");
+}
+
+Test(jobspec, overlap_is_on_by_default_and_takes_true_or_false)
+{
+    jobspec s;
+
+    parse_ok("name: a\nmodel: cnn\n", &s);
+    cr_assert_eq(s.overlap, 1, "the default is on");
+    parse_ok("name: a\nmodel: cnn\noverlap: false\n", &s);
+    cr_assert_eq(s.overlap, 0);
+    parse_ok("name: a\nmodel: cnn\noverlap: true\n", &s);
+    cr_assert_eq(s.overlap, 1);
+    expect_error("name: a\nmodel: cnn\noverlap: flase\n",
+                 "line 3: overlap: 'flase' is not accepted; expected one of "
+                 "false, true; did you mean 'false'?",
+                 NULL);
+    expect_error("name: a\nmodel: cnn\noverlap: 2\n",
+                 "line 3: overlap: '2' is not accepted; expected one of "
+                 "false, true",
+                 NULL);
 }

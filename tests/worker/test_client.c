@@ -1235,3 +1235,113 @@ Test(client, residual_norms_and_message_counts_follow_the_pushes)
     cr_assert_eq(norm, 0.0, "w1 was not pushed");
     rig_free(g);
 }
+
+/* ---- waiting layer by layer ---- */
+
+/* A dense update of `val` for every element of push q. */
+static void reply_dense_update(fake_net *n, const sent *s, float val)
+{
+    float vals[64];
+    proto_msg r;
+
+    cr_assert_leq(s->msg.n, 64);
+    for (uint32_t j = 0; j < s->msg.n; j++)
+        vals[j] = val;
+    reply_base(&r, PROTO_OP_UPDATE, &s->msg);
+    r.codec = PROTO_CODEC_DENSE;
+    r.n = s->msg.n;
+    r.val = vals;
+    fake_reply(n, s->peer, &r);
+}
+
+/* Tensor 0's pushes are answered at once with +0.5 everywhere; the later
+ * tensors' pushes are held (the test answers them itself). */
+static int answer_tensor_0_only(fake_net *n, const sent *s)
+{
+    if (s->msg.op != PROTO_OP_PUSH)
+        return 0;
+    if (n->pm->parts[s->msg.part].tensor == 0)
+        reply_dense_update(n, s, 0.5f);
+    return 1;
+}
+
+Test(client, waiting_for_one_layer_applies_its_update_and_leaves_the_others)
+{
+    rig *g = rig_new("dense");
+    size_t mark;
+
+    rig_start(g);
+    g->net.script = answer_tensor_0_only;
+    mark = g->net.nlog;
+    push_all(g, G0, 0);
+    cr_assert_eq(flps_client_wait_layer(g->c, 0, 0), FLPS_OK,
+                 "tensor 0's updates are in: %s", flps_client_last_error(g->c));
+    for (uint32_t j = 0; j < NUMEL[0]; j++)
+        cr_assert_eq(g->w[0][j], (float)j + 0.5f, "w0[%u] has its update", j);
+    for (uint32_t j = 0; j < NUMEL[1]; j++)
+        cr_assert_eq(g->w[1][j], (float)(100 + j), "w1 still waits");
+    /* Tensor 0 may go on to the next iteration while 1 and 2 are still
+     * outstanding for this one. */
+    cr_assert_eq(flps_client_push(g->c, 0, G0, 1), FLPS_OK, "%s",
+                 flps_client_last_error(g->c));
+    /* Now the shard answers the held pushes of iteration 0. */
+    for (size_t i = mark; i < g->net.nlog; i++) {
+        const sent *s = &g->net.log[i];
+        if (s->msg.op == PROTO_OP_PUSH && s->msg.iter == 0 &&
+            g->pm.parts[s->msg.part].tensor != 0)
+            reply_dense_update(&g->net, s, 0.25f);
+    }
+    cr_assert_eq(flps_client_wait_layer(g->c, 1, 0), FLPS_OK);
+    for (uint32_t j = 0; j < NUMEL[1]; j++)
+        cr_assert_eq(g->w[1][j], (float)(100 + j) + 0.25f, "w1[%u]", j);
+    /* Tensor 2's reply came with them: nothing is left to wait for. */
+    mark = g->net.nlog;
+    cr_assert_eq(flps_client_wait_layer(g->c, 2, 0), FLPS_OK);
+    for (uint32_t j = 0; j < NUMEL[2]; j++)
+        cr_assert_eq(g->w[2][j], (float)(200 + j) + 0.25f, "w2[%u]", j);
+    cr_assert_eq(flps_client_wait_layer(g->c, 0, 1), FLPS_OK);
+    for (uint32_t j = 0; j < NUMEL[0]; j++)
+        cr_assert_eq(g->w[0][j], (float)j + 1.0f, "w0[%u]: two updates", j);
+    cr_assert_eq(g->net.nlog, mark, "waiting sends nothing");
+    /* A tensor with nothing outstanding returns at once. */
+    cr_assert_eq(flps_client_wait_layer(g->c, 1, 1), FLPS_OK);
+    cr_assert_eq(flps_client_wait(g->c, 1), FLPS_OK);
+    rig_free(g);
+}
+
+Test(client, waiting_for_a_layer_of_another_iteration_is_a_sticky_state_error)
+{
+    rig *g = rig_new("dense");
+
+    rig_start(g);
+    g->net.script = drop_pushes;
+    push_all(g, G0, 0);
+    cr_assert_eq(flps_client_wait_layer(g->c, 1, 1), FLPS_ESTATE);
+    cr_assert_not_null(
+        strstr(flps_client_last_error(g->c), "pushed for iteration 0"), "%s",
+        flps_client_last_error(g->c));
+    assert_sticky(g, FLPS_ESTATE);
+    rig_free(g);
+}
+
+Test(client, wait_layer_refuses_a_bad_tensor_and_an_async_client_unsticky)
+{
+    rig *g = rig_new("dense");
+
+    rig_start(g);
+    cr_assert_eq(flps_client_wait_layer(g->c, NTENSORS, 0), FLPS_EINVAL);
+    cr_assert_eq(flps_client_wait_layer(NULL, 0, 0), FLPS_EINVAL);
+    cr_assert_str_eq(flps_client_last_error(g->c), "", "not sticky");
+    push_all(g, G0, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    rig_free(g);
+
+    g = rig_new("dense");
+    g->cfg.async = 1;
+    rig_start(g);
+    cr_assert_eq(flps_client_wait_layer(g->c, 0, 0), FLPS_ESTATE,
+                 "an async wait pulls the whole model");
+    cr_assert_str_eq(flps_client_last_error(g->c), "", "not sticky");
+    cr_assert_eq(flps_client_push(g->c, 0, G0, 0), FLPS_OK, "still usable");
+    rig_free(g);
+}

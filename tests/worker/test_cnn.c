@@ -567,3 +567,76 @@ Test(cnn, fails_cleanly_when_any_allocation_fails)
     }
     cr_assert_gt(failed, 15, "every allocation was tried");
 }
+
+/* The forward's requests for parameters: each tensor once, first layer
+ * first, all before backprop reports a gradient; and an update written
+ * into a tensor when it is asked for is read by the forward, as if it had
+ * been there before the step. */
+typedef struct {
+    model *m;
+    size_t asked, order[16];
+    int done_seen, asked_after_done;
+} need_log;
+
+static void on_need(void *arg, size_t t)
+{
+    need_log *log = arg;
+    model_tensor *mt = model_tensor_at(log->m, t);
+
+    cr_assert_lt(log->asked, 16);
+    log->order[log->asked++] = t;
+    log->asked_after_done |= log->done_seen;
+    for (size_t i = 0; i < mt->numel; i++)
+        mt->param[i] += 0.01f * (float)((i + t) % 7) - 0.03f;
+}
+
+static void on_done_seen(void *arg, size_t t)
+{
+    (void)t;
+    ((need_log *)arg)->done_seen = 1;
+}
+
+Test(cnn, asks_for_each_tensor_before_the_forward_reads_it)
+{
+    const model_cnn_shape sh = {8, 8, 1, 5, 4, 6, 16, 4};
+    dataset ds = {0};
+    need_log log = {0};
+    model *ref = NULL;
+    float loss, ref_loss_v;
+
+    cr_assert_eq(dataset_synthetic(16, 64, 4, 3, &ds), FLPS_OK);
+    cr_assert_eq(model_create_cnn(&sh, 16, 5, &log.m), FLPS_OK);
+    cr_assert_eq(model_create_cnn(&sh, 16, 5, &ref), FLPS_OK);
+    /* ref: the same updates, written before the step. */
+    for (size_t t = 0; t < model_num_tensors(ref); t++) {
+        model_tensor *mt = model_tensor_at(ref, t);
+        for (size_t i = 0; i < mt->numel; i++)
+            mt->param[i] += 0.01f * (float)((i + t) % 7) - 0.03f;
+    }
+    cr_assert_eq(model_train_step(ref, ds.x, ds.y, 16, &ref_loss_v, NULL, NULL),
+                 FLPS_OK);
+    cr_assert_eq(model_train_step_ex(log.m, ds.x, ds.y, 16, &loss, on_need,
+                                     &log, on_done_seen, &log),
+                 FLPS_OK);
+    cr_assert_eq(log.asked, 8, "each tensor asked for once");
+    for (size_t i = 0; i < 8; i++)
+        cr_assert_eq(log.order[i], i, "request %zu was for %zu", i,
+                     log.order[i]);
+    cr_assert_not(log.asked_after_done, "every request before backprop");
+    cr_assert_eq(loss, ref_loss_v, "the forward read the updated values");
+    for (size_t t = 0; t < 8; t++) {
+        model_tensor *a = model_tensor_at(log.m, t),
+                     *b = model_tensor_at(ref, t);
+        cr_assert(memcmp(a->grad, b->grad, a->numel * sizeof(float)) == 0,
+                  "%s: the gradient of the updated model, bit for bit",
+                  a->name);
+    }
+    /* Outside the step nothing is asked for. */
+    log.asked = 0;
+    cr_assert_eq(model_train_step(log.m, ds.x, ds.y, 16, &loss, NULL, NULL),
+                 FLPS_OK);
+    cr_assert_eq(log.asked, 0);
+    model_destroy(ref);
+    model_destroy(log.m);
+    dataset_fini(&ds);
+}

@@ -419,3 +419,70 @@ Test(model, fails_cleanly_when_any_allocation_fails)
     }
     cr_assert_gt(failed, 5, "every allocation was tried");
 }
+
+/* The forward's requests for parameters (model_train_step_ex): each
+ * tensor once, first layer first, before backprop; an update written into
+ * a tensor when asked for is what the forward reads. */
+typedef struct {
+    model *m;
+    size_t asked, order[16];
+    int done_seen, asked_after_done;
+} need_log;
+
+static void nudge(model_tensor *mt, size_t t)
+{
+    for (size_t i = 0; i < mt->numel; i++)
+        mt->param[i] += 0.01f * (float)((i + t) % 5) - 0.02f;
+}
+
+static void on_need(void *arg, size_t t)
+{
+    need_log *log = arg;
+
+    cr_assert_lt(log->asked, 16);
+    log->order[log->asked++] = t;
+    log->asked_after_done |= log->done_seen;
+    nudge(model_tensor_at(log->m, t), t);
+}
+
+static void on_done_seen(void *arg, size_t t)
+{
+    (void)t;
+    ((need_log *)arg)->done_seen = 1;
+}
+
+Test(model, the_mlp_asks_for_each_tensor_before_the_forward_reads_it)
+{
+    const size_t hidden[2] = {16, 8};
+    dataset ds = {0};
+    need_log log = {0};
+    model *ref = NULL;
+    float loss, ref_loss;
+
+    cr_assert_eq(dataset_synthetic(32, 20, 4, 9, &ds), FLPS_OK);
+    cr_assert_eq(model_create_mlp(20, hidden, 2, 4, 32, 3, &log.m), FLPS_OK);
+    cr_assert_eq(model_create_mlp(20, hidden, 2, 4, 32, 3, &ref), FLPS_OK);
+    for (size_t t = 0; t < model_num_tensors(ref); t++)
+        nudge(model_tensor_at(ref, t), t);
+    cr_assert_eq(model_train_step(ref, ds.x, ds.y, 32, &ref_loss, NULL, NULL),
+                 FLPS_OK);
+    cr_assert_eq(model_train_step_ex(log.m, ds.x, ds.y, 32, &loss, on_need,
+                                     &log, on_done_seen, &log),
+                 FLPS_OK);
+    cr_assert_eq(log.asked, 6);
+    for (size_t i = 0; i < 6; i++)
+        cr_assert_eq(log.order[i], i, "request %zu was for %zu", i,
+                     log.order[i]);
+    cr_assert_not(log.asked_after_done);
+    cr_assert_eq(loss, ref_loss);
+    for (size_t t = 0; t < 6; t++) {
+        model_tensor *a = model_tensor_at(log.m, t),
+                     *b = model_tensor_at(ref, t);
+        cr_assert(memcmp(a->grad, b->grad, a->numel * sizeof(float)) == 0,
+                  "%s: the gradient of the updated model, bit for bit",
+                  a->name);
+    }
+    model_destroy(ref);
+    model_destroy(log.m);
+    dataset_fini(&ds);
+}
