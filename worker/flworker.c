@@ -436,6 +436,7 @@ int main(int argc, char **argv)
     size_t hidden[2] = {256, 128};
     double t0, loss_window = 0, acc = -1, tloss = 0;
     uint64_t start_iter, progress_every, nwin = 0;
+    uint64_t warmup_sent = 0; /* bytes sent by the warm-up's end */
     int c, status = 1;
     flps_err rc;
     int64_t rank_arg;
@@ -671,7 +672,11 @@ int main(int argc, char **argv)
         cc.lr_cosine = 0;
         cc.iterations = spec.rounds;
     }
-    rc = flps_client_create_with(&cc, transport_kind_name(tsel.kind), &client);
+    /* jobspec allows a warm-up only for ssgd with topk, gtopk, dgc or
+     * auto; the client checks again. */
+    rc = flps_client_create_warmup(&cc, transport_kind_name(tsel.kind),
+                                   spec.density_warmup,
+                                   spec.density_warmup_start, &client);
     if (rc != FLPS_OK) {
         log_error("cannot join the parameter servers: %s", flps_strerror(rc));
         goto out;
@@ -773,6 +778,10 @@ int main(int argc, char **argv)
             goto out;
         }
         wait_dt = flps_mono_s() - wait_t0;
+        if (it + 1 == spec.density_warmup) {
+            flps_client_get_stats(client, &st);
+            warmup_sent = st.bytes_sent;
+        }
         if (fm != NULL) {
             flps_client_get_stats(client, &st);
             flw_metrics_iteration(fm, it, wait_t0 - step_t0 - pc.push_s,
@@ -839,6 +848,8 @@ int main(int argc, char **argv)
            (unsigned long long)st.dense_bytes, (unsigned long long)st.resends);
     if (rank == 0)
         printf(",\"test_accuracy\":%.4f,\"test_loss\":%.4f", acc, tloss);
+    if (spec.density_warmup > 0)
+        printf(",\"warmup_bytes_sent\":%llu", (unsigned long long)warmup_sent);
     if (spec.mode == JOBSPEC_MODE_SSP)
         printf(",\"staleness\":%u,\"stale_wait_seconds\":%.3f", spec.staleness,
                flps_client_stale_wait_seconds(client));
