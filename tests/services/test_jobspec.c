@@ -1535,3 +1535,27 @@ Test(jobspec, refuses_a_density_warm_up_where_nothing_follows_it)
                            "command: [python3, train.py]\n",
                  "density_warmup", "command:", NULL);
 }
+
+Test(jobspec, the_warm_up_example_holds_its_documented_setting)
+{
+    char path[512], text[8192], err[ERRLEN] = "", comp[32];
+    size_t len;
+    jobspec s;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/examples/fmnist-mlp-gtopk-warmup.yaml",
+             FLPS_SOURCE_DIR);
+    f = fopen(path, "r");
+    cr_assert_neq(f, NULL, "%s", path);
+    len = fread(text, 1, sizeof(text), f);
+    fclose(f);
+    cr_assert_eq(jobspec_parse(text, len, &s, err, sizeof(err)), FLPS_OK,
+                 "%s: %s", path, err);
+    jobspec_comp_format(&s, comp, sizeof(comp));
+    cr_assert_str_eq(comp, "gtopk:0.001");
+    cr_assert_eq(s.density_warmup, 300);
+    cr_assert_eq(s.density_warmup_start, 0.02);
+    cr_assert_eq(s.iterations, 1500);
+    cr_assert_eq(s.workers, 4);
+    cr_assert_eq(s.servers, 2);
+}
