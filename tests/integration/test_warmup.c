@@ -29,6 +29,16 @@ static void write_file(const char *path, const char *text)
     fclose(f);
 }
 
+/* rm -r of a directory this test made under /tmp. */
+static void remove_dir(const char *dir)
+{
+    char cmd[256];
+
+    cr_assert(strncmp(dir, "/tmp/flps-warmup", 16) == 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* The pairs one worker pushes in iteration t: each layer's k of the
  * iteration's density. */
 static double pairs_at(double target, uint64_t t)
@@ -174,4 +184,53 @@ Test(warmup, gtopk_bytes_per_iteration_follow_the_schedule, .timeout = 300)
 Test(warmup, topk_bytes_per_iteration_follow_the_schedule, .timeout = 300)
 {
     run_job("topk:0.01", 0.01);
+}
+
+Test(warmup, flruns_summary_reports_the_warm_up_and_its_bytes, .timeout = 300)
+{
+    char dir[] = "/tmp/flps-warmupr-XXXXXX", job[160], cmd[1024];
+    run_result r;
+    double sent, warm;
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(job, sizeof(job), "%s/warmr.yaml", dir);
+    write_file(job, "name: warmr\nmodel: mlp\ndataset: synthetic\nworkers: 2\n"
+                    "servers: 2\niterations: 40\neval_every: 0\n"
+                    "compression: gtopk:0.01\ndensity_warmup: 30\n"
+                    "density_warmup_start: 0.5\n");
+    snprintf(cmd, sizeof(cmd), "%s/flrun --quiet --log-dir %s/logs %s",
+             FLPS_BIN_DIR, dir, job);
+    run_cmd(cmd, &r);
+    cr_assert_eq(r.status, 0, "flrun failed:\n%s", r.err);
+    cr_assert_not_null(r.summary, "no summary:\n%s", r.out);
+    cr_assert_eq(num(r.summary, "density_warmup"), 30);
+    cr_assert_eq(num(r.summary, "density_warmup_start"), 0.5);
+    sent = num(r.summary, "bytes_sent");
+    warm = num(r.summary, "warmup_bytes_sent");
+    /* The 30 warm iterations carry most of the bytes (they start at 50
+     * times the target's pairs), the 10 after them the rest. */
+    cr_assert_gt(warm, 0.9 * sent, "%.0f of %.0f", warm, sent);
+    cr_assert_lt(warm, sent);
+    run_free(&r);
+    remove_dir(dir);
+}
+
+Test(warmup, a_job_file_with_a_warm_up_flworker_cannot_run_starts_nothing)
+{
+    char dir[] = "/tmp/flps-warmupb-XXXXXX", job[160], cmd[1024];
+    run_result r;
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(job, sizeof(job), "%s/warmb.yaml", dir);
+    write_file(job, "name: warmb\nmodel: mlp\ndataset: synthetic\n"
+                    "iterations: 40\ncompression: fp16\ndensity_warmup: 10\n");
+    snprintf(cmd, sizeof(cmd), "%s/flrun --quiet --log-dir %s/logs %s",
+             FLPS_BIN_DIR, dir, job);
+    run_cmd(cmd, &r);
+    cr_assert_neq(r.status, 0);
+    cr_assert_not_null(strstr(r.err, "line 6: density_warmup: compression "
+                                     "'fp16' has no selection density"),
+                       "%s", r.err);
+    run_free(&r);
+    remove_dir(dir);
 }
