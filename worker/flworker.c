@@ -778,10 +778,6 @@ int main(int argc, char **argv)
             goto out;
         }
         wait_dt = flps_mono_s() - wait_t0;
-        if (it + 1 == spec.density_warmup) {
-            flps_client_get_stats(client, &st);
-            warmup_sent = st.bytes_sent;
-        }
         if (fm != NULL) {
             flps_client_get_stats(client, &st);
             flw_metrics_iteration(fm, it, wait_t0 - step_t0 - pc.push_s,
@@ -790,6 +786,10 @@ int main(int argc, char **argv)
         if (pc.tb_sum != NULL && local + 1 == FLW_PROFILE_TO)
             print_profile(m, it + 1, spec.workers, alpha, beta, tb_sum,
                           FLW_PROFILE_TO - FLW_PROFILE_FROM);
+        if (it + 1 == spec.density_warmup) {
+            flps_client_get_stats(client, &st);
+            warmup_sent = st.bytes_sent;
+        }
         loss_window += loss;
         nwin++;
         /* Every rank reports its bytes, so a job's progress can count
