@@ -98,12 +98,12 @@ typedef struct ctensor {
     float *data;
     /* Sparse codecs (topk, gtopk, randk, dgc) select over the whole layer. */
     codec *cd;
+    /* The density cd selects at after the warm-up (topk, gtopk, dgc, an
+     * auto layer's topk:D); 0 for a layer without one. */
+    double target;
     ef *ef;          /* error feedback + momentum correction */
     float *velocity; /* plain momentum, for codecs without error feedback */
     double vel_max;  /* dense codec: max |velocity| after the last push */
-    /* The density the layer's codec selects at after the warm-up (topk,
-     * gtopk, dgc, an auto layer's topk:D); 0 for a layer without one. */
-    double target;
 } ctensor;
 
 struct flps_client {
