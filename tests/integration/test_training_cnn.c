@@ -12,7 +12,7 @@
  * the same set-up: 0.905-0.908), and gtopk at density 0.01 stays within
  * 1.5 points of it while sending at most 3% of the dense bytes. */
 Test(flrun, the_cnn_reaches_90_percent_and_gtopk_keeps_up_with_3_percent,
-     .timeout = 3600)
+     .timeout = 5400)
 {
     run_result dense, gtopk, warm;
     double acc_dense, acc;
