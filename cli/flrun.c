@@ -50,6 +50,7 @@ typedef struct run {
     uint32_t done;
     uint64_t bytes_sent, bytes_received, dense_bytes;
     uint64_t late_clients, client_rounds; /* fedavg with round_deadline */
+    uint64_t warmup_bytes_sent; /* through the density warm-up's end */
     double test_accuracy, test_loss;
     int have_accuracy;
     uint64_t last_iter;
@@ -406,6 +407,7 @@ static void on_worker_line(void *arg, proc *p, const char *line)
         r->bytes_sent += json_u64(o, "bytes_sent");
         r->bytes_received += json_u64(o, "bytes_received");
         r->dense_bytes += json_u64(o, "dense_bytes");
+        r->warmup_bytes_sent += json_u64(o, "warmup_bytes_sent");
     }
     json_decref(o);
 }
@@ -959,6 +961,13 @@ int main(int argc, char **argv)
                samples ? samples : "[]");
         free(samples);
     }
+    if (r.spec.density_warmup > 0)
+        /* The warm-up's share of the bytes: what its denser start cost. */
+        printf(",\"density_warmup\":%llu,\"density_warmup_start\":%.17g,"
+               "\"warmup_bytes_sent\":%llu",
+               (unsigned long long)r.spec.density_warmup,
+               r.spec.density_warmup_start,
+               (unsigned long long)r.warmup_bytes_sent);
     if (r.spec.mode == JOBSPEC_MODE_FEDAVG)
         printf(",\"rounds\":%u,\"test_accuracy_last5\":%.4f,"
                "\"bytes_per_round\":%.0f",

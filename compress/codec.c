@@ -154,6 +154,26 @@ size_t codec_count_for(const codec_spec *spec, size_t n)
     return k >= (double)n ? n : (size_t)k;
 }
 
+double codec_warmup_density(double start, double target, uint64_t warmup,
+                            uint64_t t)
+{
+    double d;
+
+    if (warmup == 0 || t >= warmup || !(start > target))
+        return target;
+    if (t == 0)
+        return start;
+    /* One pow of the same operands on every process: the ratio and the
+     * exponent are formed the same way everywhere. Clamped so rounding
+     * can never step outside [target, start]. */
+    d = start * pow(target / start, (double)t / (double)warmup);
+    if (d > start)
+        d = start;
+    if (d < target)
+        d = target;
+    return d;
+}
+
 size_t codec_nframes(const codec_spec *spec)
 {
     switch (spec->kind) {
@@ -225,6 +245,15 @@ void codec_destroy(codec *c)
 const codec_spec *codec_get_spec(const codec *c)
 {
     return &c->spec;
+}
+
+flps_err codec_set_density(codec *c, double density)
+{
+    if (c == NULL || codec_table[c->spec.kind].param != 1 ||
+        !(density > 0.0 && density <= 1.0))
+        return FLPS_EINVAL;
+    c->spec.density = density;
+    return FLPS_OK;
 }
 
 flps_err codec_set_output(codec *c, void *dst, size_t cap)

@@ -86,6 +86,19 @@ int codec_kind_is_sparse(codec_kind kind);
 /* The k of a sparse spec for an array of n (0 for n = 0); n otherwise. */
 size_t codec_count_for(const codec_spec *spec, size_t n);
 
+/* Density warm-up (Deep Gradient Compression): the density of iteration t
+ * when it decays exponentially from start at t = 0 to target at t =
+ * warmup, start * (target / start)^(t / warmup), and is target from
+ * t = warmup on. Exact at both ends (start at t = 0, target for t >=
+ * warmup), never above start nor below target, and non-increasing in t.
+ * warmup 0, or a start at or below target, gives target for every t.
+ * Pure and deterministic: every worker and shard that calls it with the
+ * same arguments gets the same double, which is what lets the workers'
+ * selections and a gtopk shard's global k follow one schedule. Arguments
+ * are not checked (callers validate 0 < target, start <= 1). */
+double codec_warmup_density(double start, double target, uint64_t warmup,
+                            uint64_t t);
+
 /* Number of frames the spec's messages always have. */
 size_t codec_nframes(const codec_spec *spec);
 
@@ -102,6 +115,12 @@ flps_err codec_create(const codec_spec *spec, uint64_t seed, codec **out);
 void codec_destroy(codec *c);
 
 const codec_spec *codec_get_spec(const codec *c);
+
+/* Set the density of a sparse codec (topk, gtopk, randk, dgc) from its
+ * next encode on, e.g. for a density warm-up; buffers grow as needed.
+ * Errors: FLPS_EINVAL (c NULL, a kind without a density, density outside
+ * (0, 1]); the codec is then unchanged. */
+flps_err codec_set_density(codec *c, double density);
 
 /* Encode a[0..n) into *out (frames borrowed from c, see codec_msg).
  * Buffers grow to the largest n seen and are reused, so steady-state

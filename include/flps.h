@@ -198,6 +198,26 @@ FLPS_API flps_err flps_client_create_with(const flps_client_config *cfg,
                                           const char *transport,
                                           flps_client **out);
 
+/* flps_client_create_with and a density warm-up (Deep Gradient
+ * Compression): over the first warmup_iterations iterations each layer's
+ * selection density decays exponentially from start_density to its codec's
+ * density, density(t) = start * (target / start)^(t / warmup_iterations),
+ * and stays at the target from then on; a layer whose target is at or
+ * above start_density keeps its target. The density of a push is a pure
+ * function of its iteration, so every worker selects the same fraction,
+ * and the shards (told at registration, which every worker's must match)
+ * cut a gtopk sum to the same schedule's k. It applies to topk:D, gtopk:D,
+ * dgc:D and the topk:D layers of an auto job (their plan's densities are
+ * the targets); the job must be synchronous (async = 0). warmup_iterations
+ * 0 is flps_client_create_with. Errors: those of flps_client_create_with;
+ * FLPS_EINVAL (logged, naming the cause) for a start density outside
+ * (0, 1], an asynchronous job or a codec without a selection density. */
+FLPS_API flps_err flps_client_create_warmup(const flps_client_config *cfg,
+                                            const char *transport,
+                                            uint64_t warmup_iterations,
+                                            double start_density,
+                                            flps_client **out);
+
 /* Start of training: rank 0 offers its tensors' values as the initial
  * model (a shard restored from a checkpoint keeps its own); then every rank
  * pulls the model into its replica. Blocks. */

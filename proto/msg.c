@@ -156,7 +156,7 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
     if (msg->op == PROTO_OP_REGISTER) {
         const proto_jobcfg *c = &msg->cfg;
         pack_key(&pk, "cfg");
-        msgpack_pack_array(&pk, 11);
+        msgpack_pack_array(&pk, c->density_warmup > 0 ? 13 : 11);
         msgpack_pack_uint64(&pk, c->shard);
         msgpack_pack_uint64(&pk, c->nshards);
         msgpack_pack_uint64(&pk, c->workers);
@@ -171,6 +171,10 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
             size_t cl = strlen(c->compression);
             msgpack_pack_str(&pk, cl);
             msgpack_pack_str_body(&pk, c->compression, cl);
+        }
+        if (c->density_warmup > 0) {
+            msgpack_pack_uint64(&pk, c->density_warmup);
+            msgpack_pack_double(&pk, c->density_start);
         }
         pack_key(&pk, "tensors");
         msgpack_pack_array(&pk, msg->ntensors);
@@ -273,7 +277,8 @@ static int decode_cfg(const msgpack_object *o, proto_jobcfg *c)
     const msgpack_object *a;
     uint32_t mode, agg, sched;
 
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 11)
+    if (o->type != MSGPACK_OBJECT_ARRAY ||
+        (o->via.array.size != 11 && o->via.array.size != 13))
         return 0;
     a = o->via.array.ptr;
     if (!obj_u32(&a[0], &c->shard) || !obj_u32(&a[1], &c->nshards) ||
@@ -285,6 +290,13 @@ static int decode_cfg(const msgpack_object *o, proto_jobcfg *c)
         return 0;
     if (mode > PROTO_MODE_WEIGHTED || agg > PROTO_AGG_GTOPK ||
         sched > PROTO_LR_COSINE)
+        return 0;
+    c->density_warmup = 0;
+    c->density_start = 0;
+    if (o->via.array.size == 13 &&
+        (!obj_u64(&a[11], &c->density_warmup) ||
+         !obj_f64(&a[12], &c->density_start) || c->density_warmup == 0 ||
+         !(c->density_start > 0) || c->density_start > 1))
         return 0;
     c->lr_schedule = (uint8_t)sched;
     c->mode = (uint8_t)mode;

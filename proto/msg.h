@@ -97,6 +97,13 @@ typedef struct proto_jobcfg {
     uint8_t lr_schedule;                  /* proto_lr_schedule */
     uint64_t iterations;                  /* the schedule's length */
     char compression[PROTO_SPEC_MAX + 1]; /* the workers' codec spec */
+    /* Density warm-up (codec_warmup_density): over the first
+     * density_warmup iterations the density decays from density_start to
+     * density; gtopk's k of iteration t follows it. 0 = none (and
+     * density_start is then 0). Sent only when density_warmup > 0, so a
+     * REGISTER without it reads as no warm-up. */
+    uint64_t density_warmup;
+    double density_start;
 } proto_jobcfg;
 
 /* The learning rate of iteration t under cfg's schedule. */

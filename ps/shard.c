@@ -647,6 +647,16 @@ static flps_err layout_compare(const ps_shard *s, const proto_msg *m, char *why,
                  a->lr_schedule, (unsigned long long)a->iterations);
         return FLPS_ELAYOUT;
     }
+    if (a->density_warmup != b->density_warmup ||
+        a->density_start != b->density_start) {
+        /* Every worker and the shard must follow one schedule of k. */
+        snprintf(why, len,
+                 "the worker's density warm-up (%llu iterations from %g) "
+                 "differs from the job's (%llu from %g)",
+                 (unsigned long long)b->density_warmup, b->density_start,
+                 (unsigned long long)a->density_warmup, a->density_start);
+        return FLPS_ELAYOUT;
+    }
     return FLPS_OK;
 }
 
@@ -764,6 +774,11 @@ static flps_err on_register(ps_shard *s, uint32_t peer, const proto_msg *m)
             "owned by shard %u (%llu elements), %u workers",
             s->job, m->rank, s->ntensors, s->pm.nparts, s->nowned, s->cfg.shard,
             (unsigned long long)s->pm.shard_load[s->cfg.shard], s->jc.workers);
+        if (s->jc.density_warmup > 0)
+            log_info("job %s: density warm-up from %g to %g over %llu "
+                     "iterations",
+                     s->job, s->jc.density_start, s->jc.density,
+                     (unsigned long long)s->jc.density_warmup);
         /* A first checkpoint holds the layout, so the log written from now
          * on can be replayed even if the shard dies before the next one. */
         if (s->cfg.ckpt_dir != NULL) {

@@ -298,7 +298,12 @@ static flps_err close_iteration(ps_shard *s, ps_part *p)
             bad |= nonfinite_bit(p->w[uidx[j]] + uval[j]);
         }
     } else {
-        uint64_t k = (uint64_t)floor(s->jc.density * (double)p->numel);
+        /* k follows the job's density warm-up, computed from the
+         * iteration exactly as every worker computes its own selection. */
+        uint64_t k = (uint64_t)floor(
+            codec_warmup_density(s->jc.density_start, s->jc.density,
+                                 s->jc.density_warmup, p->iter) *
+            (double)p->numel);
         size_t len;
 
         cap = pushed < p->numel ? pushed : p->numel;

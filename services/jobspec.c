@@ -370,6 +370,59 @@ static flps_err jp_walk(jp *p, yaml_parser_t *yp, jobspec *s)
     return rc;
 }
 
+/* density_warmup against the keys it depends on. Its default is 0, so a
+ * warm-up always comes from the file and has a line. */
+static flps_err jp_check_warmup(jp *p, const jobspec *s)
+{
+    const unsigned long wl = p->line[JOBSPEC_KEY_DENSITY_WARMUP];
+    char comp[64];
+
+    if (s->density_warmup == 0)
+        return FLPS_OK;
+    jp_at_key(p, wl, JOBSPEC_KEY_DENSITY_WARMUP);
+    jobspec_comp_format(s, comp, sizeof(comp));
+    if (s->compression != JOBSPEC_COMP_TOPK &&
+        s->compression != JOBSPEC_COMP_GTOPK &&
+        s->compression != JOBSPEC_COMP_DGC &&
+        s->compression != JOBSPEC_COMP_AUTO)
+        return JP_FAIL(p,
+                       "line %lu: density_warmup: compression '%s' has no "
+                       "selection density to warm up; use topk:D, gtopk:D, "
+                       "dgc:D or auto, or leave density_warmup out",
+                       wl, comp);
+    if (s->mode != JOBSPEC_MODE_SSGD)
+        return JP_FAIL(p,
+                       "line %lu: density_warmup: mode '%s' does not follow a "
+                       "warm-up (only ssgd does); leave density_warmup out "
+                       "or use mode: ssgd",
+                       wl, jobspec_mode_name(s->mode));
+    if (s->command_argc > 0)
+        return JP_FAIL(p,
+                       "line %lu: density_warmup: applies to the built-in "
+                       "flworker; a command: job's program sets its own "
+                       "(flps_client_create_warmup, docs/api.md)",
+                       wl);
+    if (s->density_warmup > s->iterations)
+        return JP_FAIL(p,
+                       "line %lu: density_warmup: %llu is more than "
+                       "iterations (%llu); expected an integer from 0 to "
+                       "%llu",
+                       wl, (unsigned long long)s->density_warmup,
+                       (unsigned long long)s->iterations,
+                       (unsigned long long)s->iterations);
+    if (s->compression != JOBSPEC_COMP_AUTO &&
+        !(s->density_warmup_start > s->density)) {
+        unsigned long sl = p->line[JOBSPEC_KEY_DENSITY_WARMUP_START];
+        jp_at_key(p, sl ? sl : wl, JOBSPEC_KEY_DENSITY_WARMUP_START);
+        return JP_FAIL(p,
+                       "line %lu: density_warmup_start: %g is not above the "
+                       "density of compression '%s'; a warm-up starts denser "
+                       "than its target: expected a number with %g < S <= 1",
+                       sl ? sl : wl, s->density_warmup_start, comp, s->density);
+    }
+    return FLPS_OK;
+}
+
 /* Checks that involve more than one key, once all are known. */
 static flps_err jp_cross_check(jp *p, const jobspec *s)
 {
@@ -391,7 +444,7 @@ static flps_err jp_cross_check(jp *p, const jobspec *s)
                        "fedavg (line %lu); expected an integer from 1 "
                        "to " JP_U32_MAX_TEXT,
                        p->line[JOBSPEC_KEY_ROUNDS], p->line[JOBSPEC_KEY_MODE]);
-    return FLPS_OK;
+    return jp_check_warmup(p, s);
 }
 
 /* Run libyaml over the whole text first: libyaml hands out a value before

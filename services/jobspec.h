@@ -131,6 +131,10 @@ typedef struct jobspec {
     jobspec_comp compression;        /* default dense */
     double density;                  /* topk/gtopk/randk/dgc: (0, 1] */
     uint32_t qsgd_bits;              /* qsgd:BITS, 1..8 */
+    uint64_t density_warmup;         /* iterations of density warm-up, 0 =
+                                        none; default 0 */
+    double density_warmup_start;     /* the warm-up's start density, (0, 1];
+                                        default 0.25 */
     jobspec_transport transport;     /* default zmq */
     uint64_t seed;                   /* default 1 */
     uint64_t eval_every;             /* iterations between test evaluations,

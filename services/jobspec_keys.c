@@ -233,6 +233,17 @@ static const jp_keydef jp_keys[JOBSPEC_KEY_COUNT] = {
                                            " (0 < D <= 1, BITS from 1 to 8)",
                                  JP_WORDS(jp_codecs), .kind = "a codec",
                                  .params = jp_codec_params},
+    /* Which codecs and modes take a warm-up is checked once all keys are
+     * known (jp_cross_check). */
+    [JOBSPEC_KEY_DENSITY_WARMUP] = {JP_ROW(density_warmup, JP_UINT, "0"),
+                                    .note = "0 = none; at most iterations; "
+                                            "ssgd with topk, gtopk, dgc or "
+                                            "auto",
+                                    .umin = 0, .umax = UINT64_MAX},
+    [JOBSPEC_KEY_DENSITY_WARMUP_START] =
+        {JP_ROW(density_warmup_start, JP_REAL, "0.25"),
+         .expect = "a number with 0 < S <= 1, above the codec's density",
+         .range = {0, 1, true, false}},
     [JOBSPEC_KEY_TRANSPORT] = {JP_ROW(transport, JP_WORD, "zmq"),
                                JP_WORDS(jp_transports)},
     [JOBSPEC_KEY_SEED] = {JP_ROW(seed, JP_UINT, "1"), .umin = 0,

@@ -99,6 +99,9 @@ typedef struct ctensor {
     float *data;
     /* Sparse codecs (topk, gtopk, randk, dgc) select over the whole layer. */
     codec *cd;
+    /* The density cd selects at after the warm-up (topk, gtopk, dgc, an
+     * auto layer's topk:D); 0 for a layer without one. */
+    double target;
     ef *ef;          /* error feedback + momentum correction */
     float *velocity; /* plain momentum, for codecs without error feedback */
     double vel_max;  /* dense codec: max |velocity| after the last push */
@@ -124,6 +127,10 @@ struct flps_client {
     int use_ef;  /* the codec is biased: keep an error-feedback residual
                     (never for the lossless dense codec) */
     double density, lr, momentum;
+    /* Density warm-up (flps_client_create_warmup): the iterations and the
+     * start density; 0 iterations = none. */
+    uint64_t density_warmup;
+    double density_start;
     int lr_cosine;
     uint64_t iterations;
     double retry_s, deadline_s;
@@ -757,6 +764,9 @@ static flps_err client_setup(flps_client *c, const flps_client_config *cfg)
                 flps_free(numel);
                 return rc;
             }
+            if (ls.kind == CODEC_TOPK || ls.kind == CODEC_GTOPK ||
+                ls.kind == CODEC_DGC)
+                t->target = ls.density;
         }
     }
     rc = partmap_build_pieces(
@@ -843,6 +853,8 @@ static flps_err client_register(flps_client *c)
         m.cfg.lr = c->lr;
         m.cfg.lr_schedule = c->lr_cosine ? PROTO_LR_COSINE : PROTO_LR_CONSTANT;
         m.cfg.iterations = c->iterations;
+        m.cfg.density_warmup = c->density_warmup;
+        m.cfg.density_start = c->density_warmup > 0 ? c->density_start : 0;
         m.ntensors = c->ntensors;
         m.tensors = pt;
         rc = creq_build(&c->shard_req[s], CREQ_REGISTER, s, &m, NULL);
@@ -885,8 +897,79 @@ static size_t largest_message(const flps_client_config *cfg)
     return n * 8 + 65536;
 }
 
+/* A density warm-up: iterations (0 = none) and the start density. */
+typedef struct warmup_cfg {
+    uint64_t iterations;
+    double start;
+} warmup_cfg;
+
+static flps_err create_on(const flps_client_config *cfg, transport *t,
+                          const warmup_cfg *w, flps_client **out);
+
+/* Whether w can apply to cfg (checked before anything is made; the log
+ * line says why not). */
+static int warmup_is_valid(const flps_client_config *cfg, const warmup_cfg *w)
+{
+    codec_spec cs;
+    const char *comp = cfg->compression ? cfg->compression : "dense";
+
+    if (w == NULL || w->iterations == 0)
+        return 1;
+    if (!(w->start > 0) || w->start > 1) {
+        log_error("density warm-up: start density %g is out of range; "
+                  "expected 0 < start <= 1",
+                  w->start);
+        return 0;
+    }
+    if (cfg->async) {
+        log_error("density warm-up: only synchronous jobs follow a "
+                  "warm-up (async = 0); leave it out for async and ssp");
+        return 0;
+    }
+    if (strcmp(comp, "auto") != 0 &&
+        (codec_spec_parse(comp, &cs) != FLPS_OK ||
+         (cs.kind != CODEC_TOPK && cs.kind != CODEC_GTOPK &&
+          cs.kind != CODEC_DGC))) {
+        log_error("density warm-up: compression '%.64s' has no selection "
+                  "density to warm up; use topk:D, gtopk:D, dgc:D or auto",
+                  comp);
+        return 0;
+    }
+    return 1;
+}
+
+static flps_err create_with(const flps_client_config *cfg,
+                            const char *transport_name, const warmup_cfg *w,
+                            flps_client **out);
+
 flps_err flps_client_create_with(const flps_client_config *cfg,
                                  const char *transport_name, flps_client **out)
+{
+    return create_with(cfg, transport_name, NULL, out);
+}
+
+flps_err flps_client_create_warmup(const flps_client_config *cfg,
+                                   const char *transport_name,
+                                   uint64_t warmup_iterations,
+                                   double start_density, flps_client **out)
+{
+    warmup_cfg w = {warmup_iterations, start_density};
+
+    return create_with(cfg, transport_name, &w, out);
+}
+
+flps_err flps_client_create_on_warmup(const flps_client_config *cfg,
+                                      transport *t, uint64_t warmup_iterations,
+                                      double start_density, flps_client **out)
+{
+    warmup_cfg w = {warmup_iterations, start_density};
+
+    return create_on(cfg, t, &w, out);
+}
+
+static flps_err create_with(const flps_client_config *cfg,
+                            const char *transport_name, const warmup_cfg *w,
+                            flps_client **out)
 {
     transport_select sel = {.kind = TRANSPORT_KIND_ZMQ};
     const char *name = transport_name;
@@ -896,7 +979,7 @@ flps_err flps_client_create_with(const flps_client_config *cfg,
 
     /* Checked before the ZeroMQ context exists, so a bad configuration
      * costs nothing and is always FLPS_EINVAL. */
-    if (out == NULL || !config_is_valid(cfg))
+    if (out == NULL || !config_is_valid(cfg) || !warmup_is_valid(cfg, w))
         return FLPS_EINVAL;
     if (name == NULL)
         name = getenv("FLPS_TRANSPORT");
@@ -915,7 +998,7 @@ flps_err flps_client_create_with(const flps_client_config *cfg,
     }
     if (why[0] != '\0')
         log_info("%s", why);
-    rc = flps_client_create_on(cfg, t, out);
+    rc = create_on(cfg, t, w, out);
     if (rc != FLPS_OK)
         transport_destroy(t);
     return rc;
@@ -961,10 +1044,17 @@ out:
 flps_err flps_client_create_on(const flps_client_config *cfg, transport *t,
                                flps_client **out)
 {
+    return create_on(cfg, t, NULL, out);
+}
+
+static flps_err create_on(const flps_client_config *cfg, transport *t,
+                          const warmup_cfg *w, flps_client **out)
+{
     flps_client *c;
     flps_err rc;
 
-    if (out == NULL || t == NULL || !config_is_valid(cfg))
+    if (out == NULL || t == NULL || !config_is_valid(cfg) ||
+        !warmup_is_valid(cfg, w))
         return FLPS_EINVAL;
     c = flps_calloc(1, sizeof(*c));
     if (c == NULL)
@@ -984,6 +1074,10 @@ flps_err flps_client_create_on(const flps_client_config *cfg, transport *t,
     c->retry_s = (cfg->retry_ms > 0 ? cfg->retry_ms : 2000) / 1000.0;
     c->deadline_s = (cfg->deadline_ms > 0 ? cfg->deadline_ms : 300000) / 1000.0;
     c->staleness = UINT32_MAX;
+    if (w != NULL && w->iterations > 0) {
+        c->density_warmup = w->iterations;
+        c->density_start = w->start;
+    }
     rc = parse_compression(c, cfg->compression);
     if (rc != FLPS_OK) {
         log_error("%s", c->errmsg); /* the caller has no client to ask */
@@ -1589,6 +1683,12 @@ static flps_err push_grad(flps_client *c, uint32_t tensor, const float *grad,
         }
         return FLPS_OK;
     }
+    /* The density of this iteration under the warm-up: a pure function of
+     * iter, so every worker (and a gtopk shard) takes the same. */
+    if (c->density_warmup > 0 && t->target > 0)
+        codec_set_density(t->cd,
+                          codec_warmup_density(c->density_start, t->target,
+                                               c->density_warmup, iter));
     /* Layer-wise selection, split by part: indices are ascending, parts of
      * a tensor are consecutive ranges. */
     rc = encode_grad(c, t->cd, t->ef, t->velocity, grad, t->numel, &cm);
@@ -2027,6 +2127,7 @@ flps_err flps_client_set_layer_codec(flps_client *c, uint32_t tensor,
         return rc;
     codec_destroy(t->cd);
     t->cd = cd;
+    t->target = cs.kind == CODEC_TOPK ? cs.density : 0;
     return FLPS_OK;
 }
 

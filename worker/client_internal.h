@@ -17,4 +17,11 @@
 flps_err flps_client_create_on(const flps_client_config *cfg, transport *t,
                                flps_client **out);
 
+/* flps_client_create_on with a density warm-up, as
+ * flps_client_create_warmup gives one. Errors and ownership: those of
+ * flps_client_create_on. */
+flps_err flps_client_create_on_warmup(const flps_client_config *cfg,
+                                      transport *t, uint64_t warmup_iterations,
+                                      double start_density, flps_client **out);
+
 #endif

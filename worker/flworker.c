@@ -499,6 +499,7 @@ int main(int argc, char **argv)
     size_t hidden[2] = {256, 128};
     double t0, loss_window = 0, acc = -1, tloss = 0;
     uint64_t start_iter, progress_every, nwin = 0;
+    uint64_t warmup_sent = 0; /* bytes sent by the warm-up's end */
     int c, status = 1;
     flps_err rc;
     int64_t rank_arg;
@@ -743,7 +744,11 @@ int main(int argc, char **argv)
         if (spec.round_deadline > 0)
             cc.async = FLPS_MODE_WEIGHTED;
     }
-    rc = flps_client_create_with(&cc, transport_kind_name(tsel.kind), &client);
+    /* jobspec allows a warm-up only for ssgd with topk, gtopk, dgc or
+     * auto; the client checks again. */
+    rc = flps_client_create_warmup(&cc, transport_kind_name(tsel.kind),
+                                   spec.density_warmup,
+                                   spec.density_warmup_start, &client);
     if (rc != FLPS_OK) {
         log_error("cannot join the parameter servers: %s", flps_strerror(rc));
         goto out;
@@ -895,6 +900,10 @@ int main(int argc, char **argv)
         if (pc.tb_sum != NULL && local + 1 == FLW_PROFILE_TO)
             print_profile(m, it + 1, spec.workers, alpha, beta, tb_sum,
                           FLW_PROFILE_TO - FLW_PROFILE_FROM);
+        if (it + 1 == spec.density_warmup) {
+            flps_client_get_stats(client, &st);
+            warmup_sent = st.bytes_sent;
+        }
         loss_window += loss;
         nwin++;
         /* Every rank reports its bytes, so a job's progress can count
@@ -968,6 +977,8 @@ int main(int argc, char **argv)
            (unsigned long long)st.dense_bytes, (unsigned long long)st.resends);
     if (rank == 0)
         printf(",\"test_accuracy\":%.4f,\"test_loss\":%.4f", acc, tloss);
+    if (spec.density_warmup > 0)
+        printf(",\"warmup_bytes_sent\":%llu", (unsigned long long)warmup_sent);
     if (spec.mode == JOBSPEC_MODE_SSP)
         printf(",\"staleness\":%u,\"stale_wait_seconds\":%.3f", spec.staleness,
                flps_client_stale_wait_seconds(client));

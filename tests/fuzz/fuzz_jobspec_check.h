@@ -59,6 +59,12 @@ static void fuzz_check_accepted(const jobspec *s)
                "a bad checkpoint_interval accepted");
     fuzz_check(isfinite(s->time_limit) && s->time_limit >= 0,
                "a bad time_limit accepted");
+    fuzz_check(s->density_warmup == 0 || (s->density_warmup <= s->iterations &&
+                                          s->mode == JOBSPEC_MODE_SSGD &&
+                                          isfinite(s->density_warmup_start) &&
+                                          s->density_warmup_start > 0 &&
+                                          s->density_warmup_start <= 1),
+               "a density warm-up that cannot run accepted");
 
     jobspec_comp_format(s, comp, sizeof(comp));
     snprintf(text, sizeof(text), "name: x\nmodel: mlp\ncompression: %s\n",

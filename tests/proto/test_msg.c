@@ -339,6 +339,70 @@ Test(msg, register_round_trips_with_its_config_and_tensors)
     cr_assert_eq(d.ntensors, 0);
 }
 
+static void register_of(proto_msg *m, proto_tensor *t)
+{
+    memset(m, 0, sizeof(*m));
+    memset(t, 0, sizeof(*t));
+    strcpy(t->name, "w");
+    t->numel = 100;
+    m->op = PROTO_OP_REGISTER;
+    strcpy(m->job, "warm");
+    m->cfg.nshards = 1;
+    m->cfg.workers = 2;
+    m->cfg.part_size = 100;
+    m->cfg.agg = PROTO_AGG_GTOPK;
+    m->cfg.density = 0.001;
+    m->cfg.lr = 0.1;
+    m->cfg.iterations = 1500;
+    m->ntensors = 1;
+    m->tensors = t;
+}
+
+Test(msg, register_carries_the_density_warm_up)
+{
+    proto_tensor t;
+    proto_msg m, d;
+
+    register_of(&m, &t);
+    m.cfg.density_warmup = 300;
+    m.cfg.density_start = 0.25;
+    round_trip(&m, &d, 1);
+    cr_assert_eq(d.cfg.density_warmup, 300);
+    cr_assert_eq(d.cfg.density_start, 0.25);
+    cr_assert_eq(d.cfg.density, 0.001);
+    proto_msg_fini(&d);
+
+    /* Without a warm-up the config is the one older builds send. */
+    register_of(&m, &t);
+    round_trip(&m, &d, 1);
+    cr_assert_eq(d.cfg.density_warmup, 0);
+    cr_assert_eq(d.cfg.density_start, 0);
+    proto_msg_fini(&d);
+}
+
+Test(msg, register_refuses_a_warm_up_without_a_valid_start)
+{
+    const double bad[] = {0, -0.5, 1.5};
+    proto_tensor t;
+
+    for (size_t i = 0; i < 3; i++) {
+        proto_msg m, d;
+        proto_frame f[PROTO_MAX_FRAMES];
+        size_t nf = 0, hlen = 0;
+        void *hdr = NULL;
+        char err[ERRLEN] = "";
+
+        register_of(&m, &t);
+        m.cfg.density_warmup = 10;
+        m.cfg.density_start = bad[i];
+        cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_OK);
+        memset(&d, 0, sizeof(d));
+        cr_assert_eq(proto_msg_decode(f, nf, &d, err, sizeof(err)), FLPS_EPROTO,
+                     "start %g", bad[i]);
+        free(hdr);
+    }
+}
+
 Test(msg, dense_init_round_trips_with_its_values)
 {
     float v[5] = {1.0f, -2.5f, 0.0f, 1e-30f, 3.4e38f};

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compress/codec.h"
+
 #define JOB "agg"
 #define PEER(rank) (100u + (rank))
 #define LR 0.1
@@ -33,8 +35,9 @@ typedef struct rig {
     update *u;
     size_t nu, cap;
     uint32_t errors;
-    proto_buf *held; /* a payload the "transport" still sends */
-    int hold_next;   /* hold the next update's payload */
+    proto_buf *held;   /* a payload the "transport" still sends */
+    int hold_next;     /* hold the next update's payload */
+    int expect_errors; /* a test that wants a refusal: count it quietly */
 } rig;
 
 static void *dup_of(const void *p, size_t len)
@@ -55,7 +58,8 @@ static void on_send(void *arg, uint32_t peer, const ps_reply *rep)
     (void)peer;
     if (rep->msg.op == PROTO_OP_ERROR) {
         g->errors++;
-        cr_log_error("shard refused: %s", rep->msg.text);
+        if (!g->expect_errors)
+            cr_log_error("shard refused: %s", rep->msg.text);
         return;
     }
     if (rep->msg.op != PROTO_OP_UPDATE)
@@ -114,7 +118,17 @@ static flps_err deliver(rig *g, uint32_t rank, const proto_msg *m)
     return ps_shard_handle(g->s, rx);
 }
 
+static rig *rig_start_warmup(uint32_t W, uint8_t agg, uint32_t numel,
+                             double density, uint64_t warmup, double start);
+
 static rig *rig_start(uint32_t W, uint8_t agg, uint32_t numel, double density)
+{
+    return rig_start_warmup(W, agg, numel, density, 0, 0);
+}
+
+/* A job whose density warms up over warmup iterations from start. */
+static rig *rig_start_warmup(uint32_t W, uint8_t agg, uint32_t numel,
+                             double density, uint64_t warmup, double start)
 {
     rig *g = calloc(1, sizeof(*g));
     ps_shard_config c;
@@ -144,6 +158,8 @@ static rig *rig_start(uint32_t W, uint8_t agg, uint32_t numel, double density)
         m.cfg.mode = PROTO_MODE_SSGD;
         m.cfg.agg = agg;
         m.cfg.density = density;
+        m.cfg.density_warmup = warmup;
+        m.cfg.density_start = start;
         m.cfg.lr = LR;
         strcpy(m.cfg.compression, agg == PROTO_AGG_DENSE ? "dense" : "topk");
         m.tensors = &t;
@@ -503,4 +519,82 @@ Test(shard_agg, gtopk_rejects_exactly_what_the_update_did_not_take)
         }
         rig_free(g);
     }
+}
+
+Test(shard_agg, gtopk_keeps_the_k_of_the_density_warm_up_each_iteration)
+{
+    /* Every worker pushes every index, so the union is the whole part and
+     * the update holds exactly the k of the iteration's density. */
+    const uint32_t W = 2, numel = 4096;
+    const uint64_t N = 12;
+    rig *g = rig_start_warmup(W, PROTO_AGG_GTOPK, numel, 0.01, N, 0.25);
+    uint32_t *idx = malloc((size_t)numel * 4);
+    float *val = malloc((size_t)numel * 4);
+    uint32_t prev = numel;
+
+    cr_assert_not_null(idx);
+    cr_assert_not_null(val);
+    for (uint32_t i = 0; i < numel; i++)
+        idx[i] = i;
+    for (uint64_t t = 0; t < N + 4; t++) {
+        codec_spec cs = {CODEC_GTOPK, codec_warmup_density(0.25, 0.01, N, t),
+                         0};
+        uint32_t want = (uint32_t)codec_count_for(&cs, numel);
+
+        for (uint32_t i = 0; i < numel; i++)
+            val[i] = 1e-3f * (float)(((i + 1) * 2654435761u) % 1000 + 1);
+        clear_updates(g);
+        for (uint32_t r = 0; r < W; r++) {
+            proto_msg m = msg_of(PROTO_OP_PUSH, r, t);
+            m.codec = PROTO_CODEC_SPARSE;
+            m.n = numel;
+            m.idx = idx;
+            m.val = val;
+            cr_assert_eq(deliver(g, r, &m), FLPS_OK);
+        }
+        cr_assert_eq(g->nu, W, "iteration %llu closed", (unsigned long long)t);
+        for (uint32_t q = 0; q < W; q++) {
+            cr_assert_eq(g->u[q].n, want, "iteration %llu: %u pairs, not %u",
+                         (unsigned long long)t, g->u[q].n, want);
+            cr_assert_eq(g->u[q].nrej, numel - want);
+        }
+        cr_assert_leq(want, prev, "k never grows");
+        prev = want;
+    }
+    cr_assert_eq(prev, 40, "the target's k after the warm-up");
+    {
+        codec_spec c0 = {CODEC_GTOPK, codec_warmup_density(0.25, 0.01, N, 0),
+                         0};
+        cr_assert_eq(codec_count_for(&c0, numel), 1024, "the start's k");
+    }
+    free(idx);
+    free(val);
+    rig_free(g);
+}
+
+Test(shard_agg, a_worker_with_another_warm_up_is_refused)
+{
+    rig *g = rig_start_warmup(2, PROTO_AGG_GTOPK, 4096, 0.01, 12, 0.25);
+    proto_tensor t;
+    proto_msg m = msg_of(PROTO_OP_REGISTER, 1, 0);
+
+    memset(&t, 0, sizeof(t));
+    strcpy(t.name, "w");
+    t.numel = 4096;
+    m.cfg.nshards = 1;
+    m.cfg.workers = 2;
+    m.cfg.part_size = 4096;
+    m.cfg.mode = PROTO_MODE_SSGD;
+    m.cfg.agg = PROTO_AGG_GTOPK;
+    m.cfg.density = 0.01;
+    m.cfg.density_warmup = 13;
+    m.cfg.density_start = 0.25;
+    m.cfg.lr = LR;
+    strcpy(m.cfg.compression, "topk");
+    m.tensors = &t;
+    m.ntensors = 1;
+    g->expect_errors = 1;
+    cr_assert_neq(deliver(g, 1, &m), FLPS_OK);
+    cr_assert_eq(g->errors, 1, "the worker is told why");
+    rig_free(g);
 }

@@ -1112,7 +1112,8 @@ Test(jobspec, lists_every_key_in_table_order_for_an_unknown_key)
                  "iterations, rounds, local_steps, client_fraction, "
                  "clients, round_deadline, straggler_fraction, "
                  "straggler_slowdown, batch_size, lr, momentum, "
-                 "lr_schedule, compression, transport, seed, eval_every, "
+                 "lr_schedule, compression, density_warmup, "
+                 "density_warmup_start, transport, seed, eval_every, "
                  "part_size, overlap, "
                  "checkpoint_interval, max_restarts, priority, "
                  "cpus_per_worker, memory_per_worker, gpus_per_worker, "
@@ -1468,4 +1469,114 @@ Test(jobspec, overlap_is_on_by_default_and_takes_true_or_false)
                  "line 3: overlap: '2' is not accepted; expected one of "
                  "false, true",
                  NULL);
+}
+
+/* ---- density_warmup ---- */
+
+#define WARM_BASE "name: w\nmodel: mlp\niterations: 1500\n"
+
+Test(jobspec, reads_a_density_warm_up_and_defaults_its_start)
+{
+    jobspec s;
+
+    parse_ok(WARM_BASE "compression: gtopk:0.001\ndensity_warmup: 300\n", &s);
+    cr_assert_eq(s.density_warmup, 300);
+    cr_assert_eq(s.density_warmup_start, 0.25, "the documented default");
+    parse_ok(WARM_BASE "compression: topk:0.01\ndensity_warmup: 1500\n"
+                       "density_warmup_start: 1\n",
+             &s);
+    cr_assert_eq(s.density_warmup, 1500, "as long as the job at most");
+    cr_assert_eq(s.density_warmup_start, 1.0);
+    parse_ok(WARM_BASE "compression: dgc:0.001\ndensity_warmup: 1\n"
+                       "density_warmup_start: 0.002\n",
+             &s);
+    cr_assert_eq(s.density_warmup_start, 0.002);
+    parse_ok(WARM_BASE "compression: auto\ndensity_warmup: 100\n", &s);
+    cr_assert_eq(s.density_warmup, 100);
+    parse_ok("name: w\nmodel: mlp\n", &s);
+    cr_assert_eq(s.density_warmup, 0, "no warm-up unless asked");
+    /* 0 is no warm-up, accepted with any codec and mode. */
+    parse_ok(WARM_BASE "compression: dense\nmode: async\ndensity_warmup: 0\n",
+             &s);
+    cr_assert_eq(s.density_warmup, 0);
+}
+
+Test(jobspec, refuses_a_density_warm_up_out_of_bounds)
+{
+    expect_error(WARM_BASE "compression: gtopk:0.001\ndensity_warmup: 1501\n",
+                 "line 5", "density_warmup", "more than iterations (1500)",
+                 "from 0 to 1500", NULL);
+    expect_error(WARM_BASE "compression: gtopk:0.001\ndensity_warmup: -1\n",
+                 "density_warmup", NULL);
+    expect_error(WARM_BASE "compression: gtopk:0.001\ndensity_warmup: 1e2\n",
+                 "density_warmup", NULL);
+    expect_error(WARM_BASE "compression: gtopk:0.001\ndensity_warmup: 10\n"
+                           "density_warmup_start: 0\n",
+                 "line 6", "density_warmup_start", "0 < S <= 1", NULL);
+    expect_error(WARM_BASE "compression: gtopk:0.001\ndensity_warmup: 10\n"
+                           "density_warmup_start: 1.5\n",
+                 "density_warmup_start", NULL);
+    expect_error(WARM_BASE "compression: gtopk:0.001\ndensity_warmup: 10\n"
+                           "density_warmup_start: nan\n",
+                 "density_warmup_start", NULL);
+}
+
+Test(jobspec, refuses_a_start_not_above_the_codecs_density)
+{
+    expect_error(WARM_BASE "compression: topk:0.5\ndensity_warmup: 10\n",
+                 "line 5", "density_warmup_start: 0.25 is not above",
+                 "'topk:0.5'", NULL);
+    expect_error(WARM_BASE "compression: gtopk:0.1\ndensity_warmup: 10\n"
+                           "density_warmup_start: 0.1\n",
+                 "line 6", "density_warmup_start: 0.1 is not above", NULL);
+}
+
+Test(jobspec, refuses_a_density_warm_up_where_nothing_follows_it)
+{
+    const char *codecs[] = {"dense", "fp16", "randk:0.01", "qsgd:4", "sign"};
+
+    for (size_t i = 0; i < sizeof(codecs) / sizeof(codecs[0]); i++) {
+        char text[256];
+        snprintf(text, sizeof(text),
+                 WARM_BASE "compression: %s\ndensity_warmup: 10\n", codecs[i]);
+        expect_error(text, "line 5", "density_warmup: compression",
+                     "no selection density", "topk:D, gtopk:D, dgc:D or auto",
+                     NULL);
+    }
+    expect_error(WARM_BASE "compression: topk:0.01\nmode: async\n"
+                           "density_warmup: 10\n",
+                 "line 6", "mode 'async'", "only ssgd", NULL);
+    expect_error(WARM_BASE "compression: topk:0.01\nmode: ssp:2\n"
+                           "density_warmup: 10\n",
+                 "mode 'ssp'", NULL);
+    expect_error(WARM_BASE "compression: topk:0.01\nmode: fedavg\n"
+                           "density_warmup: 10\n",
+                 "mode 'fedavg'", NULL);
+    expect_error(WARM_BASE "compression: topk:0.01\ndensity_warmup: 10\n"
+                           "command: [python3, train.py]\n",
+                 "density_warmup", "command:", NULL);
+}
+
+Test(jobspec, the_warm_up_example_holds_its_documented_setting)
+{
+    char path[512], text[8192], err[ERRLEN] = "", comp[32];
+    size_t len;
+    jobspec s;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/examples/fmnist-mlp-gtopk-warmup.yaml",
+             FLPS_SOURCE_DIR);
+    f = fopen(path, "r");
+    cr_assert_neq(f, NULL, "%s", path);
+    len = fread(text, 1, sizeof(text), f);
+    fclose(f);
+    cr_assert_eq(jobspec_parse(text, len, &s, err, sizeof(err)), FLPS_OK,
+                 "%s: %s", path, err);
+    jobspec_comp_format(&s, comp, sizeof(comp));
+    cr_assert_str_eq(comp, "gtopk:0.001");
+    cr_assert_eq(s.density_warmup, 300);
+    cr_assert_eq(s.density_warmup_start, 0.02);
+    cr_assert_eq(s.iterations, 1500);
+    cr_assert_eq(s.workers, 4);
+    cr_assert_eq(s.servers, 2);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "compress/codec.h"
 #include "proto/buf.h"
 #include "proto/msg.h"
 #include "proto/partmap.h"
@@ -1343,5 +1344,83 @@ Test(client, wait_layer_refuses_a_bad_tensor_and_an_async_client_unsticky)
                  "an async wait pulls the whole model");
     cr_assert_str_eq(flps_client_last_error(g->c), "", "not sticky");
     cr_assert_eq(flps_client_push(g->c, 0, G0, 0), FLPS_OK, "still usable");
+}
+
+/* ---- density warm-up ---- */
+
+static flps_err rig_create_warmup(rig *g, uint64_t n, double start)
+{
+    flps_err rc = flps_client_create_on_warmup(&g->cfg, g->t, n, start, &g->c);
+
+    if (rc == FLPS_OK)
+        g->t = NULL;
+    return rc;
+}
+
+/* Pairs the pushes from log entry mark on carry for tensor 0. */
+static uint32_t pairs_of_tensor0(const rig *g, size_t mark)
+{
+    uint32_t n = 0;
+
+    for (size_t k = mark; k < g->net.nlog; k++) {
+        const proto_msg *m = &g->net.log[k].msg;
+        if (m->op == PROTO_OP_PUSH && m->part < g->pm.first_part[1])
+            n += m->n;
+    }
+    return n;
+}
+
+Test(client, a_density_warm_up_is_registered_and_followed_push_by_push)
+{
+    rig *g = rig_new("gtopk:0.1");
+    const uint64_t N = 4;
+
+    cr_assert_eq(rig_create_warmup(g, N, 1.0), FLPS_OK);
+    for (uint32_t s = 0; s < NSHARDS; s++) {
+        cr_assert_eq(g->net.log[s].msg.cfg.density_warmup, N);
+        cr_assert_eq(g->net.log[s].msg.cfg.density_start, 1.0);
+        cr_assert_float_eq(g->net.log[s].msg.cfg.density, 0.1, 1e-12);
+    }
+    cr_assert_eq(flps_client_init(g->c), FLPS_OK);
+    /* Tensor 0 has 10 elements: k = floor(d(t) * 10), d from 1 to 0.1. */
+    for (uint64_t t = 0; t < N + 2; t++) {
+        size_t mark = g->net.nlog;
+        codec_spec cs = {CODEC_GTOPK, codec_warmup_density(1.0, 0.1, N, t), 0};
+
+        push_all(g, G0, t);
+        cr_assert_eq(pairs_of_tensor0(g, mark), codec_count_for(&cs, 10),
+                     "iteration %llu", (unsigned long long)t);
+        cr_assert_eq(flps_client_wait(g->c, t), FLPS_OK);
+    }
+    cr_assert_eq(codec_count_for(&(codec_spec){CODEC_GTOPK, 1.0, 0}, 10), 10);
+    rig_free(g);
+}
+
+Test(client, a_density_warm_up_is_refused_where_it_cannot_apply)
+{
+    static const char *const bad_codecs[] = {"dense", "fp16", "randk:0.1",
+                                             "qsgd:4", "sign"};
+    rig *g;
+
+    for (size_t i = 0; i < sizeof(bad_codecs) / sizeof(bad_codecs[0]); i++) {
+        g = rig_new(bad_codecs[i]);
+        cr_assert_eq(rig_create_warmup(g, 10, 0.25), FLPS_EINVAL, "%s",
+                     bad_codecs[i]);
+        cr_assert_eq(g->net.nlog, 0, "nothing is sent");
+        rig_free(g);
+    }
+    g = rig_new("topk:0.01");
+    cr_assert_eq(rig_create_warmup(g, 10, 0), FLPS_EINVAL);
+    cr_assert_eq(rig_create_warmup(g, 10, 1.5), FLPS_EINVAL);
+    cr_assert_eq(rig_create_warmup(g, 10, NAN), FLPS_EINVAL);
+    g->cfg.async = 1;
+    cr_assert_eq(rig_create_warmup(g, 10, 0.25), FLPS_EINVAL);
+    cr_assert_eq(g->net.nlog, 0);
+    /* No warm-up is plain create, for any codec and mode. */
+    cr_assert_eq(rig_create_warmup(g, 0, 0), FLPS_OK);
+    cr_assert_eq(g->net.log[0].msg.cfg.density_warmup, 0);
+    rig_free(g);
+    g = rig_new("auto");
+    cr_assert_eq(rig_create_warmup(g, 10, 0.25), FLPS_OK, "auto warms up");
     rig_free(g);
 }
