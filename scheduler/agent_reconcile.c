@@ -277,7 +277,8 @@ static int task_credentials(agent_node *n, agent_task *t, char *out, size_t len)
     creds_wipe(&c);
     ok = 1;
 out:
-    explicit_bzero(r->str, r->len);
+    if (r->str != NULL) /* a nil reply (no credentials) has none */
+        explicit_bzero(r->str, r->len);
     freeReplyObject(r);
     return ok;
 }
