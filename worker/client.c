@@ -177,6 +177,29 @@ static flps_err set_error(flps_client *c, flps_err err, const char *fmt, ...)
     return err;
 }
 
+/* The parts of tensor: [c->pm.first_part[tensor], tensor_end_part). */
+static uint32_t tensor_end_part(const flps_client *c, uint32_t tensor)
+{
+    return tensor + 1 < c->ntensors ? c->pm.first_part[tensor + 1]
+                                    : c->pm.nparts;
+}
+
+/* A tensor is pushed again only once the update of its previous push
+ * arrived: sticky FLPS_ESTATE otherwise. */
+static flps_err check_tensor_idle(flps_client *c, uint32_t tensor)
+{
+    const uint32_t last = tensor_end_part(c, tensor);
+
+    for (uint32_t pi = c->pm.first_part[tensor]; pi < last; pi++)
+        if (c->parts[pi].req.kind != CREQ_NONE)
+            return set_error(c, FLPS_ESTATE,
+                             "tensor %s pushed again before the update of "
+                             "its previous push arrived (call "
+                             "flps_client_wait first)",
+                             c->tensors[tensor].name);
+    return FLPS_OK;
+}
+
 void flps_client_get_messages(const flps_client *c, uint64_t *sent,
                               uint64_t *received)
 {
@@ -201,8 +224,7 @@ flps_err flps_client_residual_norm(const flps_client *c, uint32_t tensor,
     } else {
         /* Dense-valued codecs keep a residual per part. */
         uint32_t first = c->pm.first_part[tensor],
-                 last = tensor + 1 < c->ntensors ? c->pm.first_part[tensor + 1]
-                                                 : c->pm.nparts;
+                 last = tensor_end_part(c, tensor);
         for (uint32_t pi = first; pi < last; pi++)
             if (c->parts[pi].ef != NULL) {
                 double v = ef_residual_norm(c->parts[pi].ef);
@@ -1638,15 +1660,10 @@ static flps_err push_grad(flps_client *c, uint32_t tensor, const float *grad,
         return FLPS_EINVAL;
     t = &c->tensors[tensor];
     first = c->pm.first_part[tensor];
-    last =
-        tensor + 1 < c->ntensors ? c->pm.first_part[tensor + 1] : c->pm.nparts;
-    for (uint32_t pi = first; pi < last; pi++)
-        if (c->parts[pi].req.kind != CREQ_NONE)
-            return set_error(c, FLPS_ESTATE,
-                             "tensor %s pushed again before the update of "
-                             "its previous push arrived (call "
-                             "flps_client_wait first)",
-                             t->name);
+    last = tensor_end_part(c, tensor);
+    rc = check_tensor_idle(c, tensor);
+    if (rc != FLPS_OK)
+        return rc;
     /* A NaN or Inf changes nothing (no part is sent, no residual or
      * velocity moves) and the call can be repeated with a good gradient.
      * The dense codec and error feedback check as they go, before anything
@@ -1898,15 +1915,10 @@ flps_err flps_client_push_pairs(flps_client *c, uint32_t tensor,
     if (!c->sparse)
         return FLPS_ESTATE; /* the shards take dense values only */
     first = c->pm.first_part[tensor];
-    last =
-        tensor + 1 < c->ntensors ? c->pm.first_part[tensor + 1] : c->pm.nparts;
-    for (uint32_t pi = first; pi < last; pi++)
-        if (c->parts[pi].req.kind != CREQ_NONE)
-            return set_error(c, FLPS_ESTATE,
-                             "tensor %s pushed again before the update of "
-                             "its previous push arrived (call "
-                             "flps_client_wait first)",
-                             t->name);
+    last = tensor_end_part(c, tensor);
+    rc = check_tensor_idle(c, tensor);
+    if (rc != FLPS_OK)
+        return rc;
     for (size_t j = 0; j < n; j++)
         if (!isfinite(val[j]))
             return FLPS_ENONFINITE;
@@ -1960,8 +1972,7 @@ flps_err flps_client_pairs_taken(const flps_client *c, uint32_t tensor,
     if (pr == NULL || !pr->live)
         return FLPS_ESTATE;
     first = c->pm.first_part[tensor];
-    last =
-        tensor + 1 < c->ntensors ? c->pm.first_part[tensor + 1] : c->pm.nparts;
+    last = tensor_end_part(c, tensor);
     for (uint32_t pi = first; pi < last; pi++)
         if (c->parts[pi].req.kind == CREQ_PUSH)
             return FLPS_ESTATE;
@@ -2082,8 +2093,7 @@ flps_err flps_client_wait_layer(flps_client *c, uint32_t tensor, uint64_t iter)
     if (c->async)
         return FLPS_ESTATE; /* not sticky: async waits pull the model */
     first = c->pm.first_part[tensor];
-    last =
-        tensor + 1 < c->ntensors ? c->pm.first_part[tensor + 1] : c->pm.nparts;
+    last = tensor_end_part(c, tensor);
     for (uint32_t i = first; i < last; i++) {
         const creq *r = &c->parts[i].req;
         if (r->kind == CREQ_PUSH && r->iter != iter)
