@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -281,7 +283,22 @@ typedef struct bench_raw {
     atomic_int failed;       /* set once by whoever fails first */
     char err[256];           /* guarded by lock */
     pthread_mutex_t lock;
+    /* This process's CPU seconds (every thread: the clients, the server
+     * and their ZeroMQ I/O threads) at the start of iteration 1 and once
+     * every client finished the last; written by client 0. */
+    double cpu_start, cpu_end;
 } bench_raw;
+
+/* CPU seconds (user + system, all threads) this process used so far. */
+static inline double bench_raw_cpu_now(void)
+{
+    struct rusage u;
+
+    if (getrusage(RUSAGE_SELF, &u) != 0)
+        return 0;
+    return (double)u.ru_utime.tv_sec + (double)u.ru_utime.tv_usec * 1e-6 +
+           (double)u.ru_stime.tv_sec + (double)u.ru_stime.tv_usec * 1e-6;
+}
 
 typedef struct bench_raw_client {
     bench_raw *r;
@@ -449,6 +466,8 @@ static void *bench_raw_client_main(void *arg)
         /* Every client starts an iteration together; a failed one still
          * takes part in the barriers so nobody waits forever. */
         pthread_barrier_wait(&r->iter);
+        if (cl->id == 0 && it == 1)
+            r->cpu_start = bench_raw_cpu_now();
         if (r->failed)
             continue;
         t0 = flps_mono_s();
@@ -468,6 +487,9 @@ static void *bench_raw_client_main(void *arg)
         r->t0[(size_t)it * r->clients + cl->id] = t0;
         r->t1[(size_t)it * r->clients + cl->id] = flps_mono_s();
     }
+    pthread_barrier_wait(&r->iter); /* every client received everything */
+    if (cl->id == 0)
+        r->cpu_end = bench_raw_cpu_now();
     if (s != NULL)
         zmq_close(s);
     if (ctx != NULL)
@@ -477,11 +499,14 @@ static void *bench_raw_client_main(void *arg)
 }
 
 /* Run the baseline; on success fills span[0..iters) with each iteration's
- * span (first start to last end over the clients) and returns 0; else -1
- * with the reason in err. Every receive is bounded by timeout_ms. */
+ * span (first start to last end over the clients), *cpu_per_iter (if not
+ * NULL) with the CPU seconds the whole trip took per iteration over
+ * iterations 1..iters-1 (every thread on both ends; NAN for iters < 2),
+ * and returns 0; else -1 with the reason in err. Every receive is bounded
+ * by timeout_ms. */
 static inline int bench_raw_run(size_t bytes, size_t chunk, int clients,
                                 int iters, int timeout_ms, double *span,
-                                char *err, size_t errlen)
+                                double *cpu_per_iter, char *err, size_t errlen)
 {
     bench_raw r;
     pthread_t srv, th[64];
@@ -539,6 +564,9 @@ static inline int bench_raw_run(size_t bytes, size_t chunk, int clients,
             }
             span[it] = b - a;
         }
+        if (cpu_per_iter != NULL)
+            *cpu_per_iter =
+                iters < 2 ? NAN : (r.cpu_end - r.cpu_start) / (iters - 1);
     }
     pthread_barrier_destroy(&r.ready);
     pthread_barrier_destroy(&r.iter);

@@ -277,6 +277,10 @@ typedef struct case_result {
     double model_bytes;                 /* the dense model: 4 * numel */
     double worker_peak, shard_peak;     /* bytes */
     double worker_faults, shard_faults; /* minor faults per iteration */
+    /* CPU seconds per iteration (user + system, every thread): flps's
+     * shard and workers together, and the raw baseline's mode that was
+     * faster (both its ends are threads of this process). */
+    double cpu_s, raw_cpu_s;
     int peak_reset_ok;
     /* Per iteration of rank 0. */
     double elements, bytes_sent, bytes_recv, pushes;
@@ -449,19 +453,31 @@ static int worker_entry(int argc, char **argv)
 /* Run the raw baseline `iters + 1` times (the first is dropped) into
  * acc; returns 0 or -1 (message printed). */
 static int raw_batch(const opts *o, size_t bytes, size_t chunk, int W,
-                     int iters, double *acc, int *nacc)
+                     int iters, double *acc, int *nacc, double *cpu, int *ncpu)
 {
-    double span[MAX_ITERS + 1];
+    double span[MAX_ITERS + 1], c;
     char err[300];
 
     if (bench_raw_run(bytes, chunk, W, iters + 1, (int)(o->timeout_s * 1000),
-                      span, err, sizeof(err)) != 0) {
+                      span, &c, err, sizeof(err)) != 0) {
         fprintf(stderr, "bench_ps: %s\n", err);
         return -1;
     }
     for (int i = 1; i <= iters; i++)
         acc[(*nacc)++] = span[i];
+    if (!isnan(c))
+        cpu[(*ncpu)++] = c;
     return 0;
+}
+
+/* CPU seconds the shard and the W workers used so far. */
+static double flps_cpu_now(pid_t shard, const worker_proc *w, int W)
+{
+    double t = bench_cpu_seconds(shard);
+
+    for (int r = 0; r < W; r++)
+        t += bench_cpu_seconds(w[r].pid);
+    return t;
 }
 
 static int run_case(const opts *o, const bcase *c, int W, case_result *out)
@@ -475,6 +491,9 @@ static int run_case(const opts *o, const bcase *c, int W, case_result *out)
     double *raw1 = calloc(nmax, sizeof(double));
     double *rawc = calloc(nmax, sizeof(double));
     double *mc = calloc(nmax, sizeof(double));
+    /* CPU per iteration of each batch: flps, raw one message, raw pieces. */
+    double cpu[3][64];
+    int ncpu[3] = {0, 0, 0};
     int nspan = 0, nraw1 = 0, nrawc = 0, nmc = 0, nw = 0, rc = -1;
     char job[64], log[128], endpoint[256] = "", err[512], shards[] = "1",
                             shard[] = "0";
@@ -544,9 +563,13 @@ static int run_case(const opts *o, const bcase *c, int W, case_result *out)
      * alike. The first iteration of every batch is dropped (its workers
      * start it at slightly different times). */
     for (int round = 0; round < o->rounds; round++) {
+        double cpu0 = flps_cpu_now(shard_pid, w, W);
         if (workers_send(w, W, WCMD_RUN, iters + 1) != 0 ||
             workers_collect(o, w, W, res, times, 3) != 0)
             goto out_stop;
+        if (round < 64)
+            cpu[0][ncpu[0]++] =
+                (flps_cpu_now(shard_pid, w, W) - cpu0) / (iters + 1);
         for (int i = 1; i <= iters; i++) {
             double t0 = times[0][3 * i], t2 = times[0][3 * i + 2];
             for (int r = 1; r < W; r++) {
@@ -569,10 +592,10 @@ static int run_case(const opts *o, const bcase *c, int W, case_result *out)
         out->bytes_recv = (double)res[0].bytes_recv / (iters + 1);
         out->pushes = (double)res[0].pushes / (iters + 1);
 
-        if (raw_batch(o, out->raw_bytes, out->raw_bytes, W, iters, raw1,
-                      &nraw1) != 0 ||
-            raw_batch(o, out->raw_bytes, RAW_CHUNK, W, iters, rawc, &nrawc) !=
-                0)
+        if (raw_batch(o, out->raw_bytes, out->raw_bytes, W, iters, raw1, &nraw1,
+                      cpu[1], &ncpu[1]) != 0 ||
+            raw_batch(o, out->raw_bytes, RAW_CHUNK, W, iters, rawc, &nrawc,
+                      cpu[2], &ncpu[2]) != 0)
             goto out_stop;
         if (W == 1) {
             if (workers_send(w, 1, WCMD_MEMCPY, iters) != 0 ||
@@ -594,6 +617,10 @@ static int run_case(const opts *o, const bcase *c, int W, case_result *out)
     out->raw_one_s = bench_median(raw1, (size_t)nraw1);
     out->raw_chunk_s = bench_median(rawc, (size_t)nrawc);
     out->raw_s = fmin(out->raw_one_s, out->raw_chunk_s);
+    out->cpu_s = bench_median(cpu[0], (size_t)ncpu[0]);
+    out->raw_cpu_s =
+        bench_median(cpu[out->raw_one_s <= out->raw_chunk_s ? 1 : 2],
+                     (size_t)ncpu[out->raw_one_s <= out->raw_chunk_s ? 1 : 2]);
     out->memcpy_s = nmc > 0 ? bench_median(mc, (size_t)nmc) : NAN;
     out->ok = 1;
     rc = 0;
@@ -619,6 +646,12 @@ out_free:
 }
 
 /* ---- reporting ---- */
+
+static long ncores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+}
 
 static void case_key(char *buf, size_t len, const bcase *c, int W,
                      const char *what)
@@ -650,6 +683,14 @@ static void report(const opts *o, const bcase *c, int W, const case_result *r,
     printf("%-20s     minor page faults per iteration: worker (rank 0) %.0f, "
            "shard %.0f\n",
            "", r->worker_faults, r->shard_faults);
+    /* On a machine of N cores an iteration that needs C CPU seconds takes
+     * at least C / N: what flps's own work costs against the bar. */
+    printf("%-20s     CPU per iteration (user + system, all threads): flps "
+           "%.2f ms (%.2f cores busy), raw %.2f ms (%.2f cores busy); on %ld "
+           "cores flps's CPU alone needs >= %.2f ms = %.2fx raw\n",
+           "", r->cpu_s * 1e3, r->cpu_s / r->iter_s, r->raw_cpu_s * 1e3,
+           r->raw_cpu_s / r->raw_s, ncores(), r->cpu_s / ncores() * 1e3,
+           r->cpu_s / ncores() / r->raw_s);
     if (W == 1)
         /* The memcpy's GB/s shows when other processes took the memory
          * bandwidth (the ratio then flatters the push). */
@@ -674,6 +715,12 @@ static void report(const opts *o, const bcase *c, int W, const case_result *r,
         case_key(key, sizeof(key), c, W, "push_over_memcpy");
         bench_json_num(j, key, r->push_s / r->memcpy_s);
     }
+    case_key(key, sizeof(key), c, W, "cpu_seconds");
+    bench_json_num(j, key, r->cpu_s);
+    case_key(key, sizeof(key), c, W, "raw_cpu_seconds");
+    bench_json_num(j, key, r->raw_cpu_s);
+    case_key(key, sizeof(key), c, W, "cpu_floor_over_raw");
+    bench_json_num(j, key, r->cpu_s / ncores() / r->raw_s);
     case_key(key, sizeof(key), c, W, "worker_faults_per_iter");
     bench_json_num(j, key, r->worker_faults);
     case_key(key, sizeof(key), c, W, "shard_faults_per_iter");
@@ -1003,6 +1050,7 @@ int main(int argc, char **argv)
     bench_json_lit(&j, "wire_checked", wire_ok ? "true" : "false");
     bench_json_num(&j, "momentum", o.momentum);
     bench_json_num(&j, "load_average", load[0]);
+    bench_json_num(&j, "cores", (double)ncores());
     snprintf(lit, sizeof(lit), "%d", o.rounds);
     bench_json_lit(&j, "rounds", lit);
     if (!o.keep_logs)

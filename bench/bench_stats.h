@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 static int bench_cmp_double(const void *pa, const void *pb)
 {
@@ -48,32 +49,63 @@ static inline size_t bench_peak_rss(pid_t pid)
     return kb * 1024;
 }
 
-/* Minor page faults of process pid (0 = this one) so far, from
- * /proc/PID/stat; 0 when it cannot be read. */
-static inline unsigned long long bench_minor_faults(pid_t pid)
+/* From /proc/PID/stat of process pid (0 = this one): its minor page
+ * faults and the CPU seconds it used (user + system, every thread) so
+ * far. Returns 0, or -1 (both left 0) when it cannot be read. */
+static inline int bench_proc_stat(pid_t pid, unsigned long long *minflt,
+                                  double *cpu_s)
 {
     char path[64], buf[1024], *p;
-    unsigned long long v = 0;
+    unsigned long long flt = 0, ut = 0, st = 0;
+    long tick = sysconf(_SC_CLK_TCK);
     size_t n;
     FILE *f;
 
+    *minflt = 0;
+    *cpu_s = 0;
     if (pid == 0)
         snprintf(path, sizeof(path), "/proc/self/stat");
     else
         snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     f = fopen(path, "r");
     if (f == NULL)
-        return 0;
+        return -1;
     n = fread(buf, 1, sizeof(buf) - 1, f);
     fclose(f);
     buf[n] = '\0';
     /* The command name may hold spaces: count fields from its ')'. After
-     * it come state, ppid, pgrp, session, tty_nr, tpgid, flags, minflt. */
+     * it come state, ppid, pgrp, session, tty_nr, tpgid, flags, minflt,
+     * cminflt, majflt, cmajflt, utime, stime (clock ticks). */
     p = strrchr(buf, ')');
-    if (p == NULL ||
-        sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %llu", &v) != 1)
-        return 0;
-    return v;
+    if (p == NULL || tick <= 0 ||
+        sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %llu %*u %*u %*u %llu %llu",
+               &flt, &ut, &st) != 3)
+        return -1;
+    *minflt = flt;
+    *cpu_s = (double)(ut + st) / (double)tick;
+    return 0;
+}
+
+/* Minor page faults of process pid (0 = this one) so far; 0 when they
+ * cannot be read. */
+static inline unsigned long long bench_minor_faults(pid_t pid)
+{
+    unsigned long long flt;
+    double cpu;
+
+    bench_proc_stat(pid, &flt, &cpu);
+    return flt;
+}
+
+/* CPU seconds (user + system) process pid (0 = this one) used so far; 0
+ * when they cannot be read. */
+static inline double bench_cpu_seconds(pid_t pid)
+{
+    unsigned long long flt;
+    double cpu;
+
+    bench_proc_stat(pid, &flt, &cpu);
+    return cpu;
 }
 
 /* Reset the VmHWM of process pid (0 = this one) to its current RSS (Linux
