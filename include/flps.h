@@ -34,7 +34,7 @@ extern "C" {
  * "MAJOR.MINOR.PATCH"; compare it with the macros to catch a header and
  * library that do not match. The soname changes with MAJOR. */
 #define FLPS_VERSION_MAJOR 0
-#define FLPS_VERSION_MINOR 2
+#define FLPS_VERSION_MINOR 3
 #define FLPS_VERSION_PATCH 0
 
 FLPS_API const char *flps_version(void);

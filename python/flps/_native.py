@@ -29,7 +29,7 @@ from .errors import LibraryNotFoundError, VersionMismatchError
 #: The libflps major version this package is written for (the soname's).
 EXPECTED_MAJOR = 0
 #: The oldest minor version of that major that has every call used here.
-MINIMUM_MINOR = 2
+MINIMUM_MINOR = 3
 
 SONAME = "libflps.so.%d" % EXPECTED_MAJOR
 

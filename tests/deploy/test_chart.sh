@@ -232,10 +232,10 @@ else
 fi
 
 # ---- package ----------------------------------------------------------------------
-if "$HELM" package "$CHART" -d "$TMP/pkg" >/dev/null 2>&1 && [ -s "$TMP/pkg/flps-0.2.0.tgz" ]; then
-  ok "helm package gives flps-0.2.0.tgz"
+if "$HELM" package "$CHART" -d "$TMP/pkg" >/dev/null 2>&1 && [ -s "$TMP/pkg/flps-${ver}.tgz" ]; then
+  ok "helm package gives flps-${ver}.tgz"
   # The dashboard ConfigMap reads the file with .Files.Get: it must be packaged.
-  if tar -xzOf "$TMP/pkg/flps-0.2.0.tgz" flps/dashboards/flps-job.json | cmp -s - "$CHART/dashboards/flps-job.json"; then
+  if tar -xzOf "$TMP/pkg/flps-${ver}.tgz" flps/dashboards/flps-job.json | cmp -s - "$CHART/dashboards/flps-job.json"; then
     ok "the package holds dashboards/flps-job.json"
   else
     not_ok "the package lacks dashboards/flps-job.json (or holds another)"

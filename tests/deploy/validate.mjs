@@ -155,17 +155,17 @@ function matches(selector, labels) {
 const EXPECT = {
   default: {
     kinds: { ServiceAccount: 1, Secret: 2, ConfigMap: 1, PersistentVolumeClaim: 1, Service: 2, Deployment: 1, StatefulSet: 1, DaemonSet: 1, PodDisruptionBudget: 1, Pod: 1 },
-    image: "localhost/flps:0.2.0",
+    image: "localhost/flps:0.3.0",
     replicas: 2,
   },
   rdma: {
     kinds: { ServiceAccount: 1, Secret: 2, ConfigMap: 1, Service: 2, Deployment: 1, StatefulSet: 1, DaemonSet: 1, PodDisruptionBudget: 1, Pod: 1 },
-    image: "localhost/flps:0.2.0",
+    image: "localhost/flps:0.3.0",
     replicas: 2,
   },
   "external-redis": {
     kinds: { ServiceAccount: 1, ConfigMap: 1, Service: 1, Deployment: 1, DaemonSet: 1, PodDisruptionBudget: 1, Pod: 1 },
-    image: "localhost/flps:0.2.0",
+    image: "localhost/flps:0.3.0",
     replicas: 3,
   },
   gpu: {
@@ -175,7 +175,7 @@ const EXPECT = {
   },
   minimal: {
     kinds: { Secret: 2, ConfigMap: 1, Service: 2, Deployment: 1, StatefulSet: 1, DaemonSet: 1 },
-    image: "localhost/flps:0.2.0",
+    image: "localhost/flps:0.3.0",
     replicas: 1,
     noServiceAccount: true,
     noPdb: true,
@@ -187,7 +187,7 @@ const EXPECT = {
   },
   monitoring: {
     kinds: { ServiceAccount: 1, Secret: 2, ConfigMap: 2, PersistentVolumeClaim: 1, Service: 2, Deployment: 1, StatefulSet: 1, DaemonSet: 1, PodDisruptionBudget: 1, Pod: 1, ServiceMonitor: 1 },
-    image: "localhost/flps:0.2.0",
+    image: "localhost/flps:0.3.0",
     replicas: 2,
     agentMetricsPort: 9200,
     dashboard: { namespace: "monitoring", annotations: { grafana_folder: "flps" } },
