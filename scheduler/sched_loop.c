@@ -19,6 +19,45 @@
 /* A follower tries for the lease this often (docs/scheduler.md). */
 #define LOOP_LEASE_RETRY_S 1.0
 
+/* While the same failure repeats (Redis down: every turn, 5 a second) it is
+ * logged when it starts, then once a minute with a count, and once more
+ * when it ends. */
+#define LOOP_REPEAT_LOG_S 60.0
+
+/* One kind of failure that may repeat every turn. */
+typedef struct loop_repeat {
+    const char *what; /* "scheduling turn stopped", as the first line says */
+    unsigned long n;  /* in a row, 0 = not failing */
+    double logged;    /* mono time of the last line */
+    char why[200];    /* the reason last logged */
+} loop_repeat;
+
+static void repeat_fail(loop_repeat *r, double mono, flps_log_level level,
+                        const char *why)
+{
+    r->n++;
+    if (r->n == 1 || strncmp(why, r->why, sizeof(r->why) - 1) != 0) {
+        flps_log(level, "%s: %s", r->what, why);
+    } else if (mono - r->logged >= LOOP_REPEAT_LOG_S) {
+        flps_log(level, "%s: %s (still, %lu times in a row)", r->what, why,
+                 r->n);
+    } else {
+        return;
+    }
+    r->logged = mono;
+    snprintf(r->why, sizeof(r->why), "%s", why);
+}
+
+static void repeat_ok(loop_repeat *r)
+{
+    if (r->n > 1)
+        log_info("%s no more: it failed %lu times in a row", r->what, r->n);
+    else if (r->n == 1)
+        log_info("%s no more", r->what);
+    r->n = 0;
+    r->why[0] = '\0';
+}
+
 struct sched_loop {
     sched_store *st;
     char id[128];
@@ -28,6 +67,7 @@ struct sched_loop {
     int need_sweep;       /* just became leader: look at every RUNNING job */
     double next_lease;    /* mono time of the next lease attempt */
     double lease_expires; /* mono time our lease surely ends by */
+    loop_repeat lease_fail, turn_fail;
     sched_loop_stats stats;
 };
 
@@ -46,6 +86,8 @@ flps_err sched_loop_create(sched_store *st, const sched_loop_cfg *cfg,
     snprintf(l->id, sizeof(l->id), "%s", cfg->id);
     l->lease_ms = cfg->lease_ms;
     l->node_ttl_s = cfg->node_ttl_s > 0 ? cfg->node_ttl_s : 6;
+    l->lease_fail.what = "cannot reach the lease";
+    l->turn_fail.what = "scheduling turn stopped";
     atomic_init(&l->stats.leader, 0);
     atomic_init(&l->stats.placements, 0);
     atomic_init(&l->stats.backfills, 0);
@@ -110,10 +152,12 @@ static void loop_lease(sched_loop *l, double mono)
         return;
     rc = sched_store_lease(l->st, l->id, l->lease_ms, &held);
     if (rc != FLPS_OK) {
-        log_warn("cannot reach the lease: %s", sched_store_error(l->st));
+        repeat_fail(&l->lease_fail, mono, FLPS_LOG_WARN,
+                    sched_store_error(l->st));
         l->next_lease = mono + LOOP_LEASE_RETRY_S;
         return;
     }
+    repeat_ok(&l->lease_fail);
     if (held) {
         l->lease_expires = started + (double)l->lease_ms / 1000.0;
         l->next_lease = mono + (double)l->lease_ms / 3000.0;
@@ -795,9 +839,10 @@ flps_err sched_loop_step(sched_loop *l, double now, double mono)
     rc = loop_place(l, now);
     if (rc != FLPS_OK)
         goto fail;
+    repeat_ok(&l->turn_fail);
     return FLPS_OK;
 fail:
-    log_error("scheduling turn stopped: %s",
-              rc == FLPS_ENOMEM ? "out of memory" : sched_store_error(l->st));
+    repeat_fail(&l->turn_fail, mono, FLPS_LOG_ERROR,
+                rc == FLPS_ENOMEM ? "out of memory" : sched_store_error(l->st));
     return rc;
 }
