@@ -93,15 +93,25 @@ flps_err worker_backend_select(const char *name, const worker_backend **out,
     worker_backend_list(built, sizeof(built));
     k = wb_known_index(name);
     if (k < 0) {
+        char shown[44];
+        size_t c;
+
+        /* The name is the caller's text (argv): quoted, cut if long, and
+         * no control byte can break the one-line message. */
+        for (c = 0; name[c] != '\0' && c < 40; c++)
+            shown[c] = (unsigned char)name[c] < 0x20 || name[c] == 0x7f
+                           ? '?'
+                           : name[c];
+        snprintf(shown + c, sizeof(shown) - c, "%s",
+                 name[c] != '\0' ? "..." : "");
         known[0] = '\0';
         for (size_t i = 0; i < WB_NKNOWN && n < sizeof(known); i++)
             n += (size_t)snprintf(known + n, sizeof(known) - n, "%s%s",
                                   i == 0 ? "" : ", ", wb_known[i].name);
-        /* The name is the caller's text (argv): quoted, cut if long. */
         return flps_errbuf_set(why, len, FLPS_ECONFIG,
-                               "unknown backend '%.40s'; flps knows %s (built "
+                               "unknown backend '%s'; flps knows %s (built "
                                "into this flworker: %s)",
-                               name, known, built);
+                               shown, known, built);
     }
     b = worker_backend_find(name);
     if (b == NULL)

@@ -53,6 +53,9 @@ Test(backend, finds_cpu_and_it_runs_here)
     cr_assert_eq(sel, b);
 }
 
+/* 40 bytes of 'c'. */
+#define C40 "cccccccccccccccccccccccccccccccccccccccc"
+
 Test(backend, finds_nothing_for_an_unknown_name_and_says_what_is_built)
 {
     const worker_backend *sentinel = (const worker_backend *)&sentinel;
@@ -74,6 +77,14 @@ Test(backend, finds_nothing_for_an_unknown_name_and_says_what_is_built)
                  FLPS_ECONFIG);
     cr_assert_str_eq(why, want);
     cr_assert_eq(out, sentinel, "*out untouched on failure");
+    /* 3 + 37 + 3 bytes: the first 40 are shown. */
+    snprintf(want, sizeof(want),
+             "unknown backend 'a?b%.37s...'; flps knows cpu, cuda (built "
+             "into this flworker: %s)",
+             C40, built);
+    cr_assert_eq(worker_backend_select("a\nb" C40, &out, why, sizeof(why)),
+                 FLPS_ECONFIG);
+    cr_assert_str_eq(why, want, "a control byte shown as ?, cut at 40");
     cr_assert_eq(worker_backend_select(NULL, &out, why, sizeof(why)),
                  FLPS_EINVAL);
     cr_assert_eq(worker_backend_select("cpu", NULL, why, sizeof(why)),
