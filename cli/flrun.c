@@ -90,6 +90,9 @@ typedef struct run {
      * reported, and whether every other was the same. */
     char model_hash[24];
     int hash_differs;
+    /* The compute backend the workers' done events name (flworker's;
+     * empty when none does, "mixed" when they differ). */
+    char backend[16];
 } run;
 
 static void human_bytes(double b, char *buf, size_t len)
@@ -294,6 +297,21 @@ static void on_done_timing(run *r, json_t *o)
         r->layer_bytes[i] += json_u64(json_array_get(layers, i), "bytes_sent");
 }
 
+/* A worker's done event's backend: a short lower-case name as flworker
+ * prints it (anything else is ignored, so it cannot break the JSON). */
+static void on_done_backend(run *r, json_t *o)
+{
+    const char *b = json_string_value(json_object_get(o, "backend"));
+
+    if (b == NULL || b[0] == '\0' || strlen(b) >= sizeof(r->backend) ||
+        strspn(b, "abcdefghijklmnopqrstuvwxyz0123456789_-") != strlen(b))
+        return;
+    if (r->backend[0] == '\0')
+        snprintf(r->backend, sizeof(r->backend), "%s", b);
+    else if (strcmp(r->backend, b) != 0)
+        snprintf(r->backend, sizeof(r->backend), "mixed");
+}
+
 /* The summary's time split: means over the workers that reported one,
  * and each layer's push bytes over all of them. */
 static void print_timing(const run *r)
@@ -402,6 +420,7 @@ static void on_worker_line(void *arg, proc *p, const char *line)
         }
         r->done++;
         on_done_timing(r, o);
+        on_done_backend(r, o);
         r->late_clients += json_u64(o, "late_clients");
         r->client_rounds += json_u64(o, "client_rounds");
         r->bytes_sent += json_u64(o, "bytes_sent");
@@ -977,6 +996,8 @@ int main(int argc, char **argv)
         printf(",\"late_clients\":%llu,\"client_rounds\":%llu",
                (unsigned long long)r.late_clients,
                (unsigned long long)r.client_rounds);
+    if (r.backend[0] != '\0')
+        printf(",\"backend\":\"%s\"", r.backend);
     print_timing(&r);
     printf("}\n");
     fflush(stdout);

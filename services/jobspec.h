@@ -58,6 +58,13 @@ typedef enum {
                                ACTIVE port, ZeroMQ otherwise */
 } jobspec_transport;
 
+/* Where flworker computes (worker/backend.h; the names are the backends'
+ * names). */
+typedef enum {
+    JOBSPEC_BACKEND_CPU = 0, /* OpenBLAS, always built */
+    JOBSPEC_BACKEND_CUDA,    /* built only where the CUDA toolkit is found */
+} jobspec_backend;
+
 /* Room for command's (and env's) words: bytes, NULs included, and words. */
 #define JOBSPEC_WORDS_BYTES 4096
 #define JOBSPEC_WORDS_MAX 128
@@ -145,6 +152,8 @@ typedef struct jobspec {
                                         next forward waits per layer; 0:
                                         push after the whole backward, wait
                                         for every layer (for comparison) */
+    jobspec_backend backend;         /* default cpu: flworker's compute
+                                        backend (--backend overrides) */
     double checkpoint_interval;      /* seconds, 0 = off; default 0 */
     uint32_t max_restarts;           /* default 0 (used by flsched) */
     uint32_t priority;               /* default 0 (used by flsched) */
@@ -244,6 +253,7 @@ const char *jobspec_comp_name(jobspec_comp c);
 const char *jobspec_dataset_name(jobspec_dataset d);
 const char *jobspec_partition_name(jobspec_partition p);
 const char *jobspec_transport_name(jobspec_transport t);
+const char *jobspec_backend_name(jobspec_backend b);
 const char *jobspec_lr_schedule_name(jobspec_lr_schedule l);
 
 /* Append to out the Markdown table of every key the parser accepts, one

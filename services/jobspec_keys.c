@@ -100,7 +100,8 @@ _Static_assert(sizeof(jobspec_model) == sizeof(uint32_t) &&
                    sizeof(jobspec_mode) == sizeof(uint32_t) &&
                    sizeof(jobspec_comp) == sizeof(uint32_t) &&
                    sizeof(jobspec_lr_schedule) == sizeof(uint32_t) &&
-                   sizeof(jobspec_transport) == sizeof(uint32_t),
+                   sizeof(jobspec_transport) == sizeof(uint32_t) &&
+                   sizeof(jobspec_backend) == sizeof(uint32_t),
                "enum fields are 32 bits");
 
 static const char *const jp_models[] = {"mlp", "cnn"};
@@ -112,6 +113,8 @@ static const char *const jp_schedules[] = {"constant", "cosine"};
 static const char *const jp_transports[] = {"zmq", "rdma", "auto"};
 /* overlap: stored as its index, so false is 0. */
 static const char *const jp_bools[] = {"false", "true"};
+/* By jobspec_backend value; each is a backend name of worker/backend.h. */
+static const char *const jp_backends[] = {"cpu", "cuda"};
 /* By jobspec_comp value, which is also the order of proto's codec ids. */
 static const char *const jp_codecs[] = {
     "dense", "topk", "gtopk", "randk", "dgc", "qsgd", "fp16", "auto", "sign"};
@@ -255,6 +258,9 @@ static const jp_keydef jp_keys[JOBSPEC_KEY_COUNT] = {
                                .umax = UINT32_MAX},
     [JOBSPEC_KEY_OVERLAP] = {JP_ROW(overlap, JP_WORD, "true"),
                              JP_WORDS(jp_bools)},
+    /* Whether this flworker has the backend is flworker's to say. */
+    [JOBSPEC_KEY_BACKEND] = {JP_ROW(backend, JP_WORD, "cpu"),
+                             JP_WORDS(jp_backends)},
     [JOBSPEC_KEY_CHECKPOINT_INTERVAL] =
         {JP_ROW(checkpoint_interval, JP_REAL, "0"),
          .expect = JP_SECONDS("0 = off"), .range = {0, INFINITY, false, false}},
@@ -1206,6 +1212,11 @@ const char *jobspec_partition_name(jobspec_partition p)
 const char *jobspec_transport_name(jobspec_transport t)
 {
     return jp_word_name(JOBSPEC_KEY_TRANSPORT, (unsigned)t);
+}
+
+const char *jobspec_backend_name(jobspec_backend b)
+{
+    return jp_word_name(JOBSPEC_KEY_BACKEND, (unsigned)b);
 }
 
 const char *jobspec_lr_schedule_name(jobspec_lr_schedule l)

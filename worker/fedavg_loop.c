@@ -323,6 +323,8 @@ flps_err fedavg_loop_run(const fedavg_loop_args *a)
         printf(",\"test_accuracy\":%.4f,\"test_loss\":%.4f,"
                "\"test_accuracy_last5\":%.4f",
                tacc, tloss, last_n ? last_sum / last_n : tacc);
+    if (a->backend != NULL)
+        printf(",\"backend\":\"%s\"", a->backend);
     printf(",\"seconds\":%.3f}\n", flps_mono_s() - t0);
     fflush(stdout);
     log_info("rank %u done: %u rounds in %.1f s, sent %llu bytes (dense "

@@ -23,6 +23,8 @@ typedef struct fedavg_loop_args {
                               global buffers below as its replica */
     float *const *global;  /* per tensor of m: the global model */
     uint64_t start_round;  /* the first round the shards have not closed */
+    const char *backend;   /* the compute backend's name, for the done
+                              line (worker/backend.h) */
 } fedavg_loop_args;
 
 /* Run rounds start_round .. spec->rounds - 1. Each round every process
@@ -33,9 +35,9 @@ typedef struct fedavg_loop_args {
  * when it has no client in the round) and waits for the round's update.
  * Events on stdout as JSON lines: rank 0 prints "progress" per round,
  * "eval" on the global model every eval_every rounds and in each of the
- * last five rounds, and every rank a "done" line (rank 0's with rounds,
- * test_accuracy and test_accuracy_last5). Blocks for the whole job.
- * Errors: FLPS_ENOMEM, a failed training step (FLPS_ENONFINITE) or the
+ * last five rounds, and every rank a "done" line (with the backend; rank 0's
+ * with rounds, test_accuracy and test_accuracy_last5). Blocks for the whole
+ * job. Errors: FLPS_ENOMEM, a failed training step (FLPS_ENONFINITE) or the
  * client's errors; logged with the round. */
 flps_err fedavg_loop_run(const fedavg_loop_args *a);
 

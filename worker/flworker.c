@@ -22,6 +22,7 @@
 #include "flps.h"
 #include "proto/transport_select.h"
 #include "services/jobspec.h"
+#include "worker/backend.h"
 #include "worker/dataset.h"
 #include "worker/fedavg_loop.h"
 #include "worker/flworker_metrics.h"
@@ -454,7 +455,16 @@ static void usage(FILE *f)
                "for auto)\n"
                "  [--credentials-file PATH]  the job's credentials (0600; "
                "else\n"
-               "                 $FLPS_CREDENTIALS_FILE)\n");
+               "                 $FLPS_CREDENTIALS_FILE)\n"
+               "  [--backend NAME]  the compute backend, instead of the "
+               "job file's\n"
+               "                 backend: (cpu, cuda)\n");
+    {
+        char built[128];
+
+        fprintf(f, "backends built into this flworker: %s\n",
+                worker_backend_list(built, sizeof(built)));
+    }
 }
 
 int main(int argc, char **argv)
@@ -468,11 +478,13 @@ int main(int argc, char **argv)
         {"metrics", required_argument, NULL, 'm'},
         {"transport", required_argument, NULL, 'X'},
         {"credentials-file", required_argument, NULL, 'K'},
+        {"backend", required_argument, NULL, 'B'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *job_file = NULL, *job_id = NULL, *metrics_ep = NULL;
-    const char *transport_arg = NULL;
+    const char *transport_arg = NULL, *backend_arg = NULL;
+    const worker_backend *backend = NULL;
     transport_select tsel = {.kind = TRANSPORT_KIND_ZMQ};
     char twhy[1024];
     flw_metrics *fm = NULL;
@@ -556,6 +568,9 @@ int main(int argc, char **argv)
             }
             transport_arg = optarg;
             break;
+        case 'B':
+            backend_arg = optarg;
+            break;
         case 'K':
             /* libflps reads the job's credentials from the file this
              * variable names (the path only; the secret stays in it). */
@@ -622,6 +637,16 @@ int main(int argc, char **argv)
         log_error("%s", twhy);
         return 2;
     }
+    /* The compute backend: unknown, not built in or unable to run here,
+     * the worker stops before it loads the data set. */
+    if (worker_backend_select(backend_arg != NULL
+                                  ? backend_arg
+                                  : jobspec_backend_name(spec.backend),
+                              &backend, twhy, sizeof(twhy)) != FLPS_OK) {
+        log_error("%s", twhy);
+        return 2;
+    }
+    log_info("backend %s: %s", backend->name, backend->description);
     jobspec_comp_format(&spec, comp, sizeof(comp));
 
     if (spec.dataset == JOBSPEC_DATASET_FASHION_MNIST) {
@@ -664,10 +689,10 @@ int main(int argc, char **argv)
                       shape.height, shape.width, shape.channels, train.dim);
             goto out;
         }
-        rc = model_create_cnn(&shape, spec.batch_size, spec.seed, &m);
+        rc = backend->create_cnn(&shape, spec.batch_size, spec.seed, &m);
     } else {
-        rc = model_create_mlp(train.dim, hidden, 2, train.classes,
-                              spec.batch_size, spec.seed, &m);
+        rc = backend->create_mlp(train.dim, hidden, 2, train.classes,
+                                 spec.batch_size, spec.seed, &m);
     }
     if (rc != FLPS_OK) {
         log_error("cannot build the model: %s", flps_strerror(rc));
@@ -794,8 +819,16 @@ int main(int argc, char **argv)
     fflush(stdout);
     if (is_fedavg) {
         /* The shards' iterations are the rounds. */
-        fedavg_loop_args fa = {&spec, (uint32_t)rank, &train, &test,     &part,
-                               m,     client,         global, start_iter};
+        fedavg_loop_args fa = {.spec = &spec,
+                               .rank = (uint32_t)rank,
+                               .train = &train,
+                               .test = &test,
+                               .part = &part,
+                               .m = m,
+                               .client = client,
+                               .global = global,
+                               .start_round = start_iter,
+                               .backend = backend->name};
 
         if (fedavg_loop_run(&fa) == FLPS_OK)
             status = 0;
@@ -985,11 +1018,12 @@ int main(int argc, char **argv)
     /* Where the loop's time went: computing (the steps less their pushes
      * and waits), pushing (compression and queueing), blocked on the
      * network; and what each layer's pushes sent. */
-    printf(",\"overlap\":%s,\"compute_seconds\":%.6f,\"push_seconds\":%.6f,"
+    printf(",\"backend\":\"%s\",\"overlap\":%s,\"compute_seconds\":%.6f,"
+           "\"push_seconds\":%.6f,"
            "\"comm_wait_seconds\":%.6f,\"seconds_per_iteration\":%.6f,"
            "\"model_hash\":\"%016llx\",\"layers\":[",
-           spec.overlap ? "true" : "false", compute_s, push_total_s,
-           comm_wait_s,
+           backend->name, spec.overlap ? "true" : "false", compute_s,
+           push_total_s, comm_wait_s,
            spec.iterations > start_iter
                ? loop_s / (double)(spec.iterations - start_iter)
                : 0.0,

@@ -1114,7 +1114,7 @@ Test(jobspec, lists_every_key_in_table_order_for_an_unknown_key)
                  "straggler_slowdown, batch_size, lr, momentum, "
                  "lr_schedule, compression, density_warmup, "
                  "density_warmup_start, transport, seed, eval_every, "
-                 "part_size, overlap, "
+                 "part_size, overlap, backend, "
                  "checkpoint_interval, max_restarts, priority, "
                  "cpus_per_worker, memory_per_worker, gpus_per_worker, "
                  "cpus_per_server, memory_per_server, time_limit",
@@ -1468,6 +1468,31 @@ Test(jobspec, overlap_is_on_by_default_and_takes_true_or_false)
     expect_error("name: a\nmodel: cnn\noverlap: 2\n",
                  "line 3: overlap: '2' is not accepted; expected one of "
                  "false, true",
+                 NULL);
+}
+
+Test(jobspec, backend_is_cpu_by_default_and_takes_cpu_or_cuda)
+{
+    jobspec s;
+
+    parse_ok("name: a\nmodel: cnn\n", &s);
+    cr_assert_eq(s.backend, JOBSPEC_BACKEND_CPU, "the default is cpu");
+    cr_assert_str_eq(jobspec_backend_name(s.backend), "cpu");
+    /* The parser takes every backend flps knows; whether this build has
+     * it is flworker's to check. */
+    parse_ok("name: a\nmodel: cnn\nbackend: cuda\n", &s);
+    cr_assert_eq(s.backend, JOBSPEC_BACKEND_CUDA);
+    cr_assert_str_eq(jobspec_backend_name(s.backend), "cuda");
+    parse_ok("name: a\nmodel: mlp\nbackend: cpu\n", &s);
+    cr_assert_eq(s.backend, JOBSPEC_BACKEND_CPU);
+    cr_assert_str_eq(jobspec_backend_name((jobspec_backend)7), "unknown");
+    expect_error("name: a\nmodel: cnn\nbackend: gpu\n",
+                 "line 3: backend: 'gpu' is not accepted; expected one of "
+                 "cpu, cuda",
+                 NULL);
+    expect_error("name: a\nmodel: cnn\nbackend: CUDA\n",
+                 "line 3: backend: 'CUDA' is not accepted; expected one of "
+                 "cpu, cuda",
                  NULL);
 }
 
