@@ -17,6 +17,7 @@
 #include "runcmd.h"
 #include "spawn.h"
 #include "tests/common/fake_sysfs.h"
+#include "tests/log_capture.h"
 
 /* Stopping "at once" against hanging until a deadline: the client's waits
  * run for minutes, so anything under this bound did not wait on a peer. */
@@ -260,18 +261,6 @@ Test(transport_choice, rdma_on_a_node_with_an_active_port_fails_fast_without_it)
 
 /* ---- libflps: flps_client_create_with and FLPS_TRANSPORT ---- */
 
-/* The library's log lines, for what it said about the transport. */
-static char client_log[4096];
-
-static void keep_line(void *arg, flps_log_level level, const char *line)
-{
-    size_t n = strlen(client_log);
-
-    (void)arg;
-    (void)level;
-    snprintf(client_log + n, sizeof(client_log) - n, "%s\n", line);
-}
-
 static float cdata[64], cgrad[64];
 
 static void client_cfg(flps_client_config *cfg, const char **servers,
@@ -305,36 +294,35 @@ Test(transport_choice, a_client_asking_for_rdma_without_a_device_fails_at_once)
 
     scene_init(&s, 0, "zmq");
     cr_assert_eq(setenv("FLPS_SYSFS_ROOT", s.sys.root, 1), 0);
-    client_log[0] = '\0';
-    flps_set_logger(keep_line, NULL);
+    test_log_begin();
     client_cfg(&cfg, servers, &t);
     t0 = flps_mono_s();
     cr_assert_eq(flps_client_create_with(&cfg, "rdma", &c), FLPS_ECONFIG);
     cr_assert_lt(flps_mono_s() - t0, FAST_S, "it did not wait on the shard");
     cr_assert_null(c);
-    cr_assert(strstr(client_log, "transport: rdma: no RDMA device on this "
-                                 "node (") != NULL,
-              "%s", client_log);
-    cr_assert(strstr(client_log, NO_DEVICE_FIX) != NULL, "%s", client_log);
+    cr_assert(strstr(test_logged, "transport: rdma: no RDMA device on this "
+                                  "node (") != NULL,
+              "%s", test_logged);
+    cr_assert(strstr(test_logged, NO_DEVICE_FIX) != NULL, "%s", test_logged);
 
-    client_log[0] = '\0';
+    test_logged[0] = '\0';
     cr_assert_eq(flps_client_create_with(&cfg, "infiniband", &c), FLPS_EINVAL);
-    cr_assert(strstr(client_log, "transport: 'infiniband' is not a "
-                                 "transport; use zmq, rdma or auto") != NULL,
-              "%s", client_log);
+    cr_assert(strstr(test_logged, "transport: 'infiniband' is not a "
+                                  "transport; use zmq, rdma or auto") != NULL,
+              "%s", test_logged);
 
     /* flps_client_create follows FLPS_TRANSPORT, as a job's program does
      * under flrun and flagent. */
-    client_log[0] = '\0';
+    test_logged[0] = '\0';
     cr_assert_eq(setenv("FLPS_TRANSPORT", "rdma", 1), 0);
     cr_assert_eq(flps_client_create(&cfg, &c), FLPS_ECONFIG);
-    cr_assert(strstr(client_log, "transport: rdma: no RDMA device") != NULL,
-              "%s", client_log);
+    cr_assert(strstr(test_logged, "transport: rdma: no RDMA device") != NULL,
+              "%s", test_logged);
     cr_assert_eq(setenv("FLPS_TRANSPORT", "bogus", 1), 0);
     cr_assert_eq(flps_client_create(&cfg, &c), FLPS_EINVAL);
-    cr_assert(strstr(client_log, "'bogus' (from FLPS_TRANSPORT) is not a "
-                                 "transport") != NULL,
-              "%s", client_log);
+    cr_assert(strstr(test_logged, "'bogus' (from FLPS_TRANSPORT) is not a "
+                                  "transport") != NULL,
+              "%s", test_logged);
     unsetenv("FLPS_TRANSPORT");
     unsetenv("FLPS_SYSFS_ROOT");
     flps_set_logger(NULL, NULL);
@@ -358,14 +346,13 @@ Test(transport_choice, a_client_on_auto_trains_with_a_shard_on_auto_over_zeromq)
     snprintf(log, sizeof(log), "%s/flps.log", s.dir);
     cr_assert_eq(test_shard_start(&sh, log, args), 0, "see %s", log);
     servers[0] = sh.endpoint;
-    client_log[0] = '\0';
-    flps_set_logger(keep_line, NULL);
+    test_log_begin();
     client_cfg(&cfg, servers, &t);
     cr_assert_eq(flps_client_create_with(&cfg, "auto", &c), FLPS_OK, "%s",
-                 client_log);
-    cr_assert(strstr(client_log, "transport: auto: ZeroMQ, because no RDMA "
-                                 "device on this node") != NULL,
-              "%s", client_log);
+                 test_logged);
+    cr_assert(strstr(test_logged, "transport: auto: ZeroMQ, because no RDMA "
+                                  "device on this node") != NULL,
+              "%s", test_logged);
     cr_assert_eq(flps_client_init(c), FLPS_OK, "%s", flps_client_last_error(c));
     for (int i = 0; i < 64; i++)
         cgrad[i] = 1.0f;

@@ -16,6 +16,7 @@
 
 #include "common/alloc.h"
 #include "ps/crc32c.h"
+#include "tests/log_capture.h"
 
 /* ---- helpers ---- */
 
@@ -258,29 +259,6 @@ Test(persist, wal_replay_ignores_a_torn_tail)
     remove_dir();
 }
 
-/* Log lines, captured through the library's logger hook. */
-static char logged[8192];
-
-static void capture_log(void *arg, flps_log_level level, const char *line)
-{
-    size_t n = strlen(logged);
-
-    (void)arg;
-    (void)level;
-    snprintf(logged + n, sizeof(logged) - n, "%s\n", line);
-}
-
-static void log_capture_begin(void)
-{
-    logged[0] = '\0';
-    flps_set_logger(capture_log, NULL);
-}
-
-static void log_capture_end(void)
-{
-    flps_set_logger(NULL, NULL);
-}
-
 static void read_all(const char *p, unsigned char *buf, size_t len)
 {
     int fd = open(p, O_RDONLY);
@@ -304,18 +282,19 @@ Test(persist, wal_replay_refuses_a_bad_crc_record_with_intact_records_after)
     flip_byte(path, second + 36 + 2); /* a value byte of record 2 */
     size = file_size(path);
     read_all(path, before, (size_t)size);
-    log_capture_begin();
+    test_log_begin();
     cr_assert_eq(wal_replay(path, collect, &s, &n), FLPS_EPROTO,
                  "an intact record follows the corrupt one");
-    log_capture_end();
+    test_log_end();
     cr_assert_eq(n, 99, "no count on error");
     cr_assert_eq(s.n, 0, "nothing replayed: the log is checked first");
     snprintf(want, sizeof(want),
              "write-ahead log %s: corrupt record at byte offset %lld", path,
              (long long)second);
-    cr_assert_not_null(strstr(logged, want), "logged: %s", logged);
-    cr_assert_not_null(strstr(logged, "--restore-truncate-at-corruption"),
-                       "says what to do: %s", logged);
+    cr_assert_not_null(strstr(test_logged, want), "test_logged: %s",
+                       test_logged);
+    cr_assert_not_null(strstr(test_logged, "--restore-truncate-at-corruption"),
+                       "says what to do: %s", test_logged);
     cr_assert_eq(file_size(path), size, "the file is untouched");
     read_all(path, after, (size_t)size);
     cr_assert_eq(memcmp(before, after, (size_t)size), 0);
@@ -372,10 +351,10 @@ Test(persist, wal_restore_cuts_a_torn_tail_so_new_records_follow_the_last)
         unlink(path);
         write_three(0);
         cr_assert_eq(truncate(path, two + keep), 0);
-        log_capture_begin();
+        test_log_begin();
         cr_assert_eq(wal_restore(path, WAL_RESTORE_REPAIR, collect, &s, &info),
                      FLPS_OK);
-        log_capture_end();
+        test_log_end();
         cr_assert_eq(info.records, 2, "kept %lld", (long long)keep);
         cr_assert_eq(info.kept_bytes, (uint64_t)two);
         cr_assert_eq(info.dropped_bytes, (uint64_t)keep);
@@ -385,7 +364,8 @@ Test(persist, wal_restore_cuts_a_torn_tail_so_new_records_follow_the_last)
         snprintf(want, sizeof(want),
                  "cut a torn last record at byte offset %lld (%lld bytes",
                  (long long)two, (long long)keep);
-        cr_assert_not_null(strstr(logged, want), "logged: %s", logged);
+        cr_assert_not_null(strstr(test_logged, want), "test_logged: %s",
+                           test_logged);
 
         /* An acknowledged append, then a second restore: all of it. */
         cr_assert_eq(wal_open(path, &fd), FLPS_OK);
@@ -419,13 +399,13 @@ Test(persist, wal_restore_with_the_flag_cuts_at_a_corrupt_record_and_reports)
     cr_assert_eq(s.n, 0);
     cr_assert_eq(file_size(path), size);
 
-    log_capture_begin();
+    test_log_begin();
     cr_assert_eq(
         wal_restore(path,
                     WAL_RESTORE_REPAIR | WAL_RESTORE_TRUNCATE_AT_CORRUPTION,
                     collect, &s, &info),
         FLPS_OK);
-    log_capture_end();
+    test_log_end();
     cr_assert_eq(info.records, 1);
     cr_assert_eq(info.corrupt_at, (uint64_t)second);
     cr_assert_eq(info.records_dropped, 1, "the intact third record is lost");
@@ -437,7 +417,8 @@ Test(persist, wal_restore_with_the_flag_cuts_at_a_corrupt_record_and_reports)
              "cut the log at the corrupt record at byte offset %lld, "
              "dropping %lld bytes (1 intact records after it are lost)",
              (long long)second, (long long)(size - second));
-    cr_assert_not_null(strstr(logged, want), "logged: %s", logged);
+    cr_assert_not_null(strstr(test_logged, want), "test_logged: %s",
+                       test_logged);
 
     /* What is appended next is found by the next restore. */
     cr_assert_eq(wal_open(path, &fd), FLPS_OK);
@@ -472,14 +453,15 @@ Test(persist, wal_restore_refuses_records_appended_behind_a_torn_one)
         cr_assert_eq(wal_open(path, &fd), FLPS_OK);
         cr_assert_eq(wal_append(fd, &c, 0), FLPS_OK);
         close(fd);
-        log_capture_begin();
+        test_log_begin();
         cr_assert_eq(wal_restore(path, WAL_RESTORE_REPAIR, collect, &s, &info),
                      FLPS_EPROTO, "piece of %lld bytes", (long long)piece);
-        log_capture_end();
+        test_log_end();
         cr_assert_eq(s.n, 0);
-        cr_assert_not_null(strstr(logged, "corrupt record at byte offset 56, "
-                                          "followed by 1 intact records"),
-                           "logged: %s", logged);
+        cr_assert_not_null(strstr(test_logged,
+                                  "corrupt record at byte offset 56, "
+                                  "followed by 1 intact records"),
+                           "test_logged: %s", test_logged);
         cr_assert_eq(file_size(path), one + piece + 36 + 16 + 4);
     }
     remove_dir();
@@ -588,19 +570,20 @@ Test(persist, wal_restore_refuses_a_log_format_it_does_not_read)
         cr_assert_geq(fd, 0);
         cr_assert_eq(write(fd, rec1, sizeof(rec1)), (ssize_t)sizeof(rec1));
         close(fd);
-        log_capture_begin();
+        test_log_begin();
         cr_assert_eq(
             wal_restore(path,
                         WAL_RESTORE_REPAIR | WAL_RESTORE_TRUNCATE_AT_CORRUPTION,
                         collect, &s, &info),
             FLPS_EPROTO, "%s", magic[i]);
-        log_capture_end();
+        test_log_end();
         cr_assert_eq(s.n, 0);
         cr_assert_eq(file_size(path), 176 + 64, "nothing cut");
         snprintf(want, sizeof(want),
                  "write-ahead log %s: the record at byte offset 176 is in %s",
                  path, says[i]);
-        cr_assert_not_null(strstr(logged, want), "logged: %s", logged);
+        cr_assert_not_null(strstr(test_logged, want), "test_logged: %s",
+                           test_logged);
     }
     remove_dir();
 }

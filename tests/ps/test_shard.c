@@ -15,6 +15,7 @@
 
 #include "common/alloc.h"
 #include "ps/persist.h"
+#include "tests/log_capture.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
@@ -2261,17 +2262,6 @@ static off_t wal_size(const rig *g)
     return st.st_size;
 }
 
-static char shard_logged[8192];
-
-static void shard_capture_log(void *arg, flps_log_level level, const char *line)
-{
-    size_t n = strlen(shard_logged);
-
-    (void)arg;
-    (void)level;
-    snprintf(shard_logged + n, sizeof(shard_logged) - n, "%s\n", line);
-}
-
 Test(shard, a_torn_last_record_is_cut_so_later_acknowledged_updates_survive)
 {
     rig *a = durable_rig(PROTO_AGG_GTOPK), *b = durable_rig(PROTO_AGG_GTOPK);
@@ -2348,8 +2338,7 @@ Test(shard, a_corrupt_record_before_intact_ones_stops_the_restore)
     cr_assert_eq(pwrite(fd, &byte, 1, at + 40), 1);
     close(fd);
 
-    shard_logged[0] = '\0';
-    flps_set_logger(shard_capture_log, NULL);
+    test_log_begin();
     cr_assert_eq(rig_create(g, 1, &s), FLPS_EPROTO);
     flps_set_logger(NULL, NULL);
     cr_assert_null(s);
@@ -2357,20 +2346,19 @@ Test(shard, a_corrupt_record_before_intact_ones_stops_the_restore)
              "write-ahead log %s: corrupt record at byte offset %lld, "
              "followed by 2 intact records",
              wl, (long long)at);
-    cr_assert_not_null(strstr(shard_logged, want), "logged: %s", shard_logged);
+    cr_assert_not_null(strstr(test_logged, want), "logged: %s", test_logged);
     cr_assert_eq(wal_size(g), size, "a refused restore changes nothing");
 
     /* The operator accepts the loss. */
     g->cut_corrupt = 1;
-    shard_logged[0] = '\0';
-    flps_set_logger(shard_capture_log, NULL);
+    test_log_begin();
     cr_assert_eq(rig_create(g, 1, &g->s), FLPS_OK);
     flps_set_logger(NULL, NULL);
     snprintf(want, sizeof(want),
              "cut the log at the corrupt record at byte offset %lld, "
              "dropping %lld bytes (2 intact records after it are lost)",
              (long long)at, (long long)(size - at));
-    cr_assert_not_null(strstr(shard_logged, want), "logged: %s", shard_logged);
+    cr_assert_not_null(strstr(test_logged, want), "logged: %s", test_logged);
     take_snap(g, &got);
     assert_snap_eq(g, &s0, &got);
     cr_assert_eq(wal_size(g), at);

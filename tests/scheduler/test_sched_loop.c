@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "redis_fixture.h"
 #include "scheduler/rconn.h"
+#include "tests/log_capture.h"
 
 static test_redis srv;
 static rconn *rc;
@@ -510,27 +511,6 @@ Test(sched_loop, auto_falls_back_to_zeromq_naming_a_node_without_rdma)
               "%s", events_of("j1"));
 }
 
-/* Log lines, captured through the logger hook. */
-static char logged[16384];
-
-static void capture_log(void *arg, flps_log_level level, const char *line)
-{
-    size_t n = strlen(logged);
-
-    (void)arg;
-    (void)level;
-    snprintf(logged + n, sizeof(logged) - n, "%s\n", line);
-}
-
-static int count_of(const char *text, const char *needle)
-{
-    int n = 0;
-
-    for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
-        n++;
-    return n;
-}
-
 Test(sched_loop,
      a_redis_outage_is_logged_when_it_starts_each_minute_and_when_it_ends)
 {
@@ -539,34 +519,33 @@ Test(sched_loop,
     add_node("n1", 4, 30000);
     step();
     cr_assert_eq(sched_loop_is_leader(loop), 1);
-    logged[0] = '\0';
-    flps_set_logger(capture_log, NULL);
+    test_log_begin();
     test_redis_stop(&srv);
     /* Two simulated minutes of turns 200 ms apart, as flsched makes them:
      * every turn fails until the lease (5 s) runs out, then every lease
      * attempt (one a second). */
     for (int i = 0; i < 600; i++)
         sched_loop_step(loop, flps_wall_s(), mono + 0.2 * i);
-    flps_set_logger(NULL, NULL);
+    test_log_end();
     cr_assert_eq(sched_loop_is_leader(loop), 0);
-    cr_assert_eq(count_of(logged, "scheduling turn stopped: "), 1,
-                 "the turns' failure once, not per turn:\n%s", logged);
-    cr_assert_eq(count_of(logged, "cannot reach the lease: "), 2,
+    cr_assert_eq(test_log_count("scheduling turn stopped: "), 1,
+                 "the turns' failure once, not per turn:\n%s", test_logged);
+    cr_assert_eq(test_log_count("cannot reach the lease: "), 2,
                  "the lease's failure when it starts and a minute later:\n%s",
-                 logged);
-    cr_assert_eq(count_of(logged, "(still, "), 1, "%s", logged);
-    cr_assert_lt(count_of(logged, "\n"), 8, "%s", logged);
+                 test_logged);
+    cr_assert_eq(test_log_count("(still, "), 1, "%s", test_logged);
+    cr_assert_lt(test_log_count("\n"), 8, "%s", test_logged);
     /* Redis back on the same port: the next lease attempt says so, once. */
     cr_assert_eq(test_redis_exec(&srv, 0), 0);
-    logged[0] = '\0';
-    flps_set_logger(capture_log, NULL);
+    test_log_begin();
     for (int i = 0; i < 20; i++)
         sched_loop_step(loop, flps_wall_s(), mono + 120 + 0.2 * i);
-    flps_set_logger(NULL, NULL);
-    cr_assert_eq(sched_loop_is_leader(loop), 1, "%s", logged);
-    cr_assert_eq(count_of(logged, "cannot reach the lease no more: it failed "),
-                 1, "%s", logged);
-    cr_assert_eq(count_of(logged, "cannot reach the lease: "), 0, "%s", logged);
-    cr_assert_eq(count_of(logged, "scheduling turn stopped: "), 0, "%s",
-                 logged);
+    test_log_end();
+    cr_assert_eq(sched_loop_is_leader(loop), 1, "%s", test_logged);
+    cr_assert_eq(test_log_count("cannot reach the lease no more: it failed "),
+                 1, "%s", test_logged);
+    cr_assert_eq(test_log_count("cannot reach the lease: "), 0, "%s",
+                 test_logged);
+    cr_assert_eq(test_log_count("scheduling turn stopped: "), 0, "%s",
+                 test_logged);
 }
