@@ -9,6 +9,7 @@
 
 #include "common/alloc.h"
 #include "common/err.h"
+#include "common/finite.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error                                                                         \
@@ -875,10 +876,11 @@ flps_err proto_msg_decode_ex(const proto_frame *frames, size_t nframes,
                 goto bad;
             }
             m.val = fv->data;
-            for (uint32_t i = 0; i < m.n && !unchecked; i++) {
-                if (!isfinite(m.val[i])) {
+            if (!unchecked) {
+                const size_t bad_at = flps_first_nonfinite(m.val, m.n);
+                if (bad_at < m.n) {
                     rc = flps_errbuf_set(errbuf, errlen, FLPS_ENONFINITE,
-                                         "value %u is not finite", i);
+                                         "value %zu is not finite", bad_at);
                     goto bad;
                 }
             }

@@ -18,6 +18,7 @@
 
 #include "common/alloc.h"
 #include "common/clock.h"
+#include "common/finite.h"
 #include "common/log.h"
 #include "compress/codec.h"
 #include "compress/ef.h"
@@ -1344,22 +1345,6 @@ static flps_err push_sparse(flps_client *c, uint32_t pi, uint64_t iter,
     return send_push(c, pi, &m, b, n);
 }
 
-/* The largest |x| of x[0..n) as its bits (an order-preserving integer for
- * finite values); 0x7f800000 or more when one is NaN or Inf. One read
- * pass, vectorised: integer max needs no fast-math. */
-static uint32_t max_abs_bits(const float *x, size_t n)
-{
-    uint32_t mx = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        uint32_t b;
-        memcpy(&b, x + i, sizeof(b));
-        b &= 0x7fffffffu;
-        mx = b > mx ? b : mx;
-    }
-    return mx;
-}
-
 /* dst[i] = m * v[i] + g[i] (v may be dst itself: each element is read
  * before it is written); returns max |dst| as max_abs_bits does. */
 static uint32_t momentum_into(const float *g, const float *v, float m, size_t n,
@@ -1533,10 +1518,10 @@ static flps_err push_dense(flps_client *c, ctensor *t, uint32_t first,
                            uint32_t last, const float *grad, uint64_t iter)
 {
     const float mom = (float)c->momentum;
-    const uint32_t gbits = max_abs_bits(grad, t->numel);
+    const uint32_t gbits = flps_max_abs_bits(grad, t->numel);
     int in_place;
 
-    if (gbits >= 0x7f800000u)
+    if (gbits >= FLPS_INF_BITS)
         return FLPS_ENONFINITE;
     /* 1 % of slack covers the rounding of m * v + g. */
     in_place =
@@ -1573,7 +1558,7 @@ static flps_err push_dense(flps_client *c, ctensor *t, uint32_t first,
                 uint32_t vb;
                 if (v == NULL) {
                     memcpy(proto_buf_data(b), grad + p->offset, len);
-                    vb = max_abs_bits(grad + p->offset, p->numel);
+                    vb = flps_max_abs_bits(grad + p->offset, p->numel);
                 } else {
                     vb = momentum_into(grad + p->offset, v, mom, p->numel,
                                        proto_buf_data(b));
@@ -1672,10 +1657,8 @@ static flps_err push_grad(flps_client *c, uint32_t tensor, const float *grad,
      * front. */
     if (c->spec.kind == CODEC_DENSE && !c->is_auto)
         return push_dense(c, t, first, last, grad, iter);
-    if (!c->sparse || t->ef == NULL)
-        for (size_t i = 0; i < t->numel; i++)
-            if (!isfinite(grad[i]))
-                return FLPS_ENONFINITE;
+    if ((!c->sparse || t->ef == NULL) && !flps_all_finite(grad, t->numel))
+        return FLPS_ENONFINITE;
 
     if (!c->sparse) {
         for (uint32_t pi = first; pi < last; pi++) {
@@ -1919,9 +1902,8 @@ flps_err flps_client_push_pairs(flps_client *c, uint32_t tensor,
     rc = check_tensor_idle(c, tensor);
     if (rc != FLPS_OK)
         return rc;
-    for (size_t j = 0; j < n; j++)
-        if (!isfinite(val[j]))
-            return FLPS_ENONFINITE;
+    if (!flps_all_finite(val, n))
+        return FLPS_ENONFINITE;
     for (size_t j = 0; j < n; j++)
         if (idx[j] >= t->numel)
             return FLPS_ERANGE;

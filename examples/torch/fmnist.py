@@ -78,6 +78,14 @@ def settings(argv, description):
                    default=_env("FLPS_COMPRESSION", "dense"))
     p.add_argument("--data-dir", default=_env("FLPS_DATA_DIR",
                                               DEFAULT_DATA_DIR))
+    p.add_argument("--mode", choices=("server", "gradient"),
+                   default=_env("FLPS_TORCH_MODE", "server"),
+                   help="how flps.torch applies the aggregate (docs/python.md): "
+                        "server (default here: the shards run this SGD, with "
+                        "the momentum applied before compression, as in "
+                        "DGC) or gradient (torch's SGD steps on the averaged "
+                        "gradient on every worker: momentum after "
+                        "compression, which costs sparse codecs accuracy)")
     p.add_argument("--test-samples", type=int, default=10000,
                    help="evaluate on the first N test images")
     return p.parse_args(argv)
@@ -119,7 +127,7 @@ def main(make_model, description, argv=None):
     if not args.local:
         opt = ft.DistributedOptimizer(
             opt, named_parameters=model.named_parameters(),
-            compression=args.compression)
+            compression=args.compression, mode=args.mode)
         report = flps.report
     else:
         def report(iteration, loss=None, accuracy=None, test_accuracy=None,

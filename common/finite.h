@@ -1,0 +1,59 @@
+/* Finiteness checks of float arrays at memory speed. A loop that stops at
+ * the first NaN or Inf (`if (!isfinite(x[i])) return`) cannot be
+ * vectorised and costs a compare and a branch per element; these reduce
+ * the absolute values' bits with an integer max over blocks (no fast-math
+ * needed: for IEEE floats, |x| as an integer orders like |x|, and every
+ * NaN and Inf is at or above the bits of Inf), and look inside a block
+ * only when it holds one. */
+#ifndef FLPS_COMMON_FINITE_H
+#define FLPS_COMMON_FINITE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The bits of +Inf: |x|'s bits are at least this exactly when x is NaN or
+ * Inf. */
+#define FLPS_INF_BITS 0x7f800000u
+
+/* The largest |x[i]| of x[0..n) as its bits (0 for n == 0); at least
+ * FLPS_INF_BITS when one is NaN or Inf. One read pass, vectorised. */
+static inline uint32_t flps_max_abs_bits(const float *x, size_t n)
+{
+    uint32_t mx = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, x + i, sizeof(b));
+        b &= 0x7fffffffu;
+        mx = b > mx ? b : mx;
+    }
+    return mx;
+}
+
+/* The index of the first NaN or Inf in x[0..n), or n when every value is
+ * finite. Blocks of 1024 values (4 KiB, in L1 when a block must be looked
+ * at again). */
+static inline size_t flps_first_nonfinite(const float *x, size_t n)
+{
+    for (size_t at = 0; at < n; at += 1024) {
+        const size_t len = n - at < 1024 ? n - at : 1024;
+        if (flps_max_abs_bits(x + at, len) < FLPS_INF_BITS)
+            continue;
+        for (size_t i = at; i < at + len; i++) {
+            uint32_t b;
+            memcpy(&b, x + i, sizeof(b));
+            if ((b & 0x7fffffffu) >= FLPS_INF_BITS)
+                return i;
+        }
+    }
+    return n;
+}
+
+/* 1 when every value of x[0..n) is finite. */
+static inline int flps_all_finite(const float *x, size_t n)
+{
+    return flps_max_abs_bits(x, n) < FLPS_INF_BITS;
+}
+
+#endif
