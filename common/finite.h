@@ -17,18 +17,35 @@
 #define FLPS_INF_BITS 0x7f800000u
 
 /* The largest |x[i]| of x[0..n) as its bits (0 for n == 0); at least
- * FLPS_INF_BITS when one is NaN or Inf. One read pass, vectorised. */
+ * FLPS_INF_BITS when one is NaN or Inf. One read pass, vectorised: with
+ * the sign bit cleared the bits compare alike as signed integers, which
+ * SSE2 compares directly. */
 static inline uint32_t flps_max_abs_bits(const float *x, size_t n)
 {
-    uint32_t mx = 0;
+    int32_t mx = 0;
 
     for (size_t i = 0; i < n; i++) {
-        uint32_t b;
-        memcpy(&b, x + i, sizeof(b));
-        b &= 0x7fffffffu;
+        uint32_t u;
+        int32_t b;
+        memcpy(&u, x + i, sizeof(u));
+        b = (int32_t)(u & 0x7fffffffu);
         mx = b > mx ? b : mx;
     }
-    return mx;
+    return (uint32_t)mx;
+}
+
+/* 1 when some value of x[0..n) is NaN or Inf: its exponent bits are all
+ * set. An or-reduction of one compare per value, vectorised. */
+static inline int flps_any_nonfinite(const float *x, size_t n)
+{
+    uint32_t bad = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof(u));
+        bad |= (u & FLPS_INF_BITS) == FLPS_INF_BITS;
+    }
+    return bad != 0;
 }
 
 /* The index of the first NaN or Inf in x[0..n), or n when every value is
@@ -38,12 +55,12 @@ static inline size_t flps_first_nonfinite(const float *x, size_t n)
 {
     for (size_t at = 0; at < n; at += 1024) {
         const size_t len = n - at < 1024 ? n - at : 1024;
-        if (flps_max_abs_bits(x + at, len) < FLPS_INF_BITS)
+        if (!flps_any_nonfinite(x + at, len))
             continue;
         for (size_t i = at; i < at + len; i++) {
-            uint32_t b;
-            memcpy(&b, x + i, sizeof(b));
-            if ((b & 0x7fffffffu) >= FLPS_INF_BITS)
+            uint32_t u;
+            memcpy(&u, x + i, sizeof(u));
+            if ((u & FLPS_INF_BITS) == FLPS_INF_BITS)
                 return i;
         }
     }
@@ -53,7 +70,7 @@ static inline size_t flps_first_nonfinite(const float *x, size_t n)
 /* 1 when every value of x[0..n) is finite. */
 static inline int flps_all_finite(const float *x, size_t n)
 {
-    return flps_max_abs_bits(x, n) < FLPS_INF_BITS;
+    return !flps_any_nonfinite(x, n);
 }
 
 #endif

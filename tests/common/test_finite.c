@@ -76,3 +76,14 @@ Test(finite, the_largest_magnitude_is_reported_as_its_bits)
     cr_assert_eq(flps_max_abs_bits(x, N), want);
     free(x);
 }
+
+Test(finite, any_nonfinite_says_whether_one_is_there)
+{
+    float *x = ramp();
+
+    cr_assert(!flps_any_nonfinite(x, N));
+    x[N / 2] = -INFINITY;
+    cr_assert(flps_any_nonfinite(x, N));
+    cr_assert(!flps_any_nonfinite(x, N / 2));
+    free(x);
+}
