@@ -396,12 +396,6 @@ static flps_err jp_check_warmup(jp *p, const jobspec *s)
                        "warm-up (only ssgd does); leave density_warmup out "
                        "or use mode: ssgd",
                        wl, jobspec_mode_name(s->mode));
-    if (s->command_argc > 0)
-        return JP_FAIL(p,
-                       "line %lu: density_warmup: applies to the built-in "
-                       "flworker; a command: job's program sets its own "
-                       "(flps_client_create_warmup, docs/api.md)",
-                       wl);
     if (s->density_warmup > s->iterations)
         return JP_FAIL(p,
                        "line %lu: density_warmup: %llu is more than "

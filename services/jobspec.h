@@ -95,6 +95,11 @@ typedef enum {
     X(FLPS_MODE, "`mode`")                                                     \
     X(FLPS_EVAL_EVERY, "`eval_every`")                                         \
     X(FLPS_PART_SIZE, "`part_size`")                                           \
+    X(FLPS_DENSITY_WARMUP, "`density_warmup` (only where the job has a "       \
+                           "warm-up); flps.torch's DistributedOptimizer "      \
+                           "follows it")                                       \
+    X(FLPS_DENSITY_WARMUP_START, "`density_warmup_start` (only where the job " \
+                                 "has a warm-up)")                             \
     X(FLPS_TRANSPORT, "the data plane the shards run, zmq or rdma "            \
                       "(`transport`, with auto decided by flsched or flrun); " \
                       "libflps's flps_client_create follows it")               \

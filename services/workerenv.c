@@ -164,6 +164,15 @@ flps_err workerenv_build(const jobspec *spec, const workerenv *w,
     we_add(&l, "FLPS_EVAL_EVERY", num);
     snprintf(num, sizeof(num), "%u", spec->part_size);
     we_add(&l, "FLPS_PART_SIZE", num);
+    if (spec->density_warmup > 0) {
+        /* flps.torch passes them to flps_client_create_warmup; "%.17g"
+         * reads back as the same double, which the shards compare. */
+        snprintf(num, sizeof(num), "%llu",
+                 (unsigned long long)spec->density_warmup);
+        we_add(&l, "FLPS_DENSITY_WARMUP", num);
+        snprintf(num, sizeof(num), "%.17g", spec->density_warmup_start);
+        we_add(&l, "FLPS_DENSITY_WARMUP_START", num);
+    }
     snprintf(num, sizeof(num), "%llu",
              (unsigned long long)(w->deadline_ms ? w->deadline_ms
                                                  : WE_DEFAULT_DEADLINE_MS));

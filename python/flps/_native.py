@@ -105,6 +105,9 @@ _PROTOTYPES = {
     "flps_set_logger": (None, [LOGGER_FN, _c_void_p]),
     "flps_client_create": (_c_err, [ctypes.POINTER(FlpsClientConfig),
                                     ctypes.POINTER(_c_void_p)]),
+    "flps_client_create_warmup": (_c_err, [
+        ctypes.POINTER(FlpsClientConfig), ctypes.c_char_p, ctypes.c_uint64,
+        ctypes.c_double, ctypes.POINTER(_c_void_p)]),
     "flps_client_init": (_c_err, [_c_void_p]),
     "flps_client_push": (_c_err, [_c_void_p, ctypes.c_uint32, _c_void_p,
                                   ctypes.c_uint64]),

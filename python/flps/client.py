@@ -154,6 +154,8 @@ def _layout_items(layout):
 #: every closed one: flps.report reads the process's byte counts from them.
 _clients = weakref.WeakSet()
 _closed_stats = []
+#: warmup_bytes_sent of every closed client that had a density warm-up.
+_closed_warmup_bytes = []
 
 
 def _deadline_from_environment(deadline_ms):
@@ -187,7 +189,8 @@ class Client:
     def __init__(self, job, rank, workers, servers, layout, *, lr,
                  compression="dense", momentum=0.0, part_size=0,
                  asynchronous=False, lr_cosine=False, iterations=0,
-                 retry_ms=0, deadline_ms=0, weighted=False):
+                 retry_ms=0, deadline_ms=0, weighted=False,
+                 density_warmup=0, density_warmup_start=0.25):
         lib = _native.lib()
         self._lib = lib
         self._handle = None
@@ -207,12 +210,21 @@ class Client:
                                  ("part_size", part_size, 2**32),
                                  ("iterations", iterations, 2**64),
                                  ("retry_ms", retry_ms, 2**31),
-                                 ("deadline_ms", deadline_ms, 2**31)):
+                                 ("deadline_ms", deadline_ms, 2**31),
+                                 ("density_warmup", density_warmup, 2**64)):
             if isinstance(value, bool) or not isinstance(value, int) or not (
                     0 <= value < top):
                 raise InvalidArgumentError(
                     "%s must be a whole number in [0, %d) (got %r)"
                     % (what, top, value))
+        if isinstance(density_warmup_start, bool) or not isinstance(
+                density_warmup_start, (int, float)):
+            raise InvalidArgumentError(
+                "density_warmup_start must be a number with 0 < S <= 1 "
+                "(got %r)" % (density_warmup_start,))
+        # Its range is libflps's to check (flps_client_create_warmup), so
+        # the message is the library's.
+        density_warmup_start = float(density_warmup_start)
         if isinstance(servers, str):
             servers = [s for s in servers.split(",") if s]
         servers = list(servers)
@@ -266,9 +278,19 @@ class Client:
         self.compression = compression or "dense"
         self.retry_ms = retry_ms
         self.deadline_ms = deadline_ms
+        #: The density warm-up's iterations (0: none) and start density.
+        self.density_warmup = density_warmup
+        self.density_warmup_start = density_warmup_start
+        self._warmup_sent = 0
         out = ctypes.c_void_p()
         _native.take_logged_error()
-        rc = lib.flps_client_create(ctypes.byref(cfg), ctypes.byref(out))
+        if density_warmup > 0:
+            # NULL transport: $FLPS_TRANSPORT or zmq, as flps_client_create.
+            rc = lib.flps_client_create_warmup(
+                ctypes.byref(cfg), None, density_warmup, density_warmup_start,
+                ctypes.byref(out))
+        else:
+            rc = lib.flps_client_create(ctypes.byref(cfg), ctypes.byref(out))
         if rc != 0:
             why = _native.take_logged_error()
             if rc == InvalidArgumentError.code and not why:
@@ -411,6 +433,14 @@ class Client:
         add the updates into the buffers."""
         self._call("iteration %d did not complete" % iteration,
                    self._lib.flps_client_wait, iteration)
+        if self.density_warmup > 0 and iteration + 1 == self.density_warmup:
+            self._warmup_sent = self.stats().bytes_sent
+
+    @property
+    def warmup_bytes_sent(self):
+        """bytes_sent when the wait of the density warm-up's last iteration
+        returned (as flworker reports it); 0 before, or without one."""
+        return self._warmup_sent
 
     def pull(self):
         """Replace the buffers' contents with the shards' model.  Blocks."""
@@ -531,6 +561,8 @@ class Client:
                     *(getattr(st, f) for f, _ in st._fields_))
                 _clients.discard(self)
                 _closed_stats.append(self._final_stats)
+                if self.density_warmup > 0:
+                    _closed_warmup_bytes.append(self._warmup_sent)
                 self._lib.flps_client_destroy(self._handle)
                 self._handle = None
                 self._buffers = []
@@ -554,7 +586,8 @@ class Client:
 def connect(job, rank, workers, servers, layout, *, lr,
             compression="dense", momentum=0.0, part_size=0,
             asynchronous=False, lr_cosine=False, iterations=0, retry_ms=0,
-            deadline_ms=0, weighted=False):
+            deadline_ms=0, weighted=False, density_warmup=0,
+            density_warmup_start=0.25):
     """Join job `job` as worker `rank` of `workers` and register `layout`.
 
     servers: the shard endpoints, shard i first (a list, or one
@@ -575,6 +608,14 @@ def connect(job, rank, workers, servers, layout, *, lr,
     weighted: synchronous, with the shards dividing each iteration's summed
         pushes by the sum of the pushes' weights (set_push_weight) instead
         of by workers (FLPS_MODE_WEIGHTED).
+    density_warmup, density_warmup_start: a density warm-up
+        (flps_client_create_warmup) over the first density_warmup
+        iterations (0 = none): each layer's selection density decays from
+        density_warmup_start (0 < S <= 1) to its codec's density D,
+        S * (D / S) ** (t / density_warmup), and the shards cut a gtopk sum
+        to the same k.  Synchronous jobs with topk:D, gtopk:D, dgc:D or
+        auto only; anything else is an InvalidArgumentError with libflps's
+        reason.  Every worker of a job must pass the same two values.
 
     Blocks until every shard accepted the layout, and returns the
     :class:`Client`; call its init() next.  Raises an FlpsError subclass
@@ -586,7 +627,8 @@ def connect(job, rank, workers, servers, layout, *, lr,
                   part_size=part_size, asynchronous=asynchronous,
                   lr_cosine=lr_cosine, iterations=iterations,
                   retry_ms=retry_ms, deadline_ms=deadline_ms,
-                  weighted=weighted)
+                  weighted=weighted, density_warmup=density_warmup,
+                  density_warmup_start=density_warmup_start)
 
 
 def version():

@@ -99,6 +99,12 @@ def _done_event():
         ev["test_accuracy"] = _state["test_accuracy"]
         if _state["test_loss"] is not None:
             ev["test_loss"] = _state["test_loss"]
+    warm = list(_client._closed_warmup_bytes) + [
+        c.warmup_bytes_sent for c in list(_client._clients)
+        if c.density_warmup > 0]
+    if warm:
+        # What flworker reports for a density warm-up (flrun sums it).
+        ev["warmup_bytes_sent"] = sum(warm)
     ev["seconds"] = round(time.monotonic() - _state["t0"], 3)
     return ev
 

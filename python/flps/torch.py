@@ -11,8 +11,8 @@
 Constructing the DistributedOptimizer connects to the shards and makes
 every worker start from rank 0's parameters (the broadcast).  Each step
 pushes every parameter's gradient, waits for the shards' aggregate and
-applies it.  docs/python.md describes the two modes ("gradient", "server")
-and the environment variables.
+applies it.  docs/python.md describes the two modes ("gradient", "server"),
+the density warm-up and the environment variables.
 """
 
 import math
@@ -28,15 +28,25 @@ from .errors import ConfigError, InvalidArgumentError, StateError
 __all__ = ["Config", "init", "DistributedOptimizer", "TopkSelector",
            "ENVIRONMENT", "HAS_POST_ACCUMULATE_HOOK"]
 
-#: The environment variables init() reads (flrun and flagent set them for a
-#: job file's command:; set them yourself otherwise).
+#: The environment variables flps.torch reads (flrun and flagent set them
+#: for a job file's command:; set them yourself otherwise): init() the first
+#: four, DistributedOptimizer the optional warm-up ones where its
+#: density_warmup / density_warmup_start arguments are left at None.
 ENVIRONMENT = {
     "FLPS_JOB": "the job id the shards serve",
     "FLPS_RANK": "this worker's rank, 0..FLPS_WORKERS-1",
     "FLPS_WORKERS": "how many workers the job has",
     "FLPS_SERVERS": "the shard endpoints, shard 0 first, comma-separated "
                     "(tcp://host:port,...)",
+    "FLPS_DENSITY_WARMUP": "the density warm-up's iterations (the job "
+                           "file's density_warmup; unset or 0: none)",
+    "FLPS_DENSITY_WARMUP_START": "the warm-up's start density, 0 < S <= 1 "
+                                 "(density_warmup_start; unset: 0.25)",
 }
+
+#: The start density of a warm-up when neither the argument nor
+#: FLPS_DENSITY_WARMUP_START gives one (the job file's default).
+DEFAULT_WARMUP_START = 0.25
 
 #: True where torch has Tensor.register_post_accumulate_grad_hook (2.1 and
 #: later): gradients are then pushed during backward, as soon as each is
@@ -115,6 +125,61 @@ def _topk_density(compression):
     return density if 0 < density <= 1 else None
 
 
+def _warmup_density(start, target, warmup, t):
+    """libflps's codec_warmup_density, operation for operation, so a torch
+    selection takes the very k libflps and a gtopk shard take: the density
+    of iteration t decays from start (t = 0) to target (t >= warmup) as
+    start * (target / start) ** (t / warmup), clamped to [target, start];
+    target throughout when warmup is 0 or start is not above target.
+    (Python's float ops and math.pow are the C doubles and libm's pow.)"""
+    if warmup == 0 or t >= warmup or not start > target:
+        return target
+    if t == 0:
+        return start
+    d = start * math.pow(target / start, t / warmup)
+    if d > start:
+        d = start
+    if d < target:
+        d = target
+    return d
+
+
+def _warmup_from_environment(density_warmup, density_warmup_start, env):
+    """(iterations, start, where) of the warm-up: each argument, or where it
+    is None its FLPS_* variable (or none / 0.25); where names the variables
+    used, for error messages.  Raises ConfigError for a variable that is
+    not a number."""
+    where = []
+    if density_warmup is None:
+        text = env.get("FLPS_DENSITY_WARMUP", "").strip()
+        density_warmup = 0
+        if text:
+            try:
+                density_warmup = int(text)
+            except ValueError:
+                raise ConfigError(
+                    "FLPS_DENSITY_WARMUP=%r is not a whole number; it is %s"
+                    % (text, ENVIRONMENT["FLPS_DENSITY_WARMUP"])) from None
+            if density_warmup < 0:
+                raise ConfigError(
+                    "FLPS_DENSITY_WARMUP=%d is below 0; it is %s"
+                    % (density_warmup, ENVIRONMENT["FLPS_DENSITY_WARMUP"]))
+            where.append("FLPS_DENSITY_WARMUP=%s" % text)
+    if density_warmup_start is None:
+        text = env.get("FLPS_DENSITY_WARMUP_START", "").strip()
+        density_warmup_start = DEFAULT_WARMUP_START
+        if text:
+            try:
+                density_warmup_start = float(text)
+            except ValueError:
+                raise ConfigError(
+                    "FLPS_DENSITY_WARMUP_START=%r is not a number; it is %s"
+                    % (text, ENVIRONMENT["FLPS_DENSITY_WARMUP_START"])) \
+                    from None
+            where.append("FLPS_DENSITY_WARMUP_START=%s" % text)
+    return density_warmup, density_warmup_start, where
+
+
 class TopkSelector:
     """Top-k with error feedback (and momentum correction) for one layer,
     run by torch on the device its gradient lives on: the residual and
@@ -127,10 +192,18 @@ class TopkSelector:
 
     Ties between equal |a| may be broken otherwise than by libflps (which
     takes the lower index); everything else is the same arithmetic.
+
+    warmup, warmup_start: a density warm-up (flps_client_create_warmup):
+    select(grad, iteration) takes k_at(iteration) pairs, the k of the
+    density that decays from warmup_start to the layer's density over the
+    first `warmup` iterations, as libflps and the shards compute it.
     """
 
-    def __init__(self, numel, density, device, momentum=0.0):
+    def __init__(self, numel, density, device, momentum=0.0, warmup=0,
+                 warmup_start=DEFAULT_WARMUP_START):
         self.numel = numel
+        self.warmup = int(warmup)
+        self.warmup_start = float(warmup_start)
         self.set_density(density)
         self.momentum = float(momentum)
         self.residual = torch.zeros(numel, dtype=torch.float32, device=device)
@@ -142,13 +215,29 @@ class TopkSelector:
 
     def set_density(self, density):
         """k = max(floor(density * numel), 1) from the next select on
-        (density 1: every element, as an auto job's dense layer sends)."""
-        self.k = min(max(int(math.floor(density * self.numel)), 1),
-                     self.numel)
+        (density 1: every element, as an auto job's dense layer sends);
+        after a warm-up, or without one."""
+        self.density = float(density)
+        self.k = self._k_of(self.density)
 
-    def select(self, grad):
-        """(indices ascending, values) of grad's step, on grad's device;
+    def _k_of(self, density):
+        # libflps's codec_count_for: max(floor(density * n), 1), at most n.
+        return min(max(int(math.floor(density * self.numel)), 1),
+                   self.numel)
+
+    def k_at(self, iteration):
+        """The k of iteration `iteration` under the warm-up (self.k from
+        the warm-up's end on, and without one)."""
+        if self.warmup == 0 or iteration >= self.warmup:
+            return self.k
+        return self._k_of(_warmup_density(self.warmup_start, self.density,
+                                          self.warmup, iteration))
+
+    def select(self, grad, iteration=None):
+        """(indices ascending, values) of grad's step, on grad's device,
+        with k_at(iteration) pairs (self.k when iteration is None);
         nothing of the state moves until commit()."""
+        k = self.k if iteration is None else self.k_at(iteration)
         g = grad.detach().reshape(-1).to(self.residual.dtype)
         if self.velocity is not None:
             u = self.velocity * self.momentum + g
@@ -156,12 +245,12 @@ class TopkSelector:
         else:
             u = None
             a = self.residual + g
-        if self.k == self.numel:
+        if k == self.numel:
             idx = torch.arange(self.numel, device=a.device)
         else:
             # A NaN or Inf is among the largest |a| (torch.topk orders NaN
             # first), so libflps refuses the push and commit() never runs.
-            _, idx = torch.topk(a.abs(), self.k, sorted=False)
+            _, idx = torch.topk(a.abs(), k, sorted=False)
             idx, _ = torch.sort(idx)  # ascending: libflps need not sort
         val = a[idx]
         self._pending = (a, u, idx, val)
@@ -240,6 +329,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
         for every parameter (CPU too).  "libflps": libflps's own top-k on
         the host (a CUDA gradient is copied over whole).
     config: a Config (default: the one init() returned, or init() now).
+    density_warmup, density_warmup_start: a density warm-up over the first
+        density_warmup iterations, from density_warmup_start down to the
+        codec's density (flps.connect; topk:D, gtopk:D, dgc:D or auto); a
+        torch selection follows the same schedule.  None (default): from
+        FLPS_DENSITY_WARMUP and FLPS_DENSITY_WARMUP_START, which flrun and
+        flagent set from the job file's density_warmup and
+        density_warmup_start (unset: no warm-up, start 0.25).
     part_size, iterations, lr_cosine, retry_ms, deadline_ms: passed to
         flps.connect.
 
@@ -251,7 +347,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, optimizer, named_parameters=None, compression="dense",
                  mode="gradient", *, selection="auto", config=None,
                  part_size=0, iterations=0, lr_cosine=False, retry_ms=0,
-                 deadline_ms=0):
+                 deadline_ms=0, density_warmup=None,
+                 density_warmup_start=None):
         if mode not in ("gradient", "server"):
             raise ConfigError("mode=%r: use \"gradient\" (the wrapped "
                               "optimizer applies the averaged gradient) or "
@@ -278,6 +375,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                        "requires a gradient")
         for name, p in self._named:
             self._check_parameter(name, p, mode)
+        warmup, warmup_start, warmup_env = _warmup_from_environment(
+            density_warmup, density_warmup_start, os.environ)
         density = _topk_density(compression)
         if selection == "torch" and density is None:
             raise ConfigError(
@@ -307,11 +406,24 @@ class DistributedOptimizer(torch.optim.Optimizer):
             retry_ms = deadline_ms or 300000
         layout = [(name, r) for (name, _), r in zip(self._named,
                                                     self._replicas)]
-        self.client = _client.connect(
-            cfg.job, cfg.rank, cfg.workers, list(cfg.servers), layout, lr=lr,
-            compression=compression, momentum=momentum, part_size=part_size,
-            iterations=iterations, lr_cosine=lr_cosine, retry_ms=retry_ms,
-            deadline_ms=deadline_ms)
+        try:
+            self.client = _client.connect(
+                cfg.job, cfg.rank, cfg.workers, list(cfg.servers), layout,
+                lr=lr, compression=compression, momentum=momentum,
+                part_size=part_size, iterations=iterations,
+                lr_cosine=lr_cosine, retry_ms=retry_ms,
+                deadline_ms=deadline_ms, density_warmup=warmup,
+                density_warmup_start=warmup_start)
+        except InvalidArgumentError as e:
+            if warmup == 0 or not warmup_env:
+                raise
+            # Say where a refused warm-up came from: the job file, through
+            # the launcher's environment, not this program's arguments.
+            raise type(e)(
+                "%s (the warm-up is %s from the environment: the job file's "
+                "density_warmup and density_warmup_start)"
+                % (e.message, ", ".join(warmup_env)), code=e.code,
+                name=e.name) from None
         #: compression "auto": the profile and plan duties (flps.auto).
         self.tuner = None
         if compression == "auto":
@@ -334,7 +446,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         #: Per parameter, its TopkSelector when torch runs its selection,
         #: else None (libflps's own push).
         self.selectors = [
-            TopkSelector(p.numel(), density_of(i), p.device, momentum)
+            TopkSelector(p.numel(), density_of(i), p.device, momentum,
+                         warmup=warmup, warmup_start=warmup_start)
             if density is not None and (
                 selection == "torch" or
                 (selection == "auto" and p.device.type == "cuda"))
@@ -443,7 +556,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self.tuner.check_plan(self.iteration)
         sel = self.selectors[i]
         if sel is not None:
-            idx, val = sel.select(grad)
+            idx, val = sel.select(grad, self.iteration)
             # Only the pairs go to the host (int32 indices: a layer has
             # fewer than 2^31 elements wherever torch indexes it).
             self.client.push_pairs(i, idx.to(torch.int32), val,

@@ -173,6 +173,73 @@ def test_settings_out_of_range_are_refused_with_what_they_must_be():
                      compression="zip")
 
 
+@pytest.mark.parametrize("start", [0, 1.5, float("nan")])
+def test_a_warm_up_start_density_out_of_range_is_refused(start):
+    buf = np.zeros(4, dtype=np.float32)
+    with pytest.raises(flps.InvalidArgumentError,
+                       match=r"start density \S+ is out of range; expected "
+                       r"0 < start <= 1"):
+        flps.connect("j", 0, 1, ["tcp://127.0.0.1:1"], {"x": buf}, lr=1.0,
+                     compression="gtopk:0.1", density_warmup=10,
+                     density_warmup_start=start)
+
+
+def test_a_warm_up_is_refused_where_nothing_can_follow_it():
+    buf = np.zeros(4, dtype=np.float32)
+    with pytest.raises(flps.InvalidArgumentError, match="only synchronous"):
+        flps.connect("j", 0, 1, ["tcp://127.0.0.1:1"], {"x": buf}, lr=1.0,
+                     compression="topk:0.1", asynchronous=True,
+                     density_warmup=10, density_warmup_start=0.5)
+    with pytest.raises(flps.InvalidArgumentError,
+                       match="'fp16' has no selection density"):
+        flps.connect("j", 0, 1, ["tcp://127.0.0.1:1"], {"x": buf}, lr=1.0,
+                     compression="fp16", density_warmup=10)
+    with pytest.raises(flps.InvalidArgumentError, match="density_warmup must"):
+        flps.connect("j", 0, 1, ["tcp://127.0.0.1:1"], {"x": buf}, lr=1.0,
+                     compression="topk:0.1", density_warmup=-1)
+    with pytest.raises(flps.InvalidArgumentError,
+                       match="density_warmup_start must be a number"):
+        flps.connect("j", 0, 1, ["tcp://127.0.0.1:1"], {"x": buf}, lr=1.0,
+                     compression="topk:0.1", density_warmup=10,
+                     density_warmup_start="0.5")
+
+
+def test_a_warm_up_sends_the_schedules_pairs_and_gtopk_takes_them_all(shards):
+    """One worker, gtopk:0.1 over 100 elements, 10 iterations of warm-up
+    from 0.5: each push sends k(t) = floor(100 d(t)) pairs, and the shard
+    keeps the global top k(t) too, so it takes every one of them (with the
+    target's k it would leave out all but 10)."""
+    s = shards("warm")[0]
+    w = np.zeros(100, dtype=np.float32)
+    rng = np.random.default_rng(3)
+    sent, taken = [], []
+    with flps.connect("warm", 0, 1, [s.endpoint], {"w": w}, lr=0.1,
+                      compression="gtopk:0.1", density_warmup=10,
+                      density_warmup_start=0.5, deadline_ms=20000) as c:
+        assert (c.density_warmup, c.density_warmup_start) == (10, 0.5)
+        c.init()
+        for it in range(14):
+            g = rng.standard_normal(100).astype(np.float32)
+            order = np.argsort(-np.abs(g), kind="stable")
+            before = c.stats().elements_sent
+            # The pairs path: the caller selects k(t); the shard cuts its
+            # global top k at the same k(t).
+            k = int(np.floor(0.5 * (0.1 / 0.5) ** (it / 10) * 100)) \
+                if it < 10 else 10
+            idx = np.sort(order[:k]).astype(np.uint32)
+            c.push_pairs(0, idx, g[idx], it)
+            assert c.warmup_bytes_sent == 0 or it >= 10
+            c.wait(it)
+            sent.append(c.stats().elements_sent - before)
+            taken.append(int(c.pairs_taken(0, k).sum()))
+            if it == 9:
+                at_end = c.stats().bytes_sent
+        assert c.warmup_bytes_sent == at_end > 0, "the warm-up's bytes"
+    want = [50, 42, 36, 30, 26, 22, 19, 16, 13, 11, 10, 10, 10, 10]
+    assert sent == want
+    assert taken == want, "the shard's global k follows the schedule"
+
+
 def test_push_errors_are_raised_and_only_the_sticky_ones_stick(shards):
     s = shards("perr", 1)
     x = np.zeros(5, dtype=np.float32)

@@ -2,6 +2,7 @@
 broadcast, dense SGD equal to single-process SGD on the averaged
 gradients, identical workers under Adam, and the configuration errors."""
 
+import math
 import os
 import subprocess
 import sys
@@ -21,13 +22,14 @@ W = 2
 
 
 def run_workers(shard, job, tmp_path, steps, optimizer, mode="gradient",
-                compression="dense", selection="auto"):
-    """Train on W worker processes against shard; their saved results."""
+                compression="dense", selection="auto", extra_env=None):
+    """Train on W worker processes against shard; their saved results.
+    extra_env: more variables for the workers (e.g. FLPS_DENSITY_WARMUP)."""
     procs, outs = [], []
     for rank in range(W):
         out = tmp_path / ("%s-%d.pt" % (job, rank))
-        env = dict(os.environ,
-                   PYTHONPATH=os.pathsep.join([PYTHON_DIR, HERE]),
+        env = dict(os.environ, **(extra_env or {}))
+        env.update(PYTHONPATH=os.pathsep.join([PYTHON_DIR, HERE]),
                    FLPS_JOB=job, FLPS_RANK=str(rank), FLPS_WORKERS=str(W),
                    FLPS_SERVERS=shard.endpoint, TEST_STEPS=str(steps),
                    TEST_OPTIMIZER=optimizer, TEST_MODE=mode,
@@ -176,6 +178,154 @@ def test_the_torch_selector_keeps_what_it_did_not_send():
     assert sel.residual[3].item() == 3.0 and sel.residual[1].item() == 0.0
     idx2, _ = sel.select(torch.zeros(10))
     assert 3 in idx2.tolist(), "the left-out value is sent again"
+
+
+# ---- density warm-up ----
+
+WARM_ENV = {"FLPS_DENSITY_WARMUP": "10", "FLPS_DENSITY_WARMUP_START": "0.5"}
+# train_common's model, layer by layer: 8x16 weight, bias, 16x4 weight, bias.
+LAYER_SIZES = [tc.IN * tc.HIDDEN, tc.HIDDEN, tc.HIDDEN * tc.OUT, tc.OUT]
+
+
+def warm_pairs(target, t, warmup=10, start=0.5):
+    """The pairs one step sends: per layer max(floor(d(t) n), 1) with d(t)
+    the DGC schedule start * (target / start)^(t / warmup)."""
+    d = target
+    if t < warmup:
+        d = min(max(start * (target / start) ** (t / warmup), target), start)
+    return sum(min(max(math.floor(d * n), 1), n) for n in LAYER_SIZES)
+
+
+def test_the_warm_up_schedule_of_the_model():
+    want = [warm_pairs(0.1, t) for t in range(15)]
+    assert want[0] == 64 + 8 + 32 + 2, "half of every layer at first"
+    assert want[10:] == [12 + 1 + 6 + 1] * 5, "the target's k from 10 on"
+    assert all(want[t] > want[10] for t in range(10))
+    assert want == sorted(want, reverse=True)
+
+
+def test_the_torch_selector_follows_the_warm_up():
+    sel = ft.TopkSelector(128, 0.1, torch.device("cpu"), warmup=10,
+                          warmup_start=0.5)
+    assert sel.k == 12, "the target's k"
+    assert [sel.k_at(t) for t in (0, 5, 9, 10, 11, 1000)] == [
+        64, math.floor(0.5 * 0.2 ** 0.5 * 128), 15, 12, 12, 12]
+    g = torch.arange(128, dtype=torch.float32) - 64
+    idx, val = sel.select(g, 0)
+    assert idx.numel() == 64
+    assert torch.equal(val.abs().sort().values,
+                       g.abs().sort().values[-64:])
+    idx, _ = sel.select(g)
+    assert idx.numel() == 12, "no iteration: the target's k"
+    plain = ft.TopkSelector(128, 0.1, torch.device("cpu"))
+    assert plain.k_at(0) == 12, "no warm-up"
+
+
+@pytest.mark.parametrize("selection", ["libflps", "torch"])
+@pytest.mark.parametrize("compression", ["topk:0.1", "gtopk:0.1"])
+def test_the_warm_up_from_the_environment_sets_every_pushs_pairs(
+        shards, monkeypatch, compression, selection):
+    """FLPS_DENSITY_WARMUP and FLPS_DENSITY_WARMUP_START (what flrun sets
+    from a job file's density_warmup) drive the optimizer: each step sends
+    the schedule's pairs, and a gtopk shard takes every one of them (it
+    keeps the global top k(t) of the same schedule)."""
+    for k, v in WARM_ENV.items():
+        monkeypatch.setenv(k, v)
+    job = "warm-%s-%s" % (compression.partition(":")[0], selection)
+    s = shards(job)[0]
+    model = tc.make_model(5)
+    opt = ft.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        model.named_parameters(), compression=compression,
+        selection=selection, config=ft.Config(job, 0, 1, (s.endpoint,)),
+        deadline_ms=20000)
+    x, y = tc.make_data(1, 15)
+    sent, left_out = [], 0
+    try:
+        assert opt.client.density_warmup == 10
+        assert opt.client.density_warmup_start == 0.5
+        for step in range(15):
+            before = opt.client.stats().elements_sent
+            opt.zero_grad()
+            tc.loss_of(model, *tc.batch(x, y, 1, step, 0)).backward()
+            opt.step()
+            sent.append(opt.client.stats().elements_sent - before)
+            for i, sel in enumerate(opt.selectors):
+                if sel is not None:
+                    taken = opt.client.pairs_taken(i, sel.idx.numel())
+                    left_out += int((~taken).sum())
+    finally:
+        opt.close()
+    assert sent == [warm_pairs(0.1, t) for t in range(15)]
+    if selection == "torch":
+        assert all(sel is not None for sel in opt.selectors)
+        assert left_out == 0, "one worker: the shard takes all k(t) pairs"
+
+
+@pytest.mark.parametrize("compression,optimizer", [("topk:0.1", "sgd"),
+                                                   ("gtopk:0.1", "adam")])
+def test_a_warm_up_trains_alike_in_torch_and_in_libflps(
+        shards, tmp_path, compression, optimizer):
+    """Two workers, 15 steps, 10 of them warming up from 0.5 (from the
+    environment, as a command: job gets it): torch's selection sends the
+    pairs of libflps's own, step by step, and trains to its parameters."""
+    steps = 15
+    tag = "warm2-" + compression.partition(":")[0]
+    own = run_workers(shards(tag + "-own")[0], tag + "-own", tmp_path, steps,
+                      optimizer, compression=compression,
+                      selection="libflps", extra_env=WARM_ENV)
+    sel = run_workers(shards(tag + "-sel")[0], tag + "-sel", tmp_path, steps,
+                      optimizer, compression=compression, selection="torch",
+                      extra_env=WARM_ENV)
+    want = [warm_pairs(0.1, t) for t in range(steps)]
+    for r in own + sel:
+        assert (r["density_warmup"], r["density_warmup_start"]) == (10, 0.5)
+        assert r["per_step"] == want
+    for r in sel:
+        assert r["torch_layers"] == 4
+    assert (own[0]["final"] - own[0]["synced"]).abs().max() > 1e-3
+    for rank in range(W):
+        diff = (sel[rank]["final"] - own[rank]["final"]).abs().max().item()
+        assert diff < 1e-5, "rank %d: torch's selection is %.3g from " \
+            "libflps's" % (rank, diff)
+    assert torch.equal(own[0]["final"], own[1]["final"])
+    assert torch.equal(sel[0]["final"], sel[1]["final"])
+
+
+def test_a_warm_up_the_library_refuses_is_an_exception_naming_its_source(
+        monkeypatch):
+    model = tc.make_model(1)
+    cfg = ft.Config("j", 0, 1, ("tcp://127.0.0.1:9",))
+
+    def make(**kw):
+        return ft.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            model.named_parameters(), compression="gtopk:0.1", config=cfg,
+            deadline_ms=300, retry_ms=100, **kw)
+
+    for start in (0, 1.5):
+        with pytest.raises(flps.InvalidArgumentError,
+                           match="start density %g is out of range" % start):
+            make(density_warmup=10, density_warmup_start=start)
+    monkeypatch.setenv("FLPS_DENSITY_WARMUP", "10")
+    monkeypatch.setenv("FLPS_DENSITY_WARMUP_START", "1.5")
+    with pytest.raises(flps.InvalidArgumentError,
+                       match=r"out of range.*FLPS_DENSITY_WARMUP=10, "
+                       r"FLPS_DENSITY_WARMUP_START=1.5 from the environment"):
+        make()
+    monkeypatch.setenv("FLPS_DENSITY_WARMUP", "ten")
+    with pytest.raises(flps.ConfigError, match="FLPS_DENSITY_WARMUP='ten' is "
+                       "not a whole number"):
+        make()
+    monkeypatch.setenv("FLPS_DENSITY_WARMUP", "10")
+    monkeypatch.setenv("FLPS_DENSITY_WARMUP_START", "half")
+    with pytest.raises(flps.ConfigError,
+                       match="FLPS_DENSITY_WARMUP_START='half'"):
+        make()
+    # The arguments win over the environment: no warm-up, so the
+    # unreachable shard is what fails.
+    with pytest.raises(flps.TimedOutError):
+        make(density_warmup=0, density_warmup_start=0.25)
 
 
 def _auto_run(shards, tmp_path, monkeypatch, selection):

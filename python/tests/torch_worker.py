@@ -27,14 +27,16 @@ def main():
         selection=os.environ.get("TEST_SELECTION", "auto"), deadline_ms=60000)
     synced = tc.flat(model).clone()
     x, y = tc.make_data(cfg.workers, steps)
-    losses = []
+    losses, per_step = [], []
     for step in range(steps):
+        sent_before = opt.client.stats().elements_sent
         xb, yb = tc.batch(x, y, cfg.workers, step, cfg.rank)
         opt.zero_grad()
         loss = tc.loss_of(model, xb, yb)
         loss.backward()
         opt.step()
         losses.append(loss.item())
+        per_step.append(opt.client.stats().elements_sent - sent_before)
     stats = opt.client.stats()
     torch_layers = sum(s is not None for s in opt.selectors)
     residual = [s.residual.clone() for s in opt.selectors if s is not None]
@@ -42,7 +44,9 @@ def main():
     torch.save({"before": before, "synced": synced, "final": tc.flat(model),
                 "losses": losses, "bytes_sent": stats.bytes_sent,
                 "dense_bytes": stats.dense_bytes,
-                "elements_sent": stats.elements_sent,
+                "elements_sent": stats.elements_sent, "per_step": per_step,
+                "density_warmup": opt.client.density_warmup,
+                "density_warmup_start": opt.client.density_warmup_start,
                 "torch_layers": torch_layers, "residual": residual},
                sys.argv[1])
 

@@ -139,6 +139,67 @@ Test(
     run_free(&r);
 }
 
+Test(training_torch, the_job_files_density_warm_up_reaches_the_torch_program,
+     .timeout = 600)
+{
+    char dir[] = "/tmp/flrun-torchwarm-XXXXXX", job[160], cmd[1024];
+    char text[1024], path[200];
+    run_result r;
+    double acc, share;
+    json_int_t warm, sent;
+    char *log;
+
+    /* flrun hands density_warmup to the program as FLPS_DENSITY_WARMUP;
+     * flps.torch's clients register it with the shard, which logs it and
+     * cuts gtopk to its schedule. */
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(job, sizeof(job), "%s/job.yaml", dir);
+    snprintf(text, sizeof(text),
+             "name: torch-mlp-warm\nmodel: mlp\nworkers: 2\nservers: 1\n"
+             "iterations: 100\nbatch_size: 32\nlr: 0.05\neval_every: 100\n"
+             "compression: gtopk:0.01\ndensity_warmup: 50\n"
+             "command: [/usr/bin/python3, %s/examples/torch/mlp.py,"
+             " --test-samples, '1000']\n"
+             "env:\n  OMP_NUM_THREADS: '1'\n",
+             FLPS_SOURCE_DIR);
+    write_file(job, text);
+    snprintf(cmd, sizeof(cmd), "%s/flrun --log-dir %s/logs %s", FLPS_BIN_DIR,
+             dir, job);
+    run_cmd(cmd, &r);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_not_null(r.summary, "%s", r.out);
+    cr_assert_eq(
+        json_integer_value(json_object_get(r.summary, "density_warmup")), 50);
+    warm = json_integer_value(json_object_get(r.summary, "warmup_bytes_sent"));
+    sent = json_integer_value(json_object_get(r.summary, "bytes_sent"));
+    /* flps.report's done events carry it, as flworker's do: the first 50
+     * iterations are the denser ones. */
+    cr_assert_gt(warm, sent / 2, "%s", r.out);
+    cr_assert_lt(warm, sent, "%s", r.out);
+    snprintf(path, sizeof(path), "%s/logs/flps-0.log", dir);
+    log = slurp(path);
+    cr_assert_not_null(strstr(log, "density warm-up from 0.25 to 0.01 over 50 "
+                                   "iterations"),
+                       "the shard follows the program's warm-up: %s", log);
+    free(log);
+    acc = json_real_value(json_object_get(r.summary, "test_accuracy"));
+    share =
+        (double)json_integer_value(json_object_get(r.summary, "bytes_sent")) /
+        (double)json_integer_value(json_object_get(r.summary, "dense_bytes"));
+    cr_log_info("torch mlp gtopk:0.01, 50 of 100 iterations warming up from "
+                "0.25: test accuracy %.4f, %.2f%% of dense",
+                acc, 100 * share);
+    /* Pairs are 8 bytes to dense's 4: gtopk:0.01 alone sends about 2% of
+     * dense (under 3% in the test above); the warm-up's mean density over
+     * its 50 iterations is 0.25 (0.04 - 1) / ln 0.04 = 0.075, so the run
+     * sends about 2 (0.075 + 0.01) / 2 = 8.5% of dense. */
+    cr_assert_gt(share, 0.06, "%.4f of dense: the warm-up sends more: %s",
+                 share, r.out);
+    cr_assert_lt(share, 0.12, "%.4f of dense: %s", share, r.out);
+    cr_assert_gt(acc, 0.4, "test accuracy %.4f: %s", acc, r.err);
+    run_free(&r);
+}
+
 Test(training_torch, a_job_whose_peer_never_connects_fails_within_the_deadline,
      .timeout = 300)
 {

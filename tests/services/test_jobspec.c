@@ -1577,9 +1577,45 @@ Test(jobspec, refuses_a_density_warm_up_where_nothing_follows_it)
     expect_error(WARM_BASE "compression: topk:0.01\nmode: fedavg\n"
                            "density_warmup: 10\n",
                  "mode 'fedavg'", NULL);
-    expect_error(WARM_BASE "compression: topk:0.01\ndensity_warmup: 10\n"
-                           "command: [python3, train.py]\n",
-                 "density_warmup", "command:", NULL);
+}
+
+Test(jobspec, takes_a_density_warm_up_for_a_command_job_with_every_check)
+{
+    jobspec s;
+    char err[ERRLEN];
+
+    /* flps.torch follows it through FLPS_DENSITY_WARMUP (workerenv). */
+    parse_ok(WARM_BASE "compression: gtopk:0.01\ndensity_warmup: 50\n"
+                       "density_warmup_start: 0.5\n"
+                       "command: [python3, train.py]\n",
+             &s);
+    cr_assert_gt(s.command_argc, 0);
+    cr_assert_eq(s.density_warmup, 50);
+    cr_assert_eq(s.density_warmup_start, 0.5);
+    parse_ok(WARM_BASE "compression: auto\ndensity_warmup: 100\n"
+                       "command: [python3, train.py]\n",
+             &s);
+    cr_assert_eq(s.density_warmup, 100);
+    /* The other checks hold for a command: job as for flworker. */
+    expect_error(WARM_BASE "compression: topk:0.01\nmode: async\n"
+                           "density_warmup: 10\ncommand: [python3, t.py]\n",
+                 "line 6", "mode 'async'", "only ssgd", NULL);
+    expect_error(WARM_BASE "compression: fp16\ndensity_warmup: 10\n"
+                           "command: [python3, t.py]\n",
+                 "line 5", "no selection density", NULL);
+    expect_error(WARM_BASE "compression: topk:0.5\ndensity_warmup: 10\n"
+                           "command: [python3, t.py]\n",
+                 "density_warmup_start: 0.25 is not above", NULL);
+    expect_error(WARM_BASE "compression: gtopk:0.01\ndensity_warmup: 1501\n"
+                           "command: [python3, t.py]\n",
+                 "more than iterations (1500)", NULL);
+    /* The job file's keys set them; env: may not. */
+    cr_assert_eq(
+        parse_text(CMD_BASE "env:\n  FLPS_DENSITY_WARMUP: 5\n", &s, err),
+        FLPS_ECONFIG);
+    cr_assert_not_null(
+        strstr(err, "FLPS_DENSITY_WARMUP is set by the launcher"), "%s", err);
+    cr_assert(jobspec_env_is_reserved("FLPS_DENSITY_WARMUP_START", 25));
 }
 
 Test(jobspec, the_warm_up_example_holds_its_documented_setting)

@@ -67,14 +67,15 @@ Test(workerenv, sets_the_jobs_variables_over_the_launchers_and_adds_env)
     workerenv_free(env);
 }
 
-Test(workerenv, every_reserved_variable_is_set_for_a_job_with_a_plan)
+Test(workerenv, every_reserved_variable_is_set_with_a_plan_and_a_warm_up)
 {
     static const char *const names[] = {
 #define X(name, what) #name,
         JOBSPEC_WORKER_ENV(X)
 #undef X
     };
-    jobspec s = parse("name: j\nmodel: mlp\ncompression: auto\n");
+    jobspec s = parse("name: j\nmodel: mlp\ncompression: auto\n"
+                      "density_warmup: 10\n");
     char *base[] = {"FLPS_BUILD_DIR=/b", "FLPS_LIBRARY=/b/lib/libflps.so",
                     NULL};
     workerenv w = {.job = "j",
@@ -149,5 +150,32 @@ Test(workerenv, passes_the_transport_the_launcher_chose_or_the_job_files)
     cr_assert_eq(workerenv_build(&s, &w, NULL, &env), FLPS_OK);
     cr_assert_str_eq(workerenv_get(env, "FLPS_TRANSPORT"), "zmq");
     cr_assert_eq(count(env, "FLPS_TRANSPORT"), 1);
+    workerenv_free(env);
+}
+
+Test(workerenv, passes_a_density_warm_up_only_where_the_job_has_one)
+{
+    jobspec s = parse("name: j\nmodel: mlp\niterations: 300\n"
+                      "compression: gtopk:0.01\ndensity_warmup: 50\n"
+                      "density_warmup_start: 0.3\ncommand: [prog]\n");
+    char *base[] = {"FLPS_DENSITY_WARMUP=7", "FLPS_DENSITY_WARMUP_START=0.9",
+                    NULL};
+    workerenv w = {.job = "j", .servers = "tcp://a:1"};
+    char **env = NULL;
+
+    cr_assert_eq(workerenv_build(&s, &w, base, &env), FLPS_OK);
+    cr_assert_str_eq(workerenv_get(env, "FLPS_DENSITY_WARMUP"), "50");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_DENSITY_WARMUP_START"),
+                     "0.29999999999999999", "the exact double");
+    cr_assert_eq(count(env, "FLPS_DENSITY_WARMUP"), 1,
+                 "the launcher's own is dropped");
+    cr_assert_eq(count(env, "FLPS_DENSITY_WARMUP_START"), 1);
+    workerenv_free(env);
+    /* Without a warm-up neither is set, not even the launcher's. */
+    s = parse("name: j\nmodel: mlp\ncompression: gtopk:0.01\n"
+              "command: [prog]\n");
+    cr_assert_eq(workerenv_build(&s, &w, base, &env), FLPS_OK);
+    cr_assert_null(workerenv_get(env, "FLPS_DENSITY_WARMUP"));
+    cr_assert_null(workerenv_get(env, "FLPS_DENSITY_WARMUP_START"));
     workerenv_free(env);
 }
