@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/finite.h"
 
 struct ef {
     size_t n;
@@ -103,21 +104,13 @@ static int ef_codec_is_contractive(const codec_spec *spec)
 }
 
 /* The largest |g[i]| into *out, or 0 when g holds a NaN or Inf. One
- * branch-free pass over the IEEE bits (signed compares: the keys are below
- * 2^31), which vectorises. */
+ * branch-free pass over the IEEE bits, which vectorises. */
 static int ef_max_abs(const float *g, size_t n, float *out)
 {
-    int32_t mx = 0;
+    const uint32_t mx = flps_max_abs_bits(g, n);
     float f;
 
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        int32_t key;
-        memcpy(&u, g + i, sizeof(u));
-        key = (int32_t)(u & 0x7fffffffu);
-        mx = key > mx ? key : mx;
-    }
-    if ((uint32_t)mx >= 0x7f800000u)
+    if (mx >= FLPS_INF_BITS)
         return 0;
     memcpy(&f, &mx, sizeof(f));
     *out = f;

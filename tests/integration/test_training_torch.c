@@ -2,6 +2,7 @@
  * command: job's workers: the job trains, its progress is on the screen
  * and its accuracy and bytes in the summary, as flworker's are. */
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,13 @@ static void write_file(const char *path, const char *text)
     fclose(f);
 }
 
-/* Run the torch MLP as a 2-worker, 1-server job with compression comp. */
-static void run_mlp(const char *name, const char *comp, run_result *r)
+/* Run the torch MLP as a 2-worker, 1-server job of `iterations` with
+ * compression comp, the job file's further lines `extra` and test_samples
+ * test images; its logs go to dir/logs (dir: a fresh directory, PATH_MAX
+ * bytes, written when not NULL). */
+static void run_mlp_job(const char *name, const char *comp, int iterations,
+                        const char *extra, const char *test_samples,
+                        run_result *r, char *dir_out)
 {
     char dir[] = "/tmp/flrun-torch-XXXXXX", job[128], cmd[1024], text[1024];
 
@@ -26,16 +32,25 @@ static void run_mlp(const char *name, const char *comp, run_result *r)
     snprintf(job, sizeof(job), "%s/job.yaml", dir);
     snprintf(text, sizeof(text),
              "name: %s\nmodel: mlp\nworkers: 2\nservers: 1\n"
-             "iterations: 300\nbatch_size: 32\nlr: 0.05\neval_every: 150\n"
-             "compression: %s\n"
+             "iterations: %d\nbatch_size: 32\nlr: 0.05\neval_every: %d\n"
+             "compression: %s\n%s"
              "command: [/usr/bin/python3, %s/examples/torch/mlp.py,"
-             " --test-samples, '2000']\n"
+             " --test-samples, '%s']\n"
              "env:\n  OMP_NUM_THREADS: '1'\n",
-             name, comp, FLPS_SOURCE_DIR);
+             name, iterations, iterations / 2, comp, extra, FLPS_SOURCE_DIR,
+             test_samples);
     write_file(job, text);
     snprintf(cmd, sizeof(cmd), "%s/flrun --log-dir %s/logs %s", FLPS_BIN_DIR,
              dir, job);
     run_cmd(cmd, r);
+    if (dir_out != NULL)
+        snprintf(dir_out, PATH_MAX, "%s", dir);
+}
+
+/* The 300-iteration MLP job with compression comp. */
+static void run_mlp(const char *name, const char *comp, run_result *r)
+{
+    run_mlp_job(name, comp, 300, "", "2000", r, NULL);
 }
 
 Test(training_torch, the_torch_mlp_trains_as_a_command_job, .timeout = 600)
@@ -142,8 +157,7 @@ Test(
 Test(training_torch, the_job_files_density_warm_up_reaches_the_torch_program,
      .timeout = 600)
 {
-    char dir[] = "/tmp/flrun-torchwarm-XXXXXX", job[160], cmd[1024];
-    char text[1024], path[200];
+    char dir[PATH_MAX], path[PATH_MAX + 32];
     run_result r;
     double acc, share;
     json_int_t warm, sent;
@@ -151,21 +165,9 @@ Test(training_torch, the_job_files_density_warm_up_reaches_the_torch_program,
 
     /* flrun hands density_warmup to the program as FLPS_DENSITY_WARMUP;
      * flps.torch's clients register it with the shard, which logs it and
-     * cuts gtopk to its schedule. */
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(job, sizeof(job), "%s/job.yaml", dir);
-    snprintf(text, sizeof(text),
-             "name: torch-mlp-warm\nmodel: mlp\nworkers: 2\nservers: 1\n"
-             "iterations: 100\nbatch_size: 32\nlr: 0.05\neval_every: 100\n"
-             "compression: gtopk:0.01\ndensity_warmup: 50\n"
-             "command: [/usr/bin/python3, %s/examples/torch/mlp.py,"
-             " --test-samples, '1000']\n"
-             "env:\n  OMP_NUM_THREADS: '1'\n",
-             FLPS_SOURCE_DIR);
-    write_file(job, text);
-    snprintf(cmd, sizeof(cmd), "%s/flrun --log-dir %s/logs %s", FLPS_BIN_DIR,
-             dir, job);
-    run_cmd(cmd, &r);
+     * cuts gtopk to its schedule. (eval_every: 50, half the run.) */
+    run_mlp_job("torch-mlp-warm", "gtopk:0.01", 100, "density_warmup: 50\n",
+                "1000", &r, dir);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert_not_null(r.summary, "%s", r.out);
     cr_assert_eq(
