@@ -60,6 +60,26 @@ static inline void run_cmd(const char *cmd, run_result *r)
         r->summary = json_loads(last, 0, NULL);
 }
 
+/* The next line of *pos that is a JSON object whose "event" is type,
+ * parsed (the caller decrefs it), or NULL when no line after *pos is one;
+ * *pos moves past the line returned (NULL at the end). */
+static inline json_t *next_event(const char **pos, const char *type)
+{
+    while (*pos != NULL && **pos != '\0') {
+        const char *p = *pos, *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        json_t *j = json_loadb(p, len, 0, NULL);
+        const char *ev =
+            j ? json_string_value(json_object_get(j, "event")) : NULL;
+
+        *pos = nl ? nl + 1 : NULL;
+        if (ev != NULL && strcmp(ev, type) == 0)
+            return j;
+        json_decref(j);
+    }
+    return NULL;
+}
+
 static inline void run_free(run_result *r)
 {
     free(r->out);

@@ -172,21 +172,7 @@ Test(backend_choice, flrun_with_backend_cuda_fails_fast_and_names_the_backend)
 /* The done event (a JSON line) in out. */
 static json_t *done_event(const char *out)
 {
-    const char *p = out;
-
-    while (p != NULL && *p != '\0') {
-        const char *nl = strchr(p, '\n');
-        size_t len = nl ? (size_t)(nl - p) : strlen(p);
-        json_t *j = json_loadb(p, len, 0, NULL);
-        const char *ev =
-            j ? json_string_value(json_object_get(j, "event")) : NULL;
-
-        if (ev != NULL && strcmp(ev, "done") == 0)
-            return j;
-        json_decref(j);
-        p = nl ? nl + 1 : NULL;
-    }
-    return NULL;
+    return next_event(&out, "done");
 }
 
 Test(backend_choice, backend_cpu_on_the_command_line_overrides_the_job_file)

@@ -57,23 +57,16 @@ static double pairs_at(double target, uint64_t t)
 static void sent_per_iteration(const char *out, double *sent)
 {
     const char *p = out;
+    json_t *j;
     int n = 0;
 
-    while (p != NULL && *p != '\0') {
-        const char *nl = strchr(p, '\n');
-        size_t len = nl ? (size_t)(nl - p) : strlen(p);
-        json_t *j = json_loadb(p, len, 0, NULL);
-        const char *ev =
-            j ? json_string_value(json_object_get(j, "event")) : NULL;
-        if (ev != NULL && strcmp(ev, "progress") == 0) {
-            json_int_t it = json_integer_value(json_object_get(j, "iter"));
-            cr_assert(it >= 1 && it <= ITERS);
-            sent[it - 1] =
-                (double)json_integer_value(json_object_get(j, "bytes_sent"));
-            n++;
-        }
+    while ((j = next_event(&p, "progress")) != NULL) {
+        json_int_t it = json_integer_value(json_object_get(j, "iter"));
+        cr_assert(it >= 1 && it <= ITERS);
+        sent[it - 1] =
+            (double)json_integer_value(json_object_get(j, "bytes_sent"));
+        n++;
         json_decref(j);
-        p = nl ? nl + 1 : NULL;
     }
     cr_assert_eq(n, ITERS, "a progress line per iteration: %d", n);
 }
