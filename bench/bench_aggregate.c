@@ -21,6 +21,7 @@
 #include "common/numparse.h"
 #include "proto/partmap.h"
 #include "ps/shard.h"
+#include "tests/support/rx_copy.h"
 
 #define JOB "bench-aggregate"
 #define DEFAULT_PART_SIZE 65536u

@@ -1,7 +1,7 @@
 /* Benchmark of every codec: encode and decode throughput in GB/s of f32
  * input, against memcpy of the same array measured in the same run, on one
  * core. Then the worker's push of a 25M-float layer (issue 13's bars): the
- * encode path of worker/client.c driven through compress/ (no client, no
+ * encode path of worker/client_push.c driven through compress/ (no client, no
  * transport: a push is error feedback with momentum, the selection and the
  * per-part payloads for topk:0.004; the per-part payloads written from the
  * gradient and the velocity for dense), against a memcpy of the layer.

@@ -10,10 +10,11 @@
 #include <unistd.h>
 
 #include "cli/submit_cli.h"
+#include "cli/submit_cmds.h"
 #include "cli/submit_http.h"
-#include "common/cliver.h"
-
-#define FLSUBMIT_DEFAULT_URL "http://127.0.0.1:8080"
+#include "common/strbuf.h"
+#include "services/cliver.h"
+#include "services/jobspec_flags.h"
 
 /* Set by the SIGINT/SIGTERM handler, read by watch and logs --follow
  * between polls (process-wide by nature). */
@@ -24,158 +25,45 @@ static void on_signal(int sig)
     interrupted = sig;
 }
 
-/* One row per command drives the parsing, the global page and each
- * command's own page, so they cannot drift apart. */
-typedef struct command {
-    const char *name;
-    const char *synopsis; /* after the name, for the pages */
-    int nargs;            /* operands after the name */
-    const char *arg_name; /* what the operand is, for "X needs a ..." */
-    unsigned opts;        /* the CMD_OPT_* it accepts */
-    const char *summary;  /* one line for the global page */
-    const char *help;     /* the command's own page, after its usage line */
-} command;
-
-enum {
-    CMD_OPT_FOLLOW = 1,
-    CMD_OPT_EVENTS = 2,
-    CMD_OPT_ALL = 4,
-    CMD_OPT_JOB = 8,
-};
-
-static const command commands[] = {
-    {"submit", "FILE", 1, "FILE", 0,
-     "send a job file (YAML or JSON); prints the job id",
-     "Reads FILE, checks its model name, and sends it to the scheduler,\n"
-     "which checks it as flrun does. Prints the new job's id alone on\n"
-     "stdout, so ID=$(flsubmit submit job.yaml) works.\n"
-     "--json prints the created job object.\n"},
-    {"list", "", 0, NULL, 0, "all jobs, in submission order",
-     "A table: ID NAME STATE PROGRESS ACCURACY RESTARTS AGE.\n"
-     "--json prints the API's {\"jobs\": [...]}.\n"},
-    {"status", "ID", 1, "job ID", 0,
-     "one job: state, progress, summary, placement",
-     "State, reason (with the failing process's last error line), times,\n"
-     "progress, summary and the task table of job ID.\n"
-     "--json prints the job object.\n"},
-    {"watch", "ID", 1, "job ID", 0,
-     "live progress until the job ends; exit 0 if it\n"
-     "                       SUCCEEDED, 1 if it FAILED or was CANCELLED",
-     "Follows job ID until it ends, then prints its summary.\n"
-     "Exit 0 if it SUCCEEDED, 1 if it FAILED or was CANCELLED.\n"
-     "--json prints only the final job object.\n"},
-    {"cancel", "ID | latest | --all", 1, "job ID, 'latest' or --all",
-     CMD_OPT_ALL, "stop a queued or running job",
-     "Stops job ID; 'latest' stops the most recently submitted job that\n"
-     "is still queued or running; --all stops every queued and running\n"
-     "job. --json prints each cancelled job object on its own line.\n"
-     "\n"
-     "  -a, --all            every queued and running job\n"},
-    {"logs", "ID [--follow] [--events]", 1, "job ID",
-     CMD_OPT_FOLLOW | CMD_OPT_EVENTS,
-     "what the job's processes printed; --follow\n"
-     "                       keeps reading until the job ends",
-     "Prints the lines job ID's processes printed, oldest first, each\n"
-     "after its task's name. The JSON events workers send their agent\n"
-     "(progress, eval, done) are left out unless --events.\n"
-     "--json prints each line object on its own line.\n"
-     "\n"
-     "  -f, --follow         keep reading until the job ends\n"
-     "  -e, --events         show the workers' JSON event lines too\n"},
-    {"nodes", "", 0, NULL, 0, "the nodes and their used/total resources",
-     "A table: NAME ADDRESS STATE CPUS MEMORY GPUS HEARTBEAT.\n"
-     "--json prints the API's {\"nodes\": [...]}.\n"},
-    {"plan", "ID", 1, "job ID", 0, "the job's per-layer compression plan",
-     "The codec and density per layer that job ID runs with.\n"
-     "--json prints the plan object.\n"},
-    {"doctor", "[--job FILE]", 0, NULL, CMD_OPT_JOB,
-     "check that the cluster can run a job",
-     "Checks what a job needs before it runs, one line per check, OK or\n"
-     "FAIL with what to do: the scheduler and its version, Redis and its\n"
-     "version, the agents and their resources, the dataset on each node,\n"
-     "the nodes' clocks; with --job FILE asking for transport: rdma, the\n"
-     "RDMA devices, ACTIVE ports and memlock limits of the nodes (with\n"
-     "transport: auto, which nodes would run RDMA).\n"
-     "Exit 0 when every check passes, else the exit code of the first\n"
-     "failure's kind (8: the scheduler cannot be reached; 11: a check\n"
-     "failed).\n"
-     "\n"
-     "  --job FILE           also check what this job file asks for\n"},
-};
-
-#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
-
-static const command *command_find(const char *name)
+/* The exit codes' lines for the global page. */
+static flps_err exit_code_lines(flps_strbuf *out)
 {
-    for (size_t i = 0; i < NCOMMANDS; i++)
-        if (strcmp(name, commands[i].name) == 0)
-            return &commands[i];
-    return NULL;
-}
-
-static void usage(FILE *f)
-{
-    char left[48];
-
-    fprintf(f, "usage: flsubmit [--scheduler URL] [--json] COMMAND [ARGS]\n"
-               "\n"
-               "Submit jobs to flsched and follow them.\n"
-               "\n"
-               "commands (flsubmit COMMAND --help for one):\n");
-    for (size_t i = 0; i < NCOMMANDS; i++) {
-        const command *c = &commands[i];
-
-        snprintf(left, sizeof(left), "%s%s%s", c->name,
-                 c->synopsis[0] ? " " : "", c->synopsis);
-        if (strlen(left) > 20)
-            fprintf(f, "  %s\n  %-20s %s\n", left, "", c->summary);
-        else
-            fprintf(f, "  %-20s %s\n", left, c->summary);
-    }
-    fprintf(
-        f,
-        "\n"
-        "options:\n"
-        "  -s, --scheduler URL  flsched's address (default: $FLPS_SCHEDULER, "
-        "else\n"
-        "                       " FLSUBMIT_DEFAULT_URL ")\n"
-        "      --ca FILE        https: the CA certificate (PEM) that signed\n"
-        "                       flsched's --tls-cert (default: "
-        "$FLPS_SCHEDULER_CA,\n"
-        "                       else the system's CAs)\n"
-        "  -j, --json           print the API's JSON instead of text "
-        "(watch:\n"
-        "                       the final job object; logs: one line "
-        "object\n"
-        "                       per line)\n"
-        "  -f, --follow         logs: keep following until the job ends\n"
-        "  -e, --events         logs: show the workers' JSON events too\n"
-        "  -a, --all            cancel: every queued and running job\n"
-        "      --job FILE       doctor: also check this job file's needs\n"
-        "  -h, --help           this text\n"
-        "\n"
-        "environment:\n"
-        "  FLPS_SCHEDULER       default for --scheduler\n"
-        "  FLPS_TOKEN           sent as \"Authorization: Bearer TOKEN\"\n"
-        "  FLPS_SCHEDULER_CA    default for --ca\n"
-        "\n"
-        "exit codes:\n");
 #define FLSUBMIT_EXIT_LINE_(name, code, msg)                                   \
-    fprintf(f, "  %-4d %s\n", code, msg);
+    flps_strbuf_printf(out, "  %-4d %s\n", code, msg);
     SUBMIT_EXIT_MAP(FLSUBMIT_EXIT_LINE_)
 #undef FLSUBMIT_EXIT_LINE_
-    fprintf(f, "\nmore: docs/flsubmit.md\n");
+    return flps_strbuf_error(out);
 }
 
-static void command_usage(FILE *f, const command *c)
+/* Print a page the table makes; 0, or 70 when it cannot be made. */
+static int print_page(flps_strbuf *page, flps_err err)
 {
-    fprintf(f,
-            "usage: flsubmit [--scheduler URL] [--json] %s%s%s\n"
-            "\n"
-            "%s"
-            "\n"
-            "flsubmit --help lists the commands, options and exit codes.\n",
-            c->name, c->synopsis[0] ? " " : "", c->synopsis, c->help);
+    if (err != FLPS_OK) {
+        flps_strbuf_fini(page);
+        fprintf(stderr, "flsubmit: out of memory\n");
+        return SUBMIT_EXIT_INTERNAL;
+    }
+    fputs(page->data, stdout);
+    flps_strbuf_fini(page);
+    return SUBMIT_EXIT_OK;
+}
+
+static int usage(void)
+{
+    flps_strbuf codes = FLPS_STRBUF_INIT, page = FLPS_STRBUF_INIT;
+    flps_err err = exit_code_lines(&codes);
+
+    if (err == FLPS_OK)
+        err = submit_cmds_usage(&page, codes.data);
+    flps_strbuf_fini(&codes);
+    return print_page(&page, err);
+}
+
+static int command_usage(const submit_command *c)
+{
+    flps_strbuf page = FLPS_STRBUF_INIT;
+
+    return print_page(&page, submit_cmds_command_usage(c, &page));
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -186,16 +74,24 @@ static int usage_error(const char *fmt, const char *arg)
     return SUBMIT_EXIT_USAGE;
 }
 
+static void command_line_of(const submit_command *c)
+{
+    fprintf(stderr, "usage: flsubmit %s%s%s\n", c->name,
+            c->synopsis[0] ? " " : "", c->synopsis);
+}
+
 /* "unknown command 'stauts'; did you mean 'status'?" when one command is
  * close enough to be the likely intent. */
 static int unknown_command(const char *cmd)
 {
-    const char *names[NCOMMANDS];
-    const char *best;
+    const submit_command *cmds;
+    const char *names[32], *best;
+    size_t n;
 
-    for (size_t i = 0; i < NCOMMANDS; i++)
-        names[i] = commands[i].name;
-    best = submit_cli_closest(cmd, names, NCOMMANDS);
+    cmds = submit_cmds_commands(&n);
+    for (size_t i = 0; i < n && i < 32; i++)
+        names[i] = cmds[i].name;
+    best = submit_cli_closest(cmd, names, n < 32 ? n : 32);
     fprintf(stderr, "flsubmit: unknown command '%s'", cmd);
     if (best != NULL)
         fprintf(stderr, "; did you mean '%s'?", best);
@@ -203,34 +99,29 @@ static int unknown_command(const char *cmd)
     return SUBMIT_EXIT_USAGE;
 }
 
-/* The option a command was given but does not take, or NULL. */
-static const char *stray_option(const command *c, unsigned given)
-{
-    static const struct {
-        unsigned bit;
-        const char *name;
-    } names[] = {{CMD_OPT_FOLLOW, "--follow"},
-                 {CMD_OPT_EVENTS, "--events"},
-                 {CMD_OPT_ALL, "--all"},
-                 {CMD_OPT_JOB, "--job"}};
-
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if ((given & names[i].bit) && !(c->opts & names[i].bit))
-            return names[i].name;
-    return NULL;
-}
-
-/* The command (by name) with its operand and options. */
+/* The command line: the command with its operand and options, and where
+ * and how to reach flsched. */
 typedef struct invocation {
+    const char *cmd;
+    const submit_command *c;
     const char *arg;
     const char *job_file;
-    unsigned opts;
+    unsigned given; /* 1 << submit_opt_id of each option given */
+    const char *url, *token, *ca;
+    const char *output; /* -o's word, or NULL for text */
+    int help;
+    /* submit's words but flsubmit's own options ([FILE] -n 4 ... -- CMD),
+     * after job_argv[0] (the program's name, for getopt); 0 when none */
+    int job_argc;
+    char **job_argv;
+    jobspec_flags flags;     /* what they say */
+    const char *submit_file; /* their job file, or NULL */
 } invocation;
 
-static int run_command(submit_ctx *ctx, const char *cmd, const invocation *inv)
+static int run_command(submit_ctx *ctx, const char *cmd, invocation *inv)
 {
     if (strcmp(cmd, "submit") == 0)
-        return submit_cli_submit(ctx, inv->arg);
+        return submit_cli_submit(ctx, inv->submit_file, &inv->flags);
     if (strcmp(cmd, "list") == 0)
         return submit_cli_list(ctx);
     if (strcmp(cmd, "status") == 0)
@@ -238,15 +129,16 @@ static int run_command(submit_ctx *ctx, const char *cmd, const invocation *inv)
     if (strcmp(cmd, "watch") == 0)
         return submit_cli_watch(ctx, inv->arg);
     if (strcmp(cmd, "cancel") == 0) {
-        if (inv->opts & CMD_OPT_ALL)
+        if (inv->given & (1u << SUBMIT_OPT_ALL))
             return submit_cli_cancel_all(ctx);
         if (strcmp(inv->arg, "latest") == 0)
             return submit_cli_cancel_latest(ctx);
         return submit_cli_cancel(ctx, inv->arg);
     }
     if (strcmp(cmd, "logs") == 0)
-        return submit_cli_logs(ctx, inv->arg, (inv->opts & CMD_OPT_FOLLOW) != 0,
-                               (inv->opts & CMD_OPT_EVENTS) != 0);
+        return submit_cli_logs(ctx, inv->arg,
+                               (inv->given & (1u << SUBMIT_OPT_FOLLOW)) != 0,
+                               (inv->given & (1u << SUBMIT_OPT_EVENTS)) != 0);
     if (strcmp(cmd, "nodes") == 0)
         return submit_cli_nodes(ctx);
     if (strcmp(cmd, "doctor") == 0)
@@ -254,117 +146,339 @@ static int run_command(submit_ctx *ctx, const char *cmd, const invocation *inv)
     return submit_cli_plan(ctx, inv->arg);
 }
 
-int main(int argc, char **argv)
-{
-    enum { OPT_JOB = 256, OPT_CA };
-    static const struct option opts[] = {
-        {"scheduler", required_argument, NULL, 's'},
-        {"json", no_argument, NULL, 'j'},
-        {"follow", no_argument, NULL, 'f'},
-        {"events", no_argument, NULL, 'e'},
-        {"all", no_argument, NULL, 'a'},
-        {"job", required_argument, NULL, OPT_JOB},
-        {"ca", required_argument, NULL, OPT_CA},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *url = getenv("FLPS_SCHEDULER"), *token = getenv("FLPS_TOKEN");
-    const char *ca = getenv("FLPS_SCHEDULER_CA");
-    const char *cmd, *stray;
-    const command *c;
-    invocation inv = {0};
-    submit_http_opts hopts = {0};
-    submit_ctx ctx = {0};
-    struct sigaction sa;
-    int json = 0, help = 0, ch, nargs, rc;
-    flps_err err;
+/* getopt_long's options and short-option string, from the table. */
+typedef struct getopt_table {
+    struct option longs[SUBMIT_OPT_COUNT + 1];
+    char shorts[2 * SUBMIT_OPT_COUNT + 2];
+} getopt_table;
 
-    if (flps_cli_version(argc, argv, "flsubmit"))
-        return 0;
-    if (url == NULL || url[0] == '\0')
-        url = FLSUBMIT_DEFAULT_URL;
-    /* Options may come before or after the command (GNU getopt permutes),
-     * so `flsubmit status j4 --json` works. */
-    opterr = 0;
-    while ((ch = getopt_long(argc, argv, "s:jfeah", opts, NULL)) != -1) {
-        switch (ch) {
-        case 's':
-            url = optarg;
-            break;
-        case 'j':
-            json = 1;
-            break;
-        case 'f':
-            inv.opts |= CMD_OPT_FOLLOW;
-            break;
-        case 'e':
-            inv.opts |= CMD_OPT_EVENTS;
-            break;
-        case 'a':
-            inv.opts |= CMD_OPT_ALL;
-            break;
-        case OPT_JOB:
-            inv.opts |= CMD_OPT_JOB;
-            inv.job_file = optarg;
-            break;
-        case OPT_CA:
-            ca = optarg;
-            break;
-        case 'h':
-            help = 1;
-            break;
-        default:
-            if (optopt == 's')
-                return usage_error("%s needs a URL", "--scheduler");
-            if (optopt == OPT_JOB)
-                return usage_error("%s needs a job FILE", "--job");
-            if (optopt == OPT_CA)
-                return usage_error("%s needs a CA certificate FILE", "--ca");
-            return usage_error("unknown option '%s'", argv[optind - 1]);
+static void getopt_table_init(getopt_table *t)
+{
+    const submit_option *opts;
+    size_t n, k = 0;
+
+    opts = submit_cmds_options(&n);
+    memset(t, 0, sizeof(*t));
+    t->shorts[k++] = ':'; /* a missing argument is told from an unknown */
+    for (size_t i = 0; i < n; i++) {
+        t->longs[i].name = opts[i].name;
+        t->longs[i].has_arg =
+            opts[i].arg != NULL ? required_argument : no_argument;
+        t->longs[i].val = submit_cmds_opt_val(&opts[i]);
+        if (opts[i].letter != 0) {
+            t->shorts[k++] = (char)opts[i].letter;
+            if (opts[i].arg != NULL)
+                t->shorts[k++] = ':';
         }
     }
-    if (help && optind >= argc) {
-        usage(stdout);
-        return SUBMIT_EXIT_OK;
+}
+
+/* Take one option getopt_long returned (o, its argument arg): an
+ * argument goes where its option's slot says; --json is -o json; the
+ * switches are in inv->given. */
+static void take_option(invocation *inv, const submit_option *o,
+                        const char *arg)
+{
+    const char **slot[SUBMIT_OPT_COUNT] = {
+        [SUBMIT_OPT_SCHEDULER] = &inv->url,
+        [SUBMIT_OPT_CA] = &inv->ca,
+        [SUBMIT_OPT_OUTPUT] = &inv->output,
+        [SUBMIT_OPT_JOB] = &inv->job_file,
+    };
+
+    inv->given |= 1u << o->id;
+    if (slot[o->id] != NULL)
+        *slot[o->id] = arg;
+    if (o->id == SUBMIT_OPT_JSON)
+        inv->output = "json";
+    inv->help |= o->id == SUBMIT_OPT_HELP;
+}
+
+/* Read the options (before or after the command: GNU getopt permutes,
+ * so `flsubmit status j4 --json` works) into inv. Returns -1 to go on,
+ * else the exit status (a usage error, said). */
+static int parse_options(int argc, char **argv, invocation *inv)
+{
+    const submit_option *o;
+    getopt_table t;
+    int ch;
+
+    getopt_table_init(&t);
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, t.shorts, t.longs, NULL)) != -1) {
+        o = ch == ':' || ch == '?' ? submit_cmds_opt_by_val(optopt)
+                                   : submit_cmds_opt_by_val(ch);
+        if (ch == ':' && o != NULL) {
+            char what[80];
+
+            snprintf(what, sizeof(what), "--%s needs %s %s", o->name,
+                     o->arg != NULL && strchr("AEIOU", o->arg[0]) ? "an" : "a",
+                     o->arg != NULL ? o->arg : "value");
+            if (o->id == SUBMIT_OPT_JOB)
+                snprintf(what, sizeof(what), "--job needs a job FILE");
+            else if (o->id == SUBMIT_OPT_CA)
+                snprintf(what, sizeof(what),
+                         "--ca needs a CA certificate FILE");
+            return usage_error("%s", what);
+        }
+        if (ch == '?' || o == NULL)
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        take_option(inv, o, optarg);
     }
+    return -1;
+}
+
+/* Is w one of flsubmit's own options ("--json", "--output=yaml", "-o",
+ * "-h")? After `submit` (in_submit), -s is the job's servers, not
+ * --scheduler. *takes_next: its argument is the next word. */
+static int own_option(const char *w, int in_submit, int *takes_next)
+{
+    const submit_option *opts;
+    size_t n, k;
+
+    *takes_next = 0;
+    if (w[0] != '-' || w[1] == '\0')
+        return 0;
+    opts = submit_cmds_options(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (w[1] == '-') {
+            k = strlen(opts[i].name);
+            if (strncmp(w + 2, opts[i].name, k) != 0 ||
+                (w[2 + k] != '\0' && w[2 + k] != '='))
+                continue;
+            *takes_next = opts[i].arg != NULL && w[2 + k] == '\0';
+            return 1;
+        }
+        if (opts[i].letter == w[1] && !(in_submit && w[1] == 's')) {
+            *takes_next = opts[i].arg != NULL && w[2] == '\0';
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The index of the command word in argv, or argc when there is none:
+ * the first word that is neither an option nor an option's argument. */
+static int command_index(int argc, char **argv)
+{
+    int takes_next;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            return i + 1 < argc ? i + 1 : argc;
+        if (argv[i][0] != '-' || argv[i][1] == '\0')
+            return i;
+        if (own_option(argv[i], 0, &takes_next) && takes_next)
+            i++;
+    }
+    return argc;
+}
+
+/* The words after `submit` ([FILE] -n 4 ... -- CMD): flsubmit's own
+ * options among them stay in argv, for getopt; the job's words move to
+ * inv->job_argv[1..] (in their order). argv keeps its first *argc words.
+ * Returns -1 to go on, else the exit status. */
+static int split_submit_words(int *argc, char **argv, invocation *inv)
+{
+    int cmd = command_index(*argc, argv), keep, takes_next;
+
+    if (cmd >= *argc || strcmp(argv[cmd], "submit") != 0)
+        return -1;
+    inv->job_argv = calloc((size_t)*argc + 1, sizeof(*inv->job_argv));
+    if (inv->job_argv == NULL) {
+        fprintf(stderr, "flsubmit: out of memory\n");
+        return SUBMIT_EXIT_INTERNAL;
+    }
+    inv->job_argv[inv->job_argc++] = argv[0];
+    keep = cmd + 1;
+    for (int i = cmd + 1; i < *argc; i++) {
+        const char *w = argv[i];
+
+        if (strcmp(w, "--") == 0) {
+            while (i < *argc)
+                inv->job_argv[inv->job_argc++] = argv[i++];
+            break;
+        }
+        if (own_option(w, 1, &takes_next)) {
+            argv[keep++] = argv[i];
+            if (takes_next && i + 1 < *argc)
+                argv[keep++] = argv[++i];
+            continue;
+        }
+        inv->job_argv[inv->job_argc++] = argv[i];
+        /* A flag's value is the job's, whatever it looks like. */
+        if (w[0] == '-' && w[1] != '\0' &&
+            (w[1] == '-' ? strchr(w, '=') == NULL : w[2] == '\0') &&
+            i + 1 < *argc && strcmp(argv[i + 1], "--") != 0)
+            inv->job_argv[inv->job_argc++] = argv[++i];
+    }
+    *argc = keep;
+    if (inv->job_argc == 1)
+        inv->job_argc = 0; /* none: "submit needs a FILE" */
+    return -1;
+}
+
+/* A job word refused: said, exit status rc. */
+static int job_words_refused(const char *why, int rc)
+{
+    fprintf(stderr, "flsubmit: %s; nothing was sent\n", why);
+    return rc;
+}
+
+/* submit's job words read as flrun reads its own (services/jobspec_flags.h):
+ * each flag checked as the job file's value would be, at most one FILE,
+ * the command after --. Returns -1 to go on, else the exit status: 64 for
+ * words that say no job, 2 for a value refused. */
+static int parse_job_words(invocation *inv)
+{
+    struct option opts[JOBSPEC_FLAGS_KEYS + 1];
+    char why[1100], letter[3] = "-";
+    char **argv = inv->job_argv;
+    size_t n;
+    int c, nargs;
+
+    jobspec_flags_init(&inv->flags);
+    if (inv->job_argc == 0)
+        return -1;
+    n = jobspec_flags_options(&inv->flags, opts, JOBSPEC_FLAGS_KEYS);
+    memset(&opts[n], 0, sizeof(opts[n]));
+    nargs = jobspec_flags_split(&inv->flags, inv->job_argc, argv);
+    optind = 0; /* a fresh scan, of other words than main's */
+    opterr = 0;
+    while ((c = getopt_long(nargs, argv, ":" JOBSPEC_FLAGS_SHORT, opts,
+                            NULL)) != -1) {
+        if (c == '?' || c == ':') {
+            /* optopt: the letter of a short option; 0, or a long
+             * option's value, for a long one (the word just read). */
+            letter[1] = optopt > 0 && optopt < 0x80 ? (char)optopt : '\0';
+            jobspec_flags_refuse_word(letter[1] ? letter : argv[optind - 1],
+                                      c == ':', why, sizeof(why));
+            return job_words_refused(why, SUBMIT_EXIT_USAGE);
+        }
+        if (jobspec_flags_take(&inv->flags, c, optarg, why, sizeof(why)) < 0)
+            return job_words_refused(why, SUBMIT_EXIT_REFUSED);
+    }
+    if (jobspec_flags_operands(&inv->flags, inv->job_argc, nargs, argv, optind,
+                               &inv->submit_file, why, sizeof(why)) != FLPS_OK)
+        return job_words_refused(why, SUBMIT_EXIT_USAGE);
+    return -1;
+}
+
+/* The option a command was given but does not take, or NULL. */
+static const submit_option *stray_option(const submit_command *c,
+                                         unsigned given)
+{
+    const submit_option *opts;
+    size_t n;
+
+    opts = submit_cmds_options(&n);
+    for (size_t i = 0; i < n; i++)
+        if ((given & (1u << opts[i].id)) && !submit_cmds_takes(c, &opts[i]))
+            return &opts[i];
+    return NULL;
+}
+
+/* -o's word for command c: text (NULL), json, yaml, or wide where c has a
+ * wider table. Returns -1 to go on, else the exit status. */
+static int check_output(const invocation *inv)
+{
+    const char *o = inv->output;
+
+    if (o == NULL)
+        return -1;
+    if (strcmp(o, "json") != 0 && strcmp(o, "yaml") != 0 &&
+        strcmp(o, "wide") != 0)
+        return usage_error("-o takes json, yaml or wide, not '%s'", o);
+    if (strcmp(o, "wide") == 0 ? inv->c->wide == NULL
+                               : inv->c->object == NULL) {
+        fprintf(stderr, "flsubmit: %s has no -o %s%s\n", inv->cmd, o,
+                strcmp(o, "wide") == 0 ? " (list, status and nodes have)" : "");
+        command_line_of(inv->c);
+        return SUBMIT_EXIT_USAGE;
+    }
+    return -1;
+}
+
+/* The command and its operands after the options: which command, its
+ * operand, options it does not take, a CA file that cannot be read.
+ * Returns -1 to go on, else the exit status (help printed, or a usage
+ * error said). */
+static int check_command(int argc, char **argv, invocation *inv)
+{
+    const submit_option *stray;
+    int nargs, rc;
+
+    if (inv->help && optind >= argc)
+        return usage();
     if (optind >= argc)
         return usage_error("%s", "no command given");
-    cmd = argv[optind++];
-    c = command_find(cmd);
-    if (c == NULL)
-        return unknown_command(cmd);
-    if (help) {
-        command_usage(stdout, c);
-        return SUBMIT_EXIT_OK;
-    }
-    /* cancel --all takes no ID. */
-    nargs = (inv.opts & CMD_OPT_ALL) && (c->opts & CMD_OPT_ALL) ? 0 : c->nargs;
+    inv->cmd = argv[optind++];
+    inv->c = submit_cmds_find(inv->cmd);
+    if (inv->c == NULL)
+        return unknown_command(inv->cmd);
+    if (inv->help)
+        return command_usage(inv->c);
+    /* cancel --all takes no ID; submit's FILE is among its job words. */
+    nargs = ((inv->given & (1u << SUBMIT_OPT_ALL)) &&
+             submit_cmds_takes(inv->c, submit_cmds_option(SUBMIT_OPT_ALL))) ||
+                    inv->job_argc > 0
+                ? 0
+                : inv->c->nargs;
     if (argc - optind < nargs) {
-        fprintf(stderr, "flsubmit: %s needs a %s\n", cmd, c->arg_name);
-        fprintf(stderr, "usage: flsubmit %s%s%s\n", cmd,
-                c->synopsis[0] ? " " : "", c->synopsis);
+        fprintf(stderr, "flsubmit: %s needs a %s\n", inv->cmd,
+                inv->c->arg_name);
+        command_line_of(inv->c);
         return SUBMIT_EXIT_USAGE;
     }
     if (argc - optind > nargs)
         return usage_error("unexpected argument '%s'", argv[optind + nargs]);
     if (nargs == 1)
-        inv.arg = argv[optind];
-    stray = stray_option(c, inv.opts);
+        inv->arg = argv[optind];
+    stray = stray_option(inv->c, inv->given);
     if (stray != NULL) {
-        fprintf(stderr, "flsubmit: %s is not an option of %s\n", stray, cmd);
-        fprintf(stderr, "usage: flsubmit %s%s%s\n", cmd,
-                c->synopsis[0] ? " " : "", c->synopsis);
+        fprintf(stderr, "flsubmit: --%s is not an option of %s\n", stray->name,
+                inv->cmd);
+        command_line_of(inv->c);
         return SUBMIT_EXIT_USAGE;
     }
-    if (url[0] == '\0')
+    if ((rc = check_output(inv)) >= 0)
+        return rc;
+    if (inv->url[0] == '\0')
         return usage_error("%s", "--scheduler needs a URL");
-    if (ca != NULL && ca[0] != '\0' && access(ca, R_OK) != 0) {
+    if (inv->ca != NULL && inv->ca[0] != '\0' && access(inv->ca, R_OK) != 0) {
         fprintf(stderr,
                 "flsubmit: cannot read the CA file %s (--ca or "
                 "FLPS_SCHEDULER_CA): %s\n",
-                ca, strerror(errno));
+                inv->ca, strerror(errno));
         return SUBMIT_EXIT_USAGE;
     }
+    return -1;
+}
+
+/* flsubmit completion bash|zsh: the script, made from the table. */
+static int completion(const char *shell)
+{
+    flps_strbuf page = FLPS_STRBUF_INIT;
+    flps_err err = submit_cmds_completion(shell, &page);
+
+    if (err == FLPS_EINVAL) {
+        flps_strbuf_fini(&page);
+        fprintf(stderr, "flsubmit: no completion for '%s'; bash or zsh\n",
+                shell);
+        return SUBMIT_EXIT_USAGE;
+    }
+    return print_page(&page, err);
+}
+
+/* Run the command against flsched over a fresh HTTP client; its exit
+ * status. */
+static int run(invocation *inv)
+{
+    submit_http_opts hopts = {0};
+    submit_ctx ctx = {0};
+    struct sigaction sa;
+    flps_err err;
+    int rc;
 
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal; /* no SA_RESTART: a poll's sleep ends */
@@ -376,9 +490,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "flsubmit: libcurl could not start\n");
         return SUBMIT_EXIT_INTERNAL;
     }
-    hopts.base_url = url;
-    hopts.token = token;
-    hopts.ca_file = ca;
+    hopts.base_url = inv->url;
+    hopts.token = inv->token;
+    hopts.ca_file = inv->ca;
     err = submit_http_create(&hopts, &ctx.http);
     if (err != FLPS_OK) {
         fprintf(stderr, "flsubmit: cannot start the HTTP client: %s\n",
@@ -388,14 +502,77 @@ int main(int argc, char **argv)
     }
     ctx.out = stdout;
     ctx.err = stderr;
-    ctx.json = json;
+    ctx.json = inv->output != NULL && strcmp(inv->output, "wide") != 0;
+    ctx.yaml = inv->output != NULL && strcmp(inv->output, "yaml") == 0;
+    ctx.wide = inv->output != NULL && strcmp(inv->output, "wide") == 0;
     ctx.out_is_tty = isatty(STDOUT_FILENO);
     ctx.err_is_tty = isatty(STDERR_FILENO);
-    ctx.token_set = token != NULL && token[0] != '\0';
+    ctx.token_set = inv->token != NULL && inv->token[0] != '\0';
     ctx.stop = &interrupted;
-    rc = run_command(&ctx, cmd, &inv);
+    rc = run_command(&ctx, inv->cmd, inv);
     fflush(stdout);
     submit_http_destroy(ctx.http);
     curl_global_cleanup();
+    return rc;
+}
+
+/* The token from $FLPS_TOKEN_FILE (its first line, without surrounding
+ * blanks) into buf, when FLPS_TOKEN is not set: a token kept in a private
+ * file never needs to be in a shell's history or environment. NULL when
+ * there is none; exits with SUBMIT_EXIT_USAGE when the file cannot be
+ * read. */
+static const char *token_from_file(char *buf, size_t len)
+{
+    const char *path = getenv("FLPS_TOKEN_FILE");
+    size_t n, start = 0;
+    FILE *f;
+
+    if (path == NULL || path[0] == '\0')
+        return NULL;
+    f = fopen(path, "r");
+    if (f == NULL || fgets(buf, (int)len, f) == NULL) {
+        fprintf(stderr, "flsubmit: FLPS_TOKEN_FILE=%s: %s\n", path,
+                f == NULL ? strerror(errno) : "empty file");
+        if (f != NULL)
+            fclose(f);
+        exit(SUBMIT_EXIT_USAGE);
+    }
+    fclose(f);
+    n = strcspn(buf, "\r\n");
+    while (n > 0 && (buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+        n--;
+    buf[n] = '\0';
+    while (buf[start] == ' ' || buf[start] == '\t')
+        start++;
+    return buf[start] != '\0' ? buf + start : NULL;
+}
+
+int main(int argc, char **argv)
+{
+    invocation inv = {0};
+    char token[512];
+    int rc;
+
+    if (flps_cli_version(argc, argv, "flsubmit"))
+        return 0;
+    inv.url = getenv("FLPS_SCHEDULER");
+    inv.token = getenv("FLPS_TOKEN");
+    if (inv.token == NULL || inv.token[0] == '\0')
+        inv.token = token_from_file(token, sizeof(token));
+    inv.ca = getenv("FLPS_SCHEDULER_CA");
+    if (inv.url == NULL || inv.url[0] == '\0')
+        inv.url = SUBMIT_DEFAULT_URL;
+    rc = split_submit_words(&argc, argv, &inv);
+    if (rc < 0)
+        rc = parse_options(argc, argv, &inv);
+    if (rc < 0)
+        rc = check_command(argc, argv, &inv);
+    if (rc < 0 && !inv.c->needs_scheduler)
+        rc = completion(inv.arg);
+    if (rc < 0)
+        rc = parse_job_words(&inv);
+    if (rc < 0)
+        rc = run(&inv);
+    free(inv.job_argv);
     return rc;
 }

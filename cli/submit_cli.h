@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "cli/submit_http.h"
+#include "services/jobspec_flags.h"
 
 /* Exit codes: one per kind of failure, so scripts can tell them apart. */
 #define SUBMIT_EXIT_MAP(X)                                                     \
@@ -43,7 +44,11 @@ enum {
 typedef struct submit_ctx {
     submit_http *http;
     FILE *out, *err;
-    int json;       /* print the API's JSON instead of text */
+    int json;       /* print the API's objects instead of text: JSON, or
+                       YAML when yaml is set too */
+    int yaml;       /* -o yaml */
+    int wide;       /* -o wide: the tables' extra columns */
+    size_t ndocs;   /* objects printed so far (YAML's "---" between) */
     int out_is_tty; /* out is a terminal: progress redraws in place */
     int err_is_tty; /* err is a terminal: hints are worth printing */
     int token_set;  /* FLPS_TOKEN was given (for the 401 message) */
@@ -61,7 +66,12 @@ int submit_cli_exit_for_err(flps_err err);
 
 /* The commands. Each prints its result on ctx->out and any error on
  * ctx->err (one "flsubmit: ..." line) and returns the exit code. */
-int submit_cli_submit(submit_ctx *ctx, const char *file);
+/* submit: the job file (NULL: none) with the flags the command line gave
+ * merged in (services/jobspec_flags.h: -n 4 -s 1 --compression gtopk:0.01
+ * [FILE] -- python3 t.py; none given: the file is sent as it is). A
+ * message about a flag's line, flsubmit's or the scheduler's, names the
+ * flag (exit 2). */
+int submit_cli_submit(submit_ctx *ctx, const char *file, jobspec_flags *flags);
 int submit_cli_list(submit_ctx *ctx);
 int submit_cli_status(submit_ctx *ctx, const char *id);
 int submit_cli_watch(submit_ctx *ctx, const char *id);

@@ -27,14 +27,15 @@ typedef struct submit_doctor_job {
 /* The checks on a /v1/info object (see docs/scheduler.md), as text: one
  * "OK    NAME  message" or "FAIL  NAME  message; what to do" line each,
  * then a last line saying how many passed. *failed is the number of
- * failed checks, and failed_names (when not NULL) lists them,
- * comma-separated. With json set, *out is instead one JSON object
- * {"ok": bool, "checks": [{"check","ok","message"}, ...]} and a newline.
- * Errors: FLPS_EINVAL (info not an object), FLPS_ENOMEM.
- * Ownership: on FLPS_OK the caller owns *out (flps_free). */
+ * failed checks, and *failed_names (when failed_names is not NULL) lists
+ * them, ", "-separated ("" when none failed). With json set, *out is
+ * instead one JSON object {"ok": bool, "checks": [{"check","ok",
+ * "message"}, ...]} and a newline. Every message is whole, however long
+ * what the nodes publish. Errors: FLPS_EINVAL (info not an object),
+ * FLPS_ENOMEM. Ownership: on FLPS_OK the caller owns *out and
+ * *failed_names (flps_free each). */
 flps_err submit_doctor_report(const json_t *info, const char *url,
                               const submit_doctor_job *job, int json,
-                              char **out, int *failed, char *failed_names,
-                              size_t names_len);
+                              char **out, int *failed, char **failed_names);
 
 #endif

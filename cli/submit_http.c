@@ -17,8 +17,15 @@ struct submit_http {
     char *ca_file;     /* CURLOPT_CAINFO, or NULL for the system's CAs */
     long connect_timeout_ms, timeout_ms;
     char curl_err[CURL_ERROR_SIZE];
-    char last_error[512];
+    /* Grown to fit: a message names the URL, the CA file and libcurl's
+     * words, any of which may be long, and none of it is cut. */
+    flps_strbuf last_error;
 };
+
+/* Replace the last error with a formatted message. */
+#define set_error(h, ...)                                                      \
+    (flps_strbuf_clear(&(h)->last_error),                                      \
+     flps_strbuf_printf(&(h)->last_error, __VA_ARGS__))
 
 flps_err submit_http_create(const submit_http_opts *opts, submit_http **out)
 {
@@ -78,6 +85,7 @@ void submit_http_destroy(submit_http *h)
     if (h == NULL)
         return;
     curl_easy_cleanup(h->curl);
+    flps_strbuf_fini(&h->last_error);
     flps_free(h->auth_header);
     flps_free(h->ca_file);
     flps_free(h->base_url);
@@ -92,7 +100,9 @@ void submit_reply_fini(submit_reply *r)
 
 const char *submit_http_last_error(const submit_http *h)
 {
-    return h->last_error;
+    if (flps_strbuf_error(&h->last_error) != FLPS_OK)
+        return "out of memory";
+    return h->last_error.data != NULL ? h->last_error.data : "";
 }
 
 const char *submit_http_base_url(const submit_http *h)
@@ -168,59 +178,59 @@ static flps_err describe_failure(submit_http *h, CURLcode cc,
     switch (cc) {
     case CURLE_COULDNT_CONNECT:
         connect_reason(h->curl, reason, sizeof(reason));
-        snprintf(h->last_error, sizeof(h->last_error),
-                 "cannot reach the scheduler at %s: %s", h->base_url, reason);
+        set_error(h, "cannot reach the scheduler at %s: %s", h->base_url,
+                  reason);
         return FLPS_ECLOSED;
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY:
-        snprintf(h->last_error, sizeof(h->last_error),
-                 "cannot reach the scheduler at %s: unknown host", h->base_url);
+        set_error(h, "cannot reach the scheduler at %s: unknown host",
+                  h->base_url);
         return FLPS_ECLOSED;
     case CURLE_OPERATION_TIMEDOUT:
         curl_easy_getinfo(h->curl, CURLINFO_CONNECT_TIME_T, &connect_us);
         if (connect_us == 0)
-            snprintf(h->last_error, sizeof(h->last_error),
-                     "cannot reach the scheduler at %s: no connection "
-                     "within %.3g s",
-                     h->base_url, (double)h->connect_timeout_ms / 1000);
+            set_error(h,
+                      "cannot reach the scheduler at %s: no connection "
+                      "within %.3g s",
+                      h->base_url, (double)h->connect_timeout_ms / 1000);
         else
-            snprintf(h->last_error, sizeof(h->last_error),
-                     "the scheduler at %s did not answer %s %s within "
-                     "%.3g s",
-                     h->base_url, method, path, (double)h->timeout_ms / 1000);
+            set_error(h,
+                      "the scheduler at %s did not answer %s %s within "
+                      "%.3g s",
+                      h->base_url, method, path, (double)h->timeout_ms / 1000);
         return FLPS_ETIMEDOUT;
     case CURLE_UNSUPPORTED_PROTOCOL:
     case CURLE_URL_MALFORMAT:
-        snprintf(h->last_error, sizeof(h->last_error),
-                 "'%s' is not a scheduler URL (expected http://HOST:PORT or "
-                 "https://HOST:PORT): %s",
-                 h->base_url, h->curl_err[0] ? h->curl_err : "bad URL");
+        set_error(h,
+                  "'%s' is not a scheduler URL (expected http://HOST:PORT or "
+                  "https://HOST:PORT): %s",
+                  h->base_url, h->curl_err[0] ? h->curl_err : "bad URL");
         return FLPS_EINVAL;
     case CURLE_PEER_FAILED_VERIFICATION:
-        snprintf(h->last_error, sizeof(h->last_error),
-                 "the scheduler at %s has a certificate this client cannot "
-                 "verify (%s); %s",
-                 h->base_url, h->curl_err[0] ? h->curl_err : "not trusted",
-                 h->ca_file != NULL
-                     ? "is --ca (FLPS_SCHEDULER_CA) the CA that signed "
-                       "flsched's --tls-cert, and is the URL's host in that "
-                       "certificate?"
-                     : "set --ca FILE (or FLPS_SCHEDULER_CA) to the CA "
-                       "certificate that signed flsched's --tls-cert");
+        set_error(h,
+                  "the scheduler at %s has a certificate this client cannot "
+                  "verify (%s); %s",
+                  h->base_url, h->curl_err[0] ? h->curl_err : "not trusted",
+                  h->ca_file != NULL
+                      ? "is --ca (FLPS_SCHEDULER_CA) the CA that signed "
+                        "flsched's --tls-cert, and is the URL's host in that "
+                        "certificate?"
+                      : "set --ca FILE (or FLPS_SCHEDULER_CA) to the CA "
+                        "certificate that signed flsched's --tls-cert");
         return FLPS_ECONFIG;
     case CURLE_SSL_CACERT_BADFILE:
-        snprintf(h->last_error, sizeof(h->last_error),
-                 "cannot use the CA file %s (--ca or FLPS_SCHEDULER_CA): %s",
-                 h->ca_file ? h->ca_file : "(system default)",
-                 h->curl_err[0] ? h->curl_err : "unreadable or not PEM");
+        set_error(h,
+                  "cannot use the CA file %s (--ca or FLPS_SCHEDULER_CA): %s",
+                  h->ca_file ? h->ca_file : "(system default)",
+                  h->curl_err[0] ? h->curl_err : "unreadable or not PEM");
         return FLPS_ECONFIG;
     case CURLE_SSL_CONNECT_ERROR:
-        snprintf(h->last_error, sizeof(h->last_error),
-                 "the TLS handshake with the scheduler at %s failed (%s); if "
-                 "flsched serves plain HTTP (no --tls-cert), use an http:// "
-                 "URL",
-                 h->base_url,
-                 h->curl_err[0] ? h->curl_err : curl_easy_strerror(cc));
+        set_error(h,
+                  "the TLS handshake with the scheduler at %s failed (%s); if "
+                  "flsched serves plain HTTP (no --tls-cert), use an http:// "
+                  "URL",
+                  h->base_url,
+                  h->curl_err[0] ? h->curl_err : curl_easy_strerror(cc));
         return FLPS_ECONFIG;
     case CURLE_GOT_NOTHING:
     case CURLE_RECV_ERROR:
@@ -229,35 +239,33 @@ static flps_err describe_failure(submit_http *h, CURLcode cc,
         /* A TLS server drops a plain-text request without a word. So does
          * a scheduler that died mid-request, so this stays FLPS_EIO, which
          * watch retries through a restart. */
-        snprintf(h->last_error, sizeof(h->last_error),
-                 "the scheduler at %s closed the connection without an HTTP "
-                 "answer to %s %s (%s); if flsched serves HTTPS (--tls-cert), "
-                 "use an https:// URL with --ca FILE (or FLPS_SCHEDULER_CA)",
-                 h->base_url, method, path,
-                 h->curl_err[0] ? h->curl_err : curl_easy_strerror(cc));
+        set_error(h,
+                  "the scheduler at %s closed the connection without an HTTP "
+                  "answer to %s %s (%s); if flsched serves HTTPS (--tls-cert), "
+                  "use an https:// URL with --ca FILE (or FLPS_SCHEDULER_CA)",
+                  h->base_url, method, path,
+                  h->curl_err[0] ? h->curl_err : curl_easy_strerror(cc));
         return FLPS_EIO;
     case CURLE_OUT_OF_MEMORY:
-        snprintf(h->last_error, sizeof(h->last_error), "out of memory");
+        set_error(h, "out of memory");
         return FLPS_ENOMEM;
     case CURLE_WRITE_ERROR:
         if (flps_strbuf_error(&rb->body) != FLPS_OK) {
-            snprintf(h->last_error, sizeof(h->last_error), "out of memory");
+            set_error(h, "out of memory");
             return FLPS_ENOMEM;
         }
         if (rb->too_big) {
-            snprintf(h->last_error, sizeof(h->last_error),
-                     "the scheduler at %s sent more than %lu MiB for %s %s",
-                     h->base_url, SUBMIT_HTTP_MAX_REPLY >> 20, method, path);
+            set_error(h, "the scheduler at %s sent more than %lu MiB for %s %s",
+                      h->base_url, SUBMIT_HTTP_MAX_REPLY >> 20, method, path);
             return FLPS_EPROTO;
         }
         break;
     default:
         break;
     }
-    snprintf(h->last_error, sizeof(h->last_error),
-             "lost the connection to the scheduler at %s during %s %s: %s",
-             h->base_url, method, path,
-             h->curl_err[0] ? h->curl_err : curl_easy_strerror(cc));
+    set_error(h, "lost the connection to the scheduler at %s during %s %s: %s",
+              h->base_url, method, path,
+              h->curl_err[0] ? h->curl_err : curl_easy_strerror(cc));
     return FLPS_EIO;
 }
 
@@ -277,7 +285,7 @@ flps_err submit_http_request(submit_http *h, const char *method,
     CURLcode cc;
     long status = 0;
 
-    h->last_error[0] = '\0';
+    flps_strbuf_clear(&h->last_error);
     h->curl_err[0] = '\0';
     n = strlen(h->base_url) + strlen(path) + 1;
     url = flps_malloc(n);
@@ -355,7 +363,7 @@ fail_headers:
     curl_slist_free_all(headers);
     flps_free(url);
 fail:
-    if (rc == FLPS_ENOMEM && h->last_error[0] == '\0')
-        snprintf(h->last_error, sizeof(h->last_error), "out of memory");
+    if (rc == FLPS_ENOMEM && h->last_error.len == 0)
+        set_error(h, "out of memory");
     return rc;
 }

@@ -12,6 +12,8 @@
 #include "common/alloc.h"
 #include "common/numparse.h"
 #include "common/strbuf.h"
+#include "services/plural.h"
+#include "services/tasklog.h"
 
 /* The renderers append to an flps_strbuf without checking each call: its
  * first failed allocation sticks, and the result is tested once here. */
@@ -316,14 +318,37 @@ static void sb_title(flps_strbuf *b, const json_t *job)
         flps_strbuf_printf(b, ": %s", reason);
 }
 
+/* Append the distinct nodes job's tasks run on, in the order the tasks
+ * name them: first before the first, sep between the others. Returns how
+ * many. */
+static size_t job_nodes(const json_t *job, flps_strbuf *b, const char *first,
+                        const char *sep)
+{
+    json_t *tasks = json_object_get(job, "tasks"), *task;
+    size_t i, j, n = 0;
+    const char *node;
+
+    json_array_foreach(tasks, i, task)
+    {
+        int seen = 0;
+
+        node = get_str(task, "node");
+        if (node == NULL || *node == '\0')
+            continue;
+        for (j = 0; j < i && !seen; j++)
+            seen = get_str(json_array_get(tasks, j), "node") != NULL &&
+                   strcmp(get_str(json_array_get(tasks, j), "node"), node) == 0;
+        if (!seen)
+            flps_strbuf_printf(b, "%s%s", n++ ? sep : first, node);
+    }
+    return n;
+}
+
 flps_err submit_render_state_line(const json_t *job, char **out)
 {
-    const char *state, *reason, *node;
-    json_t *tasks, *task;
+    const char *state, *reason;
     double x, y, restarts = 0;
     flps_strbuf b = FLPS_STRBUF_INIT;
-    size_t i, j;
-    int nnodes = 0;
 
     if (!json_is_object(job))
         return FLPS_EINVAL;
@@ -342,32 +367,16 @@ flps_err submit_render_state_line(const json_t *job, char **out)
         flps_strbuf_printf(&b, ": %s", reason);
     } else if (strcmp(state, "QUEUED") == 0) {
         if (get_num(job, "workers", &x) && get_num(job, "servers", &y))
-            flps_strbuf_printf(
-                &b,
-                "waiting for %.0f worker%s and %.0f server%s to be "
-                "placed",
-                x, x == 1 ? "" : "s", y, y == 1 ? "" : "s");
+            flps_strbuf_printf(&b,
+                               "waiting for %.0f %s and %.0f %s to be placed",
+                               x, plural_word(x, "worker", "workers"), y,
+                               plural_word(y, "server", "servers"));
         else
             flps_strbuf_printf(&b, "waiting to be placed");
     } else if (strcmp(state, "RUNNING") == 0) {
         flps_strbuf_printf(&b, "attempt %.0f",
                            get_num(job, "attempt", &x) ? x : 0.0);
-        tasks = json_object_get(job, "tasks");
-        /* The distinct nodes, in the order the tasks name them. */
-        json_array_foreach(tasks, i, task)
-        {
-            int seen = 0;
-
-            node = get_str(task, "node");
-            if (node == NULL || *node == '\0')
-                continue;
-            for (j = 0; j < i && !seen; j++)
-                seen = get_str(json_array_get(tasks, j), "node") != NULL &&
-                       strcmp(get_str(json_array_get(tasks, j), "node"),
-                              node) == 0;
-            if (!seen)
-                flps_strbuf_printf(&b, "%s%s", nnodes++ ? ", " : " on ", node);
-        }
+        job_nodes(job, &b, " on ", ", ");
     }
     return sb_finish(&b, out);
 }
@@ -375,8 +384,96 @@ flps_err submit_render_state_line(const json_t *job, char **out)
 /* "  key              value\n" lines of the summary and status views. */
 #define KV_FMT "  %-16s %s\n"
 
+/* What the workers ran (their done events' words, "mixed" where they
+ * differ), each setting they ran other than the job file gives, and what
+ * they did not report: the summary's compression, mode, optimizer,
+ * mismatch and not_reported. */
+static void sb_summary_ran(flps_strbuf *b, const json_t *sum)
+{
+    static const char *const keys[] = {"compression", "mode", "optimizer"};
+    json_t *list = json_object_get(sum, "mismatch");
+    json_t *v;
+    size_t i;
+
+    for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (get_str(sum, keys[i]) != NULL)
+            flps_strbuf_printf(b, KV_FMT, keys[i], get_str(sum, keys[i]));
+    json_array_foreach(list, i, v)
+    {
+        if (json_is_string(v))
+            flps_strbuf_printf(b, KV_FMT, "MISMATCH", json_string_value(v));
+    }
+    list = json_object_get(sum, "not_reported");
+    if (json_array_size(list) == 0)
+        return;
+    flps_strbuf_printf(b, "  %-16s ", "not reported");
+    json_array_foreach(list, i, v)
+    {
+        if (json_is_string(v))
+            flps_strbuf_printf(b, "%s%s", i ? ", " : "", json_string_value(v));
+    }
+    flps_strbuf_printf(b, "\n");
+}
+
+/* A saps job's bandwidth matrix (the summary's bandwidth_mbps: rows of
+ * MB/s the workers measured), compact: one row per worker, "-" on the
+ * diagonal. */
+static void sb_bandwidth(flps_strbuf *b, const json_t *rows)
+{
+    size_t n = json_array_size(rows), i, j;
+    json_t *row, *v;
+
+    if (n == 0)
+        return;
+    flps_strbuf_printf(b, "  %-16s ", "bandwidth MB/s");
+    for (j = 0; j < n; j++)
+        flps_strbuf_printf(b, "%7zu", j);
+    flps_strbuf_printf(b, "\n");
+    json_array_foreach(rows, i, row)
+    {
+        flps_strbuf_printf(b, "  %16zu ", i);
+        json_array_foreach(row, j, v)
+        {
+            if (i == j)
+                flps_strbuf_printf(b, "%7s", "-");
+            else
+                flps_strbuf_printf(b, "%7.1f", json_number_value(v));
+        }
+        flps_strbuf_printf(b, "\n");
+    }
+}
+
+/* A saps job's consensus, exchanges and lost workers (the summary's
+ * fields that flrun's has too), then its bandwidth matrix. */
+static void sb_summary_saps(flps_strbuf *b, const json_t *sum)
+{
+    json_t *lost = json_object_get(sum, "workers_lost"), *v;
+    double x, y;
+    size_t i;
+
+    if (get_num(sum, "consensus_accuracy", &x))
+        flps_strbuf_printf(b, "  %-16s %.2f%% (the workers' average model)\n",
+                           "consensus acc.", x * 100);
+    if (get_num(sum, "consensus_distance", &x) &&
+        get_num(sum, "consensus_workers", &y))
+        flps_strbuf_printf(b, "  %-16s %.4g (mean over %.0f workers)\n",
+                           "consensus dist.", x, y);
+    if (get_num(sum, "exchanges", &x) &&
+        get_num(sum, "slow_exchange_share", &y))
+        flps_strbuf_printf(b, "  %-16s %.0f, %.1f%% over slow links\n",
+                           "exchanges", x, 100 * y);
+    if (json_array_size(lost) > 0) {
+        flps_strbuf_printf(b, "  %-16s ", "workers lost");
+        json_array_foreach(lost, i, v) flps_strbuf_printf(
+            b, "%s%lld", i ? ", " : "", (long long)json_integer_value(v));
+        flps_strbuf_printf(b, " (the others went on)\n");
+    }
+    sb_bandwidth(b, json_object_get(sum, "bandwidth_mbps"));
+}
+
 static void sb_summary_fields(flps_strbuf *b, const json_t *sum)
 {
+    const char *s;
     char v1[32], v2[32];
     double x, dense;
 
@@ -384,6 +481,10 @@ static void sb_summary_fields(flps_strbuf *b, const json_t *sum)
         flps_strbuf_printf(b, "  %-16s %.0f\n", "iterations", x);
     if (get_num(sum, "test_accuracy", &x))
         flps_strbuf_printf(b, "  %-16s %.2f%%\n", "test accuracy", x * 100);
+    else if (json_is_null(json_object_get(sum, "test_accuracy")))
+        /* A job whose program reported none: not 0%. */
+        flps_strbuf_printf(b, KV_FMT, "test accuracy", "not reported");
+    sb_summary_ran(b, sum);
     if (get_num(sum, "bytes_sent", &x)) {
         submit_render_bytes(x, v1, sizeof(v1));
         if (get_num(sum, "dense_bytes", &dense) && dense > 0) {
@@ -398,6 +499,12 @@ static void sb_summary_fields(flps_strbuf *b, const json_t *sum)
         submit_render_bytes(x, v1, sizeof(v1));
         flps_strbuf_printf(b, KV_FMT, "bytes received", v1);
     }
+    if (get_num(sum, "joules_per_iteration", &x))
+        /* What several workers read alike counted once (jobenergy.h). */
+        flps_strbuf_printf(b, "  %-16s %.3g J/iteration\n", "energy", x);
+    if ((s = get_str(sum, "gpu_clock")) != NULL)
+        flps_strbuf_printf(b, "  %-16s %s%s\n", "gpu clock", s,
+                           s[0] >= '0' && s[0] <= '9' ? " MHz" : "");
     if (get_num(sum, "wall_seconds", &x)) {
         if (x < 60)
             snprintf(v1, sizeof(v1), "%.1fs", x);
@@ -405,6 +512,7 @@ static void sb_summary_fields(flps_strbuf *b, const json_t *sum)
             submit_render_duration(x, v1, sizeof(v1));
         flps_strbuf_printf(b, KV_FMT, "wall time", v1);
     }
+    sb_summary_saps(b, sum);
 }
 
 flps_err submit_render_summary(const json_t *job, char **out)
@@ -443,50 +551,53 @@ flps_err submit_render_summary(const json_t *job, char **out)
 }
 
 /* A table of text cells, printed with columns as wide as their widest
- * cell, three spaces apart, and no trailing spaces (kubectl's layout). */
-#define TABLE_MAX_COLS 8
-#define TABLE_CELL 128
+ * cell, three spaces apart, and no trailing spaces (kubectl's layout).
+ * Each cell is a copy as long as its text: a long job name or endpoint
+ * is shown whole. */
+#define TABLE_MAX_COLS 16
 
 typedef struct table {
     int ncols;
     size_t nrows, cap;
-    char (*cells)[TABLE_MAX_COLS][TABLE_CELL];
+    char *(*cells)[TABLE_MAX_COLS]; /* owned, each cell too */
     int oom;
 } table;
 
-static char (*table_row(table *t))[TABLE_CELL]
+/* Add row[0..ncols) (NULL cells show as "-"). */
+static void table_add_row(table *t, const char *const *row)
 {
     if (t->oom)
-        return NULL;
+        return;
     if (t->nrows == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 8;
         void *p = flps_realloc(t->cells, cap * sizeof(*t->cells));
 
         if (p == NULL) {
             t->oom = 1;
-            return NULL;
+            return;
         }
         t->cells = p;
         t->cap = cap;
     }
     memset(t->cells[t->nrows], 0, sizeof(*t->cells));
-    return t->cells[t->nrows++];
+    for (int c = 0; c < t->ncols; c++) {
+        t->cells[t->nrows][c] = flps_strdup(row[c] != NULL ? row[c] : "-");
+        if (t->cells[t->nrows][c] == NULL)
+            t->oom = 1;
+    }
+    t->nrows++; /* counted even when a cell failed: table_fini frees it */
 }
 
 static void table_add(table *t, ...)
 {
-    char(*row)[TABLE_CELL] = table_row(t);
+    const char *row[TABLE_MAX_COLS];
     va_list ap;
 
-    if (row == NULL)
-        return;
     va_start(ap, t);
-    for (int c = 0; c < t->ncols; c++) {
-        const char *s = va_arg(ap, const char *);
-
-        snprintf(row[c], TABLE_CELL, "%s", s != NULL ? s : "-");
-    }
+    for (int c = 0; c < t->ncols; c++)
+        row[c] = va_arg(ap, const char *);
     va_end(ap);
+    table_add_row(t, row);
 }
 
 static void table_print(table *t, flps_strbuf *b, const char *indent)
@@ -514,12 +625,65 @@ static void table_print(table *t, flps_strbuf *b, const char *indent)
 
 static void table_fini(table *t)
 {
+    for (size_t r = 0; r < t->nrows; r++)
+        for (int c = 0; c < t->ncols; c++)
+            flps_free(t->cells[r][c]);
     flps_free(t->cells);
 }
 
-flps_err submit_render_jobs(const json_t *jobs, double now, char **out)
+/* A count field of o as a cell: "4", or "-" when it is missing. */
+static void count_cell(const json_t *o, const char *key, char *buf, size_t len)
 {
-    table t = {.ncols = 7};
+    double x;
+
+    if (get_num(o, key, &x))
+        snprintf(buf, len, "%.0f", x);
+    else
+        snprintf(buf, len, "-");
+}
+
+/* The -o wide cells of a job row: WORKERS SERVERS PRIORITY TRANSPORT SENT
+ * NODES, into row[at..at+6); the texts they point to live in w. */
+typedef struct jobs_wide {
+    char workers[24], servers[24], priority[24], sent[48];
+    flps_strbuf nodes;
+} jobs_wide;
+
+static void jobs_wide_cells(jobs_wide *w, const json_t *job, const prog *p,
+                            const char **row, int at)
+{
+    const char *tr = get_str(job, "transport_used");
+
+    count_cell(job, "workers", w->workers, sizeof(w->workers));
+    count_cell(job, "servers", w->servers, sizeof(w->servers));
+    count_cell(job, "priority", w->priority, sizeof(w->priority));
+    snprintf(w->sent, sizeof(w->sent), "-");
+    if (p->has_sent) {
+        submit_render_bytes(p->sent, w->sent, sizeof(w->sent));
+        if (p->has_dense)
+            snprintf(w->sent + strlen(w->sent),
+                     sizeof(w->sent) - strlen(w->sent), " (%.2f%%)",
+                     100 * p->sent / p->dense);
+    }
+    if (job_nodes(job, &w->nodes, "", ",") == 0)
+        flps_strbuf_puts(&w->nodes, "-");
+    row[at] = w->workers;
+    row[at + 1] = w->servers;
+    row[at + 2] = w->priority;
+    row[at + 3] =
+        tr != NULL && *tr != '\0' ? tr : str_or(job, "transport", "-");
+    row[at + 4] = w->sent;
+    row[at + 5] = w->nodes.data;
+}
+
+static flps_err render_jobs(const json_t *jobs, double now, int wide,
+                            char **out)
+{
+    static const char *const head[] = {
+        "ID",        "NAME", "STATE",   "PROGRESS", "ACCURACY",
+        "RESTARTS",  "AGE",  "WORKERS", "SERVERS",  "PRIORITY",
+        "TRANSPORT", "SENT", "NODES"};
+    table t = {.ncols = wide ? 13 : 7};
     flps_strbuf b = FLPS_STRBUF_INIT;
     size_t i;
     json_t *job;
@@ -530,8 +694,7 @@ flps_err submit_render_jobs(const json_t *jobs, double now, char **out)
         flps_strbuf_printf(&b, "No jobs.\n");
         return sb_finish(&b, out);
     }
-    table_add(&t, "ID", "NAME", "STATE", "PROGRESS", "ACCURACY", "RESTARTS",
-              "AGE");
+    table_add_row(&t, head);
     json_array_foreach(jobs, i, job)
     {
         char progress[48] = "-", acc[16] = "-", restarts[32] = "-",
@@ -554,12 +717,37 @@ flps_err submit_render_jobs(const json_t *jobs, double now, char **out)
         }
         if (get_num(job, "submitted_at", &x))
             submit_render_duration(now - x, age, sizeof(age));
-        table_add(&t, str_or(job, "id", "?"), str_or(job, "name", "-"),
-                  str_or(job, "state", "?"), progress, acc, restarts, age);
+        {
+            const char *row[TABLE_MAX_COLS] = {str_or(job, "id", "?"),
+                                               str_or(job, "name", "-"),
+                                               str_or(job, "state", "?"),
+                                               progress,
+                                               acc,
+                                               restarts,
+                                               age};
+            jobs_wide w = {.nodes = FLPS_STRBUF_INIT};
+
+            if (wide)
+                jobs_wide_cells(&w, job, &p, row, 7);
+            if (flps_strbuf_error(&w.nodes) != FLPS_OK)
+                t.oom = 1;
+            table_add_row(&t, row);
+            flps_strbuf_fini(&w.nodes);
+        }
     }
     table_print(&t, &b, "");
     table_fini(&t);
     return sb_finish(&b, out);
+}
+
+flps_err submit_render_jobs(const json_t *jobs, double now, char **out)
+{
+    return render_jobs(jobs, now, 0, out);
+}
+
+flps_err submit_render_jobs_wide(const json_t *jobs, double now, char **out)
+{
+    return render_jobs(jobs, now, 1, out);
 }
 
 static void fmt_time(const json_t *o, const char *key, char *buf, size_t len)
@@ -578,7 +766,71 @@ static void fmt_time(const json_t *o, const char *key, char *buf, size_t len)
         snprintf(buf, len, "-");
 }
 
-flps_err submit_render_status(const json_t *job, char **out)
+/* "1 CPU, 512 MiB, 0 GPUs": the resources one task of a kind needs, from
+ * the job's resources object; gpus_key NULL leaves GPUs out. */
+static void sb_task_needs(flps_strbuf *b, const json_t *res,
+                          const char *cpus_key, const char *mem_key,
+                          const char *gpus_key)
+{
+    char mem[24];
+    double x;
+
+    if (get_num(res, cpus_key, &x))
+        flps_strbuf_printf(b, "%g %s", x, plural_word(x, "CPU", "CPUs"));
+    else
+        flps_strbuf_puts(b, "? CPUs");
+    if (get_num(res, mem_key, &x))
+        submit_render_bytes_iec(x, mem, sizeof(mem));
+    else
+        snprintf(mem, sizeof(mem), "?");
+    flps_strbuf_printf(b, ", %s", mem);
+    if (gpus_key != NULL && get_num(res, gpus_key, &x))
+        flps_strbuf_printf(b, ", %g %s", x, plural_word(x, "GPU", "GPUs"));
+}
+
+/* status -o wide's lines: the transport asked for and used, what each
+ * task needs, the time limit. */
+static void sb_status_wide(flps_strbuf *b, const json_t *job)
+{
+    const json_t *res = json_object_get(job, "resources");
+    const char *used = get_str(job, "transport_used");
+    char limit[24];
+    double x;
+
+    flps_strbuf_printf(b, "%-12s %s",
+                       "Transport:", str_or(job, "transport", "-"));
+    if (used != NULL && *used != '\0')
+        flps_strbuf_printf(b, " (ran %s)", used);
+    flps_strbuf_puts(b, "\n");
+    if (json_is_object(res)) {
+        flps_strbuf_printf(b, "%-12s per worker ", "Resources:");
+        sb_task_needs(b, res, "cpus_per_worker", "memory_per_worker",
+                      "gpus_per_worker");
+        flps_strbuf_puts(b, "; per server ");
+        sb_task_needs(b, res, "cpus_per_server", "memory_per_server", NULL);
+        flps_strbuf_puts(b, "\n");
+    }
+    if (get_num(job, "time_limit", &x) && x > 0)
+        submit_render_duration(x, limit, sizeof(limit));
+    else
+        snprintf(limit, sizeof(limit), "none");
+    flps_strbuf_printf(b, "%-12s %s\n", "Time limit:", limit);
+}
+
+/* A task's EXIT cell: its exit code, "signal N", or "-" while it runs. */
+static void exit_cell(const json_t *task, char *buf, size_t len)
+{
+    double x;
+
+    if (get_num(task, "signal", &x) && x > 0)
+        snprintf(buf, len, "signal %.0f", x);
+    else if (get_num(task, "exit_code", &x))
+        snprintf(buf, len, "%.0f", x);
+    else
+        snprintf(buf, len, "-");
+}
+
+static flps_err render_status(const json_t *job, int wide, char **out)
 {
     json_t *tasks, *task, *sum;
     char when[48];
@@ -586,7 +838,7 @@ flps_err submit_render_status(const json_t *job, char **out)
     double x, y;
     size_t i;
     flps_strbuf b = FLPS_STRBUF_INIT;
-    table t = {.ncols = 4};
+    table t = {.ncols = wide ? 5 : 4};
 
     if (!json_is_object(job))
         return FLPS_EINVAL;
@@ -613,8 +865,11 @@ flps_err submit_render_status(const json_t *job, char **out)
         flps_strbuf_printf(&b, "\n");
     }
     if (get_num(job, "workers", &x) && get_num(job, "servers", &y))
-        flps_strbuf_printf(&b, "%-12s %.0f workers, %.0f servers\n",
-                           "Tasks:", x, y);
+        flps_strbuf_printf(&b, "%-12s %.0f %s, %.0f %s\n", "Tasks:", x,
+                           plural_word(x, "worker", "workers"), y,
+                           plural_word(y, "server", "servers"));
+    if (wide)
+        sb_status_wide(&b, job);
     flps_strbuf_printf(&b, "%-12s ", "Progress:");
     sb_progress_body(
         &b, job,
@@ -628,17 +883,30 @@ flps_err submit_render_status(const json_t *job, char **out)
     tasks = json_object_get(job, "tasks");
     if (json_is_array(tasks) && json_array_size(tasks) > 0) {
         flps_strbuf_printf(&b, "Placement:\n");
-        table_add(&t, "TASK", "NODE", "STATE", "ENDPOINT");
+        table_add(&t, "TASK", "NODE", "STATE", "ENDPOINT", "EXIT");
         json_array_foreach(tasks, i, task)
         {
+            char code[32];
+
+            exit_cell(task, code, sizeof(code));
             table_add(&t, str_or(task, "task", "?"), str_or(task, "node", "-"),
-                      str_or(task, "state", "-"),
-                      str_or(task, "endpoint", "-"));
+                      str_or(task, "state", "-"), str_or(task, "endpoint", "-"),
+                      code);
         }
         table_print(&t, &b, "  ");
     }
     table_fini(&t);
     return sb_finish(&b, out);
+}
+
+flps_err submit_render_status(const json_t *job, char **out)
+{
+    return render_status(job, 0, out);
+}
+
+flps_err submit_render_status_wide(const json_t *job, char **out)
+{
+    return render_status(job, 1, out);
 }
 
 /* "used/total" with the given formatter for both numbers. */
@@ -664,9 +932,30 @@ static void fmt_used(const json_t *node, const char *key, int memory, char *buf,
     snprintf(buf, len, "%s/%s", u, tot);
 }
 
-flps_err submit_render_nodes(const json_t *nodes, double now, char **out)
+/* What is left of a node's resource key: total - used, "?" when either
+ * is missing. */
+static void fmt_free(const json_t *node, const char *key, int memory, char *buf,
+                     size_t len)
 {
-    table t = {.ncols = 7};
+    double total, used;
+
+    if (!get_num(node, key, &total) ||
+        !get_num(json_object_get(node, "used"), key, &used))
+        snprintf(buf, len, "?");
+    else if (memory)
+        submit_render_bytes_iec(total > used ? total - used : 0, buf, len);
+    else
+        snprintf(buf, len, "%g", total > used ? total - used : 0);
+}
+
+static flps_err render_nodes(const json_t *nodes, double now, int wide,
+                             char **out)
+{
+    static const char *const head[] = {
+        "NAME",        "ADDRESS",   "STATE",         "CPUS",
+        "MEMORY",      "GPUS",      "HEARTBEAT",     "FREE-CPUS",
+        "FREE-MEMORY", "FREE-GPUS", "LAST-HEARTBEAT"};
+    table t = {.ncols = wide ? 11 : 7};
     flps_strbuf b = FLPS_STRBUF_INIT;
     size_t i;
     json_t *node;
@@ -677,11 +966,12 @@ flps_err submit_render_nodes(const json_t *nodes, double now, char **out)
         flps_strbuf_printf(&b, "No nodes registered.\n");
         return sb_finish(&b, out);
     }
-    table_add(&t, "NAME", "ADDRESS", "STATE", "CPUS", "MEMORY", "GPUS",
-              "HEARTBEAT");
+    table_add_row(&t, head);
     json_array_foreach(nodes, i, node)
     {
         char cpus[56], mem[56], gpus[56], ago[24], hb[32] = "-";
+        char fcpus[32], fmem[32], fgpus[32], when[48];
+        const char *row[TABLE_MAX_COLS];
         double x;
 
         fmt_used(node, "cpus", 0, cpus, sizeof(cpus));
@@ -691,12 +981,36 @@ flps_err submit_render_nodes(const json_t *nodes, double now, char **out)
             submit_render_duration(now > x ? now - x : 0, ago, sizeof(ago));
             snprintf(hb, sizeof(hb), "%s ago", ago);
         }
-        table_add(&t, str_or(node, "name", "?"), str_or(node, "address", "-"),
-                  str_or(node, "state", "?"), cpus, mem, gpus, hb);
+        fmt_free(node, "cpus", 0, fcpus, sizeof(fcpus));
+        fmt_free(node, "memory", 1, fmem, sizeof(fmem));
+        fmt_free(node, "gpus", 0, fgpus, sizeof(fgpus));
+        fmt_time(node, "last_heartbeat", when, sizeof(when));
+        row[0] = str_or(node, "name", "?");
+        row[1] = str_or(node, "address", "-");
+        row[2] = str_or(node, "state", "?");
+        row[3] = cpus;
+        row[4] = mem;
+        row[5] = gpus;
+        row[6] = hb;
+        row[7] = fcpus;
+        row[8] = fmem;
+        row[9] = fgpus;
+        row[10] = when;
+        table_add_row(&t, row);
     }
     table_print(&t, &b, "");
     table_fini(&t);
     return sb_finish(&b, out);
+}
+
+flps_err submit_render_nodes(const json_t *nodes, double now, char **out)
+{
+    return render_nodes(nodes, now, 0, out);
+}
+
+flps_err submit_render_nodes_wide(const json_t *nodes, double now, char **out)
+{
+    return render_nodes(nodes, now, 1, out);
 }
 
 flps_err submit_render_plan(const json_t *plan, const char *id, char **out)
@@ -745,7 +1059,8 @@ flps_err submit_render_log_line(const json_t *line, char **out)
     if (!json_is_object(line))
         return FLPS_EINVAL;
     text = get_str(line, "line");
-    flps_strbuf_printf(&b, "[%s] %s\n", str_or(line, "task", "?"),
+    /* As flrun shows its processes' lines (services/tasklog.h). */
+    flps_strbuf_printf(&b, TASKLOG_LINE_FMT, str_or(line, "task", "?"),
                        text != NULL ? text : "");
     return sb_finish(&b, out);
 }

@@ -69,16 +69,33 @@ flps_err submit_render_summary(const json_t *job, char **out);
  * array, FLPS_ENOMEM. Ownership as submit_render_progress. */
 flps_err submit_render_jobs(const json_t *jobs, double now, char **out);
 
+/* The `list -o wide` table: submit_render_jobs's columns, then WORKERS
+ * SERVERS PRIORITY TRANSPORT (what it ran, else what it asked for) SENT
+ * (bytes and their share of dense) NODES (the distinct nodes of its
+ * tasks, comma-separated). Errors and ownership as submit_render_jobs. */
+flps_err submit_render_jobs_wide(const json_t *jobs, double now, char **out);
+
 /* The `status` view of one job: "Key:  value" lines, the progress, the
  * summary when present, and a table of its tasks. Errors and ownership as
  * submit_render_progress. */
 flps_err submit_render_status(const json_t *job, char **out);
+
+/* The `status -o wide` view: submit_render_status's, with Transport:,
+ * Resources: (per worker and per server) and Time limit: lines after
+ * Tasks:, and an EXIT column (exit code, "signal N" or "-") in the task
+ * table. Errors and ownership as submit_render_status. */
+flps_err submit_render_status_wide(const json_t *job, char **out);
 
 /* The `nodes` table: NAME ADDRESS STATE CPUS MEMORY GPUS HEARTBEAT, the
  * resource columns as used/total, HEARTBEAT as the time since
  * last_heartbeat at now. An empty array gives "No nodes registered.\n".
  * Errors: FLPS_EINVAL if nodes is not an array, FLPS_ENOMEM. */
 flps_err submit_render_nodes(const json_t *nodes, double now, char **out);
+
+/* The `nodes -o wide` table: submit_render_nodes's columns, then
+ * FREE-CPUS FREE-MEMORY FREE-GPUS (total - used) and LAST-HEARTBEAT (its
+ * UTC time). Errors and ownership as submit_render_nodes. */
+flps_err submit_render_nodes_wide(const json_t *nodes, double now, char **out);
 
 /* The `plan` view: a title with the version and predicted iteration time
  * for job id (borrowed), then LAYER NUMEL CODEC DENSITY rows. Errors:

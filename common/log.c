@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/quote.h"
+
 /* Process-wide logging settings. component and the minimum level are
  * written by flps_log_setup() before threads start; a library user that
  * never calls it gets FLPS_LOG read once, before its first line (reading
@@ -65,43 +67,6 @@ static size_t log_fit(size_t len, int n, size_t cap)
     return len + (size_t)n < cap - 1 ? len + (size_t)n : cap - 2;
 }
 
-/* Copy msg into line from len on, writing every control character as an
- * escape (\n, \r, \t, else \xNN): a logged id or name that holds a
- * newline could otherwise forge a line of its own. Keeps room for the
- * newline; an escape that does not fit whole is left out. */
-static size_t log_escape(char *line, size_t len, size_t cap, const char *msg)
-{
-    static const char hex[] = "0123456789abcdef";
-
-    for (const char *p = msg; *p != '\0'; p++) {
-        unsigned char c = (unsigned char)*p;
-        char esc[4];
-        size_t n = 0;
-
-        if (c >= 0x20 && c != 0x7f) {
-            esc[n++] = (char)c;
-        } else {
-            esc[n++] = '\\';
-            if (c == '\n') {
-                esc[n++] = 'n';
-            } else if (c == '\r') {
-                esc[n++] = 'r';
-            } else if (c == '\t') {
-                esc[n++] = 't';
-            } else {
-                esc[n++] = 'x';
-                esc[n++] = hex[c >> 4];
-                esc[n++] = hex[c & 15];
-            }
-        }
-        if (len + n > cap - 2)
-            break;
-        memcpy(line + len, esc, n);
-        len += n;
-    }
-    return len;
-}
-
 void flps_log(flps_log_level level, const char *fmt, ...)
 {
     static const char *names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
@@ -128,7 +93,11 @@ void flps_log(flps_log_level level, const char *fmt, ...)
     va_end(ap);
     if (n < 0)
         msg[0] = '\0';
-    len = log_escape(line, len, sizeof(line), msg);
+    /* Control characters as escapes (\n, \xNN): a logged id or name
+     * that holds a newline could otherwise forge a line of its own; and
+     * bytes that are not UTF-8 too, so a line is always valid text. Keeps
+     * room for the newline. */
+    len = flps_text_clean(line, len, sizeof(line), 2, msg);
     pthread_mutex_lock(&log_lock);
     if (log_fn != NULL) {
         line[len] = '\0';

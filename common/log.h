@@ -13,9 +13,10 @@
 void flps_log_setup(const char *component, flps_log_level min_level);
 
 /* Log one line; control characters in the message (a newline in an id
- * read from Redis) are written as escapes (\n, \xNN), so a line is always
- * one line. Thread-safe (one write(2) per line on stderr; calls into a
- * host's logger are serialized). */
+ * read from Redis) and bytes that are not valid UTF-8 are written as
+ * escapes (\n, \xNN), so a line is always one line of valid text.
+ * Thread-safe (one write(2) per line on stderr; calls into a host's logger
+ * are serialized). */
 void flps_log(flps_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

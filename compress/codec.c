@@ -11,44 +11,97 @@
 #include "common/numparse.h"
 #include "compress/codec_impl.h"
 
+/* Each codec's encoder and decoder, by kind; CODEC_AUTO has none. Names
+ * and parameters are CODEC_KIND_MAP's. */
 typedef struct {
-    const char *name;
-    codec_kind kind;
-    int param; /* 0 none, 1 density, 2 bits */
     flps_err (*encode)(codec *c, const float *a, size_t n, codec_msg *out);
     flps_err (*decode)(const codec_spec *spec, const codec_frame *fr,
                        float *acc, size_t n);
 } codec_ops;
 
-/* Indexed by codec_kind. */
-static const codec_ops codec_table[] = {
-    {"dense", CODEC_DENSE, 0, codec_dense_encode, codec_dense_decode},
-    {"fp16", CODEC_FP16, 0, codec_fp16_encode, codec_fp16_decode},
-    {"topk", CODEC_TOPK, 1, codec_sparse_encode, codec_sparse_decode},
-    {"gtopk", CODEC_GTOPK, 1, codec_sparse_encode, codec_sparse_decode},
-    {"randk", CODEC_RANDK, 1, codec_sparse_encode, codec_sparse_decode},
-    {"dgc", CODEC_DGC, 1, codec_sparse_encode, codec_sparse_decode},
-    {"qsgd", CODEC_QSGD, 2, codec_qsgd_encode, codec_qsgd_decode},
-    {"sign", CODEC_SIGN, 0, codec_sign_encode, codec_sign_decode},
+static const codec_ops codec_table[CODEC_KIND_COUNT] = {
+    [CODEC_DENSE] = {codec_dense_encode, codec_dense_decode},
+    [CODEC_TOPK] = {codec_sparse_encode, codec_sparse_decode},
+    [CODEC_GTOPK] = {codec_sparse_encode, codec_sparse_decode},
+    [CODEC_RANDK] = {codec_sparse_encode, codec_sparse_decode},
+    [CODEC_DGC] = {codec_sparse_encode, codec_sparse_decode},
+    [CODEC_QSGD] = {codec_qsgd_encode, codec_qsgd_decode},
+    [CODEC_FP16] = {codec_fp16_encode, codec_fp16_decode},
+    [CODEC_SIGN] = {codec_sign_encode, codec_sign_decode},
 };
 
-#define CODEC_NKINDS (sizeof(codec_table) / sizeof(codec_table[0]))
+static const char *const codec_names[CODEC_KIND_COUNT] = {
+#define X(kind, value, name, param, values) [kind] = name,
+    CODEC_KIND_MAP(X)
+#undef X
+};
+
+static const codec_param codec_params[CODEC_KIND_COUNT] = {
+#define X(kind, value, name, param, values) [kind] = CODEC_PARAM_##param,
+    CODEC_KIND_MAP(X)
+#undef X
+};
+
+#define CODEC_VALUES_EXACT 1
+#define CODEC_VALUES_CODED 0
+static const unsigned char codec_exact[CODEC_KIND_COUNT] = {
+#define X(kind, value, name, param, values) [kind] = CODEC_VALUES_##values,
+    CODEC_KIND_MAP(X)
+#undef X
+};
+
+/* How messages write each parameter after a name. */
+#define CODEC_PARAM_TEXT_NONE ""
+#define CODEC_PARAM_TEXT_DENSITY ":D"
+#define CODEC_PARAM_TEXT_BITS ":BITS"
+
+/* codec_kind_list's text, made by the preprocessor with a separator before
+ * every name; codec_kind_list skips the first. */
+static const char codec_list[] =
+#define X(kind, value, name, param, values) ", " name CODEC_PARAM_TEXT_##param
+    CODEC_KIND_MAP(X)
+#undef X
+    ;
+
+#define X(kind, value, name, param, values) +1
+_Static_assert(0 CODEC_KIND_MAP(X) == CODEC_KIND_COUNT,
+               "CODEC_KIND_COUNT counts CODEC_KIND_MAP");
+#undef X
+
+const char *codec_kind_name(codec_kind kind)
+{
+    return (unsigned)kind < CODEC_KIND_COUNT ? codec_names[kind] : "unknown";
+}
+
+codec_param codec_kind_param(codec_kind kind)
+{
+    return (unsigned)kind < CODEC_KIND_COUNT ? codec_params[kind]
+                                             : CODEC_PARAM_NONE;
+}
+
+const char *codec_kind_list(void)
+{
+    return codec_list + 2;
+}
 
 static int codec_spec_is_valid(const codec_spec *spec)
 {
-    if (spec == NULL || (unsigned)spec->kind >= CODEC_NKINDS)
+    if (spec == NULL || (unsigned)spec->kind >= CODEC_KIND_COUNT ||
+        codec_table[spec->kind].encode == NULL)
         return 0;
-    switch (codec_table[spec->kind].param) {
-    case 1:
+    switch (codec_params[spec->kind]) {
+    case CODEC_PARAM_DENSITY:
         return spec->density > 0.0 && spec->density <= 1.0;
-    case 2:
+    case CODEC_PARAM_BITS:
         return spec->bits >= 1 && spec->bits <= 8;
-    default:
-        return 1;
+    case CODEC_PARAM_NONE:
+        break;
     }
+    return 1;
 }
 
-flps_err codec_spec_parse(const char *s, codec_spec *out)
+/* s as a name of the map and its parameter, auto only when allowed. */
+static flps_err codec_parse(const char *s, int allow_auto, codec_spec *out)
 {
     const char *colon;
     size_t namelen;
@@ -57,15 +110,16 @@ flps_err codec_spec_parse(const char *s, codec_spec *out)
         return FLPS_EINVAL;
     colon = strchr(s, ':');
     namelen = colon ? (size_t)(colon - s) : strlen(s);
-    for (size_t i = 0; i < CODEC_NKINDS; i++) {
-        const codec_ops *op = &codec_table[i];
-        codec_spec spec = {op->kind, 0.0, 0};
+    for (unsigned k = 0; k < CODEC_KIND_COUNT; k++) {
+        codec_spec spec = {(codec_kind)k, 0.0, 0};
+        codec_param param = codec_params[k];
 
-        if (strlen(op->name) != namelen || strncmp(op->name, s, namelen) != 0)
+        if (strlen(codec_names[k]) != namelen ||
+            strncmp(codec_names[k], s, namelen) != 0)
             continue;
-        if ((op->param == 0) != (colon == NULL))
+        if ((param == CODEC_PARAM_NONE) != (colon == NULL))
             return FLPS_EINVAL;
-        if (op->param == 1) {
+        if (param == CODEC_PARAM_DENSITY) {
             /* The spec allows no sign, though the parser would. The lower
              * bound is exclusive: codec_spec_is_valid refuses 0. */
             if (colon[1] != '.' && (colon[1] < '0' || colon[1] > '9'))
@@ -73,18 +127,29 @@ flps_err codec_spec_parse(const char *s, codec_spec *out)
             if (flps_parse_double(NULL, colon + 1, 0.0, 1.0, &spec.density,
                                   NULL, 0) != FLPS_OK)
                 return FLPS_EINVAL;
-        } else if (op->param == 2) {
+        } else if (param == CODEC_PARAM_BITS) {
             uint64_t v;
             if (flps_parse_u64(NULL, colon + 1, 1, 8, &v, NULL, 0) != FLPS_OK)
                 return FLPS_EINVAL;
             spec.bits = (unsigned)v;
         }
-        if (!codec_spec_is_valid(&spec))
+        if (!(allow_auto && spec.kind == CODEC_AUTO) &&
+            !codec_spec_is_valid(&spec))
             return FLPS_EINVAL;
         *out = spec;
         return FLPS_OK;
     }
     return FLPS_EINVAL;
+}
+
+flps_err codec_spec_parse(const char *s, codec_spec *out)
+{
+    return codec_parse(s, 0, out);
+}
+
+flps_err codec_setting_parse(const char *s, codec_spec *out)
+{
+    return codec_parse(s, 1, out);
 }
 
 void codec_msg_set(codec *c, size_t nframes, size_t len0, size_t len1,
@@ -106,21 +171,21 @@ void codec_msg_set(codec *c, size_t nframes, size_t len0, size_t len1,
 
 flps_err codec_spec_format(const codec_spec *spec, char *buf, size_t len)
 {
+    const char *name;
     int w;
 
     if (!codec_spec_is_valid(spec) || buf == NULL)
         return FLPS_EINVAL;
-    switch (codec_table[spec->kind].param) {
-    case 1:
-        w = snprintf(buf, len, "%s:%.17g", codec_table[spec->kind].name,
-                     spec->density);
+    name = codec_names[spec->kind];
+    switch (codec_params[spec->kind]) {
+    case CODEC_PARAM_DENSITY:
+        w = snprintf(buf, len, "%s:%.17g", name, spec->density);
         break;
-    case 2:
-        w = snprintf(buf, len, "%s:%u", codec_table[spec->kind].name,
-                     spec->bits);
+    case CODEC_PARAM_BITS:
+        w = snprintf(buf, len, "%s:%u", name, spec->bits);
         break;
     default:
-        w = snprintf(buf, len, "%s", codec_table[spec->kind].name);
+        w = snprintf(buf, len, "%s", name);
         break;
     }
     if (w < 0 || (size_t)w >= len)
@@ -130,14 +195,12 @@ flps_err codec_spec_format(const codec_spec *spec, char *buf, size_t len)
 
 int codec_kind_is_sparse(codec_kind kind)
 {
-    return kind == CODEC_TOPK || kind == CODEC_GTOPK || kind == CODEC_RANDK ||
-           kind == CODEC_DGC;
+    return codec_kind_param(kind) == CODEC_PARAM_DENSITY;
 }
 
 int codec_kind_sends_exact_values(codec_kind kind)
 {
-    return kind == CODEC_DENSE || kind == CODEC_TOPK || kind == CODEC_GTOPK ||
-           kind == CODEC_DGC;
+    return (unsigned)kind < CODEC_KIND_COUNT && codec_exact[kind];
 }
 
 size_t codec_count_for(const codec_spec *spec, size_t n)
@@ -249,7 +312,7 @@ const codec_spec *codec_get_spec(const codec *c)
 
 flps_err codec_set_density(codec *c, double density)
 {
-    if (c == NULL || codec_table[c->spec.kind].param != 1 ||
+    if (c == NULL || codec_params[c->spec.kind] != CODEC_PARAM_DENSITY ||
         !(density > 0.0 && density <= 1.0))
         return FLPS_EINVAL;
     c->spec.density = density;

@@ -29,16 +29,47 @@
 
 #include "common/err.h"
 
+/* What follows a codec's name in a spec: nothing, ":D" (a density in
+ * (0, 1]) or ":BITS" (1..8). */
 typedef enum {
-    CODEC_DENSE = 0,
-    CODEC_FP16,
-    CODEC_TOPK,
-    CODEC_GTOPK,
-    CODEC_RANDK,
-    CODEC_DGC,
-    CODEC_QSGD,
-    CODEC_SIGN,
+    CODEC_PARAM_NONE = 0,
+    CODEC_PARAM_DENSITY,
+    CODEC_PARAM_BITS,
+} codec_param;
+
+/* Every name a compression setting can hold, once: X(KIND, value, "name",
+ * PARAM, VALUES) with PARAM one of NONE, DENSITY, BITS (codec_param) and
+ * VALUES EXACT where the kind's messages carry values of the encoded array
+ * exactly (codec_kind_sends_exact_values), else CODED. This one
+ * table makes codec_kind, the names codec_spec_parse reads and
+ * codec_spec_format writes, the job file's words for compression:
+ * (services/jobspec_keys.c, and so docs/job-file.md) and the lists that
+ * messages quote; the order is the order they list the names in. A
+ * kind's value is pinned: never reused or moved (no message carries it;
+ * specs travel as text, "topk:0.01").
+ * CODEC_AUTO is a setting, not a codec: compression "auto" has the
+ * scheduler's planner choose dense or topk per layer (libflps starts each
+ * layer on one, docs/compress.md). codec_spec_parse, codec_create and the
+ * other calls on a codec_spec refuse it; codec_setting_parse reads it. */
+#define CODEC_KIND_MAP(X)                                                      \
+    X(CODEC_DENSE, 0, "dense", NONE, EXACT)                                    \
+    X(CODEC_TOPK, 1, "topk", DENSITY, EXACT)                                   \
+    X(CODEC_GTOPK, 2, "gtopk", DENSITY, EXACT)                                 \
+    X(CODEC_RANDK, 3, "randk", DENSITY, CODED)                                 \
+    X(CODEC_DGC, 4, "dgc", DENSITY, EXACT)                                     \
+    X(CODEC_QSGD, 5, "qsgd", BITS, CODED)                                      \
+    X(CODEC_FP16, 6, "fp16", NONE, CODED)                                      \
+    X(CODEC_SIGN, 7, "sign", NONE, CODED)                                      \
+    X(CODEC_AUTO, 8, "auto", NONE, CODED)
+
+typedef enum {
+#define CODEC_KIND_ENUM_(kind, value, name, param, values) kind = value,
+    CODEC_KIND_MAP(CODEC_KIND_ENUM_)
+#undef CODEC_KIND_ENUM_
 } codec_kind;
+
+/* The kinds of CODEC_KIND_MAP, CODEC_AUTO included. */
+#define CODEC_KIND_COUNT 9
 
 #define CODEC_MAX_FRAMES 2
 #define CODEC_QSGD_BUCKET 512
@@ -70,21 +101,49 @@ typedef struct {
 
 typedef struct codec codec;
 
-/* Parse "dense", "fp16", "topk:D", "gtopk:D", "randk:D", "dgc:D",
- * "qsgd:BITS" or "sign" (D a decimal in (0, 1], BITS an integer in 1..8;
- * nothing may follow). Errors: FLPS_EINVAL (NULL or malformed; *out
- * untouched). */
+/* Parse a codec's spec: its name, followed by ":D" for the kinds whose
+ * parameter is a density (D a decimal in (0, 1]) and ":BITS" for those
+ * whose parameter is a bit width (an integer in 1..8), nothing else
+ * ("dense", "topk:0.01", "qsgd:4"). Errors: FLPS_EINVAL (NULL, malformed,
+ * or "auto"; *out untouched). */
 flps_err codec_spec_parse(const char *s, codec_spec *out);
+
+/* codec_spec_parse, and "auto" as well (kind CODEC_AUTO, density 0, bits
+ * 0): what a compression setting may say. Errors as codec_spec_parse. */
+flps_err codec_setting_parse(const char *s, codec_spec *out);
+
+/* The kind's name ("topk"), a static string; "unknown" for a value outside
+ * CODEC_KIND_MAP. */
+const char *codec_kind_name(codec_kind kind);
+
+/* What follows the kind's name in a spec; CODEC_PARAM_NONE outside the
+ * map. */
+codec_param codec_kind_param(codec_kind kind);
+
+/* Every name of CODEC_KIND_MAP as a spec would give it, in the map's
+ * order, ", "-separated: "dense, topk:D, gtopk:D, randk:D, dgc:D,
+ * qsgd:BITS, fp16, sign, auto" (for messages). A static string. */
+const char *codec_kind_list(void);
 
 /* Write the canonical spec string ("topk:0.01", "%.17g" for D) to buf.
  * Errors: FLPS_EINVAL (bad spec, or len too small). */
 flps_err codec_spec_format(const codec_spec *spec, char *buf, size_t len);
 
-/* Whether the kind sends (index, value) pairs. */
+/* Whether the kind sends (index, value) pairs: the kinds whose parameter
+ * is a density. */
 int codec_kind_is_sparse(codec_kind kind);
 
 /* The k of a sparse spec for an array of n (0 for n = 0); n otherwise. */
 size_t codec_count_for(const codec_spec *spec, size_t n);
+
+/* The k distinct indices of [0, n) that randk draws from seed, every
+ * k-subset equally likely (Floyd's algorithm on a bitmap), written
+ * ascending into idx[0..k). A pure function of (n, k, seed): SAPS-PSGD's
+ * workers draw the same mask from a shared seed this way, so no index
+ * travels. bitmap is the caller's scratch of (n + 63) / 64 words. k <= n
+ * < 2^32. O(k + n/64). */
+void codec_randk_indices(size_t n, size_t k, uint64_t seed, uint64_t *bitmap,
+                         uint32_t *idx);
 
 /* Density warm-up (Deep Gradient Compression): the density of iteration t
  * when it decays exponentially from start at t = 0 to target at t =

@@ -23,14 +23,32 @@ static uint32_t codec_uniform(uint64_t *state, uint32_t range)
     return (uint32_t)(m >> 32);
 }
 
-/* k distinct indices of [0, n), every k-subset equally likely (Floyd's
- * algorithm on a bitmap), written ascending. O(k + n/64). */
-static flps_err codec_randk_pick(codec *c, size_t n, size_t k, uint64_t seed,
-                                 uint32_t *idx)
+void codec_randk_indices(size_t n, size_t k, uint64_t seed, uint64_t *bitmap,
+                         uint32_t *idx)
 {
     size_t words = (n + 63) / 64, o = 0;
     uint64_t state = seed;
-    uint64_t *bm;
+
+    if (k == 0)
+        return;
+    memset(bitmap, 0, words * sizeof(*bitmap));
+    for (size_t j = n - k; j < n; j++) {
+        size_t t = codec_uniform(&state, (uint32_t)(j + 1));
+        if (bitmap[t / 64] >> (t % 64) & 1u)
+            t = j;
+        bitmap[t / 64] |= 1ull << (t % 64);
+    }
+    for (size_t w = 0; w < words; w++)
+        for (uint64_t b = bitmap[w]; b != 0; b &= b - 1)
+            idx[o++] = (uint32_t)(w * 64 + (size_t)__builtin_ctzll(b));
+}
+
+/* randk's k indices of [0, n) for seed, into idx (the codec's bitmap as
+ * the scratch). */
+static flps_err codec_randk_pick(codec *c, size_t n, size_t k, uint64_t seed,
+                                 uint32_t *idx)
+{
+    size_t words = (n + 63) / 64;
 
     if (k == 0)
         return FLPS_OK;
@@ -42,17 +60,7 @@ static flps_err codec_randk_pick(codec *c, size_t n, size_t k, uint64_t seed,
         c->bitmap = p;
         c->bitmap_words = words;
     }
-    bm = c->bitmap;
-    memset(bm, 0, words * sizeof(*bm));
-    for (size_t j = n - k; j < n; j++) {
-        size_t t = codec_uniform(&state, (uint32_t)(j + 1));
-        if (bm[t / 64] >> (t % 64) & 1u)
-            t = j;
-        bm[t / 64] |= 1ull << (t % 64);
-    }
-    for (size_t w = 0; w < words; w++)
-        for (uint64_t b = bm[w]; b != 0; b &= b - 1)
-            idx[o++] = (uint32_t)(w * 64 + (size_t)__builtin_ctzll(b));
+    codec_randk_indices(n, k, seed, c->bitmap, idx);
     return FLPS_OK;
 }
 

@@ -51,6 +51,16 @@ size_t proto_buf_len(const proto_buf *b)
     return b->len;
 }
 
+int proto_buf_holds(const proto_buf *b, const void *p, size_t len)
+{
+    const char *base, *q = p;
+
+    if (b == NULL || p == NULL)
+        return 0;
+    base = b->data;
+    return q >= base && len <= b->len && (size_t)(q - base) <= b->len - len;
+}
+
 proto_buf *proto_buf_hold(proto_buf *b)
 {
     atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);

@@ -17,6 +17,10 @@ proto_buf *proto_buf_wrap(void *data, size_t len);
 void *proto_buf_data(const proto_buf *b);
 size_t proto_buf_len(const proto_buf *b);
 
+/* Whether the len bytes at p lie within b's data: which of a message's
+ * buffers holds one of its frames. 0 for a NULL b or p. */
+int proto_buf_holds(const proto_buf *b, const void *p, size_t len);
+
 /* Take / drop a reference. Thread-safe. proto_buf_release(NULL) is a
  * no-op. */
 proto_buf *proto_buf_hold(proto_buf *b);

@@ -3,13 +3,12 @@
 
 #include <math.h>
 #include <msgpack.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/alloc.h"
 #include "common/err.h"
 #include "common/finite.h"
+#include "proto/msg_header.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error                                                                         \
@@ -20,7 +19,7 @@ const char *proto_op_name(uint8_t op)
 {
     static const char *names[] = {
         "?",    "REGISTER",   "REGISTER_OK", "INIT", "PUSH",  "UPDATE",
-        "PULL", "PULL_REPLY", "CHECKPOINT",  "ACK",  "ERROR",
+        "PULL", "PULL_REPLY", "CHECKPOINT",  "ACK",  "ERROR", "PEER",
     };
     return op <= PROTO_OP_MAX_ ? names[op] : "?";
 }
@@ -49,21 +48,25 @@ static void pack_u64(msgpack_packer *pk, const char *key, uint64_t v)
 static int op_has_values(uint8_t op)
 {
     return op == PROTO_OP_PUSH || op == PROTO_OP_INIT ||
-           op == PROTO_OP_UPDATE || op == PROTO_OP_PULL_REPLY;
+           op == PROTO_OP_UPDATE || op == PROTO_OP_PULL_REPLY ||
+           op == PROTO_OP_PEER;
 }
 
-flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
-                          proto_frame frames[PROTO_MAX_FRAMES], size_t *nframes)
+/* Check msg against what the wire can carry, and count the keys its
+ * header map will have: the eight every message has, and each optional
+ * one it writes. FLPS_EINVAL for a message that cannot be encoded. */
+static flps_err encode_check(const proto_msg *msg, size_t *nkeys)
 {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    size_t nkeys = 8, nf = 1;
-    int values = op_has_values(msg->op);
-    int sparse = values && msg->codec == PROTO_CODEC_SPARSE;
-    int encoded = values && msg->codec == PROTO_CODEC_ENCODED;
+    size_t n = 8;
+    const int values = op_has_values(msg->op);
+    const int sparse = values && msg->codec == PROTO_CODEC_SPARSE;
+    const int encoded = values && msg->codec == PROTO_CODEC_ENCODED;
 
     if (msg->op < 1 || msg->op > PROTO_OP_MAX_ ||
         strlen(msg->job) > PROTO_JOB_MAX)
+        return FLPS_EINVAL;
+    if (msg->wire_version != 0 && (msg->wire_version < PROTO_VERSION_MIN ||
+                                   msg->wire_version > PROTO_VERSION))
         return FLPS_EINVAL;
     if (values && msg->codec > PROTO_CODEC_ENCODED)
         return FLPS_EINVAL;
@@ -86,134 +89,385 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
         }
         if (tn != msg->n || (msg->op == PROTO_OP_UPDATE && tr != msg->nrej))
             return FLPS_EINVAL;
-        nkeys++;
+        n++;
     }
     if (msg->op == PROTO_OP_UPDATE || encoded)
-        nkeys++;
+        n++;
     if (msg->op == PROTO_OP_ERROR || msg->op == PROTO_OP_ACK)
-        nkeys += 2;
+        n += 2;
     if (msg->op == PROTO_OP_REGISTER)
-        nkeys += 2;
+        n += 2;
     if (msg->slowest != 0)
-        nkeys++;
+        n++;
     if (msg->op == PROTO_OP_PUSH && msg->has_weight) {
         if (!isfinite(msg->weight) || msg->weight < 0 ||
             msg->weight > PROTO_WEIGHT_MAX)
             return FLPS_EINVAL;
-        nkeys++;
+        n++;
     }
     if (msg->auth[0] != '\0')
-        nkeys++;
+        n++;
     if (msg->cid != 0)
-        nkeys++;
+        n++;
+    *nkeys = n;
+    return FLPS_OK;
+}
+
+/* The version msg is written in (proto_msg.wire_version): an older one
+ * only for a message without index frames. */
+static uint32_t wire_version_of(const proto_msg *msg)
+{
+    const int idx_frames =
+        msg->op == PROTO_OP_UPDATE ||
+        (op_has_values(msg->op) && msg->codec == PROTO_CODEC_SPARSE);
+
+    return msg->wire_version == 0 || idx_frames ? PROTO_VERSION
+                                                : msg->wire_version;
+}
+
+/* The keys every message has: v, op, job, rank, part, iter, ver, data. */
+static void pack_base(msgpack_packer *pk, const proto_msg *msg)
+{
+    const int values = op_has_values(msg->op);
+
+    pack_u64(pk, "v", wire_version_of(msg));
+    pack_u64(pk, "op", msg->op);
+    pack_str(pk, "job", msg->job);
+    pack_u64(pk, "rank", msg->rank);
+    pack_u64(pk, "part", msg->part);
+    pack_u64(pk, "iter", msg->iter);
+    pack_u64(pk, "ver", msg->version);
+    pack_key(pk, "data");
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_uint64(pk, values ? msg->codec : 0);
+    msgpack_pack_uint64(pk, values ? msg->n : 0);
+}
+
+/* segs: [part, n] per segment of a PUSH, [part, n, nrej, version] of an
+ * UPDATE. */
+static void pack_segs(msgpack_packer *pk, const proto_msg *msg)
+{
+    const int upd = msg->op == PROTO_OP_UPDATE;
+
+    pack_key(pk, "segs");
+    msgpack_pack_array(pk, msg->nsegs);
+    for (uint32_t i = 0; i < msg->nsegs; i++) {
+        const proto_seg *g = &msg->segs[i];
+        msgpack_pack_array(pk, upd ? 4 : 2);
+        msgpack_pack_uint32(pk, g->part);
+        msgpack_pack_uint32(pk, g->n);
+        if (upd) {
+            msgpack_pack_uint32(pk, g->nrej);
+            msgpack_pack_uint64(pk, g->version);
+        }
+    }
+}
+
+/* The optional keys, in their wire order, each where msg has it: nrej,
+ * spec, segs, status and text, slow, wt, auth, cid. */
+static void pack_optional(msgpack_packer *pk, const proto_msg *msg)
+{
+    if (msg->op == PROTO_OP_UPDATE)
+        pack_u64(pk, "nrej", msg->nrej);
+    if (op_has_values(msg->op) && msg->codec == PROTO_CODEC_ENCODED)
+        pack_str(pk, "spec", msg->spec);
+    if (msg->nsegs > 0)
+        pack_segs(pk, msg);
+    if (msg->op == PROTO_OP_ERROR || msg->op == PROTO_OP_ACK) {
+        pack_u64(pk, "status", msg->status);
+        pack_str(pk, "text", msg->text);
+    }
+    if (msg->slowest != 0)
+        pack_u64(pk, "slow", msg->slowest);
+    if (msg->op == PROTO_OP_PUSH && msg->has_weight) {
+        pack_key(pk, "wt");
+        msgpack_pack_double(pk, msg->weight);
+    }
+    if (msg->auth[0] != '\0')
+        pack_str(pk, "auth", msg->auth);
+    if (msg->cid != 0)
+        pack_u64(pk, "cid", msg->cid);
+}
+
+/* A REGISTER's cfg array: 11 fields, 13 with a density warm-up, 15 with
+ * a server optimizer (the warm-up's two then 0 when there is none). */
+static void pack_cfg(msgpack_packer *pk, const proto_jobcfg *c)
+{
+    const size_t cl = strlen(c->compression);
+    const int sopt = c->server_opt != PROTO_SOPT_SGD;
+
+    pack_key(pk, "cfg");
+    msgpack_pack_array(pk, sopt ? 15 : c->density_warmup > 0 ? 13 : 11);
+    msgpack_pack_uint64(pk, c->shard);
+    msgpack_pack_uint64(pk, c->nshards);
+    msgpack_pack_uint64(pk, c->workers);
+    msgpack_pack_uint64(pk, c->part_size);
+    msgpack_pack_uint64(pk, c->mode);
+    msgpack_pack_uint64(pk, c->agg);
+    msgpack_pack_double(pk, c->density);
+    msgpack_pack_double(pk, c->lr);
+    msgpack_pack_uint64(pk, c->lr_schedule);
+    msgpack_pack_uint64(pk, c->iterations);
+    msgpack_pack_str(pk, cl);
+    msgpack_pack_str_body(pk, c->compression, cl);
+    if (c->density_warmup > 0 || sopt) {
+        msgpack_pack_uint64(pk, c->density_warmup);
+        msgpack_pack_double(pk, c->density_start);
+    }
+    if (sopt) {
+        msgpack_pack_uint64(pk, c->server_opt);
+        msgpack_pack_double(pk, c->server_beta);
+    }
+}
+
+/* A REGISTER's tensors: [name, numel] pairs. FLPS_EINVAL for a name
+ * longer than PROTO_NAME_MAX (one without its terminator). */
+static flps_err pack_tensors(msgpack_packer *pk, const proto_msg *msg)
+{
+    pack_key(pk, "tensors");
+    msgpack_pack_array(pk, msg->ntensors);
+    for (uint32_t i = 0; i < msg->ntensors; i++) {
+        size_t len = strnlen(msg->tensors[i].name, PROTO_NAME_MAX + 1);
+        if (len > PROTO_NAME_MAX)
+            return FLPS_EINVAL;
+        msgpack_pack_array(pk, 2);
+        msgpack_pack_str(pk, len);
+        msgpack_pack_str_body(pk, msg->tensors[i].name, len);
+        msgpack_pack_uint64(pk, msg->tensors[i].numel);
+    }
+    return FLPS_OK;
+}
+
+/* ---- compact index frames (version 3) ----
+ * An index list of a message is one run of strictly ascending indices per
+ * segment (one segment when the message has no segs). On the wire, each
+ * run is its indices' gaps as LEB128 varints (7 bits a byte, the low
+ * ones first, the high bit set on every byte but the last): the first
+ * index itself, then idx[i] - idx[i-1] - 1. At 1% density a gap is about
+ * 100, one or two bytes instead of four. */
+
+/* Which index list: a message's pairs (idx) or an UPDATE's rejected
+ * ones (rej). */
+typedef enum { IDX_PAIRS, IDX_REJ } idx_list;
+
+static uint32_t run_count(const proto_msg *m, idx_list which, uint32_t g)
+{
+    if (m->nsegs == 0)
+        return which == IDX_PAIRS ? m->n : m->nrej;
+    return which == IDX_PAIRS ? m->segs[g].n : m->segs[g].nrej;
+}
+
+static size_t varint_len(uint32_t v)
+{
+    size_t n = 1;
+
+    while (v >= 0x80u) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static uint8_t *varint_put(uint8_t *p, uint32_t v)
+{
+    while (v >= 0x80u) {
+        *p++ = (uint8_t)(v | 0x80u);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/* The bytes the compact frame of m's list takes; FLPS_EINVAL for indices
+ * that are not strictly ascending within a run, or a list of entries
+ * without data. */
+static flps_err gaps_measure(const proto_msg *m, idx_list which, size_t *len)
+{
+    const uint32_t *idx = which == IDX_PAIRS ? m->idx : m->rej;
+    const uint32_t nruns = m->nsegs > 0 ? m->nsegs : 1;
+    size_t at = 0, bytes = 0;
+
+    for (uint32_t g = 0; g < nruns; g++) {
+        const uint32_t n = run_count(m, which, g);
+        if (n > 0 && idx == NULL)
+            return FLPS_EINVAL;
+        for (uint32_t i = 0; i < n; i++, at++) {
+            if (i > 0 && idx[at] <= idx[at - 1])
+                return FLPS_EINVAL;
+            bytes += varint_len(i == 0 ? idx[at] : idx[at] - idx[at - 1] - 1);
+        }
+    }
+    *len = bytes;
+    return FLPS_OK;
+}
+
+/* Write the compact frame of m's list at out (gaps_measure's bytes). */
+static void gaps_write(const proto_msg *m, idx_list which, uint8_t *out)
+{
+    const uint32_t *idx = which == IDX_PAIRS ? m->idx : m->rej;
+    const uint32_t nruns = m->nsegs > 0 ? m->nsegs : 1;
+    size_t at = 0;
+
+    for (uint32_t g = 0; g < nruns; g++) {
+        const uint32_t n = run_count(m, which, g);
+        for (uint32_t i = 0; i < n; i++, at++)
+            out = varint_put(out, i == 0 ? idx[at] : idx[at] - idx[at - 1] - 1);
+    }
+}
+
+/* Read the compact frame f of m's list into out (run_count entries per
+ * run): every varint within the frame, at most 5 bytes, in its shortest
+ * form, every index below 2^32, and the frame read to its last byte. */
+static flps_err gaps_read(const proto_msg *m, idx_list which,
+                          const proto_frame *f, uint32_t *out, char *errbuf,
+                          size_t errlen)
+{
+    const char *what = which == IDX_PAIRS ? "index" : "rejected-index";
+    const uint8_t *p = f->data;
+    const uint32_t nruns = m->nsegs > 0 ? m->nsegs : 1;
+    const size_t total = which == IDX_PAIRS ? m->n : m->nrej;
+    size_t pos = 0, at = 0;
+
+    for (uint32_t g = 0; g < nruns; g++) {
+        const uint32_t n = run_count(m, which, g);
+        uint64_t next = 0; /* the lowest index the next gap may give */
+        if (n > total - at)
+            return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                                   "segments hold more than the %zu entries "
+                                   "of the %s frame",
+                                   total, what);
+        for (uint32_t i = 0; i < n; i++, at++) {
+            uint64_t v = 0;
+            unsigned len = 0;
+            uint8_t b;
+            do {
+                if (pos == f->len || len == 5)
+                    return flps_errbuf_set(
+                        errbuf, errlen, FLPS_EPROTO,
+                        "%s frame: entry %zu is cut off or longer than 5 "
+                        "bytes",
+                        what, at);
+                b = p[pos++];
+                v |= (uint64_t)(b & 0x7fu) << (7 * len++);
+            } while (b & 0x80u);
+            if (len > 1 && b == 0)
+                return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                                       "%s frame: entry %zu is not in its "
+                                       "shortest form",
+                                       what, at);
+            next += v;
+            if (next > UINT32_MAX)
+                return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                                       "%s frame: entry %zu of segment %u "
+                                       "is past 2^32 - 1",
+                                       what, at, g);
+            out[at] = (uint32_t)next;
+            next++;
+        }
+    }
+    if (pos != f->len)
+        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                               "%s frame has %zu bytes after its %zu entries",
+                               what, f->len - pos, at);
+    return FLPS_OK;
+}
+
+/* The frames after the header: an encoded push's own, else indices (when
+ * sparse: at idx), values and rejected indices (an UPDATE: at rej), the
+ * values pointing into msg. Returns how many frames there are in all,
+ * the header's included. */
+static size_t encode_frames(const proto_msg *msg, const uint8_t *idx,
+                            size_t idxlen, const uint8_t *rej, size_t rejlen,
+                            proto_frame frames[PROTO_MAX_FRAMES])
+{
+    size_t nf = 1;
+
+    if (!op_has_values(msg->op))
+        return nf;
+    if (msg->codec == PROTO_CODEC_ENCODED) {
+        for (uint32_t i = 0; i < msg->nenc; i++)
+            frames[nf++] = msg->enc[i];
+        return nf;
+    }
+    if (msg->codec == PROTO_CODEC_SPARSE) {
+        frames[nf].data = idxlen > 0 ? idx : NULL;
+        frames[nf++].len = idxlen;
+    }
+    frames[nf].data = msg->val;
+    frames[nf++].len = (size_t)msg->n * sizeof(float);
+    if (msg->op == PROTO_OP_UPDATE) {
+        frames[nf].data = rejlen > 0 ? rej : NULL;
+        frames[nf++].len = rejlen;
+    }
+    return nf;
+}
+
+/* The header of msg into a new buffer (malloc'd: the caller frees it with
+ * free()) of *len bytes. */
+static flps_err encode_header(const proto_msg *msg, size_t nkeys, char **out,
+                              size_t *len)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
 
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, nkeys);
-    pack_u64(&pk, "v", PROTO_VERSION);
-    pack_u64(&pk, "op", msg->op);
-    pack_str(&pk, "job", msg->job);
-    pack_u64(&pk, "rank", msg->rank);
-    pack_u64(&pk, "part", msg->part);
-    pack_u64(&pk, "iter", msg->iter);
-    pack_u64(&pk, "ver", msg->version);
-    pack_key(&pk, "data");
-    msgpack_pack_array(&pk, 2);
-    msgpack_pack_uint64(&pk, values ? msg->codec : 0);
-    msgpack_pack_uint64(&pk, values ? msg->n : 0);
-    if (msg->op == PROTO_OP_UPDATE)
-        pack_u64(&pk, "nrej", msg->nrej);
-    if (encoded)
-        pack_str(&pk, "spec", msg->spec);
-    if (msg->nsegs > 0) {
-        const int upd = msg->op == PROTO_OP_UPDATE;
-        pack_key(&pk, "segs");
-        msgpack_pack_array(&pk, msg->nsegs);
-        for (uint32_t i = 0; i < msg->nsegs; i++) {
-            const proto_seg *g = &msg->segs[i];
-            msgpack_pack_array(&pk, upd ? 4 : 2);
-            msgpack_pack_uint32(&pk, g->part);
-            msgpack_pack_uint32(&pk, g->n);
-            if (upd) {
-                msgpack_pack_uint32(&pk, g->nrej);
-                msgpack_pack_uint64(&pk, g->version);
-            }
-        }
-    }
-    if (msg->op == PROTO_OP_ERROR || msg->op == PROTO_OP_ACK) {
-        pack_u64(&pk, "status", msg->status);
-        pack_str(&pk, "text", msg->text);
-    }
-    if (msg->slowest != 0)
-        pack_u64(&pk, "slow", msg->slowest);
-    if (msg->op == PROTO_OP_PUSH && msg->has_weight) {
-        pack_key(&pk, "wt");
-        msgpack_pack_double(&pk, msg->weight);
-    }
-    if (msg->auth[0] != '\0')
-        pack_str(&pk, "auth", msg->auth);
-    if (msg->cid != 0)
-        pack_u64(&pk, "cid", msg->cid);
+    pack_base(&pk, msg);
+    pack_optional(&pk, msg);
     if (msg->op == PROTO_OP_REGISTER) {
-        const proto_jobcfg *c = &msg->cfg;
-        pack_key(&pk, "cfg");
-        msgpack_pack_array(&pk, c->density_warmup > 0 ? 13 : 11);
-        msgpack_pack_uint64(&pk, c->shard);
-        msgpack_pack_uint64(&pk, c->nshards);
-        msgpack_pack_uint64(&pk, c->workers);
-        msgpack_pack_uint64(&pk, c->part_size);
-        msgpack_pack_uint64(&pk, c->mode);
-        msgpack_pack_uint64(&pk, c->agg);
-        msgpack_pack_double(&pk, c->density);
-        msgpack_pack_double(&pk, c->lr);
-        msgpack_pack_uint64(&pk, c->lr_schedule);
-        msgpack_pack_uint64(&pk, c->iterations);
-        {
-            size_t cl = strlen(c->compression);
-            msgpack_pack_str(&pk, cl);
-            msgpack_pack_str_body(&pk, c->compression, cl);
-        }
-        if (c->density_warmup > 0) {
-            msgpack_pack_uint64(&pk, c->density_warmup);
-            msgpack_pack_double(&pk, c->density_start);
-        }
-        pack_key(&pk, "tensors");
-        msgpack_pack_array(&pk, msg->ntensors);
-        for (uint32_t i = 0; i < msg->ntensors; i++) {
-            size_t len = strnlen(msg->tensors[i].name, PROTO_NAME_MAX + 1);
-            if (len > PROTO_NAME_MAX) {
-                msgpack_sbuffer_destroy(&sb);
-                return FLPS_EINVAL;
-            }
-            msgpack_pack_array(&pk, 2);
-            msgpack_pack_str(&pk, len);
-            msgpack_pack_str_body(&pk, msg->tensors[i].name, len);
-            msgpack_pack_uint64(&pk, msg->tensors[i].numel);
+        flps_err rc;
+        pack_cfg(&pk, &msg->cfg);
+        rc = pack_tensors(&pk, msg);
+        if (rc != FLPS_OK) {
+            msgpack_sbuffer_destroy(&sb);
+            return rc;
         }
     }
     if (sb.data == NULL)
         return FLPS_ENOMEM;
+    *out = sb.data; /* the sbuffer's storage is malloc'd */
+    *len = sb.size;
+    return FLPS_OK;
+}
 
-    frames[0].data = sb.data;
-    frames[0].len = sb.size;
-    if (encoded) {
-        for (uint32_t i = 0; i < msg->nenc; i++)
-            frames[nf++] = msg->enc[i];
-    } else if (values) {
-        if (sparse) {
-            frames[nf].data = msg->idx;
-            frames[nf++].len = (size_t)msg->n * sizeof(uint32_t);
+flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
+                          proto_frame frames[PROTO_MAX_FRAMES], size_t *nframes)
+{
+    const int values = op_has_values(msg->op);
+    size_t nkeys = 0, hlen = 0, idxlen = 0, rejlen = 0;
+    char *h = NULL;
+    flps_err rc = encode_check(msg, &nkeys);
+
+    if (rc == FLPS_OK && values && msg->codec == PROTO_CODEC_SPARSE)
+        rc = gaps_measure(msg, IDX_PAIRS, &idxlen);
+    if (rc == FLPS_OK && msg->op == PROTO_OP_UPDATE)
+        rc = gaps_measure(msg, IDX_REJ, &rejlen);
+    if (rc == FLPS_OK)
+        rc = encode_header(msg, nkeys, &h, &hlen);
+    if (rc != FLPS_OK)
+        return rc;
+    if (idxlen + rejlen > 0) {
+        /* The index frames after the header, in its buffer: one buffer
+         * for what the encoder makes, as before. */
+        char *grown = realloc(h, hlen + idxlen + rejlen);
+        if (grown == NULL) {
+            free(h);
+            return FLPS_ENOMEM;
         }
-        frames[nf].data = msg->val;
-        frames[nf++].len = (size_t)msg->n * sizeof(float);
-        if (msg->op == PROTO_OP_UPDATE) {
-            frames[nf].data = msg->rej;
-            frames[nf++].len = (size_t)msg->nrej * sizeof(uint32_t);
-        }
+        h = grown;
+        if (idxlen > 0)
+            gaps_write(msg, IDX_PAIRS, (uint8_t *)h + hlen);
+        if (rejlen > 0)
+            gaps_write(msg, IDX_REJ, (uint8_t *)h + hlen + idxlen);
     }
-    *hdr = sb.data; /* the sbuffer's storage is malloc'd; caller frees */
-    *hdrlen = sb.size;
-    *nframes = nf;
+    frames[0].data = h;
+    frames[0].len = hlen;
+    *nframes =
+        encode_frames(msg, (const uint8_t *)h + hlen, idxlen,
+                      (const uint8_t *)h + hlen + idxlen, rejlen, frames);
+    *hdr = h;
+    *hdrlen = hlen + idxlen + rejlen;
     return FLPS_OK;
 }
 
@@ -227,486 +481,7 @@ double proto_jobcfg_lr_at(const proto_jobcfg *cfg, uint64_t t)
     return cfg->lr;
 }
 
-/* ---- decoding ---- */
-
-static int obj_u64(const msgpack_object *o, uint64_t *v)
-{
-    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-        return 0;
-    *v = o->via.u64;
-    return 1;
-}
-
-static int obj_u32(const msgpack_object *o, uint32_t *v)
-{
-    uint64_t x;
-    if (!obj_u64(o, &x) || x > UINT32_MAX)
-        return 0;
-    *v = (uint32_t)x;
-    return 1;
-}
-
-static int obj_f64(const msgpack_object *o, double *v)
-{
-    if (o->type == MSGPACK_OBJECT_FLOAT64 || o->type == MSGPACK_OBJECT_FLOAT32)
-        *v = o->via.f64;
-    else if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-        *v = (double)o->via.u64;
-    else
-        return 0;
-    return isfinite(*v);
-}
-
-static int obj_str(const msgpack_object *o, char *buf, size_t cap)
-{
-    if (o->type != MSGPACK_OBJECT_STR || o->via.str.size >= cap)
-        return 0;
-    memcpy(buf, o->via.str.ptr, o->via.str.size);
-    buf[o->via.str.size] = '\0';
-    return memchr(buf, '\0', o->via.str.size) == NULL;
-}
-
-static int key_is(const msgpack_object *k, const char *name)
-{
-    size_t n = strlen(name);
-    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
-           memcmp(k->via.str.ptr, name, n) == 0;
-}
-
-static int decode_cfg(const msgpack_object *o, proto_jobcfg *c)
-{
-    const msgpack_object *a;
-    uint32_t mode, agg, sched;
-
-    if (o->type != MSGPACK_OBJECT_ARRAY ||
-        (o->via.array.size != 11 && o->via.array.size != 13))
-        return 0;
-    a = o->via.array.ptr;
-    if (!obj_u32(&a[0], &c->shard) || !obj_u32(&a[1], &c->nshards) ||
-        !obj_u32(&a[2], &c->workers) || !obj_u32(&a[3], &c->part_size) ||
-        !obj_u32(&a[4], &mode) || !obj_u32(&a[5], &agg) ||
-        !obj_f64(&a[6], &c->density) || !obj_f64(&a[7], &c->lr) ||
-        !obj_u32(&a[8], &sched) || !obj_u64(&a[9], &c->iterations) ||
-        !obj_str(&a[10], c->compression, sizeof(c->compression)))
-        return 0;
-    if (mode > PROTO_MODE_WEIGHTED || agg > PROTO_AGG_GTOPK ||
-        sched > PROTO_LR_COSINE)
-        return 0;
-    c->density_warmup = 0;
-    c->density_start = 0;
-    if (o->via.array.size == 13 &&
-        (!obj_u64(&a[11], &c->density_warmup) ||
-         !obj_f64(&a[12], &c->density_start) || c->density_warmup == 0 ||
-         !(c->density_start > 0) || c->density_start > 1))
-        return 0;
-    c->lr_schedule = (uint8_t)sched;
-    c->mode = (uint8_t)mode;
-    c->agg = (uint8_t)agg;
-    return 1;
-}
-
-static flps_err decode_tensors(const msgpack_object *o, proto_msg *m,
-                               char *errbuf, size_t errlen)
-{
-    uint32_t n;
-
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size == 0 ||
-        o->via.array.size > PROTO_MAX_TENSORS)
-        return flps_errbuf_set(
-            errbuf, errlen, FLPS_EPROTO,
-            "tensors must be an array of 1..%d [name, numel] pairs",
-            PROTO_MAX_TENSORS);
-    n = o->via.array.size;
-    m->tensors = flps_calloc(n, sizeof(*m->tensors));
-    if (m->tensors == NULL)
-        return FLPS_ENOMEM;
-    for (uint32_t i = 0; i < n; i++) {
-        const msgpack_object *t = &o->via.array.ptr[i];
-        if (t->type != MSGPACK_OBJECT_ARRAY || t->via.array.size != 2 ||
-            !obj_str(&t->via.array.ptr[0], m->tensors[i].name,
-                     sizeof(m->tensors[i].name)) ||
-            !obj_u64(&t->via.array.ptr[1], &m->tensors[i].numel) ||
-            m->tensors[i].numel == 0 || m->tensors[i].numel > UINT32_MAX) {
-            flps_free(m->tensors);
-            m->tensors = NULL;
-            return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                                   "tensor %u is not a [name, numel] pair with "
-                                   "0 < numel < 2^32",
-                                   i);
-        }
-    }
-    m->ntensors = n;
-    return FLPS_OK;
-}
-
-/* The segs array: [part, n] (PUSH) or [part, n, nrej, version] (UPDATE)
- * per segment; the arity is checked against the op once it is known
- * (*arity: 2 or 4, the same for every entry). */
-static flps_err decode_segs(const msgpack_object *o, proto_msg *m,
-                            unsigned *arity, char *errbuf, size_t errlen)
-{
-    uint32_t n;
-
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size == 0 ||
-        o->via.array.size > PROTO_MAX_SEGS)
-        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                               "segs must be an array of 1..%d segments",
-                               PROTO_MAX_SEGS);
-    n = o->via.array.size;
-    m->segs = flps_calloc(n, sizeof(*m->segs));
-    if (m->segs == NULL)
-        return FLPS_ENOMEM;
-    *arity = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const msgpack_object *e = &o->via.array.ptr[i];
-        const msgpack_object *a = e->via.array.ptr;
-        proto_seg *g = &m->segs[i];
-        int ok = e->type == MSGPACK_OBJECT_ARRAY &&
-                 (e->via.array.size == 2 || e->via.array.size == 4) &&
-                 (*arity == 0 || *arity == e->via.array.size);
-        if (ok) {
-            *arity = e->via.array.size;
-            ok = obj_u32(&a[0], &g->part) && obj_u32(&a[1], &g->n) &&
-                 (*arity == 2 ||
-                  (obj_u32(&a[2], &g->nrej) && obj_u64(&a[3], &g->version)));
-        }
-        if (!ok) {
-            flps_free(m->segs);
-            m->segs = NULL;
-            return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                                   "segment %u is not [part, n] or [part, n, "
-                                   "nrej, version] like the others",
-                                   i);
-        }
-    }
-    m->nsegs = n;
-    return FLPS_OK;
-}
-
-/* Required header fields, as bits. */
-enum {
-    F_V = 1 << 0,
-    F_OP = 1 << 1,
-    F_JOB = 1 << 2,
-    F_RANK = 1 << 3,
-    F_PART = 1 << 4,
-    F_ITER = 1 << 5,
-    F_VER = 1 << 6,
-    F_DATA = 1 << 7,
-    F_NREJ = 1 << 8,
-    F_STATUS = 1 << 9,
-    F_TEXT = 1 << 10,
-    F_CFG = 1 << 11,
-    F_TENSORS = 1 << 12,
-    F_SPEC = 1 << 13,
-    F_SEGS = 1 << 14,
-    F_SLOW = 1 << 15,
-    F_WT = 1 << 16,
-    F_AUTH = 1 << 17,
-    F_CID = 1 << 18,
-    F_BASE = F_V | F_OP | F_JOB | F_RANK | F_PART | F_ITER | F_VER | F_DATA,
-};
-
-#define PROTO_HEADER_MAX (1u << 20)
-
-static uint64_t be_read(const unsigned char *p, unsigned n)
-{
-    uint64_t v = 0;
-    for (unsigned i = 0; i < n; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-/* Walk one MessagePack object without building it and check that every
- * declared length fits in the bytes that are there. msgpack-c reserves
- * room for an array or map of the declared size before reading its
- * elements, so five hostile bytes could otherwise ask for 100 GiB. Every
- * element takes at least one byte, so a count of pending objects larger
- * than the bytes left is a lie. Returns 1 when well-formed. */
-static int mp_is_sane(const unsigned char *p, size_t len)
-{
-    size_t pos = 0;
-    uint64_t pending = 1;
-
-    while (pending > 0) {
-        unsigned char b;
-        uint64_t skip = 0, items = 0;
-
-        if (pos >= len)
-            return 0;
-        b = p[pos++];
-        pending--;
-        if (b <= 0x7f || b >= 0xe0 || (b >= 0xc2 && b <= 0xc3) || b == 0xc0) {
-            /* fixint, nil, bool: the byte itself */
-        } else if (b >= 0x80 && b <= 0x8f) {
-            items = 2u * (b & 0x0f);
-        } else if (b >= 0x90 && b <= 0x9f) {
-            items = b & 0x0f;
-        } else if (b >= 0xa0 && b <= 0xbf) {
-            skip = b & 0x1f;
-        } else {
-            static const unsigned char lenbytes[] = {
-                [0xc4 - 0xc4] = 1, [0xc5 - 0xc4] = 2, [0xc6 - 0xc4] = 4,
-                [0xc7 - 0xc4] = 1, [0xc8 - 0xc4] = 2, [0xc9 - 0xc4] = 4,
-                [0xd9 - 0xc4] = 1, [0xda - 0xc4] = 2, [0xdb - 0xc4] = 4,
-                [0xdc - 0xc4] = 2, [0xdd - 0xc4] = 4, [0xde - 0xc4] = 2,
-                [0xdf - 0xc4] = 4,
-            };
-            unsigned n;
-            uint64_t v;
-
-            switch (b) {
-            case 0xca:
-                skip = 4;
-                break;
-            case 0xcb:
-                skip = 8;
-                break;
-            case 0xcc:
-            case 0xd0:
-                skip = 1;
-                break;
-            case 0xcd:
-            case 0xd1:
-                skip = 2;
-                break;
-            case 0xce:
-            case 0xd2:
-                skip = 4;
-                break;
-            case 0xcf:
-            case 0xd3:
-                skip = 8;
-                break;
-            case 0xd4:
-                skip = 2;
-                break;
-            case 0xd5:
-                skip = 3;
-                break;
-            case 0xd6:
-                skip = 5;
-                break;
-            case 0xd7:
-                skip = 9;
-                break;
-            case 0xd8:
-                skip = 17;
-                break;
-            case 0xc1:
-                return 0; /* never used */
-            default:
-                n = lenbytes[b - 0xc4];
-                if (n == 0 || len - pos < n)
-                    return 0;
-                v = be_read(p + pos, n);
-                pos += n;
-                if (b >= 0xdc && b <= 0xdd)
-                    items = v;
-                else if (b >= 0xde)
-                    items = 2 * v;
-                else if (b >= 0xc7 && b <= 0xc9)
-                    skip = v + 1; /* the ext type byte, then the data */
-                else
-                    skip = v;
-                break;
-            }
-        }
-        if (skip > len - pos)
-            return 0;
-        pos += (size_t)skip;
-        pending += items;
-        if (pending > len - pos)
-            return 0;
-    }
-    return 1;
-}
-
-static flps_err decode_header(const proto_frame *f, proto_msg *m, char *errbuf,
-                              size_t errlen)
-{
-    msgpack_unpacked up;
-    size_t off = 0;
-    unsigned seen = 0, arity = 0;
-    flps_err rc = FLPS_EPROTO;
-    const msgpack_object *map;
-
-    if (f->len > PROTO_HEADER_MAX || !mp_is_sane(f->data, f->len))
-        return flps_errbuf_set(
-            errbuf, errlen, FLPS_EPROTO,
-            "header is not one MessagePack object: malformed, a "
-            "declared length beyond its %zu bytes, or over %u bytes",
-            f->len, PROTO_HEADER_MAX);
-    msgpack_unpacked_init(&up);
-    if (msgpack_unpack_next(&up, f->data, f->len, &off) !=
-            MSGPACK_UNPACK_SUCCESS ||
-        off != f->len) {
-        rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                             "header is not one MessagePack object");
-        goto out;
-    }
-    map = &up.data;
-    if (map->type != MSGPACK_OBJECT_MAP) {
-        rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                             "header is not a MessagePack map");
-        goto out;
-    }
-    for (uint32_t i = 0; i < map->via.map.size; i++) {
-        const msgpack_object *k = &map->via.map.ptr[i].key;
-        const msgpack_object *v = &map->via.map.ptr[i].val;
-        uint64_t x = 0;
-        unsigned bit = 0;
-        int ok = 1;
-
-        if (key_is(k, "v")) {
-            bit = F_V;
-            ok = obj_u64(v, &x);
-            if (ok && x != PROTO_VERSION) {
-                rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                                     "protocol version %llu is not supported "
-                                     "(this build speaks %u)",
-                                     (unsigned long long)x, PROTO_VERSION);
-                goto out;
-            }
-        } else if (key_is(k, "op")) {
-            bit = F_OP;
-            ok = obj_u64(v, &x);
-            if (ok && (x < 1 || x > PROTO_OP_MAX_)) {
-                rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                                     "unknown op %llu", (unsigned long long)x);
-                goto out;
-            }
-            m->op = (uint8_t)x;
-        } else if (key_is(k, "job")) {
-            bit = F_JOB;
-            ok = obj_str(v, m->job, sizeof(m->job));
-        } else if (key_is(k, "rank")) {
-            bit = F_RANK;
-            ok = obj_u32(v, &m->rank);
-        } else if (key_is(k, "part")) {
-            bit = F_PART;
-            ok = obj_u32(v, &m->part);
-        } else if (key_is(k, "iter")) {
-            bit = F_ITER;
-            ok = obj_u64(v, &m->iter);
-        } else if (key_is(k, "ver")) {
-            bit = F_VER;
-            ok = obj_u64(v, &m->version);
-        } else if (key_is(k, "data")) {
-            uint32_t codec;
-            bit = F_DATA;
-            ok = v->type == MSGPACK_OBJECT_ARRAY && v->via.array.size == 2 &&
-                 obj_u32(&v->via.array.ptr[0], &codec) &&
-                 obj_u32(&v->via.array.ptr[1], &m->n) &&
-                 codec <= PROTO_CODEC_ENCODED;
-            if (ok)
-                m->codec = (uint8_t)codec;
-        } else if (key_is(k, "nrej")) {
-            bit = F_NREJ;
-            ok = obj_u32(v, &m->nrej);
-        } else if (key_is(k, "spec")) {
-            bit = F_SPEC;
-            ok = obj_str(v, m->spec, sizeof(m->spec)) && m->spec[0] != '\0';
-        } else if (key_is(k, "status")) {
-            bit = F_STATUS;
-            ok = obj_u32(v, &m->status);
-        } else if (key_is(k, "text")) {
-            bit = F_TEXT;
-            ok = obj_str(v, m->text, sizeof(m->text));
-        } else if (key_is(k, "cfg")) {
-            bit = F_CFG;
-            ok = decode_cfg(v, &m->cfg);
-        } else if (key_is(k, "segs")) {
-            bit = F_SEGS;
-            if (seen & F_SEGS) {
-                ok = 0;
-            } else {
-                rc = decode_segs(v, m, &arity, errbuf, errlen);
-                if (rc != FLPS_OK)
-                    goto out;
-            }
-        } else if (key_is(k, "slow")) {
-            bit = F_SLOW;
-            ok = obj_u64(v, &m->slowest);
-        } else if (key_is(k, "wt")) {
-            bit = F_WT;
-            ok = obj_f64(v, &m->weight) && m->weight >= 0 &&
-                 m->weight <= PROTO_WEIGHT_MAX;
-            m->has_weight = 1;
-        } else if (key_is(k, "auth")) {
-            bit = F_AUTH;
-            ok = obj_str(v, m->auth, sizeof(m->auth));
-        } else if (key_is(k, "cid")) {
-            bit = F_CID;
-            ok = obj_u64(v, &m->cid);
-        } else if (key_is(k, "tensors")) {
-            bit = F_TENSORS;
-            if (seen & F_TENSORS) {
-                ok = 0;
-            } else {
-                rc = decode_tensors(v, m, errbuf, errlen);
-                if (rc != FLPS_OK)
-                    goto out;
-            }
-        } else {
-            continue; /* unknown keys are allowed within a version */
-        }
-        if (!ok || (seen & bit)) {
-            char key[32] = "?";
-            if (k->type == MSGPACK_OBJECT_STR && k->via.str.size < sizeof(key))
-                snprintf(key, sizeof(key), "%.*s", (int)k->via.str.size,
-                         k->via.str.ptr);
-            rc = flps_errbuf_set(
-                errbuf, errlen, FLPS_EPROTO, "header field '%s' is %s", key,
-                ok ? "repeated" : "of the wrong type or range");
-            goto out;
-        }
-        seen |= bit;
-    }
-    if ((seen & F_BASE) != F_BASE) {
-        rc = flps_errbuf_set(
-            errbuf, errlen, FLPS_EPROTO,
-            "header lacks a required field (v, op, job, rank, part, "
-            "iter, ver, data)");
-        goto out;
-    }
-    if ((m->op == PROTO_OP_UPDATE && !(seen & F_NREJ)) ||
-        ((m->op == PROTO_OP_ERROR || m->op == PROTO_OP_ACK) &&
-         (seen & (F_STATUS | F_TEXT)) != (F_STATUS | F_TEXT)) ||
-        (m->op == PROTO_OP_REGISTER &&
-         (seen & (F_CFG | F_TENSORS)) != (F_CFG | F_TENSORS)) ||
-        (m->codec == PROTO_CODEC_ENCODED && !(seen & F_SPEC))) {
-        rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                             "%s header lacks its op-specific fields",
-                             proto_op_name(m->op));
-        goto out;
-    }
-    if ((seen & F_WT) && m->op != PROTO_OP_PUSH) {
-        rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                             "only a PUSH carries a weight (wt)");
-        goto out;
-    }
-    if ((seen & F_SEGS) &&
-        ((m->op != PROTO_OP_PUSH && m->op != PROTO_OP_UPDATE) ||
-         m->codec != PROTO_CODEC_SPARSE ||
-         arity != (m->op == PROTO_OP_UPDATE ? 4u : 2u))) {
-        rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                             "only a sparse PUSH ([part, n]) or UPDATE "
-                             "([part, n, nrej, version]) carries segs");
-        goto out;
-    }
-    rc = FLPS_OK;
-out:
-    if (rc != FLPS_OK) {
-        flps_free(m->tensors);
-        m->tensors = NULL;
-        flps_free(m->segs);
-        m->segs = NULL;
-        m->nsegs = 0;
-    }
-    msgpack_unpacked_destroy(&up);
-    return rc;
-}
+/* ---- decoding: the frames (the header: proto/msg_header.c) ---- */
 
 static int is_aligned4(const void *p)
 {
@@ -721,15 +496,17 @@ static int frame_holds4(const proto_frame *f, uint32_t n)
 }
 
 /* Indices strictly ascending (within each segment), segments in strictly
- * ascending part order whose counts add up to n and nrej. */
+ * ascending part order whose counts add up to n and nrej. m->idx is
+ * indexed, never offset: a message of no pairs may have no index data at
+ * all (NULL), and NULL + 0 is undefined. */
 static flps_err check_segs(const proto_msg *m, char *errbuf, size_t errlen)
 {
     const uint32_t nsegs = m->nsegs > 0 ? m->nsegs : 1;
+    const uint32_t *idx = m->idx;
     uint64_t at = 0, rej = 0;
 
     for (uint32_t g = 0; g < nsegs; g++) {
         const uint64_t n = m->nsegs > 0 ? m->segs[g].n : m->n;
-        const uint32_t *idx = m->idx + at;
         if (m->nsegs > 0 && g > 0 && m->segs[g].part <= m->segs[g - 1].part)
             return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
                                    "segment %u is for part %u, not after "
@@ -740,13 +517,13 @@ static flps_err check_segs(const proto_msg *m, char *errbuf, size_t errlen)
                                    "segments hold more than the %u pairs "
                                    "of the message",
                                    m->n);
-        for (uint32_t i = 1; i < n; i++) {
+        for (uint64_t i = at + 1; i < at + n; i++) {
             if (idx[i] <= idx[i - 1])
                 return flps_errbuf_set(
                     errbuf, errlen, FLPS_EPROTO,
                     "indices are not strictly ascending at position %llu "
                     "(%u after %u)",
-                    (unsigned long long)(at + i), idx[i], idx[i - 1]);
+                    (unsigned long long)i, idx[i], idx[i - 1]);
         }
         at += n;
         if (m->nsegs > 0)
@@ -772,10 +549,12 @@ void proto_msg_seg_view(const proto_msg *m, uint32_t i, size_t off_pairs,
     out->segs = NULL;
     out->tensors = NULL;
     out->ntensors = 0;
+    out->expanded = NULL;
     out->part = g->part;
     out->n = g->n;
-    out->idx = m->idx + off_pairs;
-    out->val = m->val + off_pairs;
+    /* A message of no pairs may have NULL frames (NULL + 0 is undefined). */
+    out->idx = m->idx != NULL ? m->idx + off_pairs : NULL;
+    out->val = m->val != NULL ? m->val + off_pairs : NULL;
     out->nrej = g->nrej;
     out->rej = m->rej != NULL ? m->rej + off_rej : NULL;
     if (m->op == PROTO_OP_UPDATE)
@@ -788,120 +567,218 @@ flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
     return proto_msg_decode_ex(frames, nframes, 0, out, errbuf, errlen);
 }
 
+/* Whether m's op may carry what its header says: values only where the
+ * op has them, sparse ones only in a PUSH, UPDATE or PULL_REPLY. */
+static flps_err check_op_values(const proto_msg *m, char *errbuf, size_t errlen)
+{
+    const int values = op_has_values(m->op);
+
+    if (!values && m->n != 0)
+        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                               "%s carries no values but says n=%u",
+                               proto_op_name(m->op), m->n);
+    if (values && m->codec == PROTO_CODEC_SPARSE && m->op != PROTO_OP_PUSH &&
+        m->op != PROTO_OP_UPDATE && m->op != PROTO_OP_PULL_REPLY)
+        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                               "%s cannot be sparse", proto_op_name(m->op));
+    return FLPS_OK;
+}
+
+/* A codec-encoded PUSH: its frames after the header are the codec's,
+ * whose own decoder (in the shard) checks their sizes and content against
+ * the spec and the part. */
+static flps_err take_encoded(proto_msg *m, const proto_frame *frames,
+                             size_t nframes, char *errbuf, size_t errlen)
+{
+    if (m->op != PROTO_OP_PUSH)
+        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                               "%s cannot be codec-encoded",
+                               proto_op_name(m->op));
+    if (nframes < 2 || nframes > 1 + PROTO_ENC_MAX_FRAMES)
+        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                               "encoded PUSH has %zu frames; expected 2 to %d",
+                               nframes, 1 + PROTO_ENC_MAX_FRAMES);
+    m->nenc = (uint32_t)(nframes - 1);
+    for (uint32_t i = 0; i < m->nenc; i++)
+        m->enc[i] = frames[1 + i];
+    return FLPS_OK;
+}
+
+/* Version 3: the compact index frames of m (fi when sparse, fr of an
+ * UPDATE) expanded into m->expanded, idx first. Every entry takes a byte
+ * at least: counts above the frames' bytes are refused before anything
+ * is allocated. */
+static flps_err expand_indices(proto_msg *m, const proto_frame *fi,
+                               const proto_frame *fr, char *errbuf,
+                               size_t errlen)
+{
+    const uint64_t n = fi != NULL ? m->n : 0, nrej = fr != NULL ? m->nrej : 0;
+    flps_err rc = FLPS_OK;
+
+    if (fi != NULL && fi->len < n)
+        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                               "index frame has %zu bytes; %u indices take "
+                               "at least as many",
+                               fi->len, m->n);
+    if (fr != NULL && fr->len < nrej)
+        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                               "rejected-index frame has %zu bytes; %u "
+                               "indices take at least as many",
+                               fr->len, m->nrej);
+    if (n + nrej == 0)
+        return FLPS_OK;
+    m->expanded = flps_malloc((size_t)(n + nrej) * sizeof(uint32_t));
+    if (m->expanded == NULL)
+        return flps_errbuf_set(errbuf, errlen, FLPS_ENOMEM,
+                               "out of memory for %llu indices",
+                               (unsigned long long)(n + nrej));
+    if (fi != NULL) {
+        rc = gaps_read(m, IDX_PAIRS, fi, m->expanded, errbuf, errlen);
+        m->idx = m->expanded;
+    }
+    if (rc == FLPS_OK && fr != NULL) {
+        rc = gaps_read(m, IDX_REJ, fr, m->expanded + n, errbuf, errlen);
+        m->rej = m->expanded + n;
+    }
+    return rc;
+}
+
+/* Version 2: a sparse message's index frame, n u32 in place. */
+static flps_err take_indices(proto_msg *m, const proto_frame *fi, char *errbuf,
+                             size_t errlen)
+{
+    if (!frame_holds4(fi, m->n))
+        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                               "index frame has %zu bytes; expected %zu (n=%u)",
+                               fi->len, (size_t)m->n * sizeof(uint32_t), m->n);
+    m->idx = fi->data;
+    return FLPS_OK;
+}
+
+/* The value frame: n finite floats, but for a dense UPDATE decoded with
+ * PROTO_DECODE_UPDATE_VALUES_UNCHECKED. */
+static flps_err take_values(proto_msg *m, const proto_frame *fv, unsigned flags,
+                            char *errbuf, size_t errlen)
+{
+    const int unchecked = m->op == PROTO_OP_UPDATE &&
+                          m->codec != PROTO_CODEC_SPARSE &&
+                          (flags & PROTO_DECODE_UPDATE_VALUES_UNCHECKED) != 0;
+    size_t bad_at;
+
+    if (!frame_holds4(fv, m->n))
+        return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                               "value frame has %zu bytes; expected %zu (n=%u)",
+                               fv->len, (size_t)m->n * sizeof(float), m->n);
+    m->val = fv->data;
+    if (unchecked)
+        return FLPS_OK;
+    bad_at = flps_first_nonfinite(m->val, m->n);
+    if (bad_at < m->n)
+        return flps_errbuf_set(errbuf, errlen, FLPS_ENONFINITE,
+                               "value %zu is not finite", bad_at);
+    return FLPS_OK;
+}
+
+/* Version 2: an UPDATE's rejected-index frame, nrej u32 in place. */
+static flps_err take_rejected(proto_msg *m, const proto_frame *fr, char *errbuf,
+                              size_t errlen)
+{
+    if (!frame_holds4(fr, m->nrej))
+        return flps_errbuf_set(
+            errbuf, errlen, FLPS_EPROTO,
+            "rejected-index frame has %zu bytes; expected %zu", fr->len,
+            (size_t)m->nrej * sizeof(uint32_t));
+    m->rej = fr->data;
+    return FLPS_OK;
+}
+
+/* An UPDATE's rejected indices strictly ascending within each segment
+ * (rej indexed, never offset, as idx in check_segs; the counts are
+ * checked there). A compact frame (version 3) cannot say otherwise; an
+ * older one can. */
+static flps_err check_rejected(const proto_msg *m, char *errbuf, size_t errlen)
+{
+    const uint32_t nsegs = m->nsegs > 0 ? m->nsegs : 1;
+    uint64_t at = 0;
+
+    for (uint32_t g = 0; g < nsegs; g++) {
+        const uint64_t n = m->nsegs > 0 ? m->segs[g].nrej : m->nrej;
+        for (uint64_t i = at + 1; i < at + n && i < m->nrej; i++)
+            if (m->rej[i] <= m->rej[i - 1])
+                return flps_errbuf_set(
+                    errbuf, errlen, FLPS_EPROTO,
+                    "rejected indices are not strictly ascending at "
+                    "position %llu (%u after %u)",
+                    (unsigned long long)i, m->rej[i], m->rej[i - 1]);
+        at += n;
+    }
+    return FLPS_OK;
+}
+
+/* The frames after the header of a message that is not codec-encoded:
+ * as many as its op and codec make (indices when sparse, values, an
+ * UPDATE's rejected indices), each of the size the header says; index
+ * frames as the message's version lays them out. */
+static flps_err take_frames(proto_msg *m, const proto_frame *frames,
+                            size_t nframes, unsigned flags, char *errbuf,
+                            size_t errlen)
+{
+    const int values = op_has_values(m->op);
+    const int sparse = values && m->codec == PROTO_CODEC_SPARSE;
+    const int update = m->op == PROTO_OP_UPDATE;
+    const size_t want =
+        1 + (values ? 1 : 0) + (sparse ? 1 : 0) + (update ? 1 : 0);
+    const proto_frame *fi = sparse ? &frames[1] : NULL;
+    const proto_frame *fv = &frames[sparse ? 2 : 1];
+    const proto_frame *fr = update ? &frames[want - 1] : NULL;
+    flps_err rc = FLPS_OK;
+
+    if (nframes != want)
+        return flps_errbuf_set(
+            errbuf, errlen, FLPS_EPROTO, "%s %s has %zu frames; expected %zu",
+            proto_op_name(m->op), sparse ? "sparse" : "dense", nframes, want);
+    if (!values)
+        return FLPS_OK;
+    if (m->wire_version >= 3)
+        rc = expand_indices(m, fi, fr, errbuf, errlen);
+    else if (sparse)
+        rc = take_indices(m, fi, errbuf, errlen);
+    if (rc == FLPS_OK && sparse)
+        rc = check_segs(m, errbuf, errlen);
+    if (rc == FLPS_OK)
+        rc = take_values(m, fv, flags, errbuf, errlen);
+    if (rc == FLPS_OK && update && m->wire_version < 3)
+        rc = take_rejected(m, fr, errbuf, errlen);
+    if (rc == FLPS_OK && update)
+        rc = check_rejected(m, errbuf, errlen);
+    return rc;
+}
+
 flps_err proto_msg_decode_ex(const proto_frame *frames, size_t nframes,
                              unsigned flags, proto_msg *out, char *errbuf,
                              size_t errlen)
 {
     proto_msg m;
     flps_err rc;
-    size_t want, nf = 1;
-    int values, sparse;
 
     memset(&m, 0, sizeof(m));
     if (nframes < 1 || frames == NULL)
         return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
                                "message has no header frame");
-    rc = decode_header(&frames[0], &m, errbuf, errlen);
+    rc = proto_msg_header_decode(&frames[0], &m, errbuf, errlen);
     if (rc != FLPS_OK)
         return rc;
-    values = op_has_values(m.op);
-    sparse = values && m.codec == PROTO_CODEC_SPARSE;
-    if (!values && m.n != 0) {
-        rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                             "%s carries no values but says n=%u",
-                             proto_op_name(m.op), m.n);
-        goto bad;
-    }
-    if (sparse && m.op != PROTO_OP_PUSH && m.op != PROTO_OP_UPDATE &&
-        m.op != PROTO_OP_PULL_REPLY) {
-        rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO, "%s cannot be sparse",
-                             proto_op_name(m.op));
-        goto bad;
-    }
-    if (values && m.codec == PROTO_CODEC_ENCODED) {
-        /* The codec's own decoder (in the shard) checks the frames' sizes
-         * and content against the spec and the part. */
-        if (m.op != PROTO_OP_PUSH) {
-            rc = flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                                 "%s cannot be codec-encoded",
-                                 proto_op_name(m.op));
-            goto bad;
-        }
-        if (nframes < 2 || nframes > 1 + PROTO_ENC_MAX_FRAMES) {
-            rc =
-                flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                                "encoded PUSH has %zu frames; expected 2 to %d",
-                                nframes, 1 + PROTO_ENC_MAX_FRAMES);
-            goto bad;
-        }
-        m.nenc = (uint32_t)(nframes - 1);
-        for (uint32_t i = 0; i < m.nenc; i++)
-            m.enc[i] = frames[1 + i];
-        *out = m;
-        return FLPS_OK;
-    }
-    want = 1 + (values ? 1 : 0) + (sparse ? 1 : 0) +
-           (m.op == PROTO_OP_UPDATE ? 1 : 0);
-    if (nframes != want) {
-        rc = flps_errbuf_set(
-            errbuf, errlen, FLPS_EPROTO, "%s %s has %zu frames; expected %zu",
-            proto_op_name(m.op), sparse ? "sparse" : "dense", nframes, want);
-        goto bad;
-    }
-    if (values) {
-        if (sparse) {
-            const proto_frame *fi = &frames[nf++];
-            if (!frame_holds4(fi, m.n)) {
-                rc = flps_errbuf_set(
-                    errbuf, errlen, FLPS_EPROTO,
-                    "index frame has %zu bytes; expected %zu (n=%u)", fi->len,
-                    (size_t)m.n * sizeof(uint32_t), m.n);
-                goto bad;
-            }
-            m.idx = fi->data;
-            rc = check_segs(&m, errbuf, errlen);
-            if (rc != FLPS_OK)
-                goto bad;
-        }
-        {
-            const proto_frame *fv = &frames[nf++];
-            const int unchecked =
-                m.op == PROTO_OP_UPDATE && !sparse &&
-                (flags & PROTO_DECODE_UPDATE_VALUES_UNCHECKED) != 0;
-            if (!frame_holds4(fv, m.n)) {
-                rc = flps_errbuf_set(
-                    errbuf, errlen, FLPS_EPROTO,
-                    "value frame has %zu bytes; expected %zu (n=%u)", fv->len,
-                    (size_t)m.n * sizeof(float), m.n);
-                goto bad;
-            }
-            m.val = fv->data;
-            if (!unchecked) {
-                const size_t bad_at = flps_first_nonfinite(m.val, m.n);
-                if (bad_at < m.n) {
-                    rc = flps_errbuf_set(errbuf, errlen, FLPS_ENONFINITE,
-                                         "value %zu is not finite", bad_at);
-                    goto bad;
-                }
-            }
-        }
-        if (m.op == PROTO_OP_UPDATE) {
-            const proto_frame *fr = &frames[nf++];
-            if (!frame_holds4(fr, m.nrej)) {
-                rc = flps_errbuf_set(
-                    errbuf, errlen, FLPS_EPROTO,
-                    "rejected-index frame has %zu bytes; expected %zu", fr->len,
-                    (size_t)m.nrej * sizeof(uint32_t));
-                goto bad;
-            }
-            m.rej = fr->data;
-        }
+    rc = check_op_values(&m, errbuf, errlen);
+    if (rc == FLPS_OK && op_has_values(m.op) && m.codec == PROTO_CODEC_ENCODED)
+        rc = take_encoded(&m, frames, nframes, errbuf, errlen);
+    else if (rc == FLPS_OK)
+        rc = take_frames(&m, frames, nframes, flags, errbuf, errlen);
+    if (rc != FLPS_OK) {
+        proto_msg_fini(&m);
+        return rc;
     }
     *out = m;
     return FLPS_OK;
-bad:
-    proto_msg_fini(&m);
-    return rc;
 }
 
 void proto_msg_fini(proto_msg *msg)
@@ -914,4 +791,14 @@ void proto_msg_fini(proto_msg *msg)
     flps_free(msg->segs);
     msg->segs = NULL;
     msg->nsegs = 0;
+    flps_free(msg->expanded);
+    msg->expanded = NULL;
+}
+
+uint32_t *proto_msg_take_expanded(proto_msg *m)
+{
+    uint32_t *e = m->expanded;
+
+    m->expanded = NULL;
+    return e;
 }

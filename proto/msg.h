@@ -8,8 +8,16 @@
 
 #include "common/err.h"
 
-/* 2: pushes and updates may carry several parts (segs). */
-#define PROTO_VERSION 2u
+/* 2: pushes and updates may carry several parts (segs).
+ * 3: index frames (a sparse message's indices, an UPDATE's rejected ones)
+ *    are compact: per segment, LEB128 varints of the gaps between
+ *    consecutive indices (docs/protocol.md), not u32 each.
+ * A decoder reads versions PROTO_VERSION_MIN..PROTO_VERSION, each in its
+ * own layout (a checkpoint's meta block written by an older build, an
+ * older shard's refusal); an encoder writes PROTO_VERSION only, which an
+ * older peer refuses by its version. */
+#define PROTO_VERSION 3u
+#define PROTO_VERSION_MIN 2u
 #define PROTO_MAX_FRAMES 4
 #define PROTO_JOB_MAX 63
 #define PROTO_NAME_MAX 127
@@ -35,14 +43,19 @@ typedef enum {
     PROTO_OP_CHECKPOINT = 8, /* anyone -> shard: write a checkpoint now */
     PROTO_OP_ACK = 9,        /* shard -> worker: done (init, checkpoint) */
     PROTO_OP_ERROR = 10,     /* shard -> worker: refused; status + text */
-    PROTO_OP_MAX_ = 10,
+    /* worker -> worker (decentralized SAPS-PSGD, worker/peer_net.h): dense
+     * values of one kind of peer message; part says the kind, iter the
+     * round, version the step within it. Never sent to a shard. */
+    PROTO_OP_PEER = 11,
+    PROTO_OP_MAX_ = 11,
 } proto_op;
 
 /* How the values of a PUSH/UPDATE/INIT are laid out. */
 typedef enum {
     PROTO_CODEC_DENSE = 0,   /* frames: values f32[n], n = the part's size */
-    PROTO_CODEC_SPARSE = 1,  /* frames: indices u32[n] (strictly ascending),
-                                values f32[n] */
+    PROTO_CODEC_SPARSE = 1,  /* frames: indices (strictly ascending; compact
+                                from version 3, u32[n] before), values
+                                f32[n] */
     PROTO_CODEC_ENCODED = 2, /* PUSH only: 1..2 frames as the codec named by
                                 the header's spec (compress/codec.h) makes
                                 them for the part's n elements; the shard
@@ -75,6 +88,17 @@ typedef enum {
     PROTO_MODE_WEIGHTED = 2,
 } proto_mode;
 
+/* What the shards do with a synchronous iteration's update U (the scaled
+ * sum of the pushes) before applying it (docs/algorithms.md, "Server
+ * optimizers"): apply U (sgd); keep v <- beta * v + U and apply v
+ * (momentum, FedAvgM); or Adam's step on U (adam, FedAdam). Values are
+ * pinned: they go on the wire. */
+typedef enum {
+    PROTO_SOPT_SGD = 0,
+    PROTO_SOPT_MOMENTUM = 1,
+    PROTO_SOPT_ADAM = 2,
+} proto_server_opt;
+
 /* The largest weight a PUSH may carry. */
 #define PROTO_WEIGHT_MAX 1e15
 
@@ -104,6 +128,11 @@ typedef struct proto_jobcfg {
      * REGISTER without it reads as no warm-up. */
     uint64_t density_warmup;
     double density_start;
+    /* The server optimizer (proto_server_opt) and momentum's beta in
+     * [0, 1) (0 for the others). Sent only when server_opt is not sgd, so
+     * a REGISTER without them reads as sgd. */
+    uint8_t server_opt;
+    double server_beta;
 } proto_jobcfg;
 
 /* The learning rate of iteration t under cfg's schedule. */
@@ -170,18 +199,46 @@ typedef struct proto_msg {
      * totals, version unused. 0: one part, as the fields above say. */
     uint32_t nsegs;
     proto_seg *segs; /* decoded: owned by the message; encoding: borrowed */
+    /* Decoded: the protocol version the sender wrote
+     * (PROTO_VERSION_MIN..PROTO_VERSION). Encoding: 0 or PROTO_VERSION
+     * writes PROTO_VERSION; an older one that decoders read is written
+     * for a message without index frames (a shard's ERROR answering an
+     * older peer in the version it reads), while one with index frames
+     * (sparse, or an UPDATE) is written in PROTO_VERSION, whose content
+     * is the same. Another value is FLPS_EINVAL. */
+    uint32_t wire_version;
+    /* Decoded from compact index frames (version 3): the n indices then
+     * the nrej rejected ones, which idx and rej point into. Owned by the
+     * message (proto_msg_fini frees it) until proto_msg_take_expanded;
+     * NULL when the message has none (idx and rej then point into the
+     * frames, or nowhere). */
+    uint32_t *expanded;
 } proto_msg;
 
+/* Take the storage m's idx and rej point into when they were expanded
+ * from compact frames (NULL otherwise): the caller owns it (flps_free)
+ * and may keep using idx and rej of m and of its copies after
+ * proto_msg_fini(m), until it frees it. For a holder that keeps a
+ * message past its handler (a shard holding a push until the iteration
+ * closes). */
+uint32_t *proto_msg_take_expanded(proto_msg *m);
+
 /* The view of segment i of a message with segs as a one-part message
- * (nsegs 0; idx, val and rej pointing at the segment's entries). off_pairs
+ * (nsegs 0; idx, val and rej pointing at the segment's entries; owning
+ * nothing: expanded NULL). off_pairs
  * and off_rej are the entries of the segments before i: callers walking
  * the segments in order keep them as running sums. */
 void proto_msg_seg_view(const proto_msg *m, uint32_t i, size_t off_pairs,
                         size_t off_rej, proto_msg *out);
 
 /* Encode msg's header into *hdr (caller owns, free with free()) and fill
- * frames[0..*nframes) with the header followed by the payload frames, which
- * point at msg->idx/val/rej (borrowed, not copied). The frame layout per op:
+ * frames[0..*nframes) with the header followed by the payload frames. The
+ * header frame and the index frames (compact: idx of a sparse message,
+ * rej of an UPDATE) lie in the *hdrlen bytes at *hdr, the header first;
+ * the value frame points at msg->val (borrowed, not copied). A caller
+ * mapping frames to buffers tells them apart by address. Indices must be
+ * strictly ascending (within each segment, for a message with segs), as
+ * the decoder requires: FLPS_EINVAL otherwise. The frame layout per op:
  *   PUSH/INIT DENSE: hdr, val      PUSH SPARSE: hdr, idx, val
  *   PUSH ENCODED: hdr, enc[0..nenc)
  *   UPDATE DENSE: hdr, val, rej    UPDATE SPARSE: hdr, idx, val, rej
@@ -200,11 +257,16 @@ flps_err proto_msg_encode(const proto_msg *msg, void **hdr, size_t *hdrlen,
 
 /* Decode and validate nframes frames into *out: version, known op, the
  * fields each op requires, frame count and sizes matching n, finite values,
- * strictly ascending indices (within each segment, for a message with
- * segs; whose parts must be strictly ascending and whose counts must add
- * up to n and nrej). Index ranges depend on the part and are
- * checked by the shard. Frames whose data is not 4-byte aligned are
- * rejected with FLPS_EPROTO (transports deliver aligned buffers).
+ * strictly ascending indices and rejected indices (within each segment,
+ * for a message with segs; whose parts must be strictly ascending and
+ * whose counts must add up to n and nrej), compact index frames read to
+ * their last byte and no further, every varint in its shortest form and
+ * every index below 2^32. Index ranges depend on the part and are
+ * checked by the shard. Frames of u32 or f32 whose data is not 4-byte
+ * aligned are rejected with FLPS_EPROTO (transports deliver aligned
+ * buffers); compact index frames may lie anywhere. Indices of compact
+ * frames are expanded into out->expanded (allocated: at most 4 bytes per
+ * byte of those frames).
  * On error returns FLPS_EPROTO (or FLPS_ENONFINITE for NaN/Inf values,
  * FLPS_ENOMEM) and writes a reason into errbuf; *out untouched. */
 flps_err proto_msg_decode(const proto_frame *frames, size_t nframes,
@@ -224,7 +286,8 @@ flps_err proto_msg_decode_ex(const proto_frame *frames, size_t nframes,
                              unsigned flags, proto_msg *out, char *errbuf,
                              size_t errlen);
 
-/* Frees what a decoded message owns (the tensor list). */
+/* Frees what a decoded message owns (the tensor list, the segments, the
+ * expanded indices). */
 void proto_msg_fini(proto_msg *msg);
 
 const char *proto_op_name(uint8_t op);

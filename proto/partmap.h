@@ -34,21 +34,41 @@ typedef struct partmap {
 flps_err partmap_build(const uint64_t *numel, uint32_t ntensors,
                        uint32_t nshards, uint32_t part_size, partmap *out);
 
-/* The largest piece of a dense-aggregated job on the wire: 65536 f32
- * values, 256 KiB. A part placed on a shard is sent, aggregated and
- * answered in pieces of at most this many elements, so one huge part is
- * pipelined like many small ones (its pieces travel while the shard sums
- * the ones that arrived) and no message needs a buffer of the part's
- * size. Sparse jobs keep whole parts: their pushes are small, and gtopk
- * selects over the part. */
-#define PARTMAP_DENSE_PIECE 65536u
+/* The piece of a dense-aggregated job on the wire: 16384 f32 values,
+ * 64 KiB. A part placed on a shard is sent, aggregated and answered in
+ * pieces of at most this many elements, so one huge part is pipelined like
+ * many small ones and no message needs a buffer of the part's size. A
+ * shard closes a piece, and sends its update, as soon as every worker's
+ * copy of it is in: with pieces a quarter of the default part, updates of
+ * a shard's first pieces flow back while its later ones still arrive (the
+ * MLP's largest part is 4 pieces), so both directions of a link carry data
+ * at once (docs/benchmarks.md, issue 23). The sum of each element does
+ * not depend on the cut: the results are the same bits. Sparse jobs keep
+ * whole parts: their pushes are small, and gtopk selects over the part. */
+#define PARTMAP_DENSE_PIECE 16384u
+
+/* The piece of codecs that scale their values per piece (qsgd, sign):
+ * 65536 values, as before dense pieces were cut smaller, since a smaller
+ * piece would change their arithmetic. */
+#define PARTMAP_CODED_PIECE 65536u
 
 /* The piece size a job uses: PARTMAP_DENSE_PIECE for dense aggregation
- * (dense values, fp16, qsgd, sign), part_size otherwise. */
+ * (dense values, fp16), part_size otherwise. */
 static inline uint32_t partmap_piece_size(int dense_agg, uint32_t part_size)
 {
     return dense_agg && part_size > PARTMAP_DENSE_PIECE ? PARTMAP_DENSE_PIECE
                                                         : part_size;
+}
+
+/* The piece size of a job: partmap_piece_size when its codec sums element
+ * by element (elementwise: dense, fp16) or the job is not dense-aggregated,
+ * else (qsgd, sign) at most PARTMAP_CODED_PIECE. */
+static inline uint32_t partmap_job_piece_size(int dense_agg, int elementwise,
+                                              uint32_t part_size)
+{
+    if (!dense_agg || elementwise)
+        return partmap_piece_size(dense_agg, part_size);
+    return part_size > PARTMAP_CODED_PIECE ? PARTMAP_CODED_PIECE : part_size;
 }
 
 /* As partmap_build, then every part cut into pieces of at most piece

@@ -3,9 +3,9 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/metrics_proc.h"
 #include "services/httpd.h"
 #include "services/metrics.h"
-#include "services/metrics_proc.h"
 
 /* The family handles are written once by ps_metrics_create and then only
  * read; the values behind them are guarded by the registry's own lock, so
@@ -16,51 +16,73 @@ struct ps_metrics {
     metrics_family *pushes, *updates, *pulls, *rejected;
     metrics_family *bytes_in, *bytes_out, *msgs_in, *msgs_out;
     metrics_family *checkpoints, *elems_in, *elems_out;
-    metrics_family *parts, *close, *handshakes;
+    metrics_family *parts, *close, *handshakes, *conns_refused;
 };
 
-typedef struct ps_metric_def {
-    const char *name;
-    const char *help;
-    size_t off; /* offset of the handle in ps_metrics */
-} ps_metric_def;
+static const char *const reason_label[] = {"reason"};
 
-#define PS_METRIC_(field, name, help)                                          \
-    {                                                                          \
-        name, help, offsetof(ps_metrics, field)                                \
-    }
+/* flps_connections_refused_total's reasons, in the order
+ * ps_metrics_update reads them from transport_stats. */
+static const char *const conn_reasons[] = {"connection_limit",
+                                           "unauthenticated_limit",
+                                           "address_limit", "not_admitted"};
 
-static const ps_metric_def counters[] = {
-    PS_METRIC_(pushes, "flps_pushes_total",
-               "Pushes accepted (sync: stored for the open iteration; async: "
-               "applied)."),
-    PS_METRIC_(updates, "flps_updates_total",
-               "Updates applied to a part: iterations closed (sync) or pushes "
-               "applied (async)."),
-    PS_METRIC_(pulls, "flps_pulls_total", "Pulls answered."),
-    PS_METRIC_(bytes_in, "flps_received_bytes_total",
-               "Bytes received on the wire (payload and framing)."),
-    PS_METRIC_(bytes_out, "flps_sent_bytes_total",
-               "Bytes sent on the wire (payload and framing)."),
-    PS_METRIC_(msgs_in, "flps_received_messages_total", "Messages received."),
-    PS_METRIC_(msgs_out, "flps_sent_messages_total", "Messages sent."),
-    PS_METRIC_(checkpoints, "flps_checkpoints_total", "Checkpoints written."),
-    PS_METRIC_(elems_in, "flps_elements_received_total",
-               "Index/value pairs received in accepted pushes."),
-    PS_METRIC_(elems_out, "flps_elements_sent_total",
-               "Index/value pairs sent in updates (counted once per worker)."),
-    PS_METRIC_(handshakes, "flps_handshakes_refused_total",
-               "Connections refused in the CURVE handshake (no CURVE, or not "
-               "the job's client key); 0 without CURVE."),
+/* Every family, in the order /metrics shows them. */
+static const metrics_def ps_metric_defs[] = {
+    {METRICS_COUNTER, "flps_pushes_total", METRICS_AT(ps_metrics, pushes),
+     "Pushes accepted (sync: stored for the open iteration; async: "
+     "applied)."},
+    {METRICS_COUNTER, "flps_updates_total", METRICS_AT(ps_metrics, updates),
+     "Updates applied to a part: iterations closed (sync) or pushes "
+     "applied (async)."},
+    {METRICS_COUNTER, "flps_pulls_total", METRICS_AT(ps_metrics, pulls),
+     "Pulls answered."},
+    {METRICS_COUNTER, "flps_received_bytes_total",
+     METRICS_AT(ps_metrics, bytes_in),
+     "Bytes received on the wire (payload and framing)."},
+    {METRICS_COUNTER, "flps_sent_bytes_total",
+     METRICS_AT(ps_metrics, bytes_out),
+     "Bytes sent on the wire (payload and framing)."},
+    {METRICS_COUNTER, "flps_received_messages_total",
+     METRICS_AT(ps_metrics, msgs_in), "Messages received."},
+    {METRICS_COUNTER, "flps_sent_messages_total",
+     METRICS_AT(ps_metrics, msgs_out), "Messages sent."},
+    {METRICS_COUNTER, "flps_checkpoints_total",
+     METRICS_AT(ps_metrics, checkpoints), "Checkpoints written."},
+    {METRICS_COUNTER, "flps_elements_received_total",
+     METRICS_AT(ps_metrics, elems_in),
+     "Index/value pairs received in accepted pushes."},
+    {METRICS_COUNTER, "flps_elements_sent_total",
+     METRICS_AT(ps_metrics, elems_out),
+     "Index/value pairs sent in updates (counted once per worker)."},
+    {METRICS_COUNTER, "flps_handshakes_refused_total",
+     METRICS_AT(ps_metrics, handshakes),
+     "Connections refused in the handshake for their credentials (not the "
+     "job's CURVE key or secret) or protocol (no CURVE or PLAIN), or ended "
+     "before it completed."},
+    {METRICS_COUNTER, "flps_connections_refused_total",
+     METRICS_AT(ps_metrics, conns_refused),
+     "Connections not served, each once, by why: connection_limit (every "
+     "slot held by authenticated ones), unauthenticated_limit and "
+     "address_limit (closed to make room), not_admitted (ended before their "
+     "first message: handshake refused, timed out or broken).",
+     METRICS_LABELS(reason_label)},
+    {METRICS_COUNTER, "flps_rejected_total", METRICS_AT(ps_metrics, rejected),
+     "Messages refused, by the error code they were answered with.",
+     METRICS_LABELS(reason_label)},
+    {METRICS_GAUGE, "flps_parts_owned", METRICS_AT(ps_metrics, parts),
+     "Parts of the model this shard owns (0 before the first "
+     "registration)."},
+    {METRICS_HISTOGRAM, "flps_iteration_close_seconds",
+     METRICS_AT(ps_metrics, close),
+     "Time from the first push of a synchronous iteration of a part to its "
+     "close."},
 };
 
 flps_err ps_metrics_create(const char *listen, ps_metrics **out, char *bound,
                            size_t boundlen)
 {
-    static const char *reason[] = {"reason"};
     ps_metrics *m = flps_calloc(1, sizeof(*m));
-    const double *b;
-    size_t nb;
     flps_err rc;
 
     if (m == NULL)
@@ -68,36 +90,10 @@ flps_err ps_metrics_create(const char *listen, ps_metrics **out, char *bound,
     rc = metrics_create(&m->reg);
     if (rc != FLPS_OK)
         goto fail_m;
-    for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {
-        metrics_family **f = (metrics_family **)((char *)m + counters[i].off);
-        rc = metrics_counter(m->reg, counters[i].name, counters[i].help, NULL,
-                             0, f);
-        if (rc != FLPS_OK)
-            goto fail_reg;
-    }
-    rc = metrics_counter(m->reg, "flps_rejected_total",
-                         "Messages refused, by the error code they were "
-                         "answered with.",
-                         reason, 1, &m->rejected);
-    if (rc != FLPS_OK)
-        goto fail_reg;
-    rc = metrics_gauge(m->reg, "flps_parts_owned",
-                       "Parts of the model this shard owns (0 before the "
-                       "first registration).",
-                       NULL, 0, &m->parts);
-    if (rc != FLPS_OK)
-        goto fail_reg;
-    b = metrics_seconds_buckets(&nb);
-    rc = metrics_histogram(m->reg, "flps_iteration_close_seconds",
-                           "Time from the first push of a synchronous "
-                           "iteration of a part to its close.",
-                           NULL, 0, b, nb, &m->close);
-    if (rc != FLPS_OK)
-        goto fail_reg;
-    rc = metrics_proc_register(m->reg, "flps");
-    if (rc != FLPS_OK)
-        goto fail_reg;
-    rc = metrics_serve(m->reg, listen, &m->http, bound, boundlen);
+    rc = metrics_proc_register_daemon(m->reg, "flps", ps_metric_defs,
+                                      METRICS_NDEFS(ps_metric_defs), m);
+    if (rc == FLPS_OK)
+        rc = metrics_serve(m->reg, listen, &m->http, bound, boundlen);
     if (rc != FLPS_OK)
         goto fail_reg;
     *out = m;
@@ -139,6 +135,14 @@ void ps_metrics_update(ps_metrics *m, const ps_shard_stats *st,
     set(m->msgs_in, ts->msgs_recv);
     set(m->msgs_out, ts->msgs_sent);
     set(m->handshakes, ts->auth_refused);
+    {
+        const uint64_t n[] = {ts->conns_refused, ts->conns_waiting_closed,
+                              ts->conns_addr_closed, ts->conns_not_admitted};
+        for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
+            const char *v[] = {conn_reasons[i]};
+            metrics_counter_set(m->conns_refused, v, (double)n[i]);
+        }
+    }
     /* Every reason from the start, zeros included, so a rate() works from
      * the first scrape. FLPS_OK is never a refusal. */
     for (int e = FLPS_OK + 1; e < FLPS_ERR_COUNT_; e++) {

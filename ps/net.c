@@ -5,16 +5,6 @@
 
 #include "common/log.h"
 
-static int in_buf(const proto_buf *b, const proto_frame *f)
-{
-    const char *base, *p = f->data;
-
-    if (b == NULL)
-        return 0;
-    base = proto_buf_data(b);
-    return p >= base && p + f->len <= base + proto_buf_len(b);
-}
-
 void ps_net_send(void *arg, uint32_t peer, const ps_reply *reply)
 {
     transport *t = arg;
@@ -37,19 +27,19 @@ void ps_net_send(void *arg, uint32_t peer, const ps_reply *reply)
         log_error("out of memory sending a reply to peer %u", peer);
         return;
     }
-    tf[0].buf = hb;
-    tf[0].off = 0;
-    tf[0].len = hdrlen;
-    for (size_t i = 1; i < nf; i++) {
-        /* Payload frames point into the reply's payload or rej buffer; an
-         * empty frame needs no buffer of its own. */
+    for (size_t i = 0; i < nf; i++) {
+        /* The header and the compact index frames lie in the encoder's
+         * buffer, values in the reply's payload (or rej buffer); an empty
+         * frame needs no buffer of its own. */
         proto_buf *b = hb;
-        if (pf[i].len > 0)
-            b = in_buf(reply->rej, &pf[i]) ? reply->rej : reply->payload;
+        if (pf[i].len > 0 && !proto_buf_holds(hb, pf[i].data, pf[i].len))
+            b = proto_buf_holds(reply->rej, pf[i].data, pf[i].len)
+                    ? reply->rej
+                    : reply->payload;
         tf[i].buf = b;
-        tf[i].off = b == hb ? 0
-                            : (size_t)((const char *)pf[i].data -
-                                       (const char *)proto_buf_data(b));
+        tf[i].off = pf[i].len == 0 ? 0
+                                   : (size_t)((const char *)pf[i].data -
+                                              (const char *)proto_buf_data(b));
         tf[i].len = pf[i].len;
     }
     rc = transport_send(t, peer, tf, nf);

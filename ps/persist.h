@@ -12,6 +12,10 @@ typedef enum {
     WAL_ADD_SPARSE = 1, /* w[idx[j]] += val[j] */
     WAL_ADD_DENSE = 2,  /* w[i] += val[i] for all i */
     WAL_SET = 3,        /* w[i] = val[i] (initial values) */
+    /* The update of a job with a server optimizer, before it: the replay
+     * runs the optimizer's step on it (ps_sopt_step) and applies that. */
+    WAL_OPT_SPARSE = 4, /* as WAL_ADD_SPARSE */
+    WAL_OPT_DENSE = 5,  /* as WAL_ADD_DENSE */
 } wal_kind;
 
 typedef struct wal_record {
@@ -98,6 +102,9 @@ typedef struct ckpt_part {
     const float *values;
     uint32_t nranks;            /* entries in rank_iters (0: none) */
     const uint64_t *rank_iters; /* async: per rank, next iteration */
+    uint32_t nstate;            /* floats of server-optimizer state per
+                                   element (0: none) */
+    const float *state;         /* nstate * numel, or NULL */
 } ckpt_part;
 
 /* Write a checkpoint atomically: meta (an opaque header, e.g. the encoded

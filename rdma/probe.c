@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "common/readfile.h"
+
 /* A RoCE port lists a GID per address and version: reading the first ones
  * is enough to say whether it has any, and keeps a probe cheap. */
 #define PROBE_GIDS_SCANNED 64
@@ -18,24 +20,6 @@
 #define PROBE_PORTS_PATH (PROBE_DEV_PATH + 8)
 #define PROBE_PORT_PATH (PROBE_PORTS_PATH + 8)
 #define PROBE_FILE_PATH (PROBE_PORT_PATH + 16)
-
-/* The first line of path, without its newline, into buf ("" when it cannot
- * be read). */
-static void read_line(const char *path, char *buf, size_t len)
-{
-    FILE *f = fopen(path, "r");
-    size_t n;
-
-    buf[0] = '\0';
-    if (f == NULL)
-        return;
-    if (fgets(buf, (int)len, f) == NULL)
-        buf[0] = '\0';
-    fclose(f);
-    n = strlen(buf);
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-        buf[--n] = '\0';
-}
 
 /* Copy src into dst (len bytes), cut to fit: sysfs words are short, and
  * a longer one is kept in part rather than refused. */
@@ -62,7 +46,7 @@ static void probe_port(const char *portdir, rdma_probe_port *pt)
     const char *colon;
 
     snprintf(path, sizeof(path), "%s/state", portdir);
-    read_line(path, line, sizeof(line));
+    flps_read_line(path, line, sizeof(line));
     /* "4: ACTIVE": the number is what ibv_port_state says, the word is for
      * people. */
     colon = strchr(line, ':');
@@ -73,11 +57,11 @@ static void probe_port(const char *portdir, rdma_probe_port *pt)
     if (pt->state[0] == '\0')
         snprintf(pt->state, sizeof(pt->state), "UNKNOWN");
     snprintf(path, sizeof(path), "%s/link_layer", portdir);
-    read_line(path, pt->link_layer, sizeof(pt->link_layer));
+    flps_read_line(path, pt->link_layer, sizeof(pt->link_layer));
     pt->gids = 0;
     for (int g = 0; g < PROBE_GIDS_SCANNED; g++) {
         snprintf(path, sizeof(path), "%s/gids/%d", portdir, g);
-        read_line(path, line, sizeof(line));
+        flps_read_line(path, line, sizeof(line));
         if (line[0] == '\0' && g > 0)
             break; /* past the table's end */
         if (line[0] != '\0' && gid_is_set(line))

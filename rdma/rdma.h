@@ -1,7 +1,8 @@
 /* The RDMA transport: proto/transport.h over libibverbs reliable-connected
  * queue pairs, with the connection set-up exchanged over a ZeroMQ channel
  * on the same tcp:// endpoint. Built when libibverbs and librdmacm are
- * found (FLPS_HAVE_RDMA=1). docs/rdma.md says how it works. */
+ * found, and then made through the transport registry
+ * (transports/entry_rdma.c). docs/rdma.md says how it works. */
 #ifndef FLPS_RDMA_RDMA_H
 #define FLPS_RDMA_RDMA_H
 

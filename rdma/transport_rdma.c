@@ -40,6 +40,7 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "proto/zmqmon.h"
 #include "rdma/credit.h"
 #include "rdma/exchange.h"
 #include "rdma/frame.h"
@@ -792,38 +793,6 @@ static void rt_listener_exchange(rt *t)
     }
 }
 
-/* One monitor event, if any: its type and value (a descriptor). */
-static int rt_monitor_event(void *mon, uint16_t *event, uint32_t *value)
-{
-    zmq_msg_t ev;
-    int more;
-
-    zmq_msg_init(&ev);
-    if (zmq_msg_recv(&ev, mon, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&ev);
-        return 0;
-    }
-    *event = 0;
-    *value = 0;
-    if (zmq_msg_size(&ev) >= 6) {
-        memcpy(event, zmq_msg_data(&ev), 2);
-        memcpy(value, (char *)zmq_msg_data(&ev) + 2, 4);
-    }
-    more = zmq_msg_more(&ev);
-    zmq_msg_close(&ev);
-    while (more) {
-        zmq_msg_t a;
-        zmq_msg_init(&a);
-        if (zmq_msg_recv(&a, mon, 0) < 0) {
-            zmq_msg_close(&a);
-            break;
-        }
-        more = zmq_msg_more(&a);
-        zmq_msg_close(&a);
-    }
-    return 1;
-}
-
 #define RT_FDCONN_MAX (1u << 20) /* descriptors tracked */
 
 /* The entry of descriptor fd, grown to hold it; NULL past the limit or
@@ -855,7 +824,7 @@ static void rt_listener_monitor(rt *t)
     uint16_t ev;
     uint32_t fd;
 
-    while (rt_monitor_event(t->rmon, &ev, &fd)) {
+    while (zmqmon_next(t->rmon, &ev, &fd)) {
         uint32_t *c = rt_fdconn(t, fd);
         if (ev == ZMQ_EVENT_ACCEPTED) {
             if (c != NULL)
@@ -886,7 +855,7 @@ static void rt_connector_exchange(rt *t, uint32_t slot)
     uint32_t val;
     int n;
 
-    while (rt_monitor_event(p->mon, &ev, &val))
+    while (zmqmon_next(p->mon, &ev, &val))
         if (ev == ZMQ_EVENT_DISCONNECTED && p->state != RT_DOWN)
             rt_peer_fail(t, slot,
                          "its exchange channel closed: the listener went "
@@ -1316,6 +1285,7 @@ static flps_err rt_listen(transport *base, const char *endpoint, char *bound,
 static flps_err rt_listen_locked(rt *t, const char *endpoint, char *bound,
                                  size_t boundlen)
 {
+    const int64_t xch_max = 4096;
     int zero = 0;
     size_t len = boundlen;
     char mon_ep[64];
@@ -1327,6 +1297,9 @@ static flps_err rt_listen_locked(rt *t, const char *endpoint, char *bound,
         return rt_err(t, FLPS_ESYS, "zmq_socket: %s",
                       zmq_strerror(zmq_errno()));
     zmq_setsockopt(t->router, ZMQ_LINGER, &zero, sizeof(zero));
+    /* Exchange messages are a few hundred bytes: no frame a stranger sends
+     * the channel, its handshake's included, may cost more. */
+    zmq_setsockopt(t->router, ZMQ_MAXMSGSIZE, &xch_max, sizeof(xch_max));
     snprintf(mon_ep, sizeof(mon_ep), "inproc://flps-rdma-monitor-%p",
              (void *)t);
     if (zmq_socket_monitor(t->router, mon_ep,

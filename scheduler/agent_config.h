@@ -12,6 +12,13 @@
 #define AGENT_PATH_MAX 1024
 /* The job file's default data_dir (services/jobspec_keys.c). */
 #define AGENT_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+/* Per-job uids (docs/flagent.md, "Isolation between jobs"): below
+ * systemd's DynamicUser range (61184-65519), in Debian's range of users
+ * made on demand; a uid or gid with an entry in the user or group
+ * database is never handed out. */
+#define AGENT_JOB_UID_FIRST 60000u
+#define AGENT_JOB_UID_LAST 60999u
+#define AGENT_JOB_UIDS_DIR "/var/lib/flps/job-uids"
 
 typedef struct agent_config {
     char redis_url[512];            /* --redis, required */
@@ -37,7 +44,16 @@ typedef struct agent_config {
                           "" = off */
     char user[64];     /* --user: who to become after start-up ("" none) */
     char group[64];    /* --group ("" the user's primary group) */
-    int help;          /* --help was given: print usage, exit 0 */
+    /* --job-uids FIRST-LAST | off: started as root (without --user), each
+     * job's tasks run under a uid and gid of their own from this range.
+     * Default AGENT_JOB_UID_FIRST-AGENT_JOB_UID_LAST. */
+    int job_uids;       /* 0: off */
+    int job_uids_given; /* the flag was on the command line */
+    uint32_t job_uid_first, job_uid_last;
+    /* --job-uids-dir: which job holds which uid, shared by every flagent
+     * of the machine (default AGENT_JOB_UIDS_DIR) */
+    char job_uids_dir[AGENT_PATH_MAX];
+    int help; /* --help was given: print usage, exit 0 */
 } agent_config;
 
 /* Parse flagent's arguments (argv[0] is the program). On FLPS_ECONFIG

@@ -6,11 +6,13 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/clock.h"
+#include "common/energy.h"
 #include "common/log.h"
+#include "common/metrics_proc.h"
 #include "scheduler/agent_node_impl.h"
 #include "services/httpd.h"
 #include "services/metrics.h"
-#include "services/metrics_proc.h"
 
 /* Handles are written by create and then only read; values are guarded by
  * the registry's lock (the agent's loop updates, an HTTP thread renders).
@@ -19,56 +21,87 @@ struct agent_metrics {
     metrics *reg;
     httpd *http;
     metrics_family *started, *exited, *running, *heartbeat, *cpus, *memory,
-        *gpus;
+        *gpus, *energy;
+    /* The node's energy counters (the agent's loop only). */
+    energy *e;
+    double energy_at, energy_sent[ENERGY_MAX_DEVICES];
 };
+
+/* The node's counters are read this often: RAPL's wrap in minutes at
+ * full power (docs/energy.md), and a scrape interval is 15 s. */
+#define AGENT_ENERGY_EVERY_S 10.0
 
 static const char *role_name(agent_role r)
 {
     return r == AGENT_ROLE_SERVER ? "server" : "worker";
 }
 
+static const char *const role_label[] = {"role"};
+static const char *const device_label[] = {"device"};
+static const char *const role_outcome_labels[] = {"role", "outcome"};
+
+/* Every family, in the order /metrics shows them. */
+static const metrics_def agent_metric_defs[] = {
+    {METRICS_COUNTER, "flagent_processes_started_total",
+     METRICS_AT(agent_metrics, started), "Task processes started, by role.",
+     METRICS_LABELS(role_label)},
+    {METRICS_COUNTER, "flagent_processes_exited_total",
+     METRICS_AT(agent_metrics, exited),
+     "Task processes ended (or that could not start), by role and outcome.",
+     METRICS_LABELS(role_outcome_labels)},
+    {METRICS_GAUGE, "flagent_tasks_running", METRICS_AT(agent_metrics, running),
+     "Tasks with a live process, by role.", METRICS_LABELS(role_label)},
+    {METRICS_GAUGE, "flagent_last_heartbeat_timestamp_seconds",
+     METRICS_AT(agent_metrics, heartbeat),
+     "Unix time of the last heartbeat (or registration) Redis accepted; 0 "
+     "before the first."},
+    {METRICS_GAUGE, "flagent_node_cpus", METRICS_AT(agent_metrics, cpus),
+     "CPUs this node offers to jobs."},
+    {METRICS_GAUGE, "flagent_node_memory_bytes",
+     METRICS_AT(agent_metrics, memory),
+     "Memory this node offers to jobs, in bytes."},
+    {METRICS_GAUGE, "flagent_node_gpus", METRICS_AT(agent_metrics, gpus),
+     "GPUs this node offers to jobs."},
+    {METRICS_COUNTER, "flagent_node_energy_joules_total",
+     METRICS_AT(agent_metrics, energy),
+     "Energy the node's device used since flagent started, read where the "
+     "hardware reports it (GPUs: NVML, CPU packages: RAPL) every 10 s; no "
+     "series where nothing reports energy.",
+     METRICS_LABELS(device_label)},
+};
+
+/* The node's energy counters (every GPU and CPU package), said in one
+ * line; none is no error: the series stay absent. */
+static void open_energy(agent_metrics *m)
+{
+    char desc[1024];
+
+    if (energy_open(NULL, &m->e, desc, sizeof(desc)) != FLPS_OK) {
+        log_warn("energy: %s: node energy is not reported", desc);
+        m->e = NULL;
+        return;
+    }
+    log_info("energy: %s", energy_count(m->e) > 0
+                               ? energy_describe(m->e, desc, sizeof(desc))
+                               : energy_why(m->e));
+    if (energy_count(m->e) > 0)
+        agent_metrics_energy(m); /* the series from the start, at 0 */
+}
+
 flps_err agent_metrics_create(const agent_config *cfg, agent_metrics **out,
                               char *bound, size_t boundlen)
 {
-    static const char *const role[] = {"role"};
-    static const char *const role_outcome[] = {"role", "outcome"};
     agent_metrics *m = flps_calloc(1, sizeof(*m));
     flps_err rc;
 
     if (m == NULL)
         return FLPS_ENOMEM;
     rc = metrics_create(&m->reg);
+    if (rc == FLPS_OK)
+        rc = metrics_proc_register_daemon(m->reg, "flagent", agent_metric_defs,
+                                          METRICS_NDEFS(agent_metric_defs), m);
     if (rc != FLPS_OK)
         goto fail;
-#define REG_(call)                                                             \
-    do {                                                                       \
-        rc = (call);                                                           \
-        if (rc != FLPS_OK)                                                     \
-            goto fail;                                                         \
-    } while (0)
-    REG_(metrics_counter(m->reg, "flagent_processes_started_total",
-                         "Task processes started, by role.", role, 1,
-                         &m->started));
-    REG_(metrics_counter(m->reg, "flagent_processes_exited_total",
-                         "Task processes ended (or that could not start), by "
-                         "role and outcome.",
-                         role_outcome, 2, &m->exited));
-    REG_(metrics_gauge(m->reg, "flagent_tasks_running",
-                       "Tasks with a live process, by role.", role, 1,
-                       &m->running));
-    REG_(metrics_gauge(m->reg, "flagent_last_heartbeat_timestamp_seconds",
-                       "Unix time of the last heartbeat (or registration) "
-                       "Redis accepted; 0 before the first.",
-                       NULL, 0, &m->heartbeat));
-    REG_(metrics_gauge(m->reg, "flagent_node_cpus",
-                       "CPUs this node offers to jobs.", NULL, 0, &m->cpus));
-    REG_(metrics_gauge(m->reg, "flagent_node_memory_bytes",
-                       "Memory this node offers to jobs, in bytes.", NULL, 0,
-                       &m->memory));
-    REG_(metrics_gauge(m->reg, "flagent_node_gpus",
-                       "GPUs this node offers to jobs.", NULL, 0, &m->gpus));
-    REG_(metrics_proc_register(m->reg, "flagent"));
-#undef REG_
     metrics_gauge_set(m->cpus, NULL, cfg->cpus);
     metrics_gauge_set(m->memory, NULL, (double)cfg->memory);
     metrics_gauge_set(m->gpus, NULL, (double)cfg->gpus);
@@ -88,6 +121,7 @@ flps_err agent_metrics_create(const agent_config *cfg, agent_metrics **out,
     rc = metrics_serve(m->reg, cfg->metrics, &m->http, bound, boundlen);
     if (rc != FLPS_OK)
         goto fail;
+    open_energy(m);
     *out = m;
     return FLPS_OK;
 
@@ -97,12 +131,29 @@ fail:
     return rc;
 }
 
+void agent_metrics_energy(agent_metrics *m)
+{
+    double j[ENERGY_MAX_DEVICES], now = flps_mono_s();
+
+    if (m == NULL || m->e == NULL || now - m->energy_at < AGENT_ENERGY_EVERY_S)
+        return;
+    m->energy_at = now;
+    energy_read(m->e, j, ENERGY_MAX_DEVICES);
+    for (size_t i = 0; i < energy_count(m->e); i++) {
+        const char *v[] = {energy_device_at(m->e, i)->name};
+
+        metrics_counter_add(m->energy, v, j[i] - m->energy_sent[i]);
+        m->energy_sent[i] = j[i];
+    }
+}
+
 void agent_metrics_destroy(agent_metrics *m)
 {
     if (m == NULL)
         return;
     httpd_stop(m->http); /* first: no scrape may render a freed registry */
     metrics_destroy(m->reg);
+    energy_close(m->e);
     flps_free(m);
 }
 

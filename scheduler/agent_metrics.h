@@ -31,6 +31,9 @@ void agent_metrics_started(agent_metrics *m, agent_role role);
 void agent_metrics_exited(agent_metrics *m, agent_role role, int exit_code,
                           int sig);
 void agent_metrics_heartbeat(agent_metrics *m, double wall);
+/* Read the node's energy counters (at most every 10 s) into
+ * flagent_node_energy_joules_total. */
+void agent_metrics_energy(agent_metrics *m);
 /* Count the tasks with a live process, by role. */
 void agent_metrics_tasks(agent_metrics *m, const agent_node *n);
 

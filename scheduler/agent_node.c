@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "scheduler/agent_node_impl.h"
 #include "scheduler/rconn.h"
 #include "services/fsutil.h"
+#include "services/plural.h"
 
 #define AGENT_REDIS_TIMEOUT_MS 1000
 
@@ -134,10 +136,13 @@ static void node_register(agent_node *n, const char *why)
     agent_metrics_heartbeat(n->metrics, flps_wall_s());
     n->metrics_published = 0; /* the hash may be new: say it again */
     agent_facts_publish(n);
-    log_info("registered node %s%s: %g cpus, %llu bytes of memory, %u gpus, "
+    log_info("registered node %s%s: %g %s, %llu bytes of memory, %u %s, "
              "address %s, with Redis at %s (alive key TTL %lld ms)",
-             n->cfg.name, why, n->cfg.cpus, (unsigned long long)n->cfg.memory,
-             n->cfg.gpus, n->cfg.address, rconn_address(n->rc), n->ttl_ms);
+             n->cfg.name, why, n->cfg.cpus,
+             plural_word(n->cfg.cpus, "cpu", "cpus"),
+             (unsigned long long)n->cfg.memory, n->cfg.gpus,
+             plural_word(n->cfg.gpus, "gpu", "gpus"), n->cfg.address,
+             rconn_address(n->rc), n->ttl_ms);
 }
 
 static void node_heartbeat(agent_node *n)
@@ -183,6 +188,7 @@ agent_task *agent_node_task_add(agent_node *n, const char *key)
         return NULL;
     }
     t->node = n;
+    t->uid = (uid_t)-1;
     snprintf(t->key, sizeof(t->key), "%s", key);
     t->next = n->tasks;
     n->tasks = t;
@@ -275,6 +281,17 @@ static void try_reconnect(agent_node *n)
     }
 }
 
+/* agent_uids_sweep's question: does job have a task on this node? */
+static int job_is_here(void *arg, const char *job)
+{
+    const agent_node *n = arg;
+
+    for (const agent_task *t = n->tasks; t != NULL; t = t->next)
+        if (strcmp(t->id.job, job) == 0)
+            return 1;
+    return 0;
+}
+
 static void sync_redis(agent_node *n)
 {
     double now = flps_mono_s();
@@ -295,6 +312,12 @@ static void sync_redis(agent_node *n)
         n->next_reconcile = now + AGENT_LOOP_MS / 1000.0;
         agent_reconcile_run(n);
         agent_report_flush(n);
+        if (n->redis_ok && n->uids != NULL && !n->uids_swept) {
+            /* The desired set is known: the uids taken back at start
+             * whose jobs have no task here any more are released. */
+            agent_uids_sweep(n->uids, job_is_here, n);
+            n->uids_swept = 1;
+        }
     }
     if (n->redis_ok)
         agent_plan_follow(n);
@@ -334,6 +357,7 @@ flps_err agent_node_run(agent_node *n, volatile sig_atomic_t *stop)
             sync_redis(n);
         agent_reconcile_kills(n);
         agent_metrics_tasks(n->metrics, n);
+        agent_metrics_energy(n->metrics);
         agent_report_pump(n, AGENT_LOOP_MS);
     }
     shut_down(n, (int)*stop);
@@ -385,6 +409,54 @@ flps_err agent_node_find_bins(char *dir, size_t len, char *errbuf,
                            k > 0 ? self : "unknown directory");
 }
 
+/* Per-job uids (agent_uids.h): the work dir and checkpoint root are the
+ * agent's, passable (0711) but not listable by the jobs, and every
+ * directory above them and the programs' must let the job uids through. */
+static flps_err open_uids(agent_node *n)
+{
+    const agent_config *cfg = &n->cfg;
+    const char *need[] = {cfg->work_dir, cfg->ckpt_root, n->flps_bin};
+    char blocker[PATH_MAX], errbuf[512];
+    agent_uids_cfg uc;
+
+    if (flps_mkdirs(cfg->ckpt_root) != 0) {
+        log_error("cannot create the checkpoint root %s: %s", cfg->ckpt_root,
+                  strerror(errno));
+        return FLPS_ESYS;
+    }
+    if (chmod(cfg->work_dir, 0711) != 0 || chmod(cfg->ckpt_root, 0711) != 0) {
+        log_error("cannot make %s and %s passable for the job uids: %s",
+                  cfg->work_dir, cfg->ckpt_root, strerror(errno));
+        return FLPS_ESYS;
+    }
+    for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
+        if (agent_uids_reachable(need[i], blocker, sizeof(blocker)))
+            continue;
+        log_error("each job's tasks run as a uid of their own (--job-uids), "
+                  "which cannot reach %s: %s lets only its owner and group "
+                  "through; chmod o+x %s, choose a directory others can "
+                  "reach, or give --job-uids off (every task then runs as "
+                  "flagent's user)",
+                  need[i], blocker, blocker);
+        return FLPS_EINVAL;
+    }
+    memset(&uc, 0, sizeof(uc));
+    uc.dir = cfg->job_uids_dir;
+    uc.first = cfg->job_uid_first;
+    uc.last = cfg->job_uid_last;
+    uc.cluster = rconn_address(n->rc);
+    uc.work_dir = cfg->work_dir;
+    uc.ckpt_root = cfg->ckpt_root;
+    if (agent_uids_open(&uc, &n->uids, errbuf, sizeof(errbuf)) != FLPS_OK) {
+        log_error("per-job uids: %s", errbuf);
+        return FLPS_EINVAL;
+    }
+    log_info("each job's tasks run as a uid and gid of their own from "
+             "%u-%u (records in %s)",
+             cfg->job_uid_first, cfg->job_uid_last, cfg->job_uids_dir);
+    return FLPS_OK;
+}
+
 flps_err agent_node_create(const agent_config *cfg, const char *bin_dir,
                            agent_node **out)
 {
@@ -415,6 +487,13 @@ flps_err agent_node_create(const agent_config *cfg, const char *bin_dir,
     rc = rconn_create(cfg->redis_url, AGENT_REDIS_TIMEOUT_MS, &n->rc);
     if (rc != FLPS_OK)
         goto fail;
+    if (cfg->job_uids && geteuid() == 0) {
+        rc = open_uids(n);
+        if (rc != FLPS_OK) {
+            rconn_destroy(n->rc);
+            goto fail;
+        }
+    }
     if (cfg->metrics[0] != '\0') {
         rc = agent_metrics_create(cfg, &n->metrics, n->metrics_addr,
                                   sizeof(n->metrics_addr));
@@ -422,6 +501,7 @@ flps_err agent_node_create(const agent_config *cfg, const char *bin_dir,
             log_error("cannot serve metrics on %s (%s); fix or drop "
                       "--metrics",
                       cfg->metrics, flps_strerror(rc));
+            agent_uids_close(n->uids);
             rconn_destroy(n->rc);
             goto fail;
         }
@@ -446,6 +526,7 @@ void agent_node_destroy(agent_node *n)
         if (t->p != NULL) {
             kill(t->p->pid, SIGKILL);
             waitpid(t->p->pid, NULL, 0);
+            agent_clock_restore(n, t);
         }
         agent_node_task_free(t);
     }
@@ -454,6 +535,8 @@ void agent_node_destroy(agent_node *n)
         n->plans = pl->next;
         flps_free(pl);
     }
+    agent_reconcile_forget_jobs(n, 1);
+    agent_uids_close(n->uids);
     agent_metrics_destroy(n->metrics);
     rconn_destroy(n->rc);
     flps_free(n->pfds);

@@ -15,11 +15,14 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "common/strbuf.h"
 #include "scheduler/agent_config.h"
 #include "scheduler/agent_metrics.h"
 #include "scheduler/agent_node.h"
 #include "scheduler/agent_task.h"
+#include "scheduler/agent_uids.h"
 #include "scheduler/rconn.h"
+#include "services/jobspec.h"
 #include "services/procs.h"
 
 #define AGENT_LOOP_MS 200      /* the loop's period (docs/scheduler.md) */
@@ -28,10 +31,14 @@
 #define AGENT_LOG_MAXLEN "10000"
 #define AGENT_CKPT_INTERVAL "30"
 #define AGENT_PLAN_CHECK_S 0.5 /* a job's plan version is read this often */
+/* A saps job's workers wait this many times its peer_deadline (60 s by
+ * default) for every worker's endpoint (agent_peers.c). */
+#define AGENT_RENDEZVOUS_PER_DEADLINE 6.0
 
 typedef enum {
     AGENT_TASK_NEW,      /* in the desired set, to be started */
-    AGENT_TASK_WAITING,  /* a worker waiting for its servers' endpoints */
+    AGENT_TASK_WAITING,  /* a worker waiting for its servers' endpoints
+                            (saps: its peers') */
     AGENT_TASK_STARTING, /* a server started, no endpoint printed yet */
     AGENT_TASK_RUNNING,
     AGENT_TASK_EXITED,  /* its process is gone (or never was: see exit_code) */
@@ -48,9 +55,16 @@ struct agent_task {
     agent_task_phase phase;
     int desired; /* in the desired set at the last look */
     uint32_t servers;
-    proc *p; /* while it has a process (large: two line buffers) */
+    proc *p;   /* while it has a process (large: two line buffers) */
+    uid_t uid; /* the job's uid its process runs as and its files are
+                  written as (agent_uids.h); (uid_t)-1: the agent's own */
     FILE *log;
     char endpoint[256];
+    /* saps: the endpoint this worker listens on for its peers (picked by
+     * the agent), whether it is in the task hash, and since when. */
+    char peer_endpoint[112];
+    int peer_published;
+    double peer_since;
     char metrics[128];  /* "HOST:PORT" its /metrics is on; "" until told */
     int report_metrics; /* metrics not yet in the task hash */
     char started_at[32];
@@ -74,10 +88,12 @@ struct agent_task {
     uint64_t exit_seq;
     int exit_code, exit_signal;
     char exited_at[32];
-    char exit_error[400]; /* why it failed, from its log; "" if unknown */
-    /* The last line that was not blank on its stderr: the program's last
-     * error, the failure's reason when it exits non-zero. */
-    char last_error[256];
+    char exit_error[400]; /* why flagent could not start it; "" if it ran */
+    /* The last line of its stderr that says what went wrong
+     * (agent_error_line): the failure's reason when it exits non-zero or
+     * is killed. Its own stderr only, never what another process or its
+     * stdout printed, and whole up to PROC_ERROR_LINE_MAX. */
+    char last_error[PROC_ERROR_LINE_MAX];
     /* Stopping a task that left the desired set. */
     double term_sent; /* flps_mono_s() of the SIGTERM, 0 if none */
     int killed;
@@ -94,6 +110,23 @@ struct agent_plan {
     long long failed;  /* the version that could not be written (logged) */
     double next_check; /* flps_mono_s() of the next look at the version */
     int live;          /* a worker of the job is on the node */
+};
+
+/* A job with a task on this node, read from its hash once, when the first
+ * of its tasks starts here, and kept while the node has a task of it
+ * (agent_reconcile.c): its job file is parsed once per agent, not once per
+ * task or start. */
+typedef struct agent_job agent_job;
+
+struct agent_job {
+    agent_job *next;
+    char id[AGENT_TASK_NAME_MAX + 1];
+    uint32_t servers;
+    char *text; /* the job file as flsched stored it (the workers'
+                   job.yaml); NULL when the hash holds none */
+    int parsed; /* spec holds text, parsed; 0: it does not parse, and
+                   flworker says why when it reads it */
+    jobspec spec;
 };
 
 struct agent_node {
@@ -116,10 +149,14 @@ struct agent_node {
     double last_warn_at;
     agent_task *tasks;
     agent_plan *plans;
+    agent_job *jobs;
     uint64_t exit_counter;
     struct pollfd *pfds;
     agent_task **pfd_task;
     size_t pfd_cap;
+    agent_uids *uids;       /* per-job uids; NULL when off */
+    int uids_swept;         /* the uids taken back at start that no task
+                               came back for are released */
     agent_metrics *metrics; /* --metrics; NULL when off */
     char metrics_addr[128]; /* where it serves, "" when off */
     int metrics_published;  /* metrics_addr in the node hash since the
@@ -173,6 +210,17 @@ void agent_node_task_set_exited(agent_node *n, agent_task *t, int exit_code,
 int agent_node_write_file(const char *path, const char *tmp, const char *data,
                           size_t len);
 
+/* ---- agent_clock.c: the workers' GPU clocks ---- */
+
+/* Where worker task t records the GPU clocks it changes: a file in its
+ * attempt's directory (--gpu-clock-record, FLPS_GPU_CLOCK_RECORD). */
+void agent_clock_record_path(const agent_node *n, const agent_task *t,
+                             char *path, size_t len);
+
+/* t (a worker) was reaped: restore the clocks its record names (one it
+ * died before restoring), logged. Does nothing without a record. */
+void agent_clock_restore(const agent_node *n, const agent_task *t);
+
 /* ---- agent_report.c: output and reports ---- */
 
 /* Append line to t's log file and, when Redis is there, to the job's log
@@ -220,6 +268,27 @@ void agent_plan_follow(agent_node *n);
  * progress fields with no state. */
 extern const char agent_job_report_lua[];
 
+/* ---- agent_peers.c: the endpoints a worker starts with ---- */
+
+/* The endpoints (hash field `field`) of count tasks of t's job and
+ * attempt, `role`-0 to `role`-(count-1) ("server", "worker"), appended to
+ * list in index order ("tcp://H:P,..."). 1: all there; 0: not yet, with
+ * *missing the first task without one (UINT32_MAX when Redis is away);
+ * -1: the task cannot run, why says so (an endpoint that is not
+ * tcp://HOST:PORT, never passed on as an argument; out of memory). */
+int agent_endpoints_get(agent_node *n, const agent_task *t, const char *role,
+                        uint32_t count, const char *field, flps_strbuf *list,
+                        uint32_t *missing, char *why, size_t len);
+
+/* Worker t of saps job js: its endpoint picked and published (once), then
+ * every worker's of its attempt read. 1: all there, appended to list in
+ * rank order ("tcp://H:P,..."); 0: not yet (t is WAITING, or Redis is
+ * away); -1: the task cannot run, why says so (no free port, a peer that
+ * never registered within AGENT_RENDEZVOUS_PER_DEADLINE x peer_deadline
+ * of this one's, or an endpoint that is none). */
+int agent_peers_get(agent_node *n, agent_task *t, const jobspec *js,
+                    flps_strbuf *list, char *why, size_t len);
+
 /* ---- agent_reconcile.c: the desired set ---- */
 
 /* Read the node's desired set: start what is new in it (once the earlier
@@ -231,5 +300,12 @@ void agent_reconcile_stop(agent_task *t, const char *why);
 
 /* SIGKILL what still runs AGENT_STOP_GRACE_S after its SIGTERM. */
 void agent_reconcile_kills(agent_node *n);
+
+/* Worker t waits for the endpoints of count of its job's tasks (whose:
+ * "server(s)", ...): WAITING, said once in the log. */
+void agent_reconcile_wait(agent_task *t, uint32_t count, const char *whose);
+
+/* Forget the jobs read for tasks that are gone (every job when all). */
+void agent_reconcile_forget_jobs(agent_node *n, int all);
 
 #endif

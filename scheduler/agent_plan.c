@@ -57,7 +57,8 @@ void agent_plan_check(agent_node *n, agent_plan *pl)
     const char *hmget_argv[] = {"HMGET", key, "version", "plan"};
     redisReply *r = NULL;
     long long v;
-    int e;
+    uid_t uid;
+    int e, entered;
 
     pl->next_check = flps_mono_s() + AGENT_PLAN_CHECK_S;
     snprintf(key, sizeof(key), "flps:job:%s:plan", pl->job);
@@ -80,13 +81,21 @@ void agent_plan_check(agent_node *n, agent_plan *pl)
     }
     snprintf(tmp, sizeof(tmp), "%s/%s", n->cfg.work_dir, pl->job);
     agent_plan_path(n, pl->job, path, sizeof(path));
-    if (flps_mkdirs(tmp) != 0)
+    /* In the job's directory, as the job when it has a uid: a link it
+     * planted there leads nowhere it could not write itself. */
+    uid = n->uids != NULL ? agent_uids_of(n->uids, pl->job) : (uid_t)-1;
+    entered = uid != (uid_t)-1 && agent_uids_enter(uid) == 0;
+    if (n->uids != NULL && !entered)
+        e = EPERM;
+    else if (flps_mkdirs(tmp) != 0)
         e = errno;
     else {
         snprintf(tmp, sizeof(tmp), "%s.tmp", path);
         e = agent_node_write_file(path, tmp, r->element[1]->str,
                                   r->element[1]->len);
     }
+    if (entered)
+        agent_uids_leave();
     freeReplyObject(r);
     if (e != 0) {
         if (pl->failed != v)

@@ -106,15 +106,10 @@ static void on_stdout(void *arg, proc *p, const char *line)
 static void on_stderr(void *arg, proc *p, const char *line)
 {
     agent_task *t = arg;
-    size_t n = strlen(line);
 
     (void)p;
     agent_report_line(t->node, t, line);
-    while (n > 0 &&
-           (line[n - 1] == ' ' || line[n - 1] == '\t' || line[n - 1] == '\r'))
-        n--;
-    if (n > 0)
-        snprintf(t->last_error, sizeof(t->last_error), "%.*s", (int)n, line);
+    agent_error_line(line, strlen(line), t->last_error, sizeof(t->last_error));
 }
 
 void agent_report_pump(agent_node *n, int timeout_ms)
@@ -167,31 +162,6 @@ sleep:
     poll(NULL, 0, timeout_ms);
 }
 
-/* The failing process's last error line, from the tail of its log file,
- * so the job's reason says why and not only that it ended. */
-static void last_error_line(agent_task *t)
-{
-    char tail[4096];
-    struct stat st;
-    off_t from;
-    ssize_t got;
-    int fd;
-
-    t->exit_error[0] = '\0';
-    if (t->log == NULL || fflush(t->log) != 0)
-        return;
-    fd = fileno(t->log);
-    if (fstat(fd, &st) != 0)
-        return;
-    from =
-        st.st_size > (off_t)sizeof(tail) ? st.st_size - (off_t)sizeof(tail) : 0;
-    got = pread(fd, tail, sizeof(tail), from);
-    if (got <= 0)
-        return;
-    agent_last_error_line(tail, (size_t)got, t->exit_error,
-                          sizeof(t->exit_error));
-}
-
 void agent_report_reap(agent_node *n)
 {
     for (agent_task *t = n->tasks; t != NULL; t = t->next) {
@@ -211,9 +181,8 @@ void agent_report_reap(agent_node *n)
         else
             snprintf(how, sizeof(how), "exited with status %d", code);
         log_info("task %s: pid %d %s", t->key, (int)t->p->pid, how);
-        if (code != 0 || sig != 0)
-            last_error_line(t);
         agent_node_task_close(t);
+        agent_clock_restore(n, t);
         agent_node_task_set_exited(n, t, code, sig);
     }
 }
@@ -355,8 +324,10 @@ void agent_report_flush(agent_node *n)
             return;
         argv[3] = first->key;
         argv[7] = first->exited_at;
-        /* The line read back from its log; else the last line it wrote
-         * on stderr. A clean exit has no error to tell. */
+        /* Why flagent could not start it; else the last error line the
+         * process itself wrote on its stderr (whole: a line read back from
+         * the end of its log could be cut, or another stream's). A clean
+         * exit has no error to tell. */
         argv[8] = first->exit_code == 0 && first->exit_signal == 0 ? ""
                   : first->exit_error[0] ? first->exit_error
                                          : first->last_error;

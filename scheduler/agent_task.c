@@ -2,14 +2,16 @@
 #include "scheduler/agent_task.h"
 
 #include <errno.h>
-#include <jansson.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
 #include "common/numparse.h"
+#include "services/event.h"
 #include "services/safeid.h"
+#include "services/tasklog.h"
 
 #define KEY_PREFIX "flps:task:"
 
@@ -94,69 +96,73 @@ flps_err agent_task_key_parse(const char *key, agent_task_id *out)
     if (!parse_u32(dash + 1, (size_t)(end - dash - 1), &id.index))
         return FLPS_EINVAL;
     memcpy(id.job, job, (size_t)(c1 - job));
-    snprintf(id.name, sizeof(id.name), "%s-%u",
-             id.role == AGENT_ROLE_SERVER ? "server" : "worker", id.index);
+    tasklog_name(id.name, sizeof(id.name), id.role == AGENT_ROLE_SERVER,
+                 id.index);
     *out = id;
     return FLPS_OK;
 }
 
-/* Copy a JSON number into the event as decimal text; reals with enough
- * digits to read back what flworker printed (it prints at most 6 after
- * the point). */
-static void add_field(agent_event *ev, json_t *obj, const char *key,
-                      const char *field)
+/* A field of the job hash: an event's value as decimal text; reals with
+ * enough digits to read back what flworker printed (it prints at most 6
+ * after the point). */
+static void add_u64(agent_event *ev, const char *field, uint64_t v)
 {
-    json_t *v = json_object_get(obj, key);
-    char *slot;
+    snprintf(ev->values[ev->nfields], sizeof(ev->values[0]), "%" PRIu64, v);
+    ev->fields[ev->nfields++] = field;
+}
 
-    if (ev->nfields >= AGENT_EVENT_MAX_FIELDS)
-        return;
-    slot = ev->values[ev->nfields];
-    if (json_is_integer(v))
-        snprintf(slot, sizeof(ev->values[0]), "%" JSON_INTEGER_FORMAT,
-                 json_integer_value(v));
-    else if (json_is_real(v))
-        snprintf(slot, sizeof(ev->values[0]), "%.10g", json_real_value(v));
-    else
-        return;
+static void add_real(agent_event *ev, const char *field, double v)
+{
+    snprintf(ev->values[ev->nfields], sizeof(ev->values[0]), "%.10g", v);
     ev->fields[ev->nfields++] = field;
 }
 
 void agent_event_parse(const char *line, agent_event *out)
 {
-    json_t *o;
-    const char *name;
+    event ev;
 
     memset(out, 0, sizeof(*out));
     out->kind = AGENT_EVENT_NONE;
-    if (line == NULL || line[0] != '{')
+    if (line == NULL)
         return;
-    o = json_loads(line, JSON_REJECT_DUPLICATES, NULL);
-    if (o == NULL)
-        return;
-    name = json_string_value(json_object_get(o, "event"));
-    if (!json_is_object(o) || name == NULL) {
-        json_decref(o);
-        return;
-    }
-    if (strcmp(name, "progress") == 0) {
+    /* A line that breaks the schema still gives the fields it has right;
+     * one with a field of the wrong type gives the others. */
+    event_read(line, strlen(line), 0, &ev, NULL, 0);
+    switch (ev.kind) {
+    case EVENT_NONE:
+        break;
+    case EVENT_PROGRESS: {
+        const event_progress *p = &ev.progress;
+
         out->kind = AGENT_EVENT_PROGRESS;
-        add_field(out, o, "iter", "p_iteration");
-        add_field(out, o, "loss", "p_loss");
-        add_field(out, o, "bytes_sent", "p_bytes_sent");
-        add_field(out, o, "dense_bytes", "p_dense_bytes");
-        add_field(out, o, "elapsed", "p_elapsed");
-    } else if (strcmp(name, "eval") == 0) {
-        out->kind = AGENT_EVENT_EVAL;
-        add_field(out, o, "test_accuracy", "p_test_accuracy");
-    } else if (strcmp(name, "done") == 0) {
-        out->kind = AGENT_EVENT_DONE;
-    } else if (strcmp(name, "profile") == 0) {
-        out->kind = AGENT_EVENT_PROFILE;
-    } else {
-        out->kind = AGENT_EVENT_OTHER;
+        if (EVENT_HAS(p, progress, iter))
+            add_u64(out, "p_iteration", p->iter);
+        if (EVENT_HAS(p, progress, loss))
+            add_real(out, "p_loss", p->loss);
+        if (EVENT_HAS(p, progress, bytes_sent))
+            add_u64(out, "p_bytes_sent", p->bytes_sent);
+        if (EVENT_HAS(p, progress, dense_bytes))
+            add_u64(out, "p_dense_bytes", p->dense_bytes);
+        if (EVENT_HAS(p, progress, elapsed))
+            add_real(out, "p_elapsed", p->elapsed);
+        break;
     }
-    json_decref(o);
+    case EVENT_EVAL:
+        out->kind = AGENT_EVENT_EVAL;
+        if (EVENT_HAS(&ev.eval, eval, test_accuracy))
+            add_real(out, "p_test_accuracy", ev.eval.test_accuracy);
+        break;
+    case EVENT_DONE:
+        out->kind = AGENT_EVENT_DONE;
+        break;
+    case EVENT_PROFILE:
+        out->kind = AGENT_EVENT_PROFILE;
+        break;
+    default:
+        out->kind = AGENT_EVENT_OTHER;
+        break;
+    }
+    event_fini(&ev);
 }
 
 void agent_exit_fields(int status, int *exit_code, int *signal)
@@ -175,16 +181,62 @@ void agent_exit_fields(int status, int *exit_code, int *signal)
 
 /* Past the "2026-12-01T10:48:59.117Z ERROR flworker/0[2861]: " that
  * flps's own log lines (common/log.c) start with: the time and pid say
- * nothing the job's reason needs, and they take its room. */
-static const char *skip_log_prefix(const char *line)
+ * nothing the job's reason needs, and they take its room. *level is the
+ * line's level word ("ERROR", "INFO "...; 5 bytes), or NULL when the line
+ * is not one of flps's. */
+static const char *skip_log_prefix(const char *line, const char **level)
 {
     const char *z = strchr(line, 'Z'), *end;
 
+    *level = NULL;
     if (strlen(line) < 25 || line[4] != '-' || line[10] != 'T' || z == NULL ||
         z - line != 23 || z[1] != ' ')
         return line;
     end = strstr(z, "]: ");
-    return end != NULL ? end + 3 : line;
+    if (end == NULL)
+        return line;
+    *level = z + 2;
+    return end + 3;
+}
+
+/* n bytes of s (UTF-8) that end on a character boundary, n at most max. */
+static size_t utf8_cut(const char *s, size_t n, size_t max)
+{
+    if (n <= max)
+        return n;
+    n = max;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+        n--; /* s[n] continues a character: cut before it */
+    return n;
+}
+
+int agent_error_line(const char *line, size_t len, char *out, size_t outlen)
+{
+    char buf[PROC_ERROR_LINE_MAX];
+    const char *text, *level;
+    agent_event ev;
+    size_t n = len, k;
+
+    while (n > 0 && (line[n - 1] == ' ' || line[n - 1] == '\t' ||
+                     line[n - 1] == '\r' || line[n - 1] == '\n'))
+        n--;
+    if (n == 0 || outlen == 0)
+        return 0;
+    k = utf8_cut(line, n, sizeof(buf) - 1);
+    memcpy(buf, line, k);
+    buf[k] = '\0';
+    agent_event_parse(buf, &ev);
+    if (ev.kind != AGENT_EVENT_NONE)
+        return 0;
+    text = skip_log_prefix(buf, &level);
+    /* flps's own progress and chatter is not why a process failed. */
+    if (level != NULL &&
+        (strncmp(level, "INFO", 4) == 0 || strncmp(level, "DEBUG", 5) == 0))
+        return 0;
+    k = utf8_cut(text, strlen(text), outlen - 1);
+    memcpy(out, text, k);
+    out[k] = '\0';
+    return 1;
 }
 
 int agent_last_error_line(const char *text, size_t len, char *out,
@@ -196,31 +248,16 @@ int agent_last_error_line(const char *text, size_t len, char *out,
         return 0;
     out[0] = '\0';
     while (end > 0) {
-        size_t start = end, n;
-        char line[1024];
-        agent_event ev;
+        size_t start = end;
 
         while (start > 0 && text[start - 1] != '\n')
             start--;
-        n = end - start;
-        while (n > 0 &&
-               (text[start + n - 1] == ' ' || text[start + n - 1] == '\t' ||
-                text[start + n - 1] == '\r'))
-            n--;
         /* start == 0 with a full buffer may be a cut line; still the best
          * there is when nothing after it qualifies. */
-        if (n > 0) {
-            size_t k = n < sizeof(line) - 1 ? n : sizeof(line) - 1;
-
-            memcpy(line, text + start, k);
-            line[k] = '\0';
-            agent_event_parse(line, &ev);
-            if (ev.kind == AGENT_EVENT_NONE) {
-                snprintf(out, outlen, "%s", skip_log_prefix(line));
-                return 1;
-            }
-        }
+        if (agent_error_line(text + start, end - start, out, outlen))
+            return 1;
         end = start > 0 ? start - 1 : 0;
     }
+    out[0] = '\0';
     return 0;
 }

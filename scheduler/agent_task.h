@@ -42,7 +42,8 @@ typedef struct agent_task_id {
  * written only on FLPS_OK). */
 flps_err agent_task_key_parse(const char *key, agent_task_id *out);
 
-/* The JSON events flworker prints on stdout, one per line. */
+/* The worker event lines (services/event.h, docs/events.md) as flagent
+ * acts on them. */
 typedef enum {
     AGENT_EVENT_NONE = 0, /* not a JSON object with an "event" */
     AGENT_EVENT_OTHER,    /* "start" and anything else */
@@ -65,16 +66,27 @@ typedef struct agent_event {
     char values[AGENT_EVENT_MAX_FIELDS][40];
 } agent_event;
 
-/* Read one line a worker printed. Never fails: a line that is not an
- * event gives AGENT_EVENT_NONE. */
+/* Read one line a worker printed with event_read. Never fails: a line
+ * that is not an event gives AGENT_EVENT_NONE; a field of the wrong type
+ * sets nothing. */
 void agent_event_parse(const char *line, agent_event *out);
 
-/* The line that most likely says why a process failed, from the tail of
- * its log (len bytes of text, the first line possibly cut): the last line
- * that is not blank and not a worker's JSON event, without trailing
- * blanks and without the time/level/program prefix of flps's own log
- * lines, cut to outlen - 1 bytes. 1 when there is one (out written), 0
- * otherwise (out is ""). Never does I/O. */
+/* The longest error line kept whole (longer ones are cut at a character
+ * boundary): what a job's reason quotes. */
+#define PROC_ERROR_LINE_MAX 1024
+
+/* Whether the len bytes of line (one line a process printed on its
+ * stderr, without its newline) say why it may have failed: not blank, not
+ * a worker's JSON event, and not an INFO or DEBUG line of flps's own log.
+ * When so, out gets the line without trailing blanks and without the
+ * time/level/program prefix of flps's log lines, cut at a character
+ * boundary to outlen - 1 bytes, and 1 is returned; else 0 (out
+ * untouched). Never does I/O. */
+int agent_error_line(const char *line, size_t len, char *out, size_t outlen);
+
+/* The line that most likely says why a process failed, from len bytes of
+ * its output: the last one agent_error_line takes. 1 when there is one
+ * (out written), 0 otherwise (out is ""). Never does I/O. */
 int agent_last_error_line(const char *text, size_t len, char *out,
                           size_t outlen);
 

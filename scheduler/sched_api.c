@@ -17,16 +17,20 @@
 #include "scheduler/sched_jobhash.h"
 #include "scheduler/sched_metrics.h"
 #include "scheduler/sched_place.h"
+#include "scheduler/sched_report.h"
 #include "scheduler/sched_store.h"
 #include "services/jobspec.h"
 #include "services/jsonout.h"
+#include "services/plural.h"
 
 #define API_LOG_LIMIT_DEFAULT 100
 #define API_LOG_LIMIT_MAX 10000
 
 struct sched_api {
-    pthread_mutex_t lock; /* guards st (one Redis connection) */
+    pthread_mutex_t lock; /* guards st (one Redis connection) and http */
     sched_store *st;
+    httpd *http; /* the server serving the API (its certificate); NULL
+                    until sched_api_set_http */
     char *token; /* NULL: no auth; immutable after create */
     sched_loop_stats *stats;
     metrics *reg;
@@ -34,15 +38,50 @@ struct sched_api {
     metrics_family *m_requests, *m_seconds, *m_jobs, *m_queue, *m_nodes,
         *m_leader, *m_placements, *m_backfills, *m_failures, *m_restarts,
         *m_succeeded, *m_failed, *m_lost;
-    sched_metrics *sm; /* per-job series, placements, target list */
+    sched_metrics *sm;      /* per-job series, placements, target list */
+    const launch *launcher; /* immutable; NULL: the agents */
+};
+
+static const char *const code_label[] = {"code"};
+static const char *const state_label[] = {"state"};
+
+/* The API's families, in the order /metrics shows them (sched_metrics.c's
+ * follow). */
+static const metrics_def api_metric_defs[] = {
+    {METRICS_COUNTER, "flsched_api_requests_total",
+     METRICS_AT(sched_api, m_requests), "HTTP API requests by status code",
+     METRICS_LABELS(code_label)},
+    {METRICS_HISTOGRAM, "flsched_api_request_seconds",
+     METRICS_AT(sched_api, m_seconds), "time to answer an HTTP API request"},
+    {METRICS_GAUGE, "flsched_jobs", METRICS_AT(sched_api, m_jobs),
+     "jobs by state", METRICS_LABELS(state_label)},
+    {METRICS_GAUGE, "flsched_queue_length", METRICS_AT(sched_api, m_queue),
+     "jobs waiting in queue"},
+    {METRICS_GAUGE, "flsched_nodes", METRICS_AT(sched_api, m_nodes),
+     "registered nodes by state", METRICS_LABELS(state_label)},
+    {METRICS_GAUGE, "flsched_leader", METRICS_AT(sched_api, m_leader),
+     "1 while this scheduler holds the lease"},
+    {METRICS_COUNTER, "flsched_placements_total",
+     METRICS_AT(sched_api, m_placements), "jobs placed by this scheduler"},
+    {METRICS_COUNTER, "flsched_backfills_total",
+     METRICS_AT(sched_api, m_backfills),
+     "placements that went past a waiting head"},
+    {METRICS_COUNTER, "flsched_failures_total",
+     METRICS_AT(sched_api, m_failures),
+     "task, node and time-limit failures handled"},
+    {METRICS_COUNTER, "flsched_restarts_total",
+     METRICS_AT(sched_api, m_restarts),
+     "jobs sent back to the queue after a failure"},
+    {METRICS_COUNTER, "flsched_jobs_succeeded_total",
+     METRICS_AT(sched_api, m_succeeded), "jobs this scheduler saw succeed"},
+    {METRICS_COUNTER, "flsched_jobs_failed_total",
+     METRICS_AT(sched_api, m_failed), "jobs this scheduler marked FAILED"},
+    {METRICS_COUNTER, "flsched_nodes_lost_total", METRICS_AT(sched_api, m_lost),
+     "nodes this scheduler marked LOST"},
 };
 
 flps_err sched_api_create(const sched_api_cfg *cfg, sched_api **out)
 {
-    static const char *const code[] = {"code"};
-    static const char *const state[] = {"state"};
-    size_t nb = 0;
-    const double *bounds = metrics_seconds_buckets(&nb);
     sched_api *a;
     flps_err rc;
 
@@ -54,6 +93,7 @@ flps_err sched_api_create(const sched_api_cfg *cfg, sched_api **out)
         return FLPS_ENOMEM;
     a->stats = cfg->stats;
     a->reg = cfg->reg;
+    a->launcher = cfg->launcher;
     if (cfg->token != NULL) {
         a->token = flps_strdup(cfg->token);
         if (a->token == NULL) {
@@ -68,50 +108,12 @@ flps_err sched_api_create(const sched_api_cfg *cfg, sched_api **out)
         rc = FLPS_ESYS;
         goto fail_store;
     }
-#define REG(call)                                                              \
-    do {                                                                       \
-        rc = (call);                                                           \
-        if (rc != FLPS_OK)                                                     \
-            goto fail_lock;                                                    \
-    } while (0)
-    REG(metrics_counter(a->reg, "flsched_api_requests_total",
-                        "HTTP API requests by status code", code, 1,
-                        &a->m_requests));
-    REG(metrics_histogram(a->reg, "flsched_api_request_seconds",
-                          "time to answer an HTTP API request", NULL, 0, bounds,
-                          nb, &a->m_seconds));
-    REG(metrics_gauge(a->reg, "flsched_jobs", "jobs by state", state, 1,
-                      &a->m_jobs));
-    REG(metrics_gauge(a->reg, "flsched_queue_length", "jobs waiting in queue",
-                      NULL, 0, &a->m_queue));
-    REG(metrics_gauge(a->reg, "flsched_nodes", "registered nodes by state",
-                      state, 1, &a->m_nodes));
-    REG(metrics_gauge(a->reg, "flsched_leader",
-                      "1 while this scheduler holds the lease", NULL, 0,
-                      &a->m_leader));
-    REG(metrics_counter(a->reg, "flsched_placements_total",
-                        "jobs placed by this scheduler", NULL, 0,
-                        &a->m_placements));
-    REG(metrics_counter(a->reg, "flsched_backfills_total",
-                        "placements that went past a waiting head", NULL, 0,
-                        &a->m_backfills));
-    REG(metrics_counter(a->reg, "flsched_failures_total",
-                        "task, node and time-limit failures handled", NULL, 0,
-                        &a->m_failures));
-    REG(metrics_counter(a->reg, "flsched_restarts_total",
-                        "jobs sent back to the queue after a failure", NULL, 0,
-                        &a->m_restarts));
-    REG(metrics_counter(a->reg, "flsched_jobs_succeeded_total",
-                        "jobs this scheduler saw succeed", NULL, 0,
-                        &a->m_succeeded));
-    REG(metrics_counter(a->reg, "flsched_jobs_failed_total",
-                        "jobs this scheduler marked FAILED", NULL, 0,
-                        &a->m_failed));
-    REG(metrics_counter(a->reg, "flsched_nodes_lost_total",
-                        "nodes this scheduler marked LOST", NULL, 0,
-                        &a->m_lost));
-    REG(sched_metrics_create(a->reg, a->stats, &a->sm));
-#undef REG
+    rc = metrics_register_table(a->reg, api_metric_defs,
+                                METRICS_NDEFS(api_metric_defs), a);
+    if (rc == FLPS_OK)
+        rc = sched_metrics_create(a->reg, a->stats, &a->sm);
+    if (rc != FLPS_OK)
+        goto fail_lock;
     *out = a;
     return FLPS_OK;
 
@@ -307,6 +309,23 @@ static void submit(sched_api *a, const httpd_request *req, const jobspec *spec,
         reply_error(resp, 500, "internal error: the job was not parsed");
         return;
     }
+    if (spec->mode == JOBSPEC_MODE_SAPS && !launch_places(a->launcher)) {
+        /* flagent gives a saps job's workers each other's endpoints
+         * (agent_peers.c); the kubernetes launcher does not yet. */
+        snprintf(err, sizeof(err),
+                 "job '%s': mode saps runs under flrun and flsched's agents "
+                 "launcher: the %s launcher does not give a saps job's "
+                 "workers each other's endpoints (FLPS_PEERS)",
+                 spec->name, launch_name(a->launcher));
+        log_info("job refused: %s", err);
+        reply_json(
+            resp, 422,
+            json_pack("{s:o,s:s}", "error", json_text(err), "field", "mode"));
+        return;
+    }
+    /* A cluster that places the pods says itself what never fits. */
+    if (!launch_places(a->launcher))
+        goto store;
     if (sched_store_nodes(a->st, &nodes, &nn) != FLPS_OK) {
         reply_store_error(a, resp);
         return;
@@ -351,13 +370,16 @@ static void submit(sched_api *a, const httpd_request *req, const jobspec *spec,
     }
     if (!fits)
         return;
+store:
     if (sched_store_submit(a->st, spec, req->body, req->body_len, flps_wall_s(),
                            &job) != FLPS_OK) {
         reply_store_error(a, resp);
         return;
     }
-    log_info("job %s submitted: '%s', %u servers, %u workers, priority %u",
-             job.id, job.name, job.servers, job.workers, job.priority);
+    log_info("job %s submitted: '%s', %u %s, %u %s, priority %u", job.id,
+             job.name, job.servers,
+             plural_word(job.servers, "server", "servers"), job.workers,
+             plural_word(job.workers, "worker", "workers"), job.priority);
     reply_json(resp, 201, job_json(&job));
     sched_job_fini(&job);
 }
@@ -709,6 +731,53 @@ static int token_ok(const sched_api *a, const httpd_request *req)
     return diff == 0 && m == n;
 }
 
+static void method_not_allowed(httpd_response *resp, const char *allowed);
+
+/* GET /v1/info, with the API's certificate and how jobs run. */
+static json_t *info_json(sched_api *a)
+{
+    httpd_cert_info tls;
+    json_t *o =
+        sched_info_json(a->st, httpd_tls_info(a->http, &tls) ? &tls : NULL);
+
+    if (o != NULL)
+        json_object_set_new(o, "launcher", launch_info_json(a->launcher));
+    return o;
+}
+
+/* POST /v1/jobs/{id}/report: a job's pods, with the job's own token
+ * (sched_report.h) instead of the API's. 1 when p is that path (answered). */
+static int serve_report(sched_api *a, const httpd_request *req,
+                        httpd_response *resp)
+{
+    const char *p = req->path, *rest;
+    char id[48], msg[300];
+    json_t *answer = NULL;
+    int status = 500;
+
+    if (strncmp(p, "/v1/jobs/", 9) != 0 ||
+        (rest = strchr(p + 9, '/')) == NULL || strcmp(rest, "/report") != 0 ||
+        rest == p + 9 || (size_t)(rest - (p + 9)) >= sizeof(id))
+        return 0;
+    if (strcmp(req->method, "POST") != 0) {
+        method_not_allowed(resp, "POST");
+        return 1;
+    }
+    memcpy(id, p + 9, (size_t)(rest - (p + 9)));
+    id[rest - (p + 9)] = '\0';
+    if (sched_report_apply(a->st, id, httpd_header(req, "Authorization"),
+                           req->body, req->body_len, &status, msg, sizeof(msg),
+                           &answer) != FLPS_OK) {
+        reply_store_error(a, resp);
+        return 1;
+    }
+    if (status == 200)
+        reply_json(resp, 200, answer);
+    else
+        reply_error(resp, status, msg);
+    return 1;
+}
+
 static void method_not_allowed(httpd_response *resp, const char *allowed)
 {
     char msg[96];
@@ -749,6 +818,9 @@ static void route(sched_api *a, const httpd_request *req, const jobspec *spec,
             method_not_allowed(resp, "GET");
         return;
     }
+    /* A job's pods hold the job's token, not the API's. */
+    if (serve_report(a, req, resp))
+        return;
     if (a->token != NULL && !token_ok(a, req)) {
         reply_error(resp, 401,
                     "missing or wrong bearer token; send Authorization: "
@@ -766,7 +838,7 @@ static void route(sched_api *a, const httpd_request *req, const jobspec *spec,
     }
     if (strcmp(p, "/v1/info") == 0) {
         if (get)
-            reply_json(resp, 200, sched_info_json(a->st));
+            reply_json(resp, 200, info_json(a));
         else
             method_not_allowed(resp, "GET");
         return;
@@ -811,6 +883,13 @@ static void route(sched_api *a, const httpd_request *req, const jobspec *spec,
     reply_error(resp, 404, msg);
 }
 
+void sched_api_set_http(sched_api *a, httpd *h)
+{
+    pthread_mutex_lock(&a->lock);
+    a->http = h;
+    pthread_mutex_unlock(&a->lock);
+}
+
 void sched_api_handle(void *arg, const httpd_request *req, httpd_response *resp)
 {
     sched_api *a = arg;
@@ -830,6 +909,10 @@ void sched_api_handle(void *arg, const httpd_request *req, httpd_response *resp)
     route(a, req, parsed ? &spec : NULL, resp);
     pthread_mutex_unlock(&a->lock);
 out:
+    /* A client that holds the token (or, with none, was answered) is an
+     * established one: under a flood of strangers its connections are
+     * still let in (services/httpd.h). */
+    resp->proven = a->token != NULL ? token_ok(a, req) : resp->status < 400;
     snprintf(code, sizeof(code), "%d", resp->status);
     metrics_counter_add(a->m_requests, v, 1);
     metrics_histogram_observe(a->m_seconds, NULL, flps_mono_s() - t0);

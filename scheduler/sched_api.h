@@ -15,6 +15,9 @@ typedef struct sched_api_cfg {
     const char *token;       /* bearer token required (copied); NULL: none */
     sched_loop_stats *stats; /* the loop's counters; borrowed until destroy */
     metrics *reg;            /* families are added here; borrowed */
+    /* How jobs run (launch.h); NULL: the agents. Borrowed until destroy;
+     * the API reads only what never changes (launch_places, the info). */
+    const launch *launcher;
 } sched_api_cfg;
 
 /* Connect (a Redis connection of its own) and register the metric
@@ -23,6 +26,10 @@ flps_err sched_api_create(const sched_api_cfg *cfg, sched_api **out);
 
 /* Free a. Stop the httpd serving it first. NULL ok. */
 void sched_api_destroy(sched_api *a);
+
+/* The server that serves a, for what /v1/info says of its certificate
+ * (h borrowed until destroy; NULL: none). Thread-safe. */
+void sched_api_set_http(sched_api *a, httpd *h);
 
 /* The httpd_handler (arg is the sched_api). Thread-safe: requests share
  * the Redis connection under one mutex. */

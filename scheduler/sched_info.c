@@ -124,13 +124,24 @@ static json_t *nodes_json(sched_store *st)
     return arr;
 }
 
-json_t *sched_info_json(sched_store *st)
+/* The API's certificate: whom it names and when it is valid. */
+static json_t *tls_json(const httpd_cert_info *c)
+{
+    return json_pack("{s:s,s:s,s:f,s:f,s:b,s:f,s:I}", "subject", c->subject,
+                     "names", c->names, "not_before", c->not_before,
+                     "not_after", c->not_after, "names_listen_host", c->host_ok,
+                     "loaded", c->loaded, "reloads", (json_int_t)c->reloads);
+}
+
+json_t *sched_info_json(sched_store *st, const httpd_cert_info *tls)
 {
     int ok = 0;
     json_t *redis = redis_json(st, &ok);
     json_t *o = json_pack("{s:s,s:f,s:o}", "version", flps_version(), "time",
                           flps_wall_s(), "redis", redis ? redis : json_null());
 
+    if (o != NULL && tls != NULL)
+        json_object_set_new(o, "tls", tls_json(tls));
     if (o != NULL && ok)
         json_object_set_new(o, "nodes", nodes_json(st));
     return o;

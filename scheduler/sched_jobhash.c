@@ -90,6 +90,7 @@ static const jf job_fields[] = {
     JF("summary", JF_SUMMARY, summary, 0, JF_TOP, "summary"),
     JF("profile", JF_TEXT_OPT, profile, 0, JF_HIDDEN, NULL),
     JF("transport", JF_STR, transport, 1, JF_TOP, "transport"),
+    JF("compression", JF_STR, compression, 1, JF_HIDDEN, NULL),
     JF("transport_used", JF_STR, transport_used, 0, JF_TOP, "transport_used"),
     JF("credentials", JF_SECRET, credentials, 1, JF_HIDDEN, NULL),
 };

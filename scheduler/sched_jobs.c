@@ -18,6 +18,7 @@
 #include "proto/creds.h"
 #include "scheduler/sched_jobhash.h"
 #include "scheduler/sched_store_int.h"
+#include "services/plural.h"
 
 /* ---- States and freeing ---- */
 
@@ -47,16 +48,6 @@ int sched_state_parse(const char *name, sched_state *out)
         }
     }
     return 0;
-}
-
-int sched_state_is_final(sched_state s)
-{
-    return s == SCHED_SUCCEEDED || s == SCHED_FAILED || s == SCHED_CANCELLED;
-}
-
-double sched_store_queue_score(uint32_t priority, uint64_t seq)
-{
-    return -(double)priority * 4294967296.0 + (double)seq;
 }
 
 void sched_task_fini(sched_task *t)
@@ -362,10 +353,13 @@ static flps_err job_of_spec(const jobspec *spec, const char *text, size_t len,
     j->max_restarts = spec->max_restarts;
     j->workers = spec->workers;
     j->servers = spec->servers;
-    j->iterations = spec->iterations;
+    /* What progress counts to: a fedavg job closes one iteration a round. */
+    j->iterations =
+        spec->mode == JOBSPEC_MODE_FEDAVG ? spec->rounds : spec->iterations;
     j->time_limit = spec->time_limit;
     snprintf(j->transport, sizeof(j->transport), "%s",
              jobspec_transport_name(spec->transport));
+    jobspec_comp_format(spec, j->compression, sizeof(j->compression));
     j->per_worker.mcpus = sched_res_mcpus(spec->cpus_per_worker);
     j->per_worker.memory = spec->memory_per_worker;
     j->per_worker.gpus = spec->gpus_per_worker;
@@ -402,8 +396,10 @@ flps_err sched_store_submit(sched_store *st, const jobspec *spec,
     sched_cmd_add(&c, "flps:seq:job");
     sched_cmd_add(&c, "flps:jobs");
     sched_cmd_add(&c, "flps:queue");
-    snprintf(msg, sizeof(msg), "submitted: %u servers, %u workers, priority %u",
-             spec->servers, spec->workers, spec->priority);
+    snprintf(msg, sizeof(msg), "submitted: %u %s, %u %s, priority %u",
+             spec->servers, plural_word(spec->servers, "server", "servers"),
+             spec->workers, plural_word(spec->workers, "worker", "workers"),
+             spec->priority);
     if (sched_cmd_add_event(&c, now, "submitted", msg) != FLPS_OK)
         c.oom = 1;
     sched_cmd_addf(&c, "%u", spec->priority);

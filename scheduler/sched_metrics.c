@@ -8,7 +8,7 @@
 #include <jansson.h>
 
 #include "common/alloc.h"
-#include "services/metrics_proc.h"
+#include "common/metrics_proc.h"
 
 /* Handles are written by create and then only read; values are guarded by
  * the registry's lock. */
@@ -32,65 +32,57 @@ static void on_place(void *arg, double seconds)
     metrics_histogram_observe(m->place, NULL, seconds < 0 ? 0 : seconds);
 }
 
+static const char *const job_labels[] = {"job_id", "job_name"};
+static const char *const job_state_labels[] = {"job_id", "job_name", "state"};
+static const double wait_bounds[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1,   2.5,
+                                     5,    10,   30,  60,   300, 900, 3600};
+
+/* Every family, in the order /metrics shows them. */
+static const metrics_def sched_metric_defs[] = {
+    {METRICS_GAUGE, "flsched_job_iteration", METRICS_AT(sched_metrics, iter),
+     "Iterations rank 0 of the job reported done.", METRICS_LABELS(job_labels)},
+    {METRICS_GAUGE, "flsched_job_loss", METRICS_AT(sched_metrics, loss),
+     "Training loss rank 0 last reported (mean since its previous report).",
+     METRICS_LABELS(job_labels)},
+    {METRICS_GAUGE, "flsched_job_test_accuracy", METRICS_AT(sched_metrics, acc),
+     "Test accuracy (0..1) at rank 0's last evaluation.",
+     METRICS_LABELS(job_labels)},
+    {METRICS_GAUGE, "flsched_job_sent_bytes", METRICS_AT(sched_metrics, bytes),
+     "Bytes rank 0 sent in the job's current attempt, as last reported.",
+     METRICS_LABELS(job_labels)},
+    {METRICS_GAUGE, "flsched_job_dense_bytes", METRICS_AT(sched_metrics, dense),
+     "What flsched_job_sent_bytes would be with dense pushes.",
+     METRICS_LABELS(job_labels)},
+    {METRICS_GAUGE, "flsched_job_state", METRICS_AT(sched_metrics, state),
+     "1 for the job's current state, 0 for the others.",
+     METRICS_LABELS(job_state_labels)},
+    {METRICS_HISTOGRAM, "flsched_placement_wait_seconds",
+     METRICS_AT(sched_metrics, place),
+     "Time from a job's submission to each of its placements (a restart's "
+     "includes the earlier attempts).",
+     METRICS_BOUNDS(wait_bounds)},
+    {METRICS_GAUGE, "flsched_nodes_alive", METRICS_AT(sched_metrics, alive),
+     "Registered nodes whose alive key exists."},
+};
+
 flps_err sched_metrics_create(metrics *reg, sched_loop_stats *stats,
                               sched_metrics **out)
 {
-    static const char *const job[] = {"job_id", "job_name"};
-    static const char *const job_state[] = {"job_id", "job_name", "state"};
-    static const double wait_bounds[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1,   2.5,
-                                         5,    10,   30,  60,   300, 900, 3600};
     sched_metrics *m = flps_calloc(1, sizeof(*m));
     flps_err rc;
 
     if (m == NULL)
         return FLPS_ENOMEM;
-#define REG_(call)                                                             \
-    do {                                                                       \
-        rc = (call);                                                           \
-        if (rc != FLPS_OK)                                                     \
-            goto fail;                                                         \
-    } while (0)
-    REG_(metrics_gauge(reg, "flsched_job_iteration",
-                       "Iterations rank 0 of the job reported done.", job, 2,
-                       &m->iter));
-    REG_(metrics_gauge(reg, "flsched_job_loss",
-                       "Training loss rank 0 last reported (mean since its "
-                       "previous report).",
-                       job, 2, &m->loss));
-    REG_(metrics_gauge(reg, "flsched_job_test_accuracy",
-                       "Test accuracy (0..1) at rank 0's last evaluation.", job,
-                       2, &m->acc));
-    REG_(metrics_gauge(reg, "flsched_job_sent_bytes",
-                       "Bytes rank 0 sent in the job's current attempt, as "
-                       "last reported.",
-                       job, 2, &m->bytes));
-    REG_(metrics_gauge(reg, "flsched_job_dense_bytes",
-                       "What flsched_job_sent_bytes would be with dense "
-                       "pushes.",
-                       job, 2, &m->dense));
-    REG_(metrics_gauge(reg, "flsched_job_state",
-                       "1 for the job's current state, 0 for the others.",
-                       job_state, 3, &m->state));
-    REG_(metrics_histogram(reg, "flsched_placement_wait_seconds",
-                           "Time from a job's submission to each of its "
-                           "placements (a restart's includes the earlier "
-                           "attempts).",
-                           NULL, 0, wait_bounds,
-                           sizeof(wait_bounds) / sizeof(wait_bounds[0]),
-                           &m->place));
-    REG_(metrics_gauge(reg, "flsched_nodes_alive",
-                       "Registered nodes whose alive key exists.", NULL, 0,
-                       &m->alive));
-    REG_(metrics_proc_register(reg, "flsched"));
-#undef REG_
+    rc = metrics_proc_register_daemon(reg, "flsched", sched_metric_defs,
+                                      METRICS_NDEFS(sched_metric_defs), m);
+    if (rc != FLPS_OK) {
+        flps_free(m);
+        return rc;
+    }
     stats->on_place_arg = m;
     stats->on_place = on_place;
     *out = m;
     return FLPS_OK;
-
-fail:
-    flps_free(m);
-    return rc;
 }
 
 void sched_metrics_destroy(sched_metrics *m)

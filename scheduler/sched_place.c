@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "services/plural.h"
 
 uint64_t sched_res_mcpus(double cpus)
 {
@@ -236,12 +237,20 @@ void sched_place_explain(const sched_pnode *nodes, size_t nnodes,
         nrdma += nodes[i].rdma != 0;
     if (job->need_rdma && nnodes > 0 && nrdma == 0) {
         *field = "transport";
+        char none[64];
+
+        if (nnodes == 1)
+            snprintf(none, sizeof(none),
+                     "the only registered node reports "
+                     "no");
+        else
+            snprintf(none, sizeof(none),
+                     "none of the %zu registered nodes reports an", nnodes);
         snprintf(msg, msglen,
-                 "transport: rdma: none of the %zu registered nodes reports "
-                 "an ACTIVE RDMA port (see flsubmit nodes and flsubmit "
-                 "doctor --job FILE); run it where the nodes have RDMA NICs, "
-                 "or set transport: zmq or auto",
-                 nnodes);
+                 "transport: rdma: %s ACTIVE RDMA port (see flsubmit nodes "
+                 "and flsubmit doctor --job FILE); run it where the nodes "
+                 "have RDMA NICs, or set transport: zmq or auto",
+                 none);
         return;
     }
     if (job->need_rdma)
@@ -288,8 +297,9 @@ void sched_place_explain(const sched_pnode *nodes, size_t nnodes,
         *field = one[i].key;
         if (one[i].mem == 0)
             snprintf(msg, msglen,
-                     "one %s needs %.3f CPUs; the largest node has %.3f",
+                     "one %s needs %.3f %s; the largest node has %.3f",
                      worker ? "worker" : "server", (double)one[i].need / 1000,
+                     plural_word((double)one[i].need / 1000, "CPU", "CPUs"),
                      (double)one[i].max / 1000);
         else if (one[i].mem == 1) {
             format_size(one[i].need, a, sizeof(a));
@@ -298,11 +308,11 @@ void sched_place_explain(const sched_pnode *nodes, size_t nnodes,
                      "one %s needs %s of memory; the largest node has %s",
                      worker ? "worker" : "server", a, b);
         } else
-            snprintf(msg, msglen,
-                     "one %s needs %llu GPUs; the largest node has %llu",
-                     worker ? "worker" : "server",
-                     (unsigned long long)one[i].need,
-                     (unsigned long long)one[i].max);
+            snprintf(
+                msg, msglen, "one %s needs %llu %s; the largest node has %llu",
+                worker ? "worker" : "server", (unsigned long long)one[i].need,
+                plural_word((double)one[i].need, "GPU", "GPUs"),
+                (unsigned long long)one[i].max);
         return;
     }
     for (uint32_t s = 0; s < job->servers; s++)
@@ -314,13 +324,21 @@ void sched_place_explain(const sched_pnode *nodes, size_t nnodes,
     format_size(need.memory, a, sizeof(a));
     format_size(total.memory, b, sizeof(b));
     snprintf(msg, msglen,
-             "%u servers and %u workers need %.3f CPUs, %s of memory and "
-             "%llu GPUs in all, which the %zu registered nodes%s (%.3f CPUs, "
-             "%s, %llu GPUs together) can never hold",
-             job->servers, job->workers, (double)need.mcpus / 1000, a,
-             (unsigned long long)need.gpus, nserve,
+             "%u %s and %u %s need %.3f %s, %s of memory and %llu %s in "
+             "all, which the %zu registered %s%s (%.3f %s, %s, %llu %s "
+             "together) can never hold",
+             job->servers, plural_word(job->servers, "server", "servers"),
+             job->workers, plural_word(job->workers, "worker", "workers"),
+             (double)need.mcpus / 1000,
+             plural_word((double)need.mcpus / 1000, "CPU", "CPUs"), a,
+             (unsigned long long)need.gpus,
+             plural_word((double)need.gpus, "GPU", "GPUs"), nserve,
+             plural_word((double)nserve, "node", "nodes"),
              job->need_rdma ? " with an ACTIVE RDMA port" : "",
-             (double)total.mcpus / 1000, b, (unsigned long long)total.gpus);
+             (double)total.mcpus / 1000,
+             plural_word((double)total.mcpus / 1000, "CPU", "CPUs"), b,
+             (unsigned long long)total.gpus,
+             plural_word((double)total.gpus, "GPU", "GPUs"));
 }
 
 /* Insertion sort: queues are short and the order must be stable. */

@@ -149,27 +149,6 @@ void sched_cmd_free(sched_cmd *c)
     memset(c, 0, sizeof(*c));
 }
 
-/* Run and free c; *reply may be NULL when the reply is not wanted. */
-flps_err sched_cmd_run(sched_store *st, sched_cmd *c, redisReply **reply)
-{
-    redisReply *r = NULL;
-    flps_err rc;
-
-    if (c->oom) {
-        sched_cmd_free(c);
-        return sched_store_seterr(st, FLPS_ENOMEM, "out of memory");
-    }
-    rc = rconn_cmdv(st->rc, &r, c->argc, (const char **)c->argv, c->len);
-    sched_cmd_free(c);
-    if (rc != FLPS_OK)
-        return sched_store_rerr(st, rc);
-    if (reply != NULL)
-        *reply = r;
-    else
-        freeReplyObject(r);
-    return FLPS_OK;
-}
-
 flps_err sched_store_drop(sched_store *st, flps_err rc, redisReply **rp)
 {
     if (rc != FLPS_OK)

@@ -33,7 +33,6 @@ typedef enum {
 const char *sched_state_name(sched_state s);
 /* 1 and *out on a known name, else 0. */
 int sched_state_parse(const char *name, sched_state *out);
-int sched_state_is_final(sched_state s);
 
 /* One task hash (flps:task:{id}:{attempt}:{role}-{index}). */
 typedef struct sched_task {
@@ -54,8 +53,9 @@ typedef struct sched_task {
     double exited_at;
     char *done; /* the worker's final JSON event; NULL if none; owned */
     sched_res need;
-    char error[400]; /* a failed process's last error line, "" if none */
-    int have_bytes;  /* p_bytes_sent given: the worker's last progress */
+    char error[1024]; /* a failed process's last error line (flagent keeps
+                         it whole up to 1023 bytes), "" if none */
+    int have_bytes;   /* p_bytes_sent given: the worker's last progress */
     double p_bytes_sent, p_dense_bytes;
 } sched_task;
 
@@ -69,7 +69,7 @@ typedef struct sched_job {
     uint64_t seq;
     double submitted_at, started_at, finished_at;
     uint32_t attempt, restarts, max_restarts;
-    char reason[512];
+    char reason[1280]; /* a task's failure and its whole error line */
     uint32_t workers, servers;
     uint64_t iterations;
     double time_limit;
@@ -84,6 +84,10 @@ typedef struct sched_job {
     char *profile;     /* rank 0's profile event (JSON text) or NULL; owned */
     char transport[8]; /* the job file's transport: zmq, rdma or auto ("" in
                           a hash written before the field existed) */
+    /* The job file's compression as jobspec_comp_format writes it
+     * ("gtopk:0.01", "auto"), so the loop needs no parse of the spec; ""
+     * in a hash written before the field existed. */
+    char compression[40];
     char transport_used[8]; /* what the placement chose: zmq or rdma; ""
                                until placed */
     /* The job's data-plane credentials as a credentials file's text
@@ -271,8 +275,5 @@ flps_err sched_store_lease(sched_store *st, const char *id, long lease_ms,
 
 /* Delete the lease if it is ours (compare-and-delete). */
 flps_err sched_store_lease_release(sched_store *st, const char *id);
-
-/* The queue score of docs/scheduler.md: -priority * 2^32 + seq. */
-double sched_store_queue_score(uint32_t priority, uint64_t seq);
 
 #endif

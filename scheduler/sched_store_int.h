@@ -45,7 +45,7 @@ char *sched_store_dup(const char *s, size_t n);
 
 /* An argument vector for commands with many or binary arguments: each
  * argument is copied, so callers may pass stack buffers. oom is sticky:
- * add many, check once (sched_cmd_run reports it). */
+ * add many, check once (sched_store_eval reports it). */
 typedef struct sched_cmd {
     int argc, cap;
     char **argv;
@@ -58,9 +58,6 @@ void sched_cmd_add(sched_cmd *c, const char *s);
 void sched_cmd_addf(sched_cmd *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void sched_cmd_free(sched_cmd *c);
-
-/* Run and free c; *reply (caller frees) may be NULL when not wanted. */
-flps_err sched_cmd_run(sched_store *st, sched_cmd *c, redisReply **reply);
 
 /* Check a rconn_cmd result and drop the reply. rp, not the reply itself:
  * arguments are evaluated in no set order, so the reply pointer must be

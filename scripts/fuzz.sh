@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # Build the libFuzzer targets (tests/fuzz, clang with ASan + UBSan) and run
-# each for FLPS_FUZZ_SECONDS (default 60) on a copy of its seed corpus;
-# any crash, leak, undefined behaviour or broken invariant fails, with the
-# input that did it kept under build-fuzz/artifacts/.
+# each on a copy of its seed corpus; any crash, leak, undefined behaviour or
+# broken invariant fails, with the input that did it kept under
+# build-fuzz/artifacts/. Seconds per target: FLPS_FUZZ_SECONDS if set;
+# else FLPS_FUZZ_TOTAL_SECONDS shared evenly by the targets run (at least
+# 10 s each; CI, scripts/test.sh, gives 150: 2.5 minutes in all however
+# many targets there are); else 60.
 #   scripts/fuzz.sh            build and run every target
 #   scripts/fuzz.sh msg shard  only these
-#   scripts/fuzz.sh --seeds    regenerate tests/fuzz/corpus/{msg,shard,persist}
+#   scripts/fuzz.sh --seeds    regenerate the corpora make_seeds writes
+#                              (all but jobspec, jobspec_flags, api_json and http)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SECONDS_EACH="${FLPS_FUZZ_SECONDS:-60}"
-TARGETS=(msg shard jobspec api_json persist)
+TARGETS=(msg shard jobspec jobspec_flags api_json persist plan creds event http)
+# The RDMA decoders are built where rdma/ is (libibverbs and librdmacm).
+if pkg-config --exists libibverbs librdmacm; then
+  TARGETS+=(rdma_frame rdma_exchange)
+fi
 BUILD=build-fuzz
 
 CC=clang cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DFLPS_FUZZ=ON \
@@ -22,6 +29,14 @@ if [ "${1:-}" = "--seeds" ]; then
   exit 0
 fi
 if [ $# -gt 0 ]; then TARGETS=("$@"); fi
+if [ -n "${FLPS_FUZZ_SECONDS:-}" ]; then
+  SECONDS_EACH="$FLPS_FUZZ_SECONDS"
+elif [ -n "${FLPS_FUZZ_TOTAL_SECONDS:-}" ]; then
+  SECONDS_EACH=$((FLPS_FUZZ_TOTAL_SECONDS / ${#TARGETS[@]}))
+  if [ "$SECONDS_EACH" -lt 10 ]; then SECONDS_EACH=10; fi
+else
+  SECONDS_EACH=60
+fi
 cmake --build "$BUILD" -j"$(nproc)" --target "${TARGETS[@]/#/fuzz_}"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/flps-fuzz-XXXXXX")"

@@ -8,12 +8,21 @@
 #   scripts/image.sh smoke     run the built image: flps --version, --help of each binary, non-root
 #                              user, a short flrun job to its summary line
 #   scripts/image.sh all       build, then smoke
+#   scripts/image.sh torch     build a job's own image FROM the built image:
+#                              examples/torch/Containerfile (PyTorch from
+#                              Debian 12, the CNN example under /opt/job),
+#                              tagged FLPS_TORCH_IMAGE; then check that it
+#                              imports torch and flps.torch as uid 10001
+#   scripts/image.sh base      install podman/runc/debootstrap if missing and make
+#                              the Debian 12 base once (for tests/deploy/test_fresh_machine.sh)
 #   scripts/image.sh conf FILE write the containers.conf podman needs here to
 #                              FILE (for other scripts: CONTAINERS_CONF=FILE)
 #
 # Environment:
 #   FLPS_IMAGE        the tag to build/run (default localhost/flps:VERSION,
 #                     VERSION from include/flps.h)
+#   FLPS_TORCH_IMAGE  the tag of `torch` (default the image's name with
+#                     -torch, e.g. localhost/flps-torch:VERSION)
 #   FLPS_BASE_IMAGE   the base image (default localhost/flps-base:bookworm);
 #                     made with debootstrap only when podman does not have it
 #   WITH_DATASET      1 (default) puts Fashion-MNIST into the image, 0 not
@@ -42,6 +51,7 @@ version() {
 VERSION=$(version)
 IMAGE="${FLPS_IMAGE:-localhost/flps:$VERSION}"
 BASE_IMAGE="${FLPS_BASE_IMAGE:-localhost/flps-base:bookworm}"
+TORCH_IMAGE="${FLPS_TORCH_IMAGE:-${IMAGE%:*}-torch:${IMAGE##*:}}"
 WITH_DATASET="${WITH_DATASET:-1}"
 NO_CACHE="${NO_CACHE:-0}"
 SUDO=""
@@ -218,6 +228,39 @@ EOF
   say "smoke: passed"
 }
 
+# The per-job image a user would build (docs/deploy.md, "Per-job
+# images"): examples/torch/Containerfile with that directory as the
+# context, FROM the image built above. A rebuild with nothing changed is a
+# cache hit (a second or two); a new flps image builds the PyTorch layer
+# again (about 3 minutes, 1 GB).
+torch_image() {
+  command -v podman >/dev/null || die "podman is not installed; run scripts/image.sh build first"
+  write_containers_conf
+  podman image exists "$IMAGE" || die "no image $IMAGE; run scripts/image.sh build first"
+  local t0=$SECONDS cache=() out before after
+  if [ "$NO_CACHE" = 1 ]; then cache=(--no-cache); fi
+  before=$(podman image inspect --format '{{.Id}}' "$TORCH_IMAGE" 2>/dev/null || true)
+  say "building $TORCH_IMAGE (FROM $IMAGE, examples/torch/Containerfile)"
+  podman build --network=host --pull=never "${cache[@]+"${cache[@]}"}" \
+    --build-arg FLPS_IMAGE="$IMAGE" -f examples/torch/Containerfile \
+    -t "$TORCH_IMAGE" examples/torch >"$TMP/torch.log" 2>&1 ||
+    { tail -40 "$TMP/torch.log" >&2; die "podman build of $TORCH_IMAGE failed"; }
+  say "built $TORCH_IMAGE in $((SECONDS - t0)) s ($(podman image inspect --format '{{.Size}}' "$TORCH_IMAGE" | awk '{ printf "%.0f MB", $1 / 1e6 }'))"
+  # The image this tag named before (a new flps image under it) would stay
+  # behind untagged, 1.4 GB each time: removed unless something uses it.
+  after=$(podman image inspect --format '{{.Id}}' "$TORCH_IMAGE")
+  if [ -n "$before" ] && [ "$before" != "$after" ] &&
+    [ -z "$(podman image inspect --format '{{join .RepoTags " "}}' "$before" 2>/dev/null)" ]; then
+    podman rmi "$before" >/dev/null 2>&1 || true
+  fi
+  out=$(crun --read-only --tmpfs /tmp:rw,size=64m --cap-drop=ALL "$TORCH_IMAGE" \
+    sh -c 'id -u; python3 -c "import torch, flps.torch; print(torch.__version__)"; ls /opt/job' 2>&1) ||
+    die "the torch image cannot import torch and flps.torch: $out"
+  [ "$(echo "$out" | sed -n 1p)" = 10001 ] || die "$TORCH_IMAGE runs as uid $(echo "$out" | sed -n 1p), not 10001"
+  echo "$out" | grep -qx cnn.py || die "no /opt/job/cnn.py in $TORCH_IMAGE: $out"
+  say "  torch $(echo "$out" | sed -n 2p), flps.torch, /opt/job/cnn.py, uid 10001"
+}
+
 case "${1:-build}" in
   build) build ;;
   smoke) smoke ;;
@@ -225,13 +268,19 @@ case "${1:-build}" in
     build
     smoke
     ;;
+  torch) torch_image ;;
+  base)
+    install_tools
+    write_containers_conf
+    make_base
+    ;;
   conf)
     [ -n "${2:-}" ] || die "usage: $0 conf FILE"
     write_containers_conf
     cp "$CONTAINERS_CONF" "$2"
     ;;
   *)
-    echo "usage: $0 [build|smoke|all|conf FILE]" >&2
+    echo "usage: $0 [build|smoke|all|torch|base|conf FILE]" >&2
     exit 2
     ;;
 esac

@@ -1,11 +1,9 @@
 /* Embedded HTTP server on libmicrohttpd: one handler for every request. */
 #include "services/httpd.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -22,6 +20,8 @@
 #include "common/log.h"
 #include "common/numparse.h"
 #include "common/strbuf.h"
+#include "common/tcplisten.h"
+#include "services/httpd_cert.h"
 
 /* Threading: MHD's internal polling thread accepts, then each connection
  * gets its own thread (MHD_USE_THREAD_PER_CONNECTION). Our traffic is a
@@ -37,7 +37,12 @@
  * its whole request (headers and body), which a watchdog thread enforces
  * with a 408 and a shutdown of the socket; and above a soft limit, well
  * below MHD's hard cap, a connection is answered 503 at once instead of
- * being reset by MHD at the cap. */
+ * being reset by MHD at the cap. Deadlines alone still let one client that
+ * reconnects as fast as it is closed keep every slot (300 slow connections
+ * answered every other request 503 for a minute): a connection that has
+ * sat a second without a whole request gives its slot up to a newcomer,
+ * and an address proven by a handler may take the slot of any connection
+ * still waiting for its first request (httpd.h). */
 #define HTTPD_MAX_CONNS 512
 #define HTTPD_IDLE_TIMEOUT_S 60
 #define HTTPD_BACKLOG 512
@@ -49,6 +54,15 @@
 /* TLS 1.2 and 1.3 only, GnuTLS's NORMAL choice of ciphers within them. */
 #define HTTPD_TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
 
+#define HTTPD_KNOWN 64          /* established addresses remembered */
+#define HTTPD_KNOWN_MIN_AGE 0.1 /* what an established client may evict */
+
+/* A client's address without its port: what "one client" means. */
+typedef struct httpd_addr {
+    int family; /* AF_INET, AF_INET6; 0: unknown */
+    unsigned char bytes[16];
+} httpd_addr;
+
 /* One open connection, as the watchdog sees it. */
 typedef struct httpd_conn {
     int in_use;
@@ -56,8 +70,19 @@ typedef struct httpd_conn {
     int over;        /* opened above the soft limit: answered 503 */
     int answering;   /* a response is queued: the deadline is off */
     int reaped;      /* the watchdog shut the socket down */
+    int headers;     /* its first request's headers are in */
+    int served;      /* it completed a request (kept alive since) */
     double deadline; /* flps_mono_s() by which the request must be in */
+    double waiting;  /* flps_mono_s() since which it waits for a request */
+    httpd_addr addr;
+    struct httpd *owner; /* for the certificate callback */
 } httpd_conn;
+
+/* An address a handler proved (httpd_response.proven), and when. */
+typedef struct httpd_known {
+    httpd_addr addr;
+    double at;
+} httpd_known;
 
 /* The fields above lock are written by httpd_start before MHD starts its
  * threads and only read afterwards (until httpd_stop has joined them), so
@@ -69,17 +94,19 @@ struct httpd {
     void *arg;
     size_t max_body;
     httpd_limits lim;
-    int tls;                  /* serving HTTPS */
-    char *cert_pem, *key_pem; /* copies MHD reads at start (TLS only) */
+    int tls;          /* serving HTTPS */
+    httpd_cert *cert; /* what it serves (TLS only; thread-safe itself) */
     char bound[128];
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_t watchdog;
     int stopping;
     httpd_conn conns[HTTPD_MAX_CONNS];
-    size_t nconns;
-    unsigned long reaped, busy; /* not yet logged */
-    double last_reap_log, last_busy_log;
+    size_t nconns;  /* in use, reaped ones included until closed */
+    size_t nreaped; /* of which shut down, not closed yet */
+    httpd_known known[HTTPD_KNOWN];
+    unsigned long reaped, busy, evicted; /* not yet logged */
+    double last_reap_log, last_busy_log, last_evict_log;
     double mhd_log_window; /* on_mhd_log's rate limit */
     unsigned mhd_log_lines;
     unsigned long mhd_log_dropped;
@@ -127,6 +154,149 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
                  dropped);
     else
         log_warn("http: %s", line);
+}
+
+/* The client address of conn (family 0 when MHD does not say). */
+static void conn_addr(struct MHD_Connection *conn, httpd_addr *out)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci != NULL ? ci->client_addr : NULL;
+
+    memset(out, 0, sizeof(*out));
+    if (sa != NULL && sa->sa_family == AF_INET) {
+        const struct sockaddr_in *a = (const void *)sa;
+        out->family = AF_INET;
+        memcpy(out->bytes, &a->sin_addr, sizeof(a->sin_addr));
+    } else if (sa != NULL && sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const void *)sa;
+        out->family = AF_INET6;
+        memcpy(out->bytes, &a->sin6_addr, sizeof(a->sin6_addr));
+    }
+}
+
+static int addr_eq(const httpd_addr *a, const httpd_addr *b)
+{
+    return a->family != 0 && a->family == b->family &&
+           memcmp(a->bytes, b->bytes, sizeof(a->bytes)) == 0;
+}
+
+/* ---- Who gives a slot up (h->lock held for all of these) ---- */
+
+/* Whether c has sat HTTPD_STALE_S without a whole request. */
+static int conn_is_stale(const httpd_conn *c, double now)
+{
+    return c->in_use && !c->answering && !c->reaped &&
+           now - c->waiting >= HTTPD_STALE_S;
+}
+
+/* Shut c's socket down: MHD's thread then closes the connection. */
+static void conn_shut(httpd *h, httpd_conn *c)
+{
+    shutdown(c->fd, SHUT_RDWR);
+    c->reaped = 1;
+    h->nreaped++;
+}
+
+/* The oldest stale connection, of addr when it is not NULL: one that
+ * never completed a request before one kept alive. NULL when none. */
+static httpd_conn *oldest_stale(httpd *h, const httpd_addr *addr, double now)
+{
+    httpd_conn *best = NULL;
+
+    for (size_t i = 0; i < HTTPD_MAX_CONNS; i++) {
+        httpd_conn *c = &h->conns[i];
+
+        if (!conn_is_stale(c, now) ||
+            (addr != NULL && !addr_eq(&c->addr, addr)))
+            continue;
+        if (best == NULL || c->served < best->served ||
+            (c->served == best->served && c->waiting < best->waiting))
+            best = c;
+    }
+    return best;
+}
+
+static size_t count_stale(const httpd *h, const httpd_addr *addr, double now)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < HTTPD_MAX_CONNS; i++)
+        n += conn_is_stale(&h->conns[i], now) &&
+             addr_eq(&h->conns[i].addr, addr);
+    return n;
+}
+
+/* Whether a handler proved addr within HTTPD_ESTABLISHED_S. */
+static int addr_is_known(const httpd *h, const httpd_addr *addr, double now)
+{
+    for (size_t i = 0; i < HTTPD_KNOWN; i++)
+        if (addr_eq(&h->known[i].addr, addr) &&
+            now - h->known[i].at < HTTPD_ESTABLISHED_S)
+            return 1;
+    return 0;
+}
+
+static void remember_proven(httpd *h, const httpd_addr *addr, double now)
+{
+    httpd_known *slot = &h->known[0];
+
+    if (addr->family == 0)
+        return;
+    for (size_t i = 0; i < HTTPD_KNOWN; i++) {
+        if (addr_eq(&h->known[i].addr, addr)) {
+            slot = &h->known[i];
+            break;
+        }
+        if (h->known[i].at < slot->at)
+            slot = &h->known[i]; /* the longest unproven, or a free one */
+    }
+    slot->addr = *addr;
+    slot->at = now;
+}
+
+/* For an established newcomer: the oldest connection of a stranger still
+ * waiting for its first request; NULL when none. */
+static httpd_conn *oldest_stranger(httpd *h, double now)
+{
+    httpd_conn *best = NULL;
+
+    for (size_t i = 0; i < HTTPD_MAX_CONNS; i++) {
+        httpd_conn *c = &h->conns[i];
+
+        if (!c->in_use || c->answering || c->reaped || c->served ||
+            now - c->waiting < HTTPD_KNOWN_MIN_AGE ||
+            addr_is_known(h, &c->addr, now))
+            continue;
+        if (best == NULL || c->waiting < best->waiting)
+            best = c;
+    }
+    return best;
+}
+
+/* Make room for a new connection from addr: its address's oldest stale
+ * connection goes when it holds per_client_stale of them; at the soft
+ * limit the oldest stale one goes, else for an established client the
+ * oldest stranger's. 1 when there is room. */
+static int admit(httpd *h, const httpd_addr *addr, double now)
+{
+    httpd_conn *victim;
+
+    if (addr->family != 0 &&
+        count_stale(h, addr, now) >= h->lim.per_client_stale) {
+        conn_shut(h, oldest_stale(h, addr, now));
+        h->evicted++;
+    }
+    if (h->nconns - h->nreaped < h->lim.soft_conns)
+        return 1;
+    victim = oldest_stale(h, NULL, now);
+    if (victim == NULL && addr_is_known(h, addr, now))
+        victim = oldest_stranger(h, now);
+    if (victim == NULL)
+        return 0;
+    conn_shut(h, victim);
+    h->evicted++;
+    return 1;
 }
 
 /* The watchdog's record of conn (NULL when it has none). */
@@ -268,6 +438,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         if (rs == NULL)
             return MHD_NO;
         *con_cls = rs;
+        if (c != NULL && !c->over) {
+            /* The headers (and a handshake) are in: the rest of the
+             * request has the request deadline from the start. */
+            pthread_mutex_lock(&h->lock);
+            c->headers = 1;
+            if (c->deadline < c->waiting + h->lim.request_deadline_s)
+                c->deadline = c->waiting + h->lim.request_deadline_s;
+            pthread_mutex_unlock(&h->lock);
+        }
         if (c == NULL || c->over) {
             conn_answering(h, conn);
             return busy(h, conn);
@@ -310,6 +489,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     snprintf(resp.content_type, sizeof(resp.content_type), "%s",
              "application/json");
     h->handler(h->arg, &req, &resp);
+    if (resp.proven) {
+        httpd_conn *c = conn_slot(conn);
+
+        pthread_mutex_lock(&h->lock);
+        if (c != NULL)
+            remember_proven(h, &c->addr, flps_mono_s());
+        pthread_mutex_unlock(&h->lock);
+    }
     if (resp.status < 100 || resp.status > 999) {
         log_error("http: the handler for %s %s set status %d; answering 500",
                   method, url, resp.status);
@@ -334,7 +521,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         /* A kept-alive connection has as long for its next request. */
         pthread_mutex_lock(&h->lock);
         c->answering = 0;
-        c->deadline = flps_mono_s() + h->lim.request_deadline_s;
+        c->served = 1;
+        c->waiting = flps_mono_s();
+        c->deadline = c->waiting + h->lim.request_deadline_s;
         pthread_mutex_unlock(&h->lock);
     }
     if (rs != NULL) {
@@ -353,7 +542,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
 {
     httpd *h = cls;
     httpd_conn *c = *socket_context;
+    httpd_addr addr;
 
+    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+        conn_addr(conn, &addr);
     pthread_mutex_lock(&h->lock);
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
@@ -368,16 +560,24 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
             }
         }
         if (c != NULL) {
+            int over = !admit(h, &addr, now);
+
             memset(c, 0, sizeof(*c));
             c->in_use = 1;
+            c->owner = h;
             c->fd = ci->connect_fd;
-            c->over = h->nconns >= h->lim.soft_conns;
-            /* One over the limit is answered at once or not at all. */
-            c->deadline = now + (c->over ? 1.0 : h->lim.request_deadline_s);
+            c->addr = addr;
+            c->over = over;
+            c->waiting = now;
+            /* One over the limit is answered at once or not at all; the
+             * others have the header deadline (their handshake too). */
+            c->deadline = now + (c->over ? 1.0 : h->lim.header_deadline_s);
             h->nconns++;
         }
         *socket_context = c; /* NULL: answered 503 (no slot) */
     } else if (c != NULL) {
+        if (c->reaped)
+            h->nreaped--;
         c->in_use = 0;
         h->nconns--;
         *socket_context = NULL;
@@ -395,12 +595,13 @@ static void *watchdog_main(void *arg)
         "Content-Type: application/json\r\nContent-Length: 59\r\n\r\n"
         "{\"error\":\"the request was not sent in time; send it whole\"}";
     httpd *h = arg;
+    double next_cert = flps_mono_s() + 1.0;
 
     pthread_mutex_lock(&h->lock);
     while (!h->stopping) {
         struct timespec ts;
         double now = flps_mono_s();
-        unsigned long n = 0;
+        unsigned long n = 0, evicted = 0;
 
         for (size_t i = 0; i < HTTPD_MAX_CONNS; i++) {
             httpd_conn *c = &h->conns[i];
@@ -413,8 +614,7 @@ static void *watchdog_main(void *arg)
                                 MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
                 /* The client is gone or not reading: just close. */
             }
-            shutdown(c->fd, SHUT_RDWR);
-            c->reaped = 1;
+            conn_shut(h, c);
             h->reaped++;
         }
         if (h->reaped > 0 && now - h->last_reap_log >= HTTPD_REAP_LOG_S) {
@@ -422,11 +622,31 @@ static void *watchdog_main(void *arg)
             h->reaped = 0;
             h->last_reap_log = now;
         }
-        if (n > 0) {
+        if (h->evicted > 0 && now - h->last_evict_log >= HTTPD_REAP_LOG_S) {
+            evicted = h->evicted;
+            h->evicted = 0;
+            h->last_evict_log = now;
+        }
+        if (n > 0 || evicted > 0) {
             pthread_mutex_unlock(&h->lock);
-            log_warn("http: closed %lu connection(s) that had not sent a "
-                     "whole request within %.1f s",
-                     n, h->lim.request_deadline_s);
+            if (n > 0)
+                log_warn("http: closed %lu connection(s) that had not sent "
+                         "a whole request within its deadline (%.1f s, the "
+                         "first one's headers %.1f s)",
+                         n, h->lim.request_deadline_s,
+                         h->lim.header_deadline_s);
+            if (evicted > 0)
+                log_warn("http: closed %lu connection(s) that had sent no "
+                         "whole request for %.0f s to make room for new "
+                         "ones",
+                         evicted, HTTPD_STALE_S);
+            pthread_mutex_lock(&h->lock);
+        }
+        if (h->cert != NULL && now >= next_cert) {
+            /* A renewed certificate on disk, and the expiry warning. */
+            next_cert = now + 1.0;
+            pthread_mutex_unlock(&h->lock);
+            httpd_cert_tick(h->cert);
             pthread_mutex_lock(&h->lock);
         }
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -450,158 +670,9 @@ static void watchdog_stop(httpd *h)
     pthread_join(h->watchdog, NULL);
 }
 
-/* Split "HOST:PORT" / "[V6]:PORT" / ":PORT" into host and port. */
-static flps_err split_listen(const char *where, char *host, size_t hostlen,
-                             char *port, size_t portlen)
-{
-    const char *colon, *hs = where, *he;
-    uint64_t portnum;
-    size_t n;
-
-    if (where[0] == '[') {
-        he = strchr(where, ']');
-        if (he == NULL || he[1] != ':')
-            return FLPS_EINVAL;
-        hs = where + 1;
-        colon = he + 1;
-    } else {
-        colon = strrchr(where, ':');
-        if (colon == NULL)
-            return FLPS_EINVAL;
-        he = colon;
-        if (memchr(where, ':', (size_t)(colon - where)) != NULL)
-            return FLPS_EINVAL; /* an IPv6 address needs brackets */
-    }
-    n = (size_t)(he - hs);
-    if (n >= hostlen)
-        return FLPS_EINVAL;
-    if (n == 0 || (n == 1 && hs[0] == '*'))
-        snprintf(host, hostlen, "%s", "0.0.0.0");
-    else
-        snprintf(host, hostlen, "%.*s", (int)n, hs);
-    n = strlen(colon + 1);
-    if (n >= portlen || n > 5 ||
-        flps_parse_u64(NULL, colon + 1, 0, 65535, &portnum, NULL, 0) != FLPS_OK)
-        return FLPS_EINVAL;
-    snprintf(port, portlen, "%s", colon + 1);
-    return FLPS_OK;
-}
-
 int httpd_listen_is_any(const char *where)
 {
-    char host[256], port[8];
-    struct addrinfo hints, *res = NULL;
-    int any = 0;
-
-    if (where == NULL ||
-        split_listen(where, host, sizeof(host), port, sizeof(port)) != FLPS_OK)
-        return 0;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    /* Resolved as httpd_start will: "0", "0.0.0.0", "::" and "[::0]" are
-     * all the wildcard address. */
-    if (getaddrinfo(host, port, &hints, &res) != 0)
-        return 0;
-    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
-        if (ai->ai_family == AF_INET) {
-            const struct sockaddr_in *a = (const void *)ai->ai_addr;
-            any |= a->sin_addr.s_addr == htonl(INADDR_ANY);
-        } else if (ai->ai_family == AF_INET6) {
-            const struct sockaddr_in6 *a = (const void *)ai->ai_addr;
-            any |= IN6_IS_ADDR_UNSPECIFIED(&a->sin6_addr);
-        }
-    }
-    freeaddrinfo(res);
-    return any;
-}
-
-static const char *bind_hint(int err)
-{
-    switch (err) {
-    case EADDRINUSE:
-        return "another process holds that port: stop it or choose another "
-               "port (port 0 picks a free one)";
-    case EADDRNOTAVAIL:
-        return "the host is not an address of this machine: use one of its "
-               "addresses, 127.0.0.1, or 0.0.0.0 for every interface";
-    case EACCES:
-        return "ports below 1024 need privileges: use a higher port";
-    default:
-        return "check the address";
-    }
-}
-
-/* Bind and listen on the first address of host:port that works. */
-static flps_err open_listener(const char *where, int *fd_out, char *bound,
-                              size_t boundlen)
-{
-    char host[256], port[8], hostbuf[INET6_ADDRSTRLEN];
-    struct addrinfo hints, *res = NULL, *ai;
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    int fd = -1, err = 0, one = 1, gai;
-
-    if (split_listen(where, host, sizeof(host), port, sizeof(port)) !=
-        FLPS_OK) {
-        log_error("http: cannot listen on '%s': want HOST:PORT, e.g. "
-                  "127.0.0.1:9100, [::1]:9100 or :9100",
-                  where);
-        return FLPS_EINVAL;
-    }
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    gai = getaddrinfo(host, port, &hints, &res);
-    if (gai != 0) {
-        log_error("http: cannot listen on %s: host '%s' does not resolve: %s",
-                  where, host, gai_strerror(gai));
-        return FLPS_EINVAL;
-    }
-    for (ai = res; ai != NULL; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
-                    ai->ai_protocol);
-        if (fd < 0) {
-            err = errno;
-            continue;
-        }
-        /* Lets a restarted daemon rebind while old connections sit in
-         * TIME_WAIT; a port another socket listens on still fails. */
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-            listen(fd, HTTPD_BACKLOG) == 0)
-            break;
-        err = errno;
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    if (fd < 0) {
-        log_error("http: cannot listen on %s: %s; %s", where, strerror(err),
-                  bind_hint(err));
-        return FLPS_ESYS;
-    }
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
-        err = errno;
-        log_error("http: getsockname on %s failed: %s", where, strerror(err));
-        close(fd);
-        return FLPS_ESYS;
-    }
-    if (ss.ss_family == AF_INET6) {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-        inet_ntop(AF_INET6, &a->sin6_addr, hostbuf, sizeof(hostbuf));
-        snprintf(bound, boundlen, "[%s]:%u", hostbuf,
-                 (unsigned)ntohs(a->sin6_port));
-    } else {
-        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-        inet_ntop(AF_INET, &a->sin_addr, hostbuf, sizeof(hostbuf));
-        snprintf(bound, boundlen, "%s:%u", hostbuf,
-                 (unsigned)ntohs(a->sin_port));
-    }
-    *fd_out = fd;
-    return FLPS_OK;
+    return tcplisten_is_any(where);
 }
 
 const httpd_limits *httpd_default_limits(void)
@@ -609,6 +680,8 @@ const httpd_limits *httpd_default_limits(void)
     static const httpd_limits def = {
         .request_deadline_s = HTTPD_REQUEST_DEADLINE_S,
         .soft_conns = HTTPD_SOFT_CONNS,
+        .header_deadline_s = HTTPD_HEADER_DEADLINE_S,
+        .per_client_stale = HTTPD_PER_CLIENT_STALE,
     };
 
     return &def;
@@ -653,6 +726,8 @@ void httpd_tls_fini(httpd_tls *tls)
     wipe(tls->key_pem);
     flps_free(tls->key_pem);
     flps_free(tls->cert_pem);
+    flps_free(tls->cert_path);
+    flps_free(tls->key_path);
     memset(tls, 0, sizeof(*tls));
 }
 
@@ -733,7 +808,7 @@ static flps_err read_pem(const char *what, const char *path, int is_key,
 flps_err httpd_tls_load(const char *cert_path, const char *key_path,
                         httpd_tls *out, char *errbuf, size_t errlen)
 {
-    httpd_tls t = {NULL, NULL};
+    httpd_tls t = {NULL, NULL, NULL, NULL};
     flps_err rc;
 
     memset(out, 0, sizeof(*out));
@@ -748,6 +823,9 @@ flps_err httpd_tls_load(const char *cert_path, const char *key_path,
     rc = read_pem("--tls-cert", cert_path, 0, &t.cert_pem, errbuf, errlen);
     if (rc == FLPS_OK)
         rc = read_pem("--tls-key", key_path, 1, &t.key_pem, errbuf, errlen);
+    if (rc == FLPS_OK && ((t.cert_path = flps_strdup(cert_path)) == NULL ||
+                          (t.key_path = flps_strdup(key_path)) == NULL))
+        rc = flps_errbuf_set(errbuf, errlen, FLPS_ENOMEM, "out of memory");
     if (rc != FLPS_OK) {
         httpd_tls_fini(&t);
         return rc;
@@ -756,11 +834,41 @@ flps_err httpd_tls_load(const char *cert_path, const char *key_path,
     return FLPS_OK;
 }
 
-static void free_pems(httpd *d)
+/* libmicrohttpd's certificate callback (GnuTLS's retrieve function): the
+ * certificate served now, so a renewed one is used from the next
+ * handshake on while the connections open keep theirs. MHD makes the
+ * connection the session's pointer. */
+static int on_cert(gnutls_session_t session, const gnutls_datum_t *req_ca_dn,
+                   int nreqs, const gnutls_pk_algorithm_t *pk_algos,
+                   int pk_algos_length, gnutls_pcert_st **pcert,
+                   unsigned int *pcert_length, gnutls_privkey_t *pkey)
 {
-    wipe(d->key_pem);
-    flps_free(d->key_pem);
-    flps_free(d->cert_pem);
+    struct MHD_Connection *conn = gnutls_session_get_ptr(session);
+    httpd_conn *c = conn != NULL ? conn_slot(conn) : NULL;
+
+    (void)req_ca_dn;
+    (void)nreqs;
+    (void)pk_algos;
+    (void)pk_algos_length;
+    if (c == NULL || c->owner == NULL || c->owner->cert == NULL)
+        return -1; /* no slot: the handshake fails */
+    httpd_cert_current(c->owner->cert, pcert, pcert_length, pkey);
+    return 0;
+}
+
+int httpd_tls_info(httpd *h, httpd_cert_info *out)
+{
+    if (h == NULL || h->cert == NULL)
+        return 0;
+    httpd_cert_info_get(h->cert, out);
+    return 1;
+}
+
+flps_err httpd_tls_reload(httpd *h)
+{
+    if (h == NULL || h->cert == NULL)
+        return FLPS_EINVAL;
+    return httpd_cert_reload(h->cert, 1);
 }
 
 flps_err httpd_start_tls(const char *where, size_t max_body,
@@ -768,7 +876,8 @@ flps_err httpd_start_tls(const char *where, size_t max_body,
                          httpd_handler h, void *arg, httpd **out, char *bound,
                          size_t boundlen)
 {
-    struct MHD_OptionItem tls_opts[4];
+    struct MHD_OptionItem tls_opts[3];
+    char host[256], port[8];
     unsigned int flags = MHD_USE_ERROR_LOG | MHD_USE_POLL_INTERNAL_THREAD |
                          MHD_USE_THREAD_PER_CONNECTION;
     httpd *d;
@@ -777,7 +886,7 @@ flps_err httpd_start_tls(const char *where, size_t max_body,
 
     if (where == NULL || h == NULL || out == NULL || lim == NULL ||
         !(lim->request_deadline_s > 0) || lim->soft_conns == 0 ||
-        lim->soft_conns >= HTTPD_MAX_CONNS ||
+        lim->soft_conns >= HTTPD_MAX_CONNS || !(lim->header_deadline_s >= 0) ||
         (tls != NULL && (tls->cert_pem == NULL || tls->key_pem == NULL)))
         return FLPS_EINVAL;
     if (tls != NULL && !httpd_tls_supported()) {
@@ -792,26 +901,33 @@ flps_err httpd_start_tls(const char *where, size_t max_body,
     d->arg = arg;
     d->max_body = max_body;
     d->lim = *lim;
+    /* Zero: the defaults; a header deadline never past the request's. */
+    if (d->lim.header_deadline_s == 0)
+        d->lim.header_deadline_s = HTTPD_HEADER_DEADLINE_S;
+    if (d->lim.header_deadline_s > d->lim.request_deadline_s)
+        d->lim.header_deadline_s = d->lim.request_deadline_s;
+    if (d->lim.per_client_stale == 0)
+        d->lim.per_client_stale = HTTPD_PER_CLIENT_STALE;
     memset(tls_opts, 0, sizeof(tls_opts));
     tls_opts[0].option = MHD_OPTION_END;
     if (tls != NULL) {
         d->tls = 1;
-        d->cert_pem = flps_strdup(tls->cert_pem);
-        d->key_pem = flps_strdup(tls->key_pem);
-        if (d->cert_pem == NULL || d->key_pem == NULL) {
-            rc = FLPS_ENOMEM;
-            goto fail_pems;
+        if (tcplisten_split(where, host, sizeof(host), port, sizeof(port)) !=
+            FLPS_OK)
+            host[0] = '\0';
+        rc = httpd_cert_create(tls, host, &d->cert);
+        if (rc != FLPS_OK) {
+            flps_free(d);
+            return rc;
         }
         flags |= MHD_USE_TLS;
-        tls_opts[0].option = MHD_OPTION_HTTPS_MEM_CERT;
-        tls_opts[0].ptr_value = d->cert_pem;
-        tls_opts[1].option = MHD_OPTION_HTTPS_MEM_KEY;
-        tls_opts[1].ptr_value = d->key_pem;
-        tls_opts[2].option = MHD_OPTION_HTTPS_PRIORITIES;
-        tls_opts[2].ptr_value = (void *)HTTPD_TLS_PRIORITIES;
-        tls_opts[3].option = MHD_OPTION_END;
+        tls_opts[0].option = MHD_OPTION_HTTPS_CERT_CALLBACK;
+        tls_opts[0].ptr_value = (void *)on_cert;
+        tls_opts[1].option = MHD_OPTION_HTTPS_PRIORITIES;
+        tls_opts[1].ptr_value = (void *)HTTPD_TLS_PRIORITIES;
+        tls_opts[2].option = MHD_OPTION_END;
     }
-    rc = open_listener(where, &fd, d->bound, sizeof(d->bound));
+    rc = tcplisten_open(where, HTTPD_BACKLOG, &fd, d->bound, sizeof(d->bound));
     if (rc != FLPS_OK)
         goto fail_pems;
     rc = FLPS_ESYS;
@@ -840,7 +956,6 @@ flps_err httpd_start_tls(const char *where, size_t max_body,
                          : "");
         goto fail_watchdog;
     }
-    /* GnuTLS has its own copies now: ours are wiped and freed at stop. */
     log_info("http: listening on %s%s", d->bound, d->tls ? " (https)" : "");
     if (bound != NULL && boundlen > 0)
         snprintf(bound, boundlen, "%s", d->bound);
@@ -856,7 +971,7 @@ fail_lock:
 fail_fd:
     close(fd);
 fail_pems:
-    free_pems(d);
+    httpd_cert_destroy(d->cert);
     flps_free(d);
     return rc;
 }
@@ -872,7 +987,7 @@ void httpd_stop(httpd *h)
     watchdog_stop(h);
     pthread_cond_destroy(&h->wake);
     pthread_mutex_destroy(&h->lock);
-    free_pems(h);
+    httpd_cert_destroy(h->cert);
     flps_free(h);
 }
 

@@ -24,6 +24,10 @@ typedef struct httpd_response {
     char content_type[64]; /* default "application/json" */
     char *body;            /* flps_malloc'd; the server frees it (NULL ok) */
     size_t body_len;
+    int proven; /* default 0; the handler sets 1 when the request proved
+                   the client may use the service (a valid token): its
+                   address is then an established client's for
+                   HTTPD_ESTABLISHED_S (see httpd_limits) */
 } httpd_response;
 
 /* Called on one of the server's threads, possibly on several at once: must
@@ -36,19 +40,40 @@ typedef void (*httpd_handler)(void *arg, const httpd_request *req,
  * whole request (headers and body) within request_deadline_s of opening
  * (or of its previous answer, when kept alive): one byte at a time does
  * not extend it. Past it the server answers 408 and closes the connection
- * (logged at most once a second, with a count). While soft_conns
- * connections are open, a new one is answered 503 with Retry-After: 1 and
- * closed, instead of being reset; soft_conns must be below the server's
- * hard cap of 512 connections (one thread each). */
+ * (logged at most once a second, with a count). A new connection must
+ * deliver its first request's headers, the TLS handshake included, within
+ * header_deadline_s (a stalled handshake is closed then).
+ * A connection that has sat HTTPD_STALE_S without a whole request (or,
+ * kept alive, without its next one) is stale, and gives its slot up to a
+ * newcomer: when a client address holds per_client_stale stale
+ * connections, its oldest one is closed for each new one it opens; and
+ * while soft_conns connections are open, a new one takes the slot of the
+ * oldest stale connection (one that never completed a request first).
+ * Only when none is stale is the newcomer answered 503 with Retry-After: 1
+ * and closed, instead of being reset, unless its address is an
+ * established client's (a handler proved it within HTTPD_ESTABLISHED_S):
+ * that one takes the slot of the oldest connection that has not completed
+ * a request, so established clients are served while strangers are
+ * throttled. soft_conns must be below the server's hard cap of 512
+ * connections (one thread each). Closed connections are logged at most
+ * once a second with a count. */
 typedef struct httpd_limits {
-    double request_deadline_s; /* > 0 */
-    unsigned int soft_conns;   /* 1..511 */
+    double request_deadline_s;     /* > 0 */
+    unsigned int soft_conns;       /* 1..511 */
+    double header_deadline_s;      /* 0: HTTPD_HEADER_DEADLINE_S, or
+                                      request_deadline_s when shorter */
+    unsigned int per_client_stale; /* 0: HTTPD_PER_CLIENT_STALE */
 } httpd_limits;
 
 #define HTTPD_REQUEST_DEADLINE_S 10.0
 #define HTTPD_SOFT_CONNS 256
+#define HTTPD_HEADER_DEADLINE_S 5.0
+#define HTTPD_PER_CLIENT_STALE 32
+#define HTTPD_STALE_S 1.0
+#define HTTPD_ESTABLISHED_S 600.0
 
-/* The defaults: HTTPD_REQUEST_DEADLINE_S and HTTPD_SOFT_CONNS. Static. */
+/* The defaults: HTTPD_REQUEST_DEADLINE_S, HTTPD_SOFT_CONNS,
+ * HTTPD_HEADER_DEADLINE_S and HTTPD_PER_CLIENT_STALE. Static. */
 const httpd_limits *httpd_default_limits(void);
 
 /* Listen on listen, "HOST:PORT" ("127.0.0.1:9100", "[::1]:0", ":9100" or
@@ -76,11 +101,24 @@ flps_err httpd_start_limits(const char *listen, size_t max_body,
                             httpd **out, char *bound, size_t boundlen);
 
 /* TLS for the server: its certificate (the chain, leaf first) and private
- * key, both PEM, as httpd_tls_load read them. */
+ * key, both PEM, as httpd_tls_load read them, and where from. */
 typedef struct httpd_tls {
-    char *cert_pem; /* flps_malloc'd, NUL-terminated */
-    char *key_pem;  /* flps_malloc'd; httpd_tls_fini wipes it */
+    char *cert_pem;  /* flps_malloc'd, NUL-terminated */
+    char *key_pem;   /* flps_malloc'd; httpd_tls_fini wipes it */
+    char *cert_path; /* flps_malloc'd: the server reads them again when */
+    char *key_path;  /* they change; NULL: never reloaded */
 } httpd_tls;
+
+/* What the certificate served says (its leaf), for logs and /v1/info. */
+typedef struct httpd_cert_info {
+    double not_before, not_after; /* Unix seconds */
+    char subject[256];            /* its common name, "" if none */
+    char names[512];              /* "DNS:a, IP:1.2.3.4", "" if none */
+    int host_ok;           /* names the host the server listens on (1 when that
+                              is every interface: nothing to check) */
+    double loaded;         /* Unix seconds it was (re)loaded */
+    unsigned long reloads; /* renewed certificates served since start */
+} httpd_cert_info;
 
 /* Whether this libmicrohttpd can serve HTTPS (it is built with GnuTLS). */
 int httpd_tls_supported(void);
@@ -105,11 +143,27 @@ void httpd_tls_fini(httpd_tls *tls);
  * copied; tls is borrowed for the call). A client speaking plain HTTP to
  * it gets no HTTP answer: the handshake fails and the connection closes.
  * A certificate or key that GnuTLS refuses is FLPS_ESYS, with its message
- * logged. Logs "http: listening on HOST:PORT (https)". */
+ * logged. Logs "http: listening on HOST:PORT (https)", and what the
+ * certificate is for and until when: an error line when it has expired or
+ * is not valid yet, a warning when it expires within 30 days (then once a
+ * day) or does not name the host listened on. Within a second of
+ * tls->cert_path or tls->key_path changing (a renewed certificate), the
+ * server serves the new pair from the next handshake on, and no
+ * connection is closed (httpd_tls_reload does it at once). */
 flps_err httpd_start_tls(const char *listen, size_t max_body,
                          const httpd_limits *lim, const httpd_tls *tls,
                          httpd_handler h, void *arg, httpd **out, char *bound,
                          size_t boundlen);
+
+/* Whether h serves HTTPS; when so, *out says what its certificate is.
+ * Thread-safe. */
+int httpd_tls_info(httpd *h, httpd_cert_info *out);
+
+/* Read the certificate and key files again now (flsched does on SIGHUP).
+ * A pair that cannot be read or does not belong together is logged and
+ * the one served kept: FLPS_EIO or FLPS_ECONFIG. FLPS_EINVAL when h
+ * serves plain HTTP or has no paths. Thread-safe; blocks on file I/O. */
+flps_err httpd_tls_reload(httpd *h);
 
 /* Stop listening, close every connection and wait for running handlers,
  * then free h. NULL is ignored. Do not call from a handler. */

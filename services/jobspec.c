@@ -17,16 +17,6 @@
 #include "services/jobspec_keys.h"
 #include "services/textguard.h"
 
-/* A job file is a short list of settings; anything bigger is a mistake
- * (a dataset or a log passed by accident) and is refused before parsing. */
-#define JOBSPEC_MAX_FILE ((size_t)1 << 20)
-
-/* A job file is one flat mapping (depth 1); a little more lets a value
- * given as a list or mapping get its own message. Deeper text is refused
- * before libyaml sees it: libyaml's time grows with the square of the
- * depth of nested "[" (a 1 MiB body of them took minutes). */
-#define JOBSPEC_MAX_DEPTH 8
-
 #define JP_U32_MAX_TEXT "4294967295"
 
 /* Every refusal of a parse is FLPS_ECONFIG with one message, written by
@@ -200,82 +190,104 @@ static flps_err jp_value_event(jp *p, const yaml_event_t *ev, jobspec_key key,
                            p->errlen);
 }
 
-/* command given as a list, or env as a mapping: read the items up to the
- * list's (mapping's) end, each a single value, and hand them on as words
- * ("NAME=VALUE" for env). start is the list's or mapping's start event. */
-static flps_err jp_words_event(jp *p, yaml_parser_t *yp,
-                               const yaml_event_t *start, jobspec_key key,
-                               jobspec *s)
-{
-    unsigned long line = jp_line(&start->start_mark);
-    const char *name = jobspec_key_name(key);
-    int mapping = start->type == YAML_MAPPING_START_EVENT;
-    yaml_event_type_t end =
-        mapping ? YAML_MAPPING_END_EVENT : YAML_SEQUENCE_END_EVENT;
-    char ex[JOBSPEC_EXPECT_MAX];
+/* Where the words of a list or mapping value gather as the YAML gives
+ * them, back to back, each ended by a NUL. */
+typedef struct jp_words {
     char buf[JOBSPEC_WORDS_BYTES + 2];
-    size_t used = 0, n = 0, item = 0;
-    flps_err rc;
+    size_t used, n;
+} jp_words;
 
-    jp_at_key(p, line, key);
+/* The single values up to the event end (a mapping's when pairs): a key
+ * is followed by '=', a value or a list's item by sep; each NUL ends a
+ * word. A list's item that is a mapping (a toleration) becomes one word:
+ * JOBSPEC_ITEM_MAPPING, then its pairs, each ended by JOBSPEC_ITEM_SEP. */
+static flps_err jp_values(jp *p, yaml_parser_t *yp, unsigned long line,
+                          jobspec_key key, yaml_event_type_t end, char sep,
+                          jp_words *w)
+{
+    const char *name = jobspec_key_name(key);
+    int pairs = end == YAML_MAPPING_END_EVENT;
+    char ex[JOBSPEC_EXPECT_MAX];
+    size_t item = 0;
+
     for (;;) {
         yaml_event_t ev;
+        const char *v;
         size_t len;
+        flps_err rc = jp_next(p, yp, &ev);
 
-        rc = jp_next(p, yp, &ev);
         if (rc != FLPS_OK)
             return rc;
         if (ev.type == end) {
             yaml_event_delete(&ev);
-            break;
+            return FLPS_OK;
         }
-        if (ev.type != YAML_SCALAR_EVENT) {
+        v = (const char *)ev.data.scalar.value;
+        len = ev.type == YAML_SCALAR_EVENT ? ev.data.scalar.length : 0;
+        if (!pairs && sep == '\0' && ev.type == YAML_MAPPING_START_EVENT &&
+            jobspec_key_items_may_be_mappings(key)) {
+            w->buf[w->used++] = JOBSPEC_ITEM_MAPPING;
+            rc = jp_values(p, yp, line, key, YAML_MAPPING_END_EVENT,
+                           JOBSPEC_ITEM_SEP, w);
+            if (rc == FLPS_OK) {
+                w->buf[w->used++] = '\0';
+                w->n++;
+            }
+        } else if (ev.type != YAML_SCALAR_EVENT) {
             rc = JP_FAIL(p,
                          "line %lu: %s: found %s where a single value "
                          "belongs; expected %s",
                          jp_line(&ev.start_mark), name, jp_node_kind(&ev),
                          jobspec_key_expect(key, ex));
-            yaml_event_delete(&ev);
-            return rc;
-        }
-        len = ev.data.scalar.length;
-        if (strlen((const char *)ev.data.scalar.value) != len) {
+        } else if (strlen(v) != len) {
             rc = JP_FAIL(p, "line %lu: %s: a value contains a NUL character",
                          jp_line(&ev.start_mark), name);
-            yaml_event_delete(&ev);
-            return rc;
-        }
-        /* A mapping's keys become "NAME=", its values the rest. */
-        if (used + len + 2 > sizeof(buf)) {
+        } else if (w->used + len + 3 > sizeof(w->buf)) {
+            /* Room for this value's end, and an item's. */
             rc = JP_FAIL(p, "line %lu: %s: more than %d bytes; expected %s",
                          line, name, JOBSPEC_WORDS_BYTES - 1,
                          jobspec_key_expect(key, ex));
-            yaml_event_delete(&ev);
-            return rc;
-        }
-        if (mapping && item % 2 == 0 &&
-            memchr(ev.data.scalar.value, '=', len) != NULL) {
+        } else if (pairs && item % 2 == 0 && memchr(v, '=', len) != NULL) {
             rc = JP_FAIL(p,
-                         "line %lu: %s: '%.40s' is not a variable name; "
-                         "expected %s",
-                         jp_line(&ev.start_mark), name,
-                         (const char *)ev.data.scalar.value,
+                         "line %lu: %s: '%.40s' is not a %s name; expected "
+                         "%s",
+                         jp_line(&ev.start_mark), name, v,
+                         key == JOBSPEC_KEY_ENV ? "variable" : "key",
                          jobspec_key_expect(key, ex));
-            yaml_event_delete(&ev);
-            return rc;
-        }
-        memcpy(buf + used, ev.data.scalar.value, len);
-        used += len;
-        if (mapping && item % 2 == 0) {
-            buf[used++] = '=';
         } else {
-            buf[used++] = '\0';
-            n++;
+            memcpy(w->buf + w->used, v, len);
+            w->used += len;
+            w->buf[w->used++] = pairs && item % 2 == 0 ? '=' : sep;
+            w->n += w->buf[w->used - 1] == '\0';
+            item++;
         }
-        item++;
         yaml_event_delete(&ev);
+        if (rc != FLPS_OK)
+            return rc;
     }
-    return jobspec_key_set_words(key, buf, n, line, s, p->errbuf, p->errlen);
+}
+
+/* A list (command, tolerations) or a mapping (env, resources,
+ * node_selector) given as one: its words to the key's setter. start is
+ * the list's or mapping's start event. */
+static flps_err jp_words_event(jp *p, yaml_parser_t *yp,
+                               const yaml_event_t *start, jobspec_key key,
+                               jobspec *s)
+{
+    unsigned long line = jp_line(&start->start_mark);
+    yaml_event_type_t end = start->type == YAML_MAPPING_START_EVENT
+                                ? YAML_MAPPING_END_EVENT
+                                : YAML_SEQUENCE_END_EVENT;
+    jp_words w;
+    flps_err rc;
+
+    w.used = w.n = 0;
+    jp_at_key(p, line, key);
+    rc = jp_values(p, yp, line, key, end, '\0', &w);
+    if (rc != FLPS_OK)
+        return rc;
+    return jobspec_key_set_words(key, w.buf, w.n, line, s, p->errbuf,
+                                 p->errlen);
 }
 
 /* Read and drop one event whose kind the structure already fixes (stream
@@ -346,8 +358,9 @@ static flps_err jp_walk(jp *p, yaml_parser_t *yp, jobspec *s)
         if (rc != FLPS_OK)
             return rc;
         if (jobspec_key_takes_words(key) &&
-            ev.type == (key == JOBSPEC_KEY_ENV ? YAML_MAPPING_START_EVENT
-                                               : YAML_SEQUENCE_START_EVENT))
+            ev.type == (jobspec_key_takes_mapping(key)
+                            ? YAML_MAPPING_START_EVENT
+                            : YAML_SEQUENCE_START_EVENT))
             rc = jp_words_event(p, yp, &ev, key, s);
         else
             rc = jp_value_event(p, &ev, key, s);
@@ -381,10 +394,8 @@ static flps_err jp_check_warmup(jp *p, const jobspec *s)
         return FLPS_OK;
     jp_at_key(p, wl, JOBSPEC_KEY_DENSITY_WARMUP);
     jobspec_comp_format(s, comp, sizeof(comp));
-    if (s->compression != JOBSPEC_COMP_TOPK &&
-        s->compression != JOBSPEC_COMP_GTOPK &&
-        s->compression != JOBSPEC_COMP_DGC &&
-        s->compression != JOBSPEC_COMP_AUTO)
+    if (s->compression != CODEC_TOPK && s->compression != CODEC_GTOPK &&
+        s->compression != CODEC_DGC && s->compression != CODEC_AUTO)
         return JP_FAIL(p,
                        "line %lu: density_warmup: compression '%s' has no "
                        "selection density to warm up; use topk:D, gtopk:D, "
@@ -404,7 +415,7 @@ static flps_err jp_check_warmup(jp *p, const jobspec *s)
                        wl, (unsigned long long)s->density_warmup,
                        (unsigned long long)s->iterations,
                        (unsigned long long)s->iterations);
-    if (s->compression != JOBSPEC_COMP_AUTO &&
+    if (s->compression != CODEC_AUTO &&
         !(s->density_warmup_start > s->density)) {
         unsigned long sl = p->line[JOBSPEC_KEY_DENSITY_WARMUP_START];
         jp_at_key(p, sl ? sl : wl, JOBSPEC_KEY_DENSITY_WARMUP_START);
@@ -417,15 +428,173 @@ static flps_err jp_check_warmup(jp *p, const jobspec *s)
     return FLPS_OK;
 }
 
+/* resources: cpu, memory and nvidia.com/gpu are the workers' needs under
+ * their Kubernetes names: given there and as cpus_per_worker (...) too,
+ * which one counts would depend on the order of the lines. */
+static flps_err jp_check_resources(jp *p, const jobspec *s)
+{
+    static const struct {
+        uint32_t bit;
+        jobspec_key key;
+        const char *name;
+    } twice[] = {
+        {JOBSPEC_RES_CPU, JOBSPEC_KEY_CPUS_PER_WORKER, "cpu"},
+        {JOBSPEC_RES_MEMORY, JOBSPEC_KEY_MEMORY_PER_WORKER, "memory"},
+        {JOBSPEC_RES_GPU, JOBSPEC_KEY_GPUS_PER_WORKER, "nvidia.com/gpu"},
+    };
+    const unsigned long rl = p->line[JOBSPEC_KEY_RESOURCES];
+
+    for (size_t i = 0; i < sizeof(twice) / sizeof(twice[0]); i++) {
+        if (!(s->resources_set & twice[i].bit) || p->line[twice[i].key] == 0)
+            continue;
+        jp_at_key(p, rl, JOBSPEC_KEY_RESOURCES);
+        return JP_FAIL(p,
+                       "line %lu: resources: %s is what %s (line %lu) "
+                       "gives; give the workers' need once, in one of them",
+                       rl, twice[i].name, jobspec_key_name(twice[i].key),
+                       p->line[twice[i].key]);
+    }
+    return FLPS_OK;
+}
+
+/* servers against the mode: a saps job keeps its model on the workers
+ * and runs no shard (servers: 0, its default there); every other mode
+ * needs one, or auto: a shard beside each worker, so that each host's
+ * link carries what a ring allreduce's would (docs/job-file.md). */
+static flps_err jp_check_servers(jp *p, jobspec *s)
+{
+    const unsigned long sl = p->line[JOBSPEC_KEY_SERVERS];
+
+    jp_at_key(p, sl, JOBSPEC_KEY_SERVERS);
+    /* auto, unless a later value (a launcher's flag) replaced it */
+    if (s->servers != 0)
+        s->servers_auto = 0;
+    if (s->mode == JOBSPEC_MODE_SAPS) {
+        if (s->servers_auto || (sl != 0 && s->servers > 0))
+            return JP_FAIL(p,
+                           "line %lu: servers: mode saps (line %lu) keeps "
+                           "the model on the workers and runs no shard; "
+                           "leave servers out or set it to 0",
+                           sl, p->line[JOBSPEC_KEY_MODE]);
+        s->servers = 0;
+        return FLPS_OK;
+    }
+    if (s->servers_auto) {
+        if (s->workers > 256)
+            return JP_FAIL(p,
+                           "line %lu: servers: auto puts a shard beside each "
+                           "of the %u workers; a job has at most 256 servers",
+                           sl, s->workers);
+        s->servers = s->workers;
+        return FLPS_OK;
+    }
+    if (s->servers == 0)
+        return JP_FAIL(p,
+                       "line %lu: servers: '0' is out of range for mode %s; "
+                       "expected an integer from 1 to 256 (or auto: one "
+                       "beside each worker; 0 for mode saps, which needs "
+                       "none)",
+                       sl, jobspec_mode_name(s->mode));
+    return FLPS_OK;
+}
+
+/* What a saps job needs beside its own keys: two workers or more, no
+ * codec of its own (saps_density is its compression) and, unless given,
+ * one local step between exchanges. */
+static flps_err jp_check_saps(jp *p, jobspec *s)
+{
+    const unsigned long ml = p->line[JOBSPEC_KEY_MODE];
+    unsigned long line;
+
+    if (p->line[JOBSPEC_KEY_LOCAL_STEPS] == 0)
+        s->local_steps = 1;
+    if (s->workers < 2) {
+        line = p->line[JOBSPEC_KEY_WORKERS];
+        jp_at_key(p, line, JOBSPEC_KEY_WORKERS);
+        return JP_FAIL(p,
+                       "line %lu: workers: mode saps (line %lu) exchanges "
+                       "between workers; expected an integer from 2 to 256",
+                       line, ml);
+    }
+    if (s->workers > 256) {
+        line = p->line[JOBSPEC_KEY_WORKERS];
+        jp_at_key(p, line, JOBSPEC_KEY_WORKERS);
+        return JP_FAIL(p,
+                       "line %lu: workers: %u are more than mode saps (line "
+                       "%lu) pairs; expected an integer from 2 to 256",
+                       line, s->workers, ml);
+    }
+    if (s->compression != CODEC_DENSE) {
+        char comp[64];
+
+        line = p->line[JOBSPEC_KEY_COMPRESSION];
+        jp_at_key(p, line, JOBSPEC_KEY_COMPRESSION);
+        jobspec_comp_format(s, comp, sizeof(comp));
+        return JP_FAIL(p,
+                       "line %lu: compression: mode saps (line %lu) sends "
+                       "saps_density of the model's values, no codec's "
+                       "selection; leave compression '%s' out and set "
+                       "saps_density",
+                       line, ml, comp);
+    }
+    return FLPS_OK;
+}
+
+/* The keys of federated averaging's clients and server: only mode fedavg
+ * runs them, and the shards' optimizer takes a whole update, which gtopk's
+ * global selection is not. */
+static flps_err jp_check_fedavg(jp *p, const jobspec *s)
+{
+    static const jobspec_key fl_keys[] = {
+        JOBSPEC_KEY_LOCAL_EPOCHS, JOBSPEC_KEY_PROX_MU,
+        JOBSPEC_KEY_SERVER_OPTIMIZER, JOBSPEC_KEY_SERVER_LR};
+    const int set[] = {s->local_epochs > 0, s->prox_mu > 0,
+                       s->server_optimizer != JOBSPEC_SERVER_OPT_SGD,
+                       s->server_lr != 1};
+    char mode[32];
+
+    jobspec_mode_format(s, mode, sizeof(mode));
+    for (size_t i = 0; i < sizeof(fl_keys) / sizeof(fl_keys[0]); i++) {
+        const unsigned long line = p->line[fl_keys[i]];
+
+        if (!set[i] || s->mode == JOBSPEC_MODE_FEDAVG)
+            continue;
+        jp_at_key(p, line, fl_keys[i]);
+        return JP_FAIL(p,
+                       "line %lu: %s: only mode fedavg runs it, and this job's "
+                       "mode is '%s'; leave %s out or use mode: fedavg",
+                       line, jobspec_key_name(fl_keys[i]), mode,
+                       jobspec_key_name(fl_keys[i]));
+    }
+    if (s->server_optimizer != JOBSPEC_SERVER_OPT_SGD &&
+        s->compression == CODEC_GTOPK) {
+        const unsigned long line = p->line[JOBSPEC_KEY_SERVER_OPTIMIZER];
+
+        jp_at_key(p, line, JOBSPEC_KEY_SERVER_OPTIMIZER);
+        return JP_FAIL(p,
+                       "line %lu: server_optimizer: the shards' optimizer "
+                       "steps on the whole averaged delta, and gtopk keeps "
+                       "only its global top-k; use compression topk:D or "
+                       "dgc:D with it, or server_optimizer: sgd",
+                       line);
+    }
+    return FLPS_OK;
+}
+
 /* Checks that involve more than one key, once all are known. */
-static flps_err jp_cross_check(jp *p, const jobspec *s)
+static flps_err jp_cross_check(jp *p, jobspec *s)
 {
     static const jobspec_key required[] = {JOBSPEC_KEY_NAME, JOBSPEC_KEY_MODEL};
     char ex[JOBSPEC_EXPECT_MAX];
+    flps_err rc;
 
+    /* A command: job runs the user's own model: model: names flworker's. */
+    if (s->command_argc > 0 && p->line[JOBSPEC_KEY_MODEL] == 0)
+        s->model = JOBSPEC_MODEL_NONE;
     for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
         jp_at_key(p, 0, required[i]);
-        if (p->line[required[i]] == 0)
+        if (p->line[required[i]] == 0 &&
+            !(required[i] == JOBSPEC_KEY_MODEL && s->command_argc > 0))
             return JP_FAIL(p, "missing required key '%s'; expected %s",
                            jobspec_key_name(required[i]),
                            jobspec_key_expect(required[i], ex));
@@ -438,6 +607,20 @@ static flps_err jp_cross_check(jp *p, const jobspec *s)
                        "fedavg (line %lu); expected an integer from 1 "
                        "to " JP_U32_MAX_TEXT,
                        p->line[JOBSPEC_KEY_ROUNDS], p->line[JOBSPEC_KEY_MODE]);
+    rc = jp_check_servers(p, s);
+    if (rc != FLPS_OK)
+        return rc;
+    if (s->mode == JOBSPEC_MODE_SAPS) {
+        rc = jp_check_saps(p, s);
+        if (rc != FLPS_OK)
+            return rc;
+    }
+    rc = jp_check_resources(p, s);
+    if (rc != FLPS_OK)
+        return rc;
+    rc = jp_check_fedavg(p, s);
+    if (rc != FLPS_OK)
+        return rc;
     return jp_check_warmup(p, s);
 }
 
@@ -488,11 +671,16 @@ static flps_err jp_check_syntax(jp *p, const char *text, size_t len)
     return rc;
 }
 
-/* jobspec_parse, also reporting the line data_dir was given on (0 when
- * defaulted) so jobspec_load can point at it. */
+/* Where the job says which data to read: the lines dataset: and data_dir:
+ * were given on (0 when defaulted), so jobspec_load can point at them. */
+typedef struct jp_data_lines {
+    unsigned long dataset, data_dir;
+} jp_data_lines;
+
+/* jobspec_parse, also reporting where the data keys were given. */
 static flps_err jp_parse(const char *text, size_t len, jobspec *out,
-                         char *errbuf, size_t errlen,
-                         unsigned long *data_dir_line, jobspec_where *where)
+                         char *errbuf, size_t errlen, jp_data_lines *data,
+                         jobspec_where *where)
 {
     yaml_parser_t yp;
     jobspec spec;
@@ -508,15 +696,10 @@ static flps_err jp_parse(const char *text, size_t len, jobspec *out,
     p.errlen = errlen;
     if (errbuf != NULL && errlen > 0)
         errbuf[0] = '\0';
-    rc = textguard_check(text, len, JOBSPEC_MAX_FILE, JOBSPEC_MAX_DEPTH,
-                         "the job file", errbuf, errlen);
-    if (rc != FLPS_OK) {
-        size_t depth;
-
-        textguard_depth(text, len > JOBSPEC_MAX_FILE ? 0 : len, &depth,
-                        &p.at_line);
+    rc = textguard_check_at(text, len, JOBSPEC_MAX_FILE, JOBSPEC_MAX_DEPTH,
+                            "the job file", errbuf, errlen, &p.at_line);
+    if (rc != FLPS_OK)
         goto fail;
-    }
     rc = jp_check_syntax(&p, text, len);
     if (rc != FLPS_OK)
         goto fail;
@@ -533,8 +716,12 @@ static flps_err jp_parse(const char *text, size_t len, jobspec *out,
     yaml_parser_delete(&yp);
     if (rc != FLPS_OK)
         goto fail;
+    for (int k = 0; k < JOBSPEC_KEY_COUNT; k++)
+        if (p.line[k] != 0)
+            spec.given[k / 64] |= (uint64_t)1 << (k % 64);
     *out = spec;
-    *data_dir_line = p.line[JOBSPEC_KEY_DATA_DIR];
+    data->dataset = p.line[JOBSPEC_KEY_DATASET];
+    data->data_dir = p.line[JOBSPEC_KEY_DATA_DIR];
     return FLPS_OK;
 
 fail:
@@ -548,17 +735,17 @@ fail:
 flps_err jobspec_parse(const char *text, size_t len, jobspec *out, char *errbuf,
                        size_t errlen)
 {
-    unsigned long dd_line = 0;
+    jp_data_lines data;
 
-    return jp_parse(text, len, out, errbuf, errlen, &dd_line, NULL);
+    return jp_parse(text, len, out, errbuf, errlen, &data, NULL);
 }
 
 flps_err jobspec_parse_where(const char *text, size_t len, jobspec *out,
                              char *errbuf, size_t errlen, jobspec_where *where)
 {
-    unsigned long dd_line = 0;
+    jp_data_lines data;
 
-    return jp_parse(text, len, out, errbuf, errlen, &dd_line, where);
+    return jp_parse(text, len, out, errbuf, errlen, &data, where);
 }
 
 /* ---- Files ----------------------------------------------------------- */
@@ -576,10 +763,10 @@ static const char *jp_strerror(int err, char *buf, size_t len)
 #endif
 }
 
-/* Read the whole file, refusing more than JOBSPEC_MAX_FILE bytes. Reads
- * rather than trusting st_size so pipes and /dev/fd paths work too. */
-static flps_err jp_read_file(const char *path, char **text, size_t *len,
-                             char *errbuf, size_t errlen)
+/* Reads rather than trusting st_size so pipes and /dev/fd paths work
+ * too. */
+flps_err jobspec_read_file(const char *path, char **text, size_t *len,
+                           char *errbuf, size_t errlen)
 {
     char ebuf[128];
     char chunk[4096];
@@ -700,33 +887,45 @@ static flps_err jp_check_dataset(const char *path, const jobspec *s,
     return FLPS_OK;
 }
 
+flps_err jobspec_load_text(const char *name, const char *text, size_t len,
+                           jobspec *out, char *errbuf, size_t errlen,
+                           jobspec_where *where)
+{
+    char msg[1024];
+    jp_data_lines data = {0, 0};
+    jobspec spec;
+    flps_err rc;
+
+    if (name == NULL || out == NULL)
+        return FLPS_EINVAL;
+    rc = jp_parse(text, len, &spec, msg, sizeof(msg), &data, where);
+    if (rc != FLPS_OK)
+        return flps_errbuf_set(errbuf, errlen, rc, "%s: %s", name, msg);
+    /* A command: job's program reads its own data, unless the job says
+     * it reads flps's. */
+    if (spec.dataset == JOBSPEC_DATASET_FASHION_MNIST &&
+        (spec.command_argc == 0 || data.dataset != 0 || data.data_dir != 0)) {
+        rc = jp_check_dataset(name, &spec, data.data_dir, errbuf, errlen);
+        if (rc != FLPS_OK)
+            return rc;
+    }
+    *out = spec;
+    return FLPS_OK;
+}
+
 flps_err jobspec_load(const char *path, jobspec *out, char *errbuf,
                       size_t errlen)
 {
     char *text = NULL;
     size_t len = 0;
-    char msg[1024];
-    unsigned long dd_line = 0;
-    jobspec spec;
     flps_err rc;
 
     if (path == NULL || out == NULL)
         return FLPS_EINVAL;
-    rc = jp_read_file(path, &text, &len, errbuf, errlen);
+    rc = jobspec_read_file(path, &text, &len, errbuf, errlen);
     if (rc != FLPS_OK)
         return rc;
-    rc = jp_parse(text, len, &spec, msg, sizeof(msg), &dd_line, NULL);
-    if (rc != FLPS_OK) {
-        flps_errbuf_set(errbuf, errlen, rc, "%s: %s", path, msg);
-        goto out;
-    }
-    if (spec.dataset == JOBSPEC_DATASET_FASHION_MNIST) {
-        rc = jp_check_dataset(path, &spec, dd_line, errbuf, errlen);
-        if (rc != FLPS_OK)
-            goto out;
-    }
-    *out = spec;
-out:
+    rc = jobspec_load_text(path, text, len, out, errbuf, errlen, NULL);
     flps_free(text);
     return rc;
 }

@@ -10,15 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/gpuclock.h"
 #include "common/numparse.h"
 #include "services/safeid.h"
+#include "transports/names.h"
 
 #define JP_U32_MAX_TEXT "4294967295"
 #define JP_SIZE_TEXT                                                           \
     "a size in bytes, or a number with a suffix K, M, G, T (powers of "        \
     "1000) or Ki, Mi, Gi, Ti (powers of 1024), e.g. 512Mi"
-#define JP_CODECS_TEXT                                                         \
-    "dense, topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, fp16, sign, auto"
 
 /* Where a value's message goes. */
 typedef struct jp {
@@ -44,8 +44,13 @@ typedef enum {
     JP_UINT,       /* decimal digits in [umin, umax] */
     JP_REAL,       /* a plain decimal within range */
     JP_SIZE,       /* a SIZE (jobspec_size_parse) in bytes */
+    JP_RATE,       /* "auto" (stored as -1) or a SIZE per second (a double) */
     JP_ARGV,       /* a list of words, or one text split like a shell */
     JP_ENV,        /* a mapping NAME: VALUE, or text of NAME=VALUE words */
+    JP_MAP,        /* a mapping NAME: VALUE of Kubernetes names (or text of
+                      NAME=VALUE words), checked by jobspec_k8s.c */
+    JP_LIST,       /* a list of entries, each text or a mapping (or text of
+                      entries), checked by jobspec_k8s.c */
 } jp_type;
 
 /* Bounds of a real: {lo, hi, lo_open, hi_open}; an open end excludes its
@@ -63,6 +68,7 @@ typedef struct jp_param {
     double neutral;
     const char *what;   /* "density": "'topk:2' has density 2 out of range" */
     const char *needs;  /* "a density": "'topk' needs a density" */
+    const char *suffix; /* how a list of the words writes it: ":D" */
     const char *expect; /* after the word: ":D with 0 < D <= 1" */
     uint64_t umin, umax;
     jp_range range;
@@ -71,19 +77,30 @@ typedef struct jp_param {
 typedef struct jp_keydef {
     const char *name; /* the key as written, also the field's name */
     jp_type type;
-    size_t offset, size;      /* the field in struct jobspec */
-    const char *def;          /* default, as the file would say it; NULL =
-                                 required */
-    const char *expect;       /* what is accepted; NULL: built from words or
-                                 the integer range (and note) */
-    const char *note;         /* JP_UINT: said after the built range */
-    uint64_t umin, umax;      /* JP_UINT */
-    jp_range range;           /* JP_REAL */
-    const char *chars;        /* JP_TEXT */
+    size_t offset, size; /* the field in struct jobspec */
+    const char *def;     /* default, as the file would say it; NULL =
+                            required */
+    const char *expect;  /* what is accepted; NULL: built from the
+                            words (with their parameters' suffix) or
+                            the integer range, and the note */
+    const char *note;    /* JP_UINT, JP_WORD_PARAM: said after the
+                            built text, in parentheses */
+    uint64_t umin, umax; /* JP_UINT */
+    bool zero_later;     /* JP_UINT: 0 is taken too, and checked
+                            against the other keys (jobspec.c) */
+    jp_range range;      /* JP_REAL */
+    const char *chars;   /* JP_TEXT */
+    /* JP_TEXT: the value's own parser (after chars): writes the stored
+     * text into out (len bytes) and returns NULL, or returns what is
+     * wrong ("is not ..."). NULL: stored as written. */
+    const char *(*canon)(const char *v, char *out, size_t len);
     const char *const *words; /* JP_WORD, JP_WORD_PARAM: by enum value */
     size_t nwords;
     const char *kind;              /* JP_WORD_PARAM: "is not a codec" */
     const jp_param *const *params; /* JP_WORD_PARAM: by enum value */
+    bool empty_ok;                 /* JP_TEXT: "" is a value (none given) */
+    bool auto_ok; /* JP_UINT: "auto" is a value, stored as 0 (umin is 1);
+                     jobspec.c resolves it once every key is read */
 } jp_keydef;
 
 #define JP_OFFSET_SIZE(f)                                                      \
@@ -98,26 +115,52 @@ _Static_assert(sizeof(jobspec_model) == sizeof(uint32_t) &&
                    sizeof(jobspec_dataset) == sizeof(uint32_t) &&
                    sizeof(jobspec_partition) == sizeof(uint32_t) &&
                    sizeof(jobspec_mode) == sizeof(uint32_t) &&
-                   sizeof(jobspec_comp) == sizeof(uint32_t) &&
+                   sizeof(codec_kind) == sizeof(uint32_t) &&
                    sizeof(jobspec_lr_schedule) == sizeof(uint32_t) &&
                    sizeof(jobspec_transport) == sizeof(uint32_t) &&
-                   sizeof(jobspec_backend) == sizeof(uint32_t),
+                   sizeof(jobspec_backend) == sizeof(uint32_t) &&
+                   sizeof(jobspec_server_opt) == sizeof(uint32_t) &&
+                   sizeof(jobspec_peer_selection) == sizeof(uint32_t),
                "enum fields are 32 bits");
 
 static const char *const jp_models[] = {"mlp", "cnn"};
 static const char *const jp_datasets[] = {"fashion-mnist", "synthetic"};
-static const char *const jp_partitions[] = {"iid", "dirichlet"};
-static const char *const jp_modes[] = {"ssgd", "async", "ssp", "fedavg"};
+static const char *const jp_partitions[] = {"iid", "dirichlet", "shards"};
+/* By jobspec_server_opt value. */
+static const char *const jp_server_opts[] = {"sgd", "momentum", "adam"};
+/* The word lists of the name tables (jobspec.h, compress/codec.h), by
+ * enum value. */
+static const char *const jp_modes[] = {
+#define X(mode, value, name, param) [value] = name,
+    JOBSPEC_MODE_MAP(X)
+#undef X
+};
 static const char *const jp_schedules[] = {"constant", "cosine"};
-/* By jobspec_transport value, which is also proto's transport_kind. */
-static const char *const jp_transports[] = {"zmq", "rdma", "auto"};
+/* By jobspec_peer_selection value: saps_select's names. */
+static const char *const jp_peer_selections[] = {"adaptive", "random", "ring"};
+/* By jobspec_transport value, which is also transport_kind: the words of
+ * the one table of transport names. */
+static const char *const jp_transports[] = {
+#define JP_TRANSPORT(kind, name, label, what, unbuilt) name,
+    TRANSPORT_NAME_MAP(JP_TRANSPORT)
+#undef JP_TRANSPORT
+};
+_Static_assert((int)JOBSPEC_TRANSPORT_ZMQ == (int)TRANSPORT_KIND_ZMQ &&
+                   (int)JOBSPEC_TRANSPORT_RDMA == (int)TRANSPORT_KIND_RDMA &&
+                   (int)JOBSPEC_TRANSPORT_AUTO == (int)TRANSPORT_KIND_AUTO,
+               "jobspec_transport is transport_kind");
 /* overlap: stored as its index, so false is 0. */
 static const char *const jp_bools[] = {"false", "true"};
-/* By jobspec_backend value; each is a backend name of worker/backend.h. */
-static const char *const jp_backends[] = {"cpu", "cuda"};
-/* By jobspec_comp value, which is also the order of proto's codec ids. */
+static const char *const jp_backends[] = {
+#define X(backend, value, name, how) [value] = name,
+    JOBSPEC_BACKEND_MAP(X)
+#undef X
+};
 static const char *const jp_codecs[] = {
-    "dense", "topk", "gtopk", "randk", "dgc", "qsgd", "fp16", "auto", "sign"};
+#define X(kind, value, name, param, values) [value] = name,
+    CODEC_KIND_MAP(X)
+#undef X
+};
 
 static const jp_param jp_alpha = {
     .type = JP_REAL,
@@ -125,8 +168,30 @@ static const jp_param jp_alpha = {
     .neutral = 0,
     .what = "alpha",
     .needs = "a concentration alpha",
+    .suffix = ":A",
     .expect = ":A with A > 0",
     .range = {0, INFINITY, true, false},
+};
+static const jp_param jp_shards = {
+    .type = JP_UINT,
+    JP_OFFSET_SIZE(partition_shards),
+    .neutral = 0,
+    .what = "shards per client",
+    .needs = "a number of shards per client",
+    .suffix = ":N",
+    .expect = ":N with N an integer from 1 to " JP_U32_MAX_TEXT,
+    .umin = 1,
+    .umax = UINT32_MAX,
+};
+static const jp_param jp_server_beta = {
+    .type = JP_REAL,
+    JP_OFFSET_SIZE(server_momentum),
+    .neutral = 0,
+    .what = "momentum",
+    .needs = "a momentum B",
+    .suffix = ":B",
+    .expect = ":B with 0 <= B < 1",
+    .range = {0, 1, false, true},
 };
 static const jp_param jp_staleness = {
     .type = JP_UINT,
@@ -134,6 +199,7 @@ static const jp_param jp_staleness = {
     .neutral = 0,
     .what = "staleness",
     .needs = "a staleness bound",
+    .suffix = ":S",
     .expect = ":S with S an integer from 0 to " JP_U32_MAX_TEXT,
     .umin = 0,
     .umax = UINT32_MAX,
@@ -144,6 +210,7 @@ static const jp_param jp_density = {
     .neutral = 1,
     .what = "density",
     .needs = "a density",
+    .suffix = ":D",
     .expect = ":D with 0 < D <= 1",
     .range = {0, 1, true, false},
 };
@@ -153,17 +220,36 @@ static const jp_param jp_bits = {
     .neutral = 0,
     .what = "bits",
     .needs = "a bit width",
+    .suffix = ":BITS",
     .expect = ":BITS with BITS from 1 to 8",
     .umin = 1,
     .umax = 8,
 };
 
-static const jp_param *const jp_partition_params[] = {NULL, &jp_alpha};
-static const jp_param *const jp_mode_params[] = {NULL, NULL, &jp_staleness,
-                                                 NULL};
+/* The parameter of each word, by the PARAM column of the name tables. */
+#define JP_PARAM_NONE NULL
+#define JP_PARAM_STALENESS (&jp_staleness)
+#define JP_PARAM_DENSITY (&jp_density)
+#define JP_PARAM_BITS (&jp_bits)
+
+static const jp_param *const jp_partition_params[] = {NULL, &jp_alpha,
+                                                      &jp_shards};
+static const jp_param *const jp_server_opt_params[] = {NULL, &jp_server_beta,
+                                                       NULL};
+static const jp_param *const jp_mode_params[] = {
+#define X(mode, value, name, param) [value] = JP_PARAM_##param,
+    JOBSPEC_MODE_MAP(X)
+#undef X
+};
 static const jp_param *const jp_codec_params[] = {
-    NULL,     &jp_density, &jp_density, &jp_density, &jp_density,
-    &jp_bits, NULL,        NULL,        NULL};
+#define X(kind, value, name, param, values) [value] = JP_PARAM_##param,
+    CODEC_KIND_MAP(X)
+#undef X
+};
+_Static_assert(sizeof(jp_codecs) / sizeof(jp_codecs[0]) == CODEC_KIND_COUNT &&
+                   sizeof(jp_codec_params) / sizeof(jp_codec_params[0]) ==
+                       CODEC_KIND_COUNT,
+               "a word and a parameter for every codec kind");
 
 /* Placement counts CPUs in thousandths (scheduler/sched_place.h): less
  * than one would round to nothing and a job of any size would fit. */
@@ -172,37 +258,89 @@ static const jp_param *const jp_codec_params[] = {
 
 #define JP_SECONDS(note) "a number of seconds >= 0 (" note ")"
 
+/* gpu_clock and gpu_clock_slowdown: common/gpuclock.h parses them (the
+ * worker's libflps reads them back from FLPS_GPU_CLOCK*), so the job file
+ * refuses what the worker would. */
+static const char *jp_gpu_clock(const char *v, char *out, size_t len)
+{
+    gpuclock_spec g;
+
+    if (gpuclock_parse(v, &g, NULL, 0) != FLPS_OK)
+        return "is not default, max, auto or a clock in MHz";
+    gpuclock_spec_format(&g, out, len);
+    return NULL;
+}
+
+static const char *jp_gpu_slowdown(const char *v, char *out, size_t len)
+{
+    double f;
+
+    if (gpuclock_parse_slowdown(v, &f, NULL, 0) != FLPS_OK)
+        return "is not a percentage below 100% or a fraction below 1";
+    snprintf(out, len, "%s", v);
+    return NULL;
+}
+
+/* What the Kubernetes keys' entries accept (jobspec_k8s.c checks them). */
+#define JP_RESOURCES_TEXT                                                      \
+    "a mapping of each worker pod's cpu (a number), memory (a SIZE), "         \
+    "nvidia.com/gpu and DOMAIN/NAME devices (every pod's; integers); at "      \
+    "most 32"
+#define JP_SELECTOR_TEXT "a mapping of node LABEL: VALUE; at most 32"
+#define JP_SCHEDULER_TEXT                                                      \
+    "a scheduler name (a DNS subdomain of at most 63 characters, e.g. "        \
+    "volcano); empty: the cluster's default"
+#define JP_QUEUE_TEXT                                                          \
+    "a Kueue LocalQueue name (a label value of at most 63 characters); "       \
+    "empty: none"
+#define JP_CLAIM_TEXT                                                          \
+    "a PersistentVolumeClaim name (a DNS subdomain of at most 63 "             \
+    "characters); empty: the scheduler's"
+#define JP_DNS_CHARS "abcdefghijklmnopqrstuvwxyz0123456789-."
+#define JP_LABEL_CHARS                                                         \
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
+#define JP_TOLERATIONS_TEXT                                                    \
+    "a list of KEY[=VALUE][:EFFECT], or of mappings of key, operator "         \
+    "(Equal, Exists), value, effect (NoSchedule, PreferNoSchedule, "           \
+    "NoExecute), tolerationSeconds; at most 32"
+
 static const jp_keydef jp_keys[JOBSPEC_KEY_COUNT] = {
     [JOBSPEC_KEY_NAME] = {JP_ROW(name, JP_TEXT, NULL),
                           .expect = "a name of " SAFEID_RULE,
                           .chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                    "abcdefghijklmnopqrstuvwxyz0123456789_.-"},
-    [JOBSPEC_KEY_MODEL] = {JP_ROW(model, JP_WORD, NULL), JP_WORDS(jp_models)},
+    [JOBSPEC_KEY_MODEL] = {JP_ROW(model, JP_WORD, NULL),
+                           .note = "a command: job may leave it out",
+                           JP_WORDS(jp_models)},
     [JOBSPEC_KEY_DATASET] = {JP_ROW(dataset, JP_WORD, "fashion-mnist"),
                              JP_WORDS(jp_datasets)},
     [JOBSPEC_KEY_DATA_DIR] = {JP_ROW(data_dir, JP_PATH,
                                      "/usr/share/datasets/fashion-mnist"),
                               .expect = "a directory path of 1 to 255 bytes"},
     [JOBSPEC_KEY_PARTITION] = {JP_ROW(partition, JP_WORD_PARAM, "iid"),
-                               .expect = "one of iid, dirichlet:A with A > 0",
+                               .expect = "one of iid, dirichlet:A with A > 0, "
+                                         "shards:N with N >= 1",
                                JP_WORDS(jp_partitions), .kind = "a partition",
                                .params = jp_partition_params},
     [JOBSPEC_KEY_WORKERS] = {JP_ROW(workers, JP_UINT, "1"), .umin = 1,
                              .umax = 1024},
+    /* auto is stored as 0 with servers_auto set; a plain 0 is for mode
+     * saps, checked once the mode is known (jobspec.c). */
     [JOBSPEC_KEY_SERVERS] = {JP_ROW(servers, JP_UINT, "1"), .umin = 1,
-                             .umax = 256},
+                             .umax = 256, .auto_ok = true, .zero_later = true,
+                             .note = "or auto: one beside each worker; 0 for "
+                                     "mode saps, which needs none"},
     [JOBSPEC_KEY_MODE] = {JP_ROW(mode, JP_WORD_PARAM, "ssgd"),
-                          .expect = "one of ssgd, async, ssp:S, fedavg (S an "
-                                    "integer >= 0)",
-                          JP_WORDS(jp_modes), .kind = "a mode",
-                          .params = jp_mode_params},
+                          .note = "S an integer >= 0", JP_WORDS(jp_modes),
+                          .kind = "a mode", .params = jp_mode_params},
     [JOBSPEC_KEY_ITERATIONS] = {JP_ROW(iterations, JP_UINT, "1000"), .umin = 1,
                                 .umax = UINT64_MAX},
     /* fedavg's need for a round is checked once the mode is known. */
     [JOBSPEC_KEY_ROUNDS] = {JP_ROW(rounds, JP_UINT, "10"),
                             .note = "fedavg needs at least 1", .umin = 0,
                             .umax = UINT32_MAX},
-    [JOBSPEC_KEY_LOCAL_STEPS] = {JP_ROW(local_steps, JP_UINT, "10"), .umin = 1,
+    [JOBSPEC_KEY_LOCAL_STEPS] = {JP_ROW(local_steps, JP_UINT, "10"),
+                                 .note = "saps: 1 when not given", .umin = 1,
                                  .umax = UINT32_MAX},
     [JOBSPEC_KEY_CLIENT_FRACTION] = {JP_ROW(client_fraction, JP_REAL, "1"),
                                      .expect = "a number with 0 < F <= 1",
@@ -222,6 +360,28 @@ static const jp_keydef jp_keys[JOBSPEC_KEY_COUNT] = {
         {JP_ROW(straggler_slowdown, JP_REAL, "10"),
          .expect = "a number >= 1 (how many times slower a straggler is)",
          .range = {1, 1e9, false, false}},
+    [JOBSPEC_KEY_SAPS_DENSITY] = {JP_ROW(saps_density, JP_REAL, "0.01"),
+                                  .expect = "a number with 0 < D <= 1 (the "
+                                            "share of each tensor a saps "
+                                            "round exchanges)",
+                                  .range = {0, 1, true, false}},
+    [JOBSPEC_KEY_PEER_SELECTION] = {JP_ROW(peer_selection, JP_WORD, "adaptive"),
+                                    JP_WORDS(jp_peer_selections)},
+    [JOBSPEC_KEY_BANDWIDTH_THRESHOLD] =
+        {JP_ROW(bandwidth_threshold, JP_RATE, "auto"),
+         .expect = "auto (split the measured links at their widest gap), or "
+                   "bytes per second: " JP_SIZE_TEXT},
+    [JOBSPEC_KEY_CONNECTIVITY_WINDOW] = {JP_ROW(connectivity_window, JP_UINT,
+                                                "10"),
+                                         .umin = 2, .umax = UINT32_MAX},
+    [JOBSPEC_KEY_BANDWIDTH_REPROBE] = {JP_ROW(bandwidth_reprobe, JP_UINT, "0"),
+                                       .note = "0 = only at the start",
+                                       .umin = 0, .umax = UINT64_MAX},
+    [JOBSPEC_KEY_PEER_DEADLINE] = {JP_ROW(peer_deadline, JP_REAL, "10"),
+                                   .expect = "a number of seconds > 0 (how "
+                                             "long a saps peer may take to "
+                                             "answer)",
+                                   .range = {0, 86400, true, false}},
     [JOBSPEC_KEY_BATCH_SIZE] = {JP_ROW(batch_size, JP_UINT, "32"), .umin = 1,
                                 .umax = 65536},
     [JOBSPEC_KEY_LR] = {JP_ROW(lr, JP_REAL, "0.05"), .expect = "a number > 0",
@@ -232,8 +392,7 @@ static const jp_keydef jp_keys[JOBSPEC_KEY_COUNT] = {
     [JOBSPEC_KEY_LR_SCHEDULE] = {JP_ROW(lr_schedule, JP_WORD, "constant"),
                                  JP_WORDS(jp_schedules)},
     [JOBSPEC_KEY_COMPRESSION] = {JP_ROW(compression, JP_WORD_PARAM, "dense"),
-                                 .expect = "one of " JP_CODECS_TEXT
-                                           " (0 < D <= 1, BITS from 1 to 8)",
+                                 .note = "0 < D <= 1, BITS from 1 to 8",
                                  JP_WORDS(jp_codecs), .kind = "a codec",
                                  .params = jp_codec_params},
     /* Which codecs and modes take a warm-up is checked once all keys are
@@ -261,6 +420,18 @@ static const jp_keydef jp_keys[JOBSPEC_KEY_COUNT] = {
     /* Whether this flworker has the backend is flworker's to say. */
     [JOBSPEC_KEY_BACKEND] = {JP_ROW(backend, JP_WORD, "cpu"),
                              JP_WORDS(jp_backends)},
+    [JOBSPEC_KEY_GPU_CLOCK] = {JP_ROW(gpu_clock, JP_TEXT, "default"),
+                               .expect = "default (leave it), max, auto "
+                                         "(measured: docs/energy.md) or a "
+                                         "clock in MHz from 100 to 10000",
+                               .chars = "abcdefghijklmnopqrstuvwxyz"
+                                        "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
+                               .canon = jp_gpu_clock},
+    [JOBSPEC_KEY_GPU_CLOCK_SLOWDOWN] =
+        {JP_ROW(gpu_clock_slowdown, JP_TEXT, "5%"),
+         .expect = "a percentage (5%) or a fraction (0.05) from 0 up to 1: "
+                   "how much slower than the fastest clock auto may run",
+         .chars = "0123456789.%", .canon = jp_gpu_slowdown},
     [JOBSPEC_KEY_CHECKPOINT_INTERVAL] =
         {JP_ROW(checkpoint_interval, JP_REAL, "0"),
          .expect = JP_SECONDS("0 = off"), .range = {0, INFINITY, false, false}},
@@ -299,6 +470,50 @@ static const jp_keydef jp_keys[JOBSPEC_KEY_COUNT] = {
                                    "the launcher sets), or one string of "
                                    "NAME=VALUE words; at most 128 of 4095 "
                                    "bytes in all"},
+    /* What a Kubernetes launcher reads (docs/deploy.md); their names and
+     * entries are checked by jobspec_k8s.c as the API server would. */
+    [JOBSPEC_KEY_IMAGE] = {JP_ROW(image, JP_TEXT, ""),
+                           .expect = "a container image reference "
+                                     "([REGISTRY/]NAME[:TAG][@DIGEST]) of at "
+                                     "most 255 characters from A-Z a-z 0-9 "
+                                     ". _ - / : @; empty: the scheduler's "
+                                     "image",
+                           .chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                    "abcdefghijklmnopqrstuvwxyz0123456789"
+                                    "._-/:@",
+                           .empty_ok = true},
+    [JOBSPEC_KEY_RESOURCES] = {JP_ROW(resources, JP_MAP, "{}"),
+                               .expect = JP_RESOURCES_TEXT},
+    [JOBSPEC_KEY_NODE_SELECTOR] = {JP_ROW(node_selector, JP_MAP, "{}"),
+                                   .expect = JP_SELECTOR_TEXT},
+    [JOBSPEC_KEY_TOLERATIONS] = {JP_ROW(tolerations, JP_LIST, "[]"),
+                                 .expect = JP_TOLERATIONS_TEXT},
+    [JOBSPEC_KEY_SCHEDULER_NAME] = {JP_ROW(scheduler_name, JP_TEXT, ""),
+                                    .expect = JP_SCHEDULER_TEXT,
+                                    .chars = JP_DNS_CHARS, .empty_ok = true},
+    [JOBSPEC_KEY_QUEUE] = {JP_ROW(queue, JP_TEXT, ""), .expect = JP_QUEUE_TEXT,
+                           .chars = JP_LABEL_CHARS, .empty_ok = true},
+    [JOBSPEC_KEY_CHECKPOINT_VOLUME] = {JP_ROW(checkpoint_volume, JP_TEXT, ""),
+                                       .expect = JP_CLAIM_TEXT,
+                                       .chars = JP_DNS_CHARS, .empty_ok = true},
+    /* Which keys need mode fedavg is checked once all keys are known
+     * (jp_check_fedavg). */
+    [JOBSPEC_KEY_LOCAL_EPOCHS] = {JP_ROW(local_epochs, JP_UINT, "0"),
+                                  .note = "0 = local_steps; else passes over "
+                                          "a client's samples per round",
+                                  .umin = 0, .umax = 1000000},
+    [JOBSPEC_KEY_PROX_MU] = {JP_ROW(prox_mu, JP_REAL, "0"),
+                             .expect = "a number >= 0 (FedProx's mu; 0 = "
+                                       "plain FedAvg)",
+                             .range = {0, 1e6, false, false}},
+    [JOBSPEC_KEY_SERVER_OPTIMIZER] =
+        {JP_ROW(server_optimizer, JP_WORD_PARAM, "sgd"), .note = "0 <= B < 1",
+         JP_WORDS(jp_server_opts), .kind = "a server optimizer",
+         .params = jp_server_opt_params},
+    [JOBSPEC_KEY_SERVER_LR] = {JP_ROW(server_lr, JP_REAL, "1"),
+                               .expect = "a number > 0 (the server's step "
+                                         "on the averaged delta)",
+                               .range = {0, 1e6, true, false}},
 };
 
 /* What a key accepts, as quoted after "expected": the row's text, or one
@@ -319,9 +534,15 @@ const char *jobspec_key_expect(jobspec_key key, char buf[JOBSPEC_EXPECT_MAX])
         return buf;
     }
     buf[0] = '\0';
-    for (size_t i = 0; i < k->nwords && n < JOBSPEC_EXPECT_MAX; i++)
-        n += (size_t)snprintf(buf + n, JOBSPEC_EXPECT_MAX - n, "%s%s",
-                              i == 0 ? "one of " : ", ", k->words[i]);
+    for (size_t i = 0; i < k->nwords && n < JOBSPEC_EXPECT_MAX; i++) {
+        const jp_param *pp = k->type == JP_WORD_PARAM ? k->params[i] : NULL;
+
+        n += (size_t)snprintf(buf + n, JOBSPEC_EXPECT_MAX - n, "%s%s%s",
+                              i == 0 ? "one of " : ", ", k->words[i],
+                              pp != NULL ? pp->suffix : "");
+    }
+    if (k->note != NULL && n < JOBSPEC_EXPECT_MAX)
+        snprintf(buf + n, JOBSPEC_EXPECT_MAX - n, " (%s)", k->note);
     return buf;
 }
 
@@ -628,7 +849,7 @@ static flps_err jp_set_text(jp *p, const jp_val *v, jobspec *s)
     const jp_keydef *k = &jp_keys[v->key];
     size_t ok = k->chars != NULL ? strspn(v->s, k->chars) : v->n;
 
-    if (v->n == 0)
+    if (v->n == 0 && !k->empty_ok)
         return jp_bad(p, v, "is empty");
     if (v->n >= k->size)
         return jp_bad(p, v, "is too long");
@@ -664,6 +885,21 @@ static flps_err jp_set_text(jp *p, const jp_val *v, jobspec *s)
     if (v->key == JOBSPEC_KEY_NAME && !safeid_is_valid(v->s, v->n))
         return jp_bad(p, v,
                       "must start with a letter or digit and hold no '..'");
+    if (v->n > 0 && v->key != JOBSPEC_KEY_NAME) {
+        const char *why = jobspec_k8s_check_text(v->key, v->s);
+
+        if (why != NULL)
+            return jp_bad(p, v, why);
+    }
+    if (k->canon != NULL) {
+        char out[64];
+        const char *why = k->canon(v->s, out, sizeof(out));
+
+        if (why != NULL)
+            return jp_bad(p, v, why);
+        snprintf((char *)s + k->offset, k->size, "%s", out);
+        return FLPS_OK;
+    }
     memcpy((char *)s + k->offset, v->s, v->n + 1);
     return FLPS_OK;
 }
@@ -736,19 +972,21 @@ static flps_err jp_bad_word(jp *p, const jp_val *v, const char *word)
     const jp_keydef *k = &jp_keys[v->key];
     char shown[JOBSPEC_SHOW_MAX + 4];
     char pshown[JOBSPEC_SHOW_MAX + 4] = "";
+    char ex[JOBSPEC_EXPECT_MAX];
+    const char *expect = jobspec_key_expect(v->key, ex);
     const char *near = jp_closest(word, k->words, k->nwords);
     const char *colon = strchr(v->s, ':');
 
     jobspec_key_show(v->s, v->n, shown);
     if (near == NULL)
         return JP_FAIL(p, "line %lu: %s: '%s' is not %s; expected %s", v->line,
-                       k->name, shown, k->kind, k->expect);
+                       k->name, shown, k->kind, expect);
     if (colon != NULL)
         jobspec_key_show(colon, strlen(colon), pshown);
     return JP_FAIL(p,
                    "line %lu: %s: '%s' is not %s; expected %s; did you "
                    "mean '%s%s'?",
-                   v->line, k->name, shown, k->kind, k->expect, near, pshown);
+                   v->line, k->name, shown, k->kind, expect, near, pshown);
 }
 
 /* "word" or "word:param": the word sets the enum field, its parameter (if
@@ -774,11 +1012,15 @@ static flps_err jp_set_word_param(jp *p, const jp_val *v, jobspec *s)
         return jp_bad_word(p, v, word);
     pp = k->params[i];
     jobspec_key_show(v->s, v->n, shown);
-    if (pp == NULL && param != NULL)
+    if (pp == NULL && param != NULL) {
+        char ex[JOBSPEC_EXPECT_MAX];
+
         return JP_FAIL(p,
                        "line %lu: %s: '%s': %s takes no parameter; "
                        "expected %s",
-                       v->line, k->name, shown, word, k->expect);
+                       v->line, k->name, shown, word,
+                       jobspec_key_expect(v->key, ex));
+    }
     if (pp != NULL) {
         snprintf(expect, sizeof(expect), "%s%s", word, pp->expect);
         if (param == NULL)
@@ -834,22 +1076,47 @@ int jobspec_env_is_reserved(const char *name, size_t len)
     return 0;
 }
 
-size_t jobspec_words(const char *buf, uint32_t n, const char **out, size_t max)
+/* The words stored back to back in buf, a buffer of bytes. */
+static size_t jp_words_of(const char *buf, size_t bytes, uint32_t n,
+                          const char **out, size_t max)
 {
     size_t k = 0, at = 0;
 
     if (buf == NULL || out == NULL)
         return 0;
-    while (k < n && k < max && at < JOBSPEC_WORDS_BYTES) {
+    while (k < n && k < max && at < bytes) {
         out[k++] = buf + at;
-        at += strnlen(buf + at, JOBSPEC_WORDS_BYTES - at) + 1;
+        at += strnlen(buf + at, bytes - at) + 1;
     }
     return k;
 }
 
+size_t jobspec_words(const char *buf, uint32_t n, const char **out, size_t max)
+{
+    return jp_words_of(buf, JOBSPEC_WORDS_BYTES, n, out, max);
+}
+
+size_t jobspec_map_words(const char *buf, uint32_t n, const char **out,
+                         size_t max)
+{
+    return jp_words_of(buf, JOBSPEC_MAP_BYTES, n, out, max);
+}
+
 int jobspec_key_takes_words(jobspec_key key)
 {
-    return jp_keys[key].type == JP_ARGV || jp_keys[key].type == JP_ENV;
+    jp_type t = jp_keys[key].type;
+
+    return t == JP_ARGV || t == JP_ENV || t == JP_MAP || t == JP_LIST;
+}
+
+int jobspec_key_takes_mapping(jobspec_key key)
+{
+    return jp_keys[key].type == JP_ENV || jp_keys[key].type == JP_MAP;
+}
+
+int jobspec_key_items_may_be_mappings(jobspec_key key)
+{
+    return jp_keys[key].type == JP_LIST;
 }
 
 /* Split text like a POSIX shell splits words, without expanding anything:
@@ -933,6 +1200,10 @@ static flps_err jp_store_words(jp *p, const jp_val *v, const char *words,
     char ex[JOBSPEC_EXPECT_MAX];
     const char *w = words;
 
+    if (k->type == JP_MAP || k->type == JP_LIST)
+        return jobspec_k8s_store(v->key, k->name,
+                                 jobspec_key_expect(v->key, ex), words, n, used,
+                                 v->line, s, p->errbuf, p->errlen);
     if (n > JOBSPEC_WORDS_MAX)
         return JP_FAIL(p,
                        "line %lu: %s: %zu words are more than 128; "
@@ -1044,10 +1315,20 @@ static flps_err jp_set(jp *p, const jp_val *v, jobspec *s)
         return jp_set_word_param(p, v, s);
     case JP_ARGV:
     case JP_ENV:
+    case JP_MAP:
+    case JP_LIST:
         return jp_set_words_text(p, v, s);
     case JP_UINT:
+        if (k->auto_ok && v->n == 4 && memcmp(v->s, "auto", 4) == 0) {
+            jp_store_uint(s, k->offset, k->size, 0);
+            /* servers (the one auto_ok key): told apart from a plain 0,
+             * which mode saps takes. */
+            s->servers_auto = 1;
+            return FLPS_OK;
+        }
         st = jp_parse_u64(v->s, &u);
-        if (st == JP_NUM_OK && (u < k->umin || u > k->umax))
+        if (st == JP_NUM_OK && (u < k->umin || u > k->umax) &&
+            !(u == 0 && k->zero_later))
             st = JP_NUM_RANGE;
         if (st != JP_NUM_OK)
             return jp_bad(p, v, jp_num_problem(st, true));
@@ -1062,12 +1343,20 @@ static flps_err jp_set(jp *p, const jp_val *v, jobspec *s)
         jp_store_real(s, k->offset, d);
         return FLPS_OK;
     case JP_SIZE:
+    case JP_RATE:
+        if (k->type == JP_RATE && strcmp(v->s, "auto") == 0) {
+            jp_store_real(s, k->offset, -1.0);
+            return FLPS_OK;
+        }
         st = jp_parse_size(v->s, &u);
         if (st == JP_NUM_SYNTAX)
             return jp_bad(p, v, "is not a size");
         if (st != JP_NUM_OK)
             return jp_bad(p, v, jp_num_problem(st, true));
-        jp_store_uint(s, k->offset, k->size, u);
+        if (k->type == JP_RATE)
+            jp_store_real(s, k->offset, (double)u);
+        else
+            jp_store_uint(s, k->offset, k->size, u);
         return FLPS_OK;
     }
     return JP_FAIL(p, "line %lu: internal error: no setter for key %s", v->line,
@@ -1085,7 +1374,7 @@ static flps_err jp_defaults(jp *p, jobspec *s)
         jp_val v = {k->def, 0, 0, (jobspec_key)i};
         flps_err rc;
 
-        if (k->def == NULL || k->type == JP_ARGV || k->type == JP_ENV)
+        if (k->def == NULL || jobspec_key_takes_words((jobspec_key)i))
             continue;
         v.n = strlen(k->def);
         rc = jp_set(p, &v, s);
@@ -1153,9 +1442,6 @@ static const char *jp_word_name(jobspec_key key, unsigned value)
 
 void jobspec_comp_format(const jobspec *spec, char *buf, size_t len)
 {
-    const jp_keydef *k = &jp_keys[JOBSPEC_KEY_COMPRESSION];
-    const jp_param *pp;
-    const char *name;
     char num[32];
 
     if (buf == NULL || len == 0)
@@ -1164,39 +1450,166 @@ void jobspec_comp_format(const jobspec *spec, char *buf, size_t len)
         buf[0] = '\0';
         return;
     }
-    name = jobspec_comp_name(spec->compression);
-    pp = (unsigned)spec->compression < k->nwords
-             ? k->params[(unsigned)spec->compression]
-             : NULL;
-    if (pp == NULL) {
-        snprintf(buf, len, "%s", name);
-    } else if (pp->type == JP_REAL) {
-        double d;
+    /* The shortest text that reads back to the same density: what a
+     * person would write, unlike codec_spec_format's %.17g. */
+    switch (codec_kind_param(spec->compression)) {
+    case CODEC_PARAM_DENSITY:
+        flps_format_double(num, sizeof(num), spec->density);
+        snprintf(buf, len, "%s:%s", codec_kind_name(spec->compression), num);
+        break;
+    case CODEC_PARAM_BITS:
+        snprintf(buf, len, "%s:%u", codec_kind_name(spec->compression),
+                 (unsigned)spec->qsgd_bits);
+        break;
+    case CODEC_PARAM_NONE:
+        snprintf(buf, len, "%s", codec_kind_name(spec->compression));
+        break;
+    }
+}
 
-        memcpy(&d, (const char *)spec + pp->offset, sizeof(d));
-        flps_format_double(num, sizeof(num), d);
-        snprintf(buf, len, "%s:%s", name, num);
+/* jobspec.given has a bit per key. */
+_Static_assert(JOBSPEC_KEY_COUNT <= 64 * JOBSPEC_GIVEN_WORDS,
+               "jobspec.given has a bit per key: raise JOBSPEC_GIVEN_WORDS");
+
+/* Whether spec gives the k-th key. */
+static int jp_given_bit(const jobspec *spec, int k)
+{
+    return (spec->given[k / 64] >> (k % 64) & 1u) != 0;
+}
+
+void jobspec_mode_format(const jobspec *spec, char *buf, size_t len)
+{
+    if (buf == NULL || len == 0)
+        return;
+    if (spec == NULL)
+        buf[0] = '\0';
+    else if (spec->mode == JOBSPEC_MODE_SSP)
+        snprintf(buf, len, "%s:%u", jobspec_mode_name(spec->mode),
+                 (unsigned)spec->staleness);
+    else
+        snprintf(buf, len, "%s", jobspec_mode_name(spec->mode));
+}
+
+void jobspec_partition_format(const jobspec *spec, char *buf, size_t len)
+{
+    char num[32];
+
+    if (buf == NULL || len == 0)
+        return;
+    if (spec == NULL) {
+        buf[0] = '\0';
+    } else if (spec->partition == JOBSPEC_PARTITION_DIRICHLET) {
+        flps_format_double(num, sizeof(num), spec->dirichlet_alpha);
+        snprintf(buf, len, "dirichlet:%s", num);
+    } else if (spec->partition == JOBSPEC_PARTITION_SHARDS) {
+        snprintf(buf, len, "shards:%u", (unsigned)spec->partition_shards);
     } else {
-        uint32_t u;
+        snprintf(buf, len, "%s", jobspec_partition_name(spec->partition));
+    }
+}
 
-        memcpy(&u, (const char *)spec + pp->offset, sizeof(u));
-        snprintf(buf, len, "%s:%u", name, (unsigned)u);
+void jobspec_server_opt_format(const jobspec *spec, char *buf, size_t len)
+{
+    char num[32];
+
+    if (buf == NULL || len == 0)
+        return;
+    if (spec == NULL) {
+        buf[0] = '\0';
+    } else if (spec->server_optimizer == JOBSPEC_SERVER_OPT_MOMENTUM) {
+        flps_format_double(num, sizeof(num), spec->server_momentum);
+        snprintf(buf, len, "momentum:%s", num);
+    } else {
+        snprintf(buf, len, "%s",
+                 jp_word_name(JOBSPEC_KEY_SERVER_OPTIMIZER,
+                              (unsigned)spec->server_optimizer));
+    }
+}
+
+int jobspec_is_given(const jobspec *spec, const char *key)
+{
+    jobspec_key k;
+
+    return spec != NULL && key != NULL &&
+           jobspec_key_find(key, strlen(key), &k) == FLPS_OK &&
+           jp_given_bit(spec, (int)k);
+}
+
+flps_err jobspec_give(jobspec *spec, const char *key)
+{
+    jobspec_key k;
+
+    if (spec == NULL || key == NULL ||
+        jobspec_key_find(key, strlen(key), &k) != FLPS_OK)
+        return FLPS_EINVAL;
+    spec->given[k / 64] |= (uint64_t)1 << (k % 64);
+    return FLPS_OK;
+}
+
+int jobspec_ran_differs(const jobspec *spec, const char *key, const char *ran,
+                        char *job, size_t len)
+{
+    char own[64];
+    codec_spec x, y;
+    int is_comp = key != NULL && strcmp(key, "compression") == 0;
+    int same;
+
+    if (job == NULL || len == 0) {
+        job = own;
+        len = sizeof(own);
+    }
+    job[0] = '\0';
+    if (spec == NULL || (!is_comp && (key == NULL || strcmp(key, "mode"))))
+        return 0;
+    if (is_comp)
+        jobspec_comp_format(spec, job, len);
+    else
+        jobspec_mode_format(spec, job, len);
+    if (ran == NULL || ran[0] == '\0')
+        return 0;
+    if (strcmp(ran, "mixed") == 0)
+        return 1;
+    if (is_comp && codec_setting_parse(ran, &x) == FLPS_OK &&
+        codec_setting_parse(job, &y) == FLPS_OK)
+        same = x.kind == y.kind && x.density == y.density && x.bits == y.bits;
+    else
+        same = strcmp(ran, job) == 0;
+    return jobspec_is_given(spec, key) && !same;
+}
+
+void jobspec_given_format(const jobspec *spec, char *buf, size_t len)
+{
+    size_t at = 0;
+
+    if (buf == NULL || len == 0)
+        return;
+    buf[0] = '\0';
+    for (int i = 0; spec != NULL && i < JOBSPEC_KEY_COUNT; i++) {
+        int n;
+
+        if (!jp_given_bit(spec, i))
+            continue;
+        n = snprintf(buf + at, len - at, "%s%s", at ? "," : "",
+                     jp_keys[i].name);
+        if (n < 0 || (size_t)n >= len - at) {
+            buf[at] = '\0'; /* a key is listed whole or not at all */
+            return;
+        }
+        at += (size_t)n;
     }
 }
 
 const char *jobspec_model_name(jobspec_model m)
 {
+    /* Not a word of the file: a command: job that gives no model. */
+    if (m == JOBSPEC_MODEL_NONE)
+        return "none";
     return jp_word_name(JOBSPEC_KEY_MODEL, (unsigned)m);
 }
 
 const char *jobspec_mode_name(jobspec_mode m)
 {
     return jp_word_name(JOBSPEC_KEY_MODE, (unsigned)m);
-}
-
-const char *jobspec_comp_name(jobspec_comp c)
-{
-    return jp_word_name(JOBSPEC_KEY_COMPRESSION, (unsigned)c);
 }
 
 const char *jobspec_dataset_name(jobspec_dataset d)
@@ -1224,6 +1637,11 @@ const char *jobspec_lr_schedule_name(jobspec_lr_schedule l)
     return jp_word_name(JOBSPEC_KEY_LR_SCHEDULE, (unsigned)l);
 }
 
+const char *jobspec_peer_selection_name(jobspec_peer_selection p)
+{
+    return jp_word_name(JOBSPEC_KEY_PEER_SELECTION, (unsigned)p);
+}
+
 /* ---- Documentation --------------------------------------------------- */
 
 static const char *jp_type_text(const jp_keydef *k)
@@ -1243,10 +1661,15 @@ static const char *jp_type_text(const jp_keydef *k)
         return "number";
     case JP_SIZE:
         return "size";
+    case JP_RATE:
+        return "size or auto";
     case JP_ARGV:
         return "list or text";
     case JP_ENV:
+    case JP_MAP:
         return "mapping or text";
+    case JP_LIST:
+        return "list or text";
     case JP_WORD_PARAM:
         break;
     }
@@ -1288,9 +1711,10 @@ flps_err jobspec_doc_table(flps_strbuf *out)
         bool number = k->type == JP_UINT || k->type == JP_REAL;
 
         flps_strbuf_printf(out, "| `%s` | %s | ", k->name, jp_type_text(k));
+        /* An empty default (no image, no queue) is an empty cell. */
         if (k->def == NULL)
             flps_strbuf_puts(out, "required");
-        else
+        else if (k->def[0] != '\0')
             flps_strbuf_printf(out, number ? "%s" : "`%s`", k->def);
         flps_strbuf_puts(out, " | ");
         jp_doc_cell(out, jobspec_key_expect((jobspec_key)i, ex));

@@ -27,6 +27,12 @@ typedef enum {
     JOBSPEC_KEY_ROUND_DEADLINE,
     JOBSPEC_KEY_STRAGGLER_FRACTION,
     JOBSPEC_KEY_STRAGGLER_SLOWDOWN,
+    JOBSPEC_KEY_SAPS_DENSITY,
+    JOBSPEC_KEY_PEER_SELECTION,
+    JOBSPEC_KEY_BANDWIDTH_THRESHOLD,
+    JOBSPEC_KEY_CONNECTIVITY_WINDOW,
+    JOBSPEC_KEY_BANDWIDTH_REPROBE,
+    JOBSPEC_KEY_PEER_DEADLINE,
     JOBSPEC_KEY_BATCH_SIZE,
     JOBSPEC_KEY_LR,
     JOBSPEC_KEY_MOMENTUM,
@@ -40,6 +46,8 @@ typedef enum {
     JOBSPEC_KEY_PART_SIZE,
     JOBSPEC_KEY_OVERLAP,
     JOBSPEC_KEY_BACKEND,
+    JOBSPEC_KEY_GPU_CLOCK,
+    JOBSPEC_KEY_GPU_CLOCK_SLOWDOWN,
     JOBSPEC_KEY_CHECKPOINT_INTERVAL,
     JOBSPEC_KEY_MAX_RESTARTS,
     JOBSPEC_KEY_PRIORITY,
@@ -51,8 +59,31 @@ typedef enum {
     JOBSPEC_KEY_TIME_LIMIT,
     JOBSPEC_KEY_COMMAND,
     JOBSPEC_KEY_ENV,
+    JOBSPEC_KEY_IMAGE,
+    JOBSPEC_KEY_RESOURCES,
+    JOBSPEC_KEY_NODE_SELECTOR,
+    JOBSPEC_KEY_TOLERATIONS,
+    JOBSPEC_KEY_SCHEDULER_NAME,
+    JOBSPEC_KEY_QUEUE,
+    JOBSPEC_KEY_CHECKPOINT_VOLUME,
+    /* Federated averaging's strategy, after the keys of 0.4 and the
+     * Kubernetes keys, so their order (messages, flags) stays as it was. */
+    JOBSPEC_KEY_LOCAL_EPOCHS,
+    JOBSPEC_KEY_PROX_MU,
+    JOBSPEC_KEY_SERVER_OPTIMIZER,
+    JOBSPEC_KEY_SERVER_LR,
     JOBSPEC_KEY_COUNT
 } jobspec_key;
+
+/* A job file is a short list of settings; anything bigger is a mistake
+ * (a dataset or a log passed by accident) and is refused before parsing. */
+#define JOBSPEC_MAX_FILE ((size_t)1 << 20)
+
+/* A job file is one flat mapping (depth 1); a little more lets a value
+ * given as a list or mapping get its own message. Deeper text is refused
+ * before libyaml sees it: libyaml's time grows with the square of the
+ * depth of nested "[" (a 1 MiB body of them took minutes). */
+#define JOBSPEC_MAX_DEPTH 8
 
 /* Longest value quoted back in a message; longer ones end in "...". */
 #define JOBSPEC_SHOW_MAX 40
@@ -92,9 +123,35 @@ flps_err jobspec_key_set(jobspec_key key, const char *s, size_t n,
                          unsigned long line, jobspec *spec, char *errbuf,
                          size_t errlen);
 
-/* Whether key takes a list (command) or a mapping (env) as well as a
- * single value. */
+/* Whether key takes a list (command, tolerations) or a mapping (env,
+ * resources, node_selector) as well as a single value. */
 int jobspec_key_takes_words(jobspec_key key);
+
+/* For such a key: 1 when it takes a mapping, 0 when a list. */
+int jobspec_key_takes_mapping(jobspec_key key);
+
+/* For a list key: 1 when its items may be mappings too (tolerations). A
+ * mapping item reaches jobspec_key_set_words as one word:
+ * JOBSPEC_ITEM_MAPPING, then "KEY=VALUE" pairs each ended by
+ * JOBSPEC_ITEM_SEP. */
+int jobspec_key_items_may_be_mappings(jobspec_key key);
+#define JOBSPEC_ITEM_MAPPING '\x01'
+#define JOBSPEC_ITEM_SEP '\x1f'
+
+/* The Kubernetes keys' entries (resources, node_selector, tolerations),
+ * for jobspec_keys.c: check n words (used bytes, NULs included) given on
+ * line and store them into *spec. FLPS_ECONFIG with the message in errbuf
+ * (it names the line, the key, the entry and what is accepted; expect is
+ * the key's accepted-values text). jobspec_k8s.c. */
+flps_err jobspec_k8s_store(jobspec_key key, const char *name,
+                           const char *expect, const char *words, size_t n,
+                           size_t used, unsigned long line, jobspec *spec,
+                           char *errbuf, size_t errlen);
+
+/* A problem with a Kubernetes name, or NULL when s is one: for image (an
+ * image reference), scheduler_name (a DNS subdomain), queue (a label
+ * value) and checkpoint_volume (a DNS subdomain). jobspec_k8s.c. */
+const char *jobspec_k8s_check_text(jobspec_key key, const char *s);
 
 /* Read a list (command) or mapping (env) given for key on line into
  * *spec: n words stored back to back in words (NUL-terminated each), for

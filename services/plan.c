@@ -42,6 +42,8 @@ static void plan_key_before(const char *s, size_t pos, char *key, size_t len)
     snprintf(key, len, "%.*s", (int)(end - i), s + i);
 }
 
+/* The document text as a JSON object; what ("profile") starts the message
+ * of a text that is no JSON, NULL for none (the caller's context names it). */
 static json_t *plan_load(const char *what, const char *text, char *errbuf,
                          size_t errlen)
 {
@@ -51,35 +53,66 @@ static json_t *plan_load(const char *what, const char *text, char *errbuf,
 
     if (o == NULL) {
         plan_key_before(text, (size_t)jerr.position, key, sizeof(key));
-        if (key[0] != '\0')
-            flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                            "%s: %s: not valid JSON: %s (line %d, column %d)",
-                            what, key, jerr.text, jerr.line, jerr.column);
-        else
-            flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                            "%s: not valid JSON: %s (line %d, column %d)", what,
-                            jerr.text, jerr.line, jerr.column);
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                        "%s%s%s%snot valid JSON: %s (line %d, column %d)",
+                        what ? what : "", what ? ": " : "", key,
+                        key[0] ? ": " : "", jerr.text, jerr.line, jerr.column);
         return NULL;
     }
     if (!json_is_object(o)) {
         flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                        "%s: expected a JSON object", what);
+                        "%s%sexpected a JSON object", what ? what : "",
+                        what ? ": " : "");
         json_decref(o);
         return NULL;
     }
     return o;
 }
 
+/* The JSON types a field may want. */
+typedef enum {
+    PLAN_INTEGER,
+    PLAN_NUMBER, /* an integer or a real */
+    PLAN_STRING,
+    PLAN_ARRAY,
+} plan_type;
+
 /* Field getters: each names the field (path + key) when it is missing or of
  * the wrong type, and returns 0 then. */
-static int plan_get(json_t *o, const char *path, const char *key, json_t **out,
-                    char *errbuf, size_t errlen)
+static int plan_get(json_t *o, const char *path, const char *key,
+                    plan_type want, json_t **out, char *errbuf, size_t errlen)
 {
+    static const char *const wants[] = {
+        [PLAN_INTEGER] = "an integer",
+        [PLAN_NUMBER] = "a number",
+        [PLAN_STRING] = "a string",
+        [PLAN_ARRAY] = "an array",
+    };
     json_t *v = json_object_get(o, key);
+    int ok;
 
     if (v == NULL) {
         flps_errbuf_set(errbuf, errlen, FLPS_EPROTO, "%s%s: missing", path,
                         key);
+        return 0;
+    }
+    switch (want) {
+    case PLAN_INTEGER:
+        ok = json_is_integer(v);
+        break;
+    case PLAN_NUMBER:
+        ok = json_is_number(v);
+        break;
+    case PLAN_STRING:
+        ok = json_is_string(v);
+        break;
+    default:
+        ok = json_is_array(v);
+        break;
+    }
+    if (!ok) {
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO, "%s%s: expected %s", path,
+                        key, wants[want]);
         return 0;
     }
     *out = v;
@@ -92,13 +125,8 @@ static int plan_get_int(json_t *o, const char *path, const char *key,
 {
     json_t *v;
 
-    if (!plan_get(o, path, key, &v, errbuf, errlen))
+    if (!plan_get(o, path, key, PLAN_INTEGER, &v, errbuf, errlen))
         return 0;
-    if (!json_is_integer(v)) {
-        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                        "%s%s: expected an integer", path, key);
-        return 0;
-    }
     if (json_integer_value(v) < min) {
         flps_errbuf_set(errbuf, errlen, FLPS_EPROTO, "%s%s: %lld is below %lld",
                         path, key, (long long)json_integer_value(v),
@@ -116,13 +144,8 @@ static int plan_get_time(json_t *o, const char *path, const char *key,
     json_t *v;
     double x;
 
-    if (!plan_get(o, path, key, &v, errbuf, errlen))
+    if (!plan_get(o, path, key, PLAN_NUMBER, &v, errbuf, errlen))
         return 0;
-    if (!json_is_number(v)) {
-        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO, "%s%s: expected a number",
-                        path, key);
-        return 0;
-    }
     x = json_number_value(v);
     if (!isfinite(x) || x < 0.0 || (positive && x == 0.0)) {
         flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
@@ -140,13 +163,8 @@ static int plan_get_name(json_t *o, const char *path, const char **out,
     json_t *v;
     size_t n;
 
-    if (!plan_get(o, path, "name", &v, errbuf, errlen))
+    if (!plan_get(o, path, "name", PLAN_STRING, &v, errbuf, errlen))
         return 0;
-    if (!json_is_string(v)) {
-        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                        "%sname: expected a string", path);
-        return 0;
-    }
     n = json_string_length(v);
     if (n == 0 || n > PLAN_NAME_MAX ||
         memchr(json_string_value(v), '\0', n) != NULL) {
@@ -186,18 +204,40 @@ static int plan_name_is_new(const char *const *names, size_t n,
     return 1;
 }
 
+/* Layer i of a document's layers: an object with a name (1..PLAN_NAME_MAX
+ * bytes, not among names[0..i)) and a numel; path gets "layers[i]." for
+ * the caller's further fields. Returns the object, or NULL with a message. */
+static json_t *plan_get_layer(json_t *layers, size_t i,
+                              const char *const *names, char *path,
+                              size_t pathlen, const char **name,
+                              uint64_t *numel, char *errbuf, size_t errlen)
+{
+    json_t *l = json_array_get(layers, i);
+
+    snprintf(path, pathlen, "layers[%zu].", i);
+    if (!json_is_object(l)) {
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                        "layers[%zu]: expected an object", i);
+        return NULL;
+    }
+    if (!plan_get_name(l, path, name, errbuf, errlen) ||
+        !plan_get_numel(l, path, numel, errbuf, errlen))
+        return NULL;
+    if (!plan_name_is_new(names, i, *name)) {
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                        "%sname: \"%s\" appears twice", path, *name);
+        return NULL;
+    }
+    return l;
+}
+
 /* The non-empty "layers" array of o, or NULL with a message. */
 static json_t *plan_get_layers(json_t *o, char *errbuf, size_t errlen)
 {
     json_t *v;
 
-    if (!plan_get(o, "", "layers", &v, errbuf, errlen))
+    if (!plan_get(o, "", "layers", PLAN_ARRAY, &v, errbuf, errlen))
         return NULL;
-    if (!json_is_array(v)) {
-        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                        "layers: expected an array");
-        return NULL;
-    }
     if (json_array_size(v) == 0) {
         flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
                         "layers: empty; a plan needs one layer");
@@ -248,26 +288,15 @@ static flps_err plan_profile_read(json_t *o, plan_profile *pp, char *errbuf,
     if (pp->names == NULL || pp->backprop == NULL)
         return FLPS_ENOMEM;
     for (size_t i = 0; i < pp->nl; i++) {
-        json_t *l = json_array_get(layers, i);
         lags_layer *bl = &pp->backprop[pp->nl - 1 - i];
         char path[48];
         uint64_t numel;
+        json_t *l = plan_get_layer(layers, i, pp->names, path, sizeof(path),
+                                   &pp->names[i], &numel, errbuf, errlen);
 
-        snprintf(path, sizeof(path), "layers[%zu].", i);
-        if (!json_is_object(l)) {
-            return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                                   "layers[%zu]: expected an object", i);
-        }
-        if (!plan_get_name(l, path, &pp->names[i], errbuf, errlen) ||
-            !plan_get_numel(l, path, &numel, errbuf, errlen) ||
-            !plan_get_time(l, path, "t_backward", 0, &bl->t_backward, errbuf,
-                           errlen))
+        if (l == NULL || !plan_get_time(l, path, "t_backward", 0,
+                                        &bl->t_backward, errbuf, errlen))
             return FLPS_EPROTO;
-        if (!plan_name_is_new(pp->names, i, pp->names[i])) {
-            return flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
-                                   "%sname: \"%s\" appears twice", path,
-                                   pp->names[i]);
-        }
         bl->numel = (size_t)numel;
         total += bl->t_backward;
     }
@@ -305,7 +334,8 @@ static json_t *plan_build(const plan_profile *pp, const lags_choice *choice,
                 l, "numel",
                 json_integer((json_int_t)pp->backprop[pp->nl - 1 - i].numel)) ||
             json_object_set_new(l, "codec",
-                                json_string(dense ? "dense" : "topk")) ||
+                                json_string(codec_kind_name(
+                                    dense ? CODEC_DENSE : CODEC_TOPK))) ||
             json_object_set_new(l, "density",
                                 dense ? json_integer(1)
                                       : json_real(c->spec.density)))
@@ -397,33 +427,61 @@ out:
     return rc;
 }
 
-static flps_err plan_layer_read(json_t *l, size_t i, plan_layer *pl)
+/* The codec and density of layer l (at path): "dense" with density 1, or
+ * "topk" with a density in (0, 1]. */
+static int plan_get_codec(json_t *l, const char *path, plan_layer *pl,
+                          char *errbuf, size_t errlen)
 {
-    char path[48];
-    const char *name, *codec_name;
+    const char *dense = codec_kind_name(CODEC_DENSE);
+    const char *topk = codec_kind_name(CODEC_TOPK);
+    const char *name;
     json_t *v;
 
-    snprintf(path, sizeof(path), "layers[%zu].", i);
-    if (!json_is_object(l) || !plan_get_name(l, path, &name, NULL, 0) ||
-        !plan_get_numel(l, path, &pl->numel, NULL, 0) ||
-        !json_is_string(v = json_object_get(l, "codec")))
-        return FLPS_EPROTO;
-    codec_name = json_string_value(v);
-    if (!json_is_number(v = json_object_get(l, "density")))
-        return FLPS_EPROTO;
+    if (!plan_get(l, path, "codec", PLAN_STRING, &v, errbuf, errlen))
+        return 0;
+    name = json_string_value(v);
+    if (!plan_get(l, path, "density", PLAN_NUMBER, &v, errbuf, errlen))
+        return 0;
     pl->density = json_number_value(v);
-    if (strcmp(codec_name, "dense") == 0 && pl->density == 1.0)
+    if (strcmp(name, dense) == 0 && pl->density == 1.0) {
         pl->kind = CODEC_DENSE;
-    else if (strcmp(codec_name, "topk") == 0 && pl->density > 0.0 &&
-             pl->density <= 1.0)
+    } else if (strcmp(name, topk) == 0 && pl->density > 0.0 &&
+               pl->density <= 1.0) {
         pl->kind = CODEC_TOPK;
-    else
+    } else {
+        flps_errbuf_set(errbuf, errlen, FLPS_EPROTO,
+                        "%scodec: \"%.32s\" with density %g; expected \"%s\" "
+                        "with density 1 or \"%s\" with a density in (0, 1]",
+                        path, name, pl->density, dense, topk);
+        return 0;
+    }
+    return 1;
+}
+
+/* The plan in o, validated, into p (whose layers hold p->nlayers). */
+static flps_err plan_read(json_t *o, json_t *layers, plan *p,
+                          const char **names, char *errbuf, size_t errlen)
+{
+    for (size_t i = 0; i < p->nlayers; i++) {
+        plan_layer *pl = &p->layers[i];
+        char path[48];
+        json_t *l = plan_get_layer(layers, i, names, path, sizeof(path),
+                                   &names[i], &pl->numel, errbuf, errlen);
+
+        if (l == NULL || !plan_get_codec(l, path, pl, errbuf, errlen))
+            return FLPS_EPROTO;
+        snprintf(pl->name, sizeof(pl->name), "%s", names[i]);
+    }
+    if (!plan_get_time(o, "", "predicted_iteration_seconds", 0,
+                       &p->predicted_iteration_seconds, errbuf, errlen) ||
+        !plan_get_time(o, "", "dense_iteration_seconds", 0,
+                       &p->dense_iteration_seconds, errbuf, errlen))
         return FLPS_EPROTO;
-    snprintf(pl->name, sizeof(pl->name), "%s", name);
     return FLPS_OK;
 }
 
-flps_err plan_parse(const char *plan_json, plan **out)
+flps_err plan_parse(const char *plan_json, plan **out, char *errbuf,
+                    size_t errlen)
 {
     flps_err rc = FLPS_EPROTO;
     json_t *o, *layers;
@@ -431,12 +489,14 @@ flps_err plan_parse(const char *plan_json, plan **out)
     const char **names = NULL;
     plan *p = NULL;
 
-    if (plan_json == NULL || out == NULL)
-        return FLPS_EINVAL;
-    if ((o = plan_load("plan", plan_json, NULL, 0)) == NULL)
+    if (plan_json == NULL || out == NULL) {
+        return flps_errbuf_set(errbuf, errlen, FLPS_EINVAL,
+                               "no plan or no place for it");
+    }
+    if ((o = plan_load(NULL, plan_json, errbuf, errlen)) == NULL)
         return FLPS_EPROTO;
-    if (!plan_get_int(o, "", "version", 0, &version, NULL, 0) ||
-        (layers = plan_get_layers(o, NULL, 0)) == NULL)
+    if (!plan_get_int(o, "", "version", 0, &version, errbuf, errlen) ||
+        (layers = plan_get_layers(o, errbuf, errlen)) == NULL)
         goto out;
     rc = FLPS_ENOMEM;
     p = flps_calloc(1, sizeof(*p));
@@ -447,25 +507,15 @@ flps_err plan_parse(const char *plan_json, plan **out)
     names = flps_calloc(p->nlayers, sizeof(*names));
     if (p->layers == NULL || names == NULL)
         goto out;
-    rc = FLPS_EPROTO;
     p->version = (uint64_t)version;
-    for (size_t i = 0; i < p->nlayers; i++) {
-        if (plan_layer_read(json_array_get(layers, i), i, &p->layers[i]) !=
-                FLPS_OK ||
-            !plan_name_is_new(names, i, p->layers[i].name))
-            goto out;
-        names[i] = p->layers[i].name;
-    }
-    if (!plan_get_time(o, "", "predicted_iteration_seconds", 0,
-                       &p->predicted_iteration_seconds, NULL, 0) ||
-        !plan_get_time(o, "", "dense_iteration_seconds", 0,
-                       &p->dense_iteration_seconds, NULL, 0))
+    if ((rc = plan_read(o, layers, p, names, errbuf, errlen)) != FLPS_OK)
         goto out;
     *out = p;
     p = NULL;
-    rc = FLPS_OK;
 
 out:
+    if (rc == FLPS_ENOMEM)
+        flps_errbuf_set(errbuf, errlen, FLPS_ENOMEM, "out of memory");
     flps_free(names);
     plan_free(p);
     json_decref(o);

@@ -64,12 +64,16 @@ flps_err plan_from_profile(const char *profile_json, uint64_t version,
 
 /* Parse and validate a plan (the format above: every field present, codec
  * "dense" with density 1 or "topk" with density in (0, 1], numel an integer
- * >= 1, names 1..PLAN_NAME_MAX bytes and unique, the two times finite and
- * >= 0; other keys are ignored). Ownership: on FLPS_OK caller owns *out
- * (plan_free); *out is written only on FLPS_OK.
+ * in 1..2^32-1, names 1..PLAN_NAME_MAX bytes and unique, version an integer
+ * >= 0, the two times finite and >= 0, no key twice; other keys are
+ * ignored). The one reader of plans: flworker, flrun and flsched use it.
+ * Ownership: on FLPS_OK caller owns *out (plan_free); *out is written
+ * only on FLPS_OK. errbuf (if not NULL) gets a message naming what is
+ * wrong on error ("layers[2].density: expected a number").
  * Errors: FLPS_EINVAL (NULL), FLPS_EPROTO (malformed), FLPS_ENOMEM.
  * Thread-safe. */
-flps_err plan_parse(const char *plan_json, plan **out);
+flps_err plan_parse(const char *plan_json, plan **out, char *errbuf,
+                    size_t errlen);
 
 /* The codec spec of one planned layer (dense, or topk:density). */
 codec_spec plan_layer_spec(const plan_layer *l);

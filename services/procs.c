@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,28 @@ flps_err proc_start(proc *p, const char *name, char *const argv[],
     return proc_start_opts(p, name, argv, &o);
 }
 
+/* In the child: become o->uid and o->gid for good, with no supplementary
+ * group, and never gain privileges through a set-uid program. 0 on
+ * success; else what failed, said on stderr. */
+static int child_ids(const proc_opts *o)
+{
+    const char *what = NULL;
+
+    if (setgroups(0, NULL) != 0)
+        what = "setgroups";
+    else if (setresgid(o->gid, o->gid, o->gid) != 0)
+        what = "setresgid";
+    else if (setresuid(o->uid, o->uid, o->uid) != 0)
+        what = "setresuid";
+    else if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        what = "no_new_privs";
+    if (what == NULL)
+        return 0;
+    dprintf(STDERR_FILENO, "cannot run as uid %u, gid %u: %s: %s\n",
+            (unsigned)o->uid, (unsigned)o->gid, what, strerror(errno));
+    return -1;
+}
+
 /* In the child, between fork and exec: only async-signal-safe calls. */
 static void child_exec(char *const argv[], const proc_opts *o, int out_fd,
                        int err_fd, pid_t parent, const sigset_t *old_mask)
@@ -32,10 +55,21 @@ static void child_exec(char *const argv[], const proc_opts *o, int out_fd,
 
     if (o->own_group)
         setpgid(0, 0);
+    dup2(out_fd, STDOUT_FILENO);
+    if (err_fd >= 0)
+        dup2(err_fd, STDERR_FILENO);
+    /* Before the death signal: a change of uid clears it. */
+    if (o->set_ids && child_ids(o) != 0)
+        _exit(127);
     if (o->die_with_parent) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) /* the parent died before prctl */
             _exit(127);
+    }
+    if (o->cwd != NULL && chdir(o->cwd) != 0) {
+        dprintf(STDERR_FILENO, "cannot enter %s: %s\n", o->cwd,
+                strerror(errno));
+        _exit(127);
     }
     /* Dispositions the parent ignores would survive exec. */
     memset(&sa, 0, sizeof(sa));
@@ -47,9 +81,6 @@ static void child_exec(char *const argv[], const proc_opts *o, int out_fd,
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigprocmask(SIG_SETMASK, old_mask, NULL);
-    dup2(out_fd, STDOUT_FILENO);
-    if (err_fd >= 0)
-        dup2(err_fd, STDERR_FILENO);
     if (o->envp != NULL)
         execve(argv[0], argv, o->envp);
     else

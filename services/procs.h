@@ -36,6 +36,12 @@ typedef struct proc_opts {
     int die_with_parent;  /* SIGKILL when the parent dies (Linux) */
     char *const *envp;    /* the child's environment (borrowed; NULL = the
                              parent's) */
+    int set_ids;          /* run as uid and gid, with no supplementary
+                             group and no_new_privs (the parent is root) */
+    uid_t uid;
+    gid_t gid;
+    const char *cwd; /* the child's working directory (borrowed; NULL =
+                        the parent's) */
 } proc_opts;
 
 /* Start argv[0] (a path) with stdout piped to p->out_fd and stderr
@@ -44,9 +50,10 @@ flps_err proc_start(proc *p, const char *name, char *const argv[],
                     const char *log_path);
 
 /* Start argv[0] (a path) as opts says, stdout piped to p->out_fd. p is
- * reset first. A program that cannot be executed exits 127 after printing
- * why on its stderr. Errors: FLPS_ESYS (pipe, fork or the log file; logged
- * with the reason). The pipes are non-blocking and close-on-exec. */
+ * reset first. A program that cannot be executed, or whose uid, gid or
+ * directory cannot be taken, exits 127 after printing why on its stderr.
+ * Errors: FLPS_ESYS (pipe, fork or the log file; logged with the reason). The
+ * pipes are non-blocking and close-on-exec. */
 flps_err proc_start_opts(proc *p, const char *name, char *const argv[],
                          const proc_opts *opts);
 

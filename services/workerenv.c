@@ -63,6 +63,37 @@ static void we_add_entry(we_list *l, const char *entry)
     we_add(l, name, eq + 1);
 }
 
+/* A fedavg job's rounds, clients and strategy, for flps.fl (set in every
+ * mode, as FLPS_ITERATIONS is). Each is a double, printed with "%.17g":
+ * integers print as integers, and every value reads back as the same
+ * double. */
+static void we_add_fedavg(we_list *l, const jobspec *spec)
+{
+    const struct {
+        const char *name;
+        double v;
+    } keys[] = {
+        {"FLPS_ROUNDS", spec->rounds},
+        {"FLPS_CLIENTS", spec->clients ? spec->clients : spec->workers},
+        {"FLPS_CLIENT_FRACTION", spec->client_fraction},
+        {"FLPS_LOCAL_STEPS", spec->local_steps},
+        {"FLPS_LOCAL_EPOCHS", spec->local_epochs},
+        {"FLPS_ROUND_DEADLINE", spec->round_deadline},
+        {"FLPS_STRAGGLER_FRACTION", spec->straggler_fraction},
+        {"FLPS_STRAGGLER_SLOWDOWN", spec->straggler_slowdown},
+        {"FLPS_PROX_MU", spec->prox_mu},
+        {"FLPS_SERVER_LR", spec->server_lr},
+    };
+    char num[64];
+
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        snprintf(num, sizeof(num), "%.17g", keys[i].v);
+        we_add(l, keys[i].name, num);
+    }
+    jobspec_server_opt_format(spec, num, sizeof(num));
+    we_add(l, "FLPS_SERVER_OPTIMIZER", num);
+}
+
 static int we_is(const char *entry, const char *name)
 {
     size_t n = strlen(name);
@@ -94,13 +125,40 @@ void workerenv_free(char **env)
     flps_free(env);
 }
 
+/* A saps job's peers ("" where there are none) and keys (the FLPS_* of
+ * JOBSPEC_WORKER_ENV marked saps), set for every job as the other keys
+ * are; reals as "%.17g", which reads back as the same double. */
+static void we_add_saps(we_list *l, const jobspec *spec, const workerenv *w)
+{
+    char num[64];
+
+    we_add(l, "FLPS_PEERS", w->peers != NULL ? w->peers : "");
+    snprintf(num, sizeof(num), "%.17g", spec->saps_density);
+    we_add(l, "FLPS_SAPS_DENSITY", num);
+    we_add(l, "FLPS_PEER_SELECTION",
+           jobspec_peer_selection_name(spec->peer_selection));
+    if (spec->bandwidth_threshold < 0)
+        snprintf(num, sizeof(num), "auto");
+    else
+        snprintf(num, sizeof(num), "%.17g", spec->bandwidth_threshold);
+    we_add(l, "FLPS_BANDWIDTH_THRESHOLD", num);
+    snprintf(num, sizeof(num), "%u", spec->connectivity_window);
+    we_add(l, "FLPS_CONNECTIVITY_WINDOW", num);
+    snprintf(num, sizeof(num), "%llu",
+             (unsigned long long)spec->bandwidth_reprobe);
+    we_add(l, "FLPS_BANDWIDTH_REPROBE", num);
+    /* FLPS_LOCAL_STEPS, the SGD steps between exchanges: we_add_fedavg. */
+    snprintf(num, sizeof(num), "%.17g", spec->peer_deadline);
+    we_add(l, "FLPS_PEER_DEADLINE", num);
+}
+
 flps_err workerenv_build(const jobspec *spec, const workerenv *w,
                          char *const *base, char ***out)
 {
     we_list l = {NULL, 0, 0, 0};
     const char *words[JOBSPEC_WORDS_MAX];
     const char *pydir, *pp_user = NULL, *pp_base;
-    char num[64], comp[64], up[PATH_MAX], build[PATH_MAX];
+    char num[64], comp[64], up[PATH_MAX], build[PATH_MAX], keys[1024];
     char lib[PATH_MAX + 32];
     char pythonpath[3 * PATH_MAX];
     size_t n;
@@ -125,6 +183,10 @@ flps_err workerenv_build(const jobspec *spec, const workerenv *w,
         else
             we_add_entry(&l, words[i]);
     }
+    /* Python block-buffers stdout into a pipe: the launcher would see a
+     * program's print() lines only when it exits. */
+    if (workerenv_get(l.v, "PYTHONUNBUFFERED") == NULL)
+        we_add(&l, "PYTHONUNBUFFERED", "1");
     we_add(&l, "FLPS_JOB", w->job);
     snprintf(num, sizeof(num), "%u", w->rank);
     we_add(&l, "FLPS_RANK", num);
@@ -146,24 +208,23 @@ flps_err workerenv_build(const jobspec *spec, const workerenv *w,
     we_add(&l, "FLPS_BATCH", num);
     snprintf(num, sizeof(num), "%llu", (unsigned long long)spec->seed);
     we_add(&l, "FLPS_SEED", num);
-    we_add(&l, "FLPS_MODEL", jobspec_model_name(spec->model));
+    if (spec->model != JOBSPEC_MODEL_NONE)
+        we_add(&l, "FLPS_MODEL", jobspec_model_name(spec->model));
     we_add(&l, "FLPS_DATASET", jobspec_dataset_name(spec->dataset));
     we_add(&l, "FLPS_DATA_DIR", spec->data_dir);
-    if (spec->partition == JOBSPEC_PARTITION_DIRICHLET)
-        snprintf(num, sizeof(num), "dirichlet:%.17g", spec->dirichlet_alpha);
-    else
-        snprintf(num, sizeof(num), "%s",
-                 jobspec_partition_name(spec->partition));
+    jobspec_partition_format(spec, num, sizeof(num));
     we_add(&l, "FLPS_PARTITION", num);
-    if (spec->mode == JOBSPEC_MODE_SSP)
-        snprintf(num, sizeof(num), "ssp:%u", spec->staleness);
-    else
-        snprintf(num, sizeof(num), "%s", jobspec_mode_name(spec->mode));
+    jobspec_mode_format(spec, num, sizeof(num));
     we_add(&l, "FLPS_MODE", num);
+    we_add_fedavg(&l, spec);
     snprintf(num, sizeof(num), "%llu", (unsigned long long)spec->eval_every);
     we_add(&l, "FLPS_EVAL_EVERY", num);
     snprintf(num, sizeof(num), "%u", spec->part_size);
     we_add(&l, "FLPS_PART_SIZE", num);
+    /* Which of the values above the job says and which are defaults: a
+     * program follows the former and may choose the latter itself. */
+    jobspec_given_format(spec, keys, sizeof(keys));
+    we_add(&l, "FLPS_JOB_KEYS", keys);
     if (spec->density_warmup > 0) {
         /* flps.torch passes them to flps_client_create_warmup; "%.17g"
          * reads back as the same double, which the shards compare. */
@@ -173,6 +234,7 @@ flps_err workerenv_build(const jobspec *spec, const workerenv *w,
         snprintf(num, sizeof(num), "%.17g", spec->density_warmup_start);
         we_add(&l, "FLPS_DENSITY_WARMUP_START", num);
     }
+    we_add_saps(&l, spec, w);
     snprintf(num, sizeof(num), "%llu",
              (unsigned long long)(w->deadline_ms ? w->deadline_ms
                                                  : WE_DEFAULT_DEADLINE_MS));
@@ -182,6 +244,14 @@ flps_err workerenv_build(const jobspec *spec, const workerenv *w,
                                 : jobspec_transport_name(spec->transport));
     if (w->credentials_file != NULL && w->credentials_file[0] != '\0')
         we_add(&l, "FLPS_CREDENTIALS_FILE", w->credentials_file);
+    if (w->metrics != NULL && w->metrics[0] != '\0')
+        we_add(&l, "FLPS_METRICS", w->metrics);
+    /* The client of the program's libflps sets the clock and meters the
+     * energy (docs/energy.md). */
+    we_add(&l, "FLPS_GPU_CLOCK", spec->gpu_clock);
+    we_add(&l, "FLPS_GPU_CLOCK_SLOWDOWN", spec->gpu_clock_slowdown);
+    if (w->gpu_clock_record != NULL && w->gpu_clock_record[0] != '\0')
+        we_add(&l, "FLPS_GPU_CLOCK_RECORD", w->gpu_clock_record);
 
     /* libflps: the launcher's own build (or install) first, so the
      * program talks to the shards with the same library version. */

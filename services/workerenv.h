@@ -24,11 +24,22 @@ typedef struct workerenv {
     const char *credentials_file; /* FLPS_CREDENTIALS_FILE: the job's
                                      credentials (a path; the secret stays
                                      in the file); NULL = none */
+    const char *metrics;          /* FLPS_METRICS: HOST:PORT for libflps's
+                                     metrics endpoint; NULL = none */
+    const char *peers;            /* FLPS_PEERS (saps): every worker's endpoint,
+                                     comma-separated; NULL = none */
+    const char *gpu_clock_record; /* FLPS_GPU_CLOCK_RECORD: where the
+                                     worker records the GPU clocks it
+                                     changed, for the launcher to restore
+                                     after a crash; NULL = none */
 } workerenv;
 
 /* Build the environment of one worker: base (the launcher's environ)
- * without any JOBSPEC_WORKER_ENV variable, then spec's env: entries, then
- * the JOBSPEC_WORKER_ENV variables, and PYTHONPATH with the repository's
+ * without any JOBSPEC_WORKER_ENV variable, then spec's env: entries,
+ * PYTHONUNBUFFERED=1 unless one of those sets it (so a program's print()
+ * lines reach the launcher as they are printed), then the
+ * JOBSPEC_WORKER_ENV variables (FLPS_MODEL only where the job gives a
+ * model), and PYTHONPATH with the repository's
  * python/ directory first when the build has one ($FLPS_PYTHON_DIR in
  * base overrides it). FLPS_BUILD_DIR and FLPS_LIBRARY are set when
  * bin_dir/../lib/libflps.so exists, else passed on from base. Returns

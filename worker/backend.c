@@ -1,10 +1,12 @@
 /* The registry of compute backends: the compiled-in ones, listed by the
- * header CMake generates, and the names flps knows whether built or not. */
+ * header CMake generates, and the names flps knows whether built or not
+ * (the job file's table of backends, services/jobspec.h). */
 #include "worker/backend.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#include "services/jobspec.h"
 #include "worker/backend_list.h"
 
 /* Each backend_NAME.c defines one descriptor. */
@@ -18,16 +20,17 @@ static const worker_backend *const wb_built[] = {
 #undef WB_ENTRY
 };
 
-/* Every backend flps has a name for, built here or not (the job file's
- * words for backend:, services/jobspec_keys.c), and what gets it built,
- * for the message of a worker asked for one its build lacks. */
+/* Every backend flps has a name for, built here or not, and what gets it
+ * built, for the message of a worker asked for one its build lacks: one
+ * row of JOBSPEC_BACKEND_MAP each, which also makes the job file's words
+ * for backend:. */
 static const struct {
     const char *name;
     const char *how;
 } wb_known[] = {
-    {"cpu", "it is always built"},
-    {"cuda", "build flps where the CUDA toolkit is installed so cmake finds "
-             "it"},
+#define X(backend, value, name, how) {name, how},
+    JOBSPEC_BACKEND_MAP(X)
+#undef X
 };
 
 #define WB_NBUILT (sizeof(wb_built) / sizeof(wb_built[0]))

@@ -11,6 +11,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "worker/partition.h"
 
 #define FMNIST_IMAGES_MAGIC 0x00000803u
 #define FMNIST_LABELS_MAGIC 0x00000801u
@@ -19,18 +20,6 @@
 /* Mean and std of the training set's pixels scaled to [0, 1]. */
 #define FMNIST_MEAN 0.2860f
 #define FMNIST_STD 0.3530f
-
-/* Uniform in [0, bound), without the modulo bias. bound > 0. */
-static uint64_t ds_rng_below(uint64_t *state, uint64_t bound)
-{
-    uint64_t threshold = (0 - bound) % bound;
-    uint64_t r;
-
-    do
-        r = flps_splitmix64(state);
-    while (r < threshold);
-    return r % bound;
-}
 
 /* Uniform in (0, 1]: never 0, so log() below stays finite. */
 static double ds_rng_unit(uint64_t *state)
@@ -374,27 +363,18 @@ void dataset_fini(dataset *ds)
 flps_err dataset_split_iid(size_t n, uint32_t workers, uint32_t rank,
                            uint64_t seed, uint32_t **idx, size_t *count)
 {
-    uint64_t rng = seed;
     uint32_t *perm, *slice;
     size_t base, extra, start, len;
+    flps_err rc;
 
     if (idx == NULL || count == NULL || workers == 0 || rank >= workers ||
         (uint64_t)n > (uint64_t)UINT32_MAX + 1)
         return FLPS_EINVAL;
-    perm = flps_malloc(n * sizeof(*perm));
-    if (perm == NULL)
-        return FLPS_ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        perm[i] = (uint32_t)i;
-    /* Fisher-Yates: every rank runs the same shuffle from the same seed, so
-     * the slices partition one permutation without any communication. */
-    for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)ds_rng_below(&rng, i);
-        uint32_t t = perm[i - 1];
-
-        perm[i - 1] = perm[j];
-        perm[j] = t;
-    }
+    /* Every rank cuts its slice of the same seeded permutation, so the
+     * slices partition it without any communication. */
+    rc = partition_permutation(n, seed, &perm);
+    if (rc != FLPS_OK)
+        return rc;
     base = n / workers;
     extra = n % workers;
     start = rank * base + (rank < extra ? rank : extra);
@@ -410,4 +390,11 @@ flps_err dataset_split_iid(size_t n, uint32_t workers, uint32_t rank,
     *idx = slice;
     *count = len;
     return FLPS_OK;
+}
+
+void dataset_copy_sample(const dataset *ds, size_t s, float *x, uint8_t *y,
+                         size_t b)
+{
+    memcpy(x + b * ds->dim, ds->x + s * ds->dim, ds->dim * sizeof(float));
+    y[b] = ds->y[s];
 }

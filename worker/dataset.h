@@ -31,6 +31,11 @@ flps_err dataset_synthetic(size_t n, size_t dim, size_t classes, uint64_t seed,
 /* Frees what ds owns; ds may be zeroed or NULL. */
 void dataset_fini(dataset *ds);
 
+/* Sample s of ds into slot b of a batch: its features into x + b * dim,
+ * its label into y[b]. */
+void dataset_copy_sample(const dataset *ds, size_t s, float *x, uint8_t *y,
+                         size_t b);
+
 /* IID split: shuffle 0..n-1 with seed, give worker `rank` of `workers` the
  * rank-th contiguous slice of the permutation (sizes differ by at most 1).
  * *idx is caller-owned (free with free()); *count its length. */

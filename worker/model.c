@@ -108,6 +108,22 @@ size_t model_num_params(const model *m)
     return m == NULL ? 0 : m->nparams;
 }
 
+void model_sgd_step(model *m, float *velocity, float lr, float momentum)
+{
+    size_t off = 0;
+
+    for (size_t i = 0; i < m->ntensors; i++) {
+        model_tensor *t = &m->tensors[i];
+        float *v = velocity + off;
+
+        for (size_t k = 0; k < t->numel; k++) {
+            v[k] = momentum * v[k] + t->grad[k];
+            t->param[k] -= lr * v[k];
+        }
+        off += t->numel;
+    }
+}
+
 size_t model_input_dim(const model *m)
 {
     return m == NULL ? 0 : m->in_dim;

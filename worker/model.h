@@ -100,6 +100,13 @@ flps_err model_train_step_ex(model *m, const float *x, const uint8_t *y,
                              model_param_needed_fn param_needed, void *need_arg,
                              model_grad_ready_fn layer_done, void *arg);
 
+/* SGD with momentum on the gradients of the last step, tensor by tensor:
+ * v = momentum * v + grad, then param -= lr * v, with velocity holding
+ * model_num_params floats (the tensors' in order; the caller's, zero at
+ * the start). For the loops that update the model themselves (fedavg's
+ * clients, saps's workers). */
+void model_sgd_step(model *m, float *velocity, float lr, float momentum);
+
 /* Predict classes of b rows of x; counts the correct ones against y and sums
  * the per-row losses. b may exceed max_batch (processed in chunks).
  * *correct and *loss_sum are overwritten with the results for these b rows,

@@ -1,6 +1,8 @@
-/* The split of a training set among the clients of a job: iid slices or
- * the non-IID Dirichlet label partition (ALGORITHMS.md), deterministic by
- * seed so every worker process computes the same split without talking. */
+/* The split of a training set among the clients of a job: iid slices, the
+ * non-IID Dirichlet label partition (ALGORITHMS.md) or label shards
+ * (McMahan et al.), deterministic by seed so every worker process computes
+ * the same split without talking. libflps exports it (flps_fl_partition,
+ * worker/fl.c), so flworker and a user's program split alike. */
 #ifndef FLPS_WORKER_PARTITION_H
 #define FLPS_WORKER_PARTITION_H
 
@@ -18,6 +20,12 @@ typedef struct partition {
     uint32_t *idx; /* n indices, client by client */
     size_t *off;   /* clients + 1 offsets */
 } partition;
+
+/* The permutation of 0..n-1 that seed gives (Fisher-Yates over splitmix64,
+ * unbiased draws): *out (caller frees with flps_free) on FLPS_OK.
+ * dataset_split_iid cuts the worker slices from it. Errors: FLPS_EINVAL
+ * (out NULL, n over 2^32), FLPS_ENOMEM. */
+flps_err partition_permutation(size_t n, uint64_t seed, uint32_t **out);
 
 /* IID: client c gets the slice dataset_split_iid(n, clients, c, seed)
  * gives, so a job of one client per worker trains on exactly the data it
@@ -39,6 +47,18 @@ flps_err partition_iid(size_t n, uint32_t clients, uint64_t seed,
 flps_err partition_dirichlet(const uint8_t *y, size_t n, size_t classes,
                              uint32_t clients, double alpha, uint64_t seed,
                              partition *out);
+
+/* Label shards (McMahan et al., "pathological non-IID"): the samples
+ * sorted by label (by index within a label) are cut into clients *
+ * per_client slices as even as n allows, and each client gets per_client
+ * of them drawn without replacement from seed; each client's list is then
+ * shuffled. With per_client 2, most clients see two labels. Errors:
+ * FLPS_EINVAL (y NULL, clients 0 or above n, classes 0 or a label >=
+ * classes, per_client 0, clients * per_client above n, out NULL),
+ * FLPS_ENOMEM. *out is written only on FLPS_OK. */
+flps_err partition_shards(const uint8_t *y, size_t n, size_t classes,
+                          uint32_t clients, uint32_t per_client, uint64_t seed,
+                          partition *out);
 
 /* Samples of client c (0 for c out of range or p NULL). */
 size_t partition_count(const partition *p, uint32_t c);

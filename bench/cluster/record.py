@@ -5,9 +5,11 @@
             [--label L] [--note TEXT]
 
 DIR holds calib-<rate>.json (one per network) and runs/<n>/ with meta.json,
-flrun.out (its summary line last), events-<rank>.jsonl (each worker's
-event lines). Writes RESULTS/<stamp>-<label>.json, .csv and -evals.csv in
-the format bench/cluster/README.md describes, and prints their paths.
+flrun.out (its summary line last; peer.out for a DDP peer's run),
+events-<rank>.jsonl (each worker's event lines: flworker's, a command:
+job's through flps.report, or fmnist.py --ddp's). Writes
+RESULTS/<stamp>-<label>.json, .csv and -evals.csv in the format
+bench/cluster/README.md describes, and prints their paths.
 """
 import argparse
 import csv
@@ -27,6 +29,7 @@ COLUMNS = [
     "bytes_per_iter_per_worker", "wire_bytes", "wall_s",
     "scaling_efficiency", "target_accuracy", "time_to_target_s",
     "iter_to_target", "final_test_accuracy", "eval_every",
+    "wire_bytes_per_iter_per_worker",
 ]
 EVAL_COLUMNS = ["run_id", "model", "codec", "rate", "workers", "shards",
                 "iter", "elapsed_s", "test_accuracy"]
@@ -80,7 +83,10 @@ def one_run(rundir, stem, mach, commit):
     if meta.get("rc") != 0:
         return None
     summary = None
-    with open(os.path.join(rundir, "flrun.out")) as f:
+    out = os.path.join(rundir, "flrun.out")
+    if not os.path.exists(out):
+        out = os.path.join(rundir, "peer.out")
+    with open(out) as f:
         for line in f:
             if line.startswith("{"):
                 summary = json.loads(line)
@@ -99,14 +105,23 @@ def one_run(rundir, stem, mach, commit):
             if e.get("event") == "done":
                 done[rank] = e
     its = meta["iterations"]
+    # A DDP peer has no byte counters (its done events carry none).
+    counted = len(done) == meta["workers"] and all(
+        "bytes_sent" in d for d in done.values())
     moved = sum(d.get("bytes_sent", 0) + d.get("bytes_received", 0)
                 for d in done.values())
+    # Both directions of the worker hosts' links (their bridge ports' rx
+    # and tx): the same measure for a flps job and a peer.
+    ports = meta.get("port_bytes")
+    hosts = meta.get("worker_hosts")
+    wire_w = (sum(sum(ports[str(h)]) for h in hosts) / meta["workers"] / its
+              if ports and hosts else None)
     evals = [{"iter": e["iter"], "elapsed_s": e.get("elapsed_s"),
               "test_accuracy": e["test_accuracy"]}
              for e in r0 if e.get("event") == "eval"]
     hit = next((e for e in evals if e["test_accuracy"] >= meta["target_accuracy"]
                 and e["elapsed_s"] is not None), None)
-    return {
+    row = {
         "run_id": "%s#%d" % (stem, meta["n"]),
         "machine": "%s, %s CPUs, %s" % (mach["hostname"], mach["nproc"],
                                         mach["cpu_model"]),
@@ -120,16 +135,43 @@ def one_run(rundir, stem, mach, commit):
         "s_per_iter_mean": (done[0]["seconds"] / its
                             if 0 in done and "seconds" in done[0] else None),
         "bytes_per_iter_per_worker": (moved / meta["workers"] / its
-                                      if len(done) == meta["workers"] else None),
+                                      if counted else None),
         "wire_bytes": meta["wire_bytes"], "wall_s": summary.get("wall_seconds"),
         "scaling_efficiency": None,
         "target_accuracy": meta["target_accuracy"],
         "time_to_target_s": hit["elapsed_s"] if hit else None,
         "iter_to_target": hit["iter"] if hit else None,
-        "final_test_accuracy": summary.get("test_accuracy"),
-        "eval_every": meta["eval_every"], "hosts": meta["hosts"],
+        "final_test_accuracy": summary.get("test_accuracy",
+                                           done.get(0, {}).get("test_accuracy")),
+        "eval_every": meta["eval_every"],
+        "wire_bytes_per_iter_per_worker": wire_w,
+        "hosts": meta["hosts"], "system": meta.get("system", "flps"),
+        "worker_hosts": hosts, "overlap": meta.get("overlap"),
+        "socket_buffer": meta.get("socket_buffer"),
         "evals": evals,
     }
+    for k in ("host_rates", "link_rates"):
+        if meta.get(k):
+            row[k] = meta[k]
+    if summary.get("mode") == "saps":
+        # Decentralized: no shard ran; the exchanges over slow links and
+        # the consensus model (the average of the workers').
+        row["shards"] = 0
+        row["saps"] = {k: summary[k] for k in (
+            "peer_selection", "bandwidth_threshold", "exchanges",
+            "slow_exchanges", "slow_exchange_share", "skipped_exchanges",
+            "exchange_bytes", "probe_bytes", "consensus_accuracy",
+            "consensus_distance") if k in summary}
+    # Energy where the hardware reported it (flrun's summary: each node's
+    # devices once, docs/energy.md), and so to the target: JSON only.
+    jpi = summary.get("joules_per_iteration")
+    row["joules_per_iteration"] = jpi
+    row["joules_to_target"] = (jpi * hit["iter"]
+                               if jpi is not None and hit else None)
+    if row["system"] == "ddp" and 0 in done:
+        row["ddp"] = {k: done[0][k] for k in ("ddp_hook", "powersgd_rank",
+                                              "powersgd_start") if k in done[0]}
+    return row
 
 
 def scaling(rows):
@@ -137,7 +179,12 @@ def scaling(rows):
     the batch per worker is fixed, so W workers do W times the work)."""
     key = lambda r: (r["model"], r["codec"], r["rate"], r["delay_s"],
                      r["shards"], r["iterations"])
-    one = {key(r): r["s_per_iter_median"] for r in rows if r["workers"] == 1}
+    ones = {}
+    for r in rows:
+        if r["workers"] == 1 and r["s_per_iter_median"]:
+            ones.setdefault(key(r), []).append(r["s_per_iter_median"])
+    # Repeated runs (--repeat): the median of the 1-worker ones.
+    one = {k: statistics.median(v) for k, v in ones.items()}
     for r in rows:
         base = one.get(key(r))
         if base and r["s_per_iter_median"]:
@@ -207,12 +254,15 @@ def main():
                     e["test_accuracy"])])
     for r in rows:
         ttt = r["time_to_target_s"]
-        print("record: %s %s W=%d on %s: %s s/iter (median), %s B/iter/worker, "
-              "time to %.2f: %s, final accuracy %s" % (
+        jtt = r["joules_to_target"]
+        print("record: %s %s W=%d on %s: %s s/iter (median), %s B/iter/worker "
+              "(wire: %s), time to %.2f: %s%s, final accuracy %s" % (
                   r["model"], r["codec"], r["workers"], r["rate"],
                   cell(r["s_per_iter_median"]),
-                  cell(r["bytes_per_iter_per_worker"]), r["target_accuracy"],
+                  cell(r["bytes_per_iter_per_worker"]),
+                  cell(r["wire_bytes_per_iter_per_worker"]), r["target_accuracy"],
                   "not reached" if ttt is None else "%.3f s" % ttt,
+                  "" if jtt is None else " and %.6g J" % jtt,
                   cell(r["final_test_accuracy"])), file=sys.stderr)
     if failed:
         print("record: %d runs failed and are not recorded" % failed,

@@ -305,22 +305,28 @@ int main(int argc, char **argv)
         {.name = "w", .numel = FEATURES, .data = w},
         {.name = "b", .numel = 1, .data = &b},
     };
-    flps_client_config cfg = {
-        .job = o.job,
-        .rank = o.rank,
-        .workers = o.workers,
-        .servers = o.servers,
-        .nservers = o.nservers,
-        .tensors = tensors,
-        .ntensors = 2,
-        .part_size = 8,
-        .compression = o.compression,
-        .lr = o.lr,
-        .iterations = o.iterations,
-        .momentum = 0.5,
-        .deadline_ms = 30000,
-    };
-    rc = flps_client_create(&cfg, &c);
+    flps_client_config cfg;
+
+    /* The configuration starts from the library's defaults (init also
+     * records the struct's size, so a newer libflps reads it right); set
+     * what this job needs, and settings added later need no new call. */
+    rc = flps_client_config_init(&cfg);
+    if (rc != FLPS_OK)
+        return fail(NULL, "cannot make the configuration", rc);
+    cfg.job = o.job;
+    cfg.rank = o.rank;
+    cfg.workers = o.workers;
+    cfg.servers = o.servers;
+    cfg.nservers = o.nservers;
+    cfg.tensors = tensors;
+    cfg.ntensors = 2;
+    cfg.part_size = 8;
+    cfg.compression = o.compression;
+    cfg.lr = o.lr;
+    cfg.iterations = o.iterations;
+    cfg.momentum = 0.5;
+    cfg.deadline_ms = 30000;
+    rc = flps_client_create_config(&cfg, &c);
     if (rc != FLPS_OK)
         return fail(NULL, "cannot join the job", rc);
     rc = flps_client_init(c);

@@ -1,6 +1,8 @@
 """The CNN of the sparse-communication papers on Fashion-MNIST (conv 5x5x32
 -> relu -> pool -> conv 5x5x64 -> relu -> pool -> fc 1024 -> relu -> fc 10),
-as an flps job's workers or, with --local, as plain PyTorch.
+as an flps job's workers, with --local as plain PyTorch, or with --ddp as
+PyTorch's DistributedDataParallel (bench/cluster's DDP peers of the
+torch-cnn model).
 
     flrun examples/torch/cnn-gtopk.yaml
     python3 examples/torch/cnn.py --local --iterations 1000

@@ -43,7 +43,7 @@ from .errors import (
     AuthError,
 )
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "Client",

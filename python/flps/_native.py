@@ -57,7 +57,12 @@ class FlpsTensor(ctypes.Structure):
 
 
 class FlpsClientConfig(ctypes.Structure):
-    """flps_client_config of flps.h, field for field."""
+    """flps_client_config of flps.h as 0.3 laid it out, field for field.
+
+    That is all flps_client_create_warmup reads; the fields 0.4 appended
+    (size, transport, density_warmup, density_warmup_start) are read only
+    by flps_client_create_config, which this package does not call.
+    """
 
     _fields_ = [
         ("job", ctypes.c_char_p),
@@ -79,6 +84,90 @@ class FlpsClientConfig(ctypes.Structure):
     ]
 
 
+class FlpsClientConfigFull(ctypes.Structure):
+    """flps_client_config of flps.h whole: the 0.3 fields, then what 0.4
+    appended (the transport, the warm-up, the GPU clock and energy) and
+    server_optimizer after it, for
+    flps_client_config_init_size and flps_client_create_config (which read
+    the fields the struct's size holds)."""
+
+    _fields_ = FlpsClientConfig._fields_ + [
+        ("size", ctypes.c_size_t),
+        ("transport", ctypes.c_char_p),
+        ("density_warmup", ctypes.c_uint64),
+        ("density_warmup_start", ctypes.c_double),
+        ("gpu_clock", ctypes.c_char_p),
+        ("gpu_clock_slowdown", ctypes.c_char_p),
+        ("gpu_clock_record", ctypes.c_char_p),
+        ("gpus", ctypes.c_char_p),
+        ("server_optimizer", ctypes.c_char_p),
+    ]
+
+
+class FlpsSapsConfig(ctypes.Structure):
+    """flps_saps_config of flps.h (0.4: decentralized training)."""
+
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("job", ctypes.c_char_p),
+        ("rank", ctypes.c_uint32),
+        ("workers", ctypes.c_uint32),
+        ("peers", ctypes.c_char_p),
+        ("tensors", ctypes.POINTER(FlpsTensor)),
+        ("ntensors", ctypes.c_uint32),
+        ("density", ctypes.c_double),
+        ("peer_selection", ctypes.c_char_p),
+        ("bandwidth_threshold", ctypes.c_double),
+        ("connectivity_window", ctypes.c_uint32),
+        ("bandwidth_reprobe", ctypes.c_uint64),
+        ("sync_every", ctypes.c_uint64),
+        ("seed", ctypes.c_uint64),
+        ("deadline_ms", ctypes.c_int),
+        ("join_deadline_ms", ctypes.c_int),
+        ("probe_bytes", ctypes.c_size_t),
+        ("transport", ctypes.c_char_p),
+    ]
+
+
+class FlpsSapsRoundInfo(ctypes.Structure):
+    """flps_saps_round_info of flps.h."""
+
+    _fields_ = [
+        ("peer", ctypes.c_uint32),
+        ("exchanged", ctypes.c_int),
+        ("skipped", ctypes.c_int),
+        ("peer_bandwidth", ctypes.c_double),
+        ("slow", ctypes.c_int),
+        ("bytes_sent", ctypes.c_uint64),
+        ("alive", ctypes.c_uint32),
+        ("matching_hash", ctypes.c_uint64),
+    ]
+
+
+class FlpsSapsStats(ctypes.Structure):
+    """flps_saps_stats of flps.h."""
+
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "rounds", "exchanges", "skipped", "idle", "slow_exchanges",
+        "bytes_sent", "bytes_received", "exchange_bytes", "dense_bytes",
+        "probe_bytes")] + [
+        ("probe_seconds", ctypes.c_double),
+        ("wait_seconds", ctypes.c_double),
+        ("dead", ctypes.c_uint32),
+        ("matching_digest", ctypes.c_uint64),
+    ]
+
+
+class FlpsSapsConsensusInfo(ctypes.Structure):
+    """flps_saps_consensus_info of flps.h."""
+
+    _fields_ = [
+        ("coordinator", ctypes.c_uint32),
+        ("averaged", ctypes.c_uint32),
+        ("distance", ctypes.c_double),
+    ]
+
+
 class FlpsClientStats(ctypes.Structure):
     """flps_client_stats of flps.h."""
 
@@ -90,6 +179,22 @@ class FlpsClientStats(ctypes.Structure):
         ("resends", ctypes.c_uint64),
         ("elements_sent", ctypes.c_uint64),
     ]
+
+
+class FlpsEnergy(ctypes.Structure):
+    """flps_energy of flps.h (0.4): what the process's client metered."""
+
+    _fields_ = (
+        [("devices", ctypes.c_uint32), ("gpus", ctypes.c_uint32),
+         ("iterations", ctypes.c_uint64)] +
+        [(name, ctypes.c_double) for name in (
+            "seconds", "joules", "gpu_joules", "cpu_joules",
+            "joules_per_iteration", "gpu_joules_per_iteration",
+            "cpu_joules_per_iteration")] +
+        [("method", ctypes.c_char * 32), ("gpu_list", ctypes.c_char * 64),
+         ("gpu_clock", ctypes.c_char * 16),
+         ("gpu_clock_mhz", ctypes.c_uint32), ("gpu_clock_chosen", ctypes.c_int),
+         ("why", ctypes.c_char * 512)])
 
 
 LOGGER_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int,
@@ -138,6 +243,53 @@ _PROTOTYPES = {
     "flps_client_last_error": (ctypes.c_char_p, [_c_void_p]),
     "flps_client_destroy": (None, [_c_void_p]),
 }
+
+
+# Calls of a later minor version than MINIMUM_MINOR: declared where the
+# library has them; what uses them does without on an older library.
+_OPTIONAL_PROTOTYPES = {
+    "flps_metrics_report": (_c_err, [ctypes.c_double, ctypes.c_double,
+                                     ctypes.c_double]),
+    "flps_client_energy": (_c_err, [_c_void_p, ctypes.POINTER(FlpsEnergy),
+                                    ctypes.c_size_t]),
+    "flps_client_config_init_size": (_c_err, [
+        ctypes.POINTER(FlpsClientConfigFull), ctypes.c_size_t]),
+    "flps_client_create_config": (_c_err, [
+        ctypes.POINTER(FlpsClientConfigFull), ctypes.POINTER(_c_void_p)]),
+    "flps_metrics_report_round": (_c_err, [ctypes.c_uint64, ctypes.c_uint32,
+                                           ctypes.c_uint32]),
+    # Federated learning (flps.fl): flworker's sampling and partitions.
+    "flps_fl_round_size": (ctypes.c_uint32, [ctypes.c_uint32,
+                                             ctypes.c_double]),
+    "flps_fl_sample": (_c_err, [ctypes.c_uint64, ctypes.c_uint64,
+                                ctypes.c_uint32, ctypes.c_double, _c_void_p,
+                                ctypes.c_size_t]),
+    "flps_fl_stragglers": (_c_err, [ctypes.c_uint64, ctypes.c_uint32,
+                                    ctypes.c_double, _c_void_p]),
+    "flps_fl_partition": (_c_err, [ctypes.c_char_p, _c_void_p,
+                                   ctypes.c_size_t, ctypes.c_uint32,
+                                   ctypes.c_uint32, ctypes.c_uint64,
+                                   _c_void_p, _c_void_p]),
+    # 0.4: decentralized training (flps.saps).
+    "flps_saps_config_init_size": (_c_err, [ctypes.POINTER(FlpsSapsConfig),
+                                            ctypes.c_size_t]),
+    "flps_saps_create": (_c_err, [ctypes.POINTER(FlpsSapsConfig),
+                                  ctypes.POINTER(_c_void_p)]),
+    "flps_saps_round": (_c_err, [_c_void_p, ctypes.c_uint64,
+                                 ctypes.POINTER(FlpsSapsRoundInfo)]),
+    "flps_saps_consensus": (_c_err, [
+        _c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_void_p),
+        ctypes.POINTER(FlpsSapsConsensusInfo)]),
+    "flps_saps_is_alive": (ctypes.c_int, [_c_void_p, ctypes.c_uint32]),
+    "flps_saps_bandwidth": (_c_err, [_c_void_p,
+                                     ctypes.POINTER(ctypes.c_double),
+                                     ctypes.c_size_t,
+                                     ctypes.POINTER(ctypes.c_double)]),
+    "flps_saps_get_stats": (None, [_c_void_p, ctypes.POINTER(FlpsSapsStats)]),
+    "flps_saps_last_error": (ctypes.c_char_p, [_c_void_p]),
+    "flps_saps_destroy": (None, [_c_void_p]),
+}
+_optional = set()  # the optional calls the loaded library has
 
 
 def _on_log(_arg, level, line):
@@ -236,6 +388,12 @@ def _declare(lib, path):
                 from None
         fn.restype = restype
         fn.argtypes = argtypes
+    for name, (restype, argtypes) in _OPTIONAL_PROTOTYPES.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = restype
+            fn.argtypes = argtypes
+            _optional.add(name)
 
 
 def _check_version(lib, path):
@@ -281,3 +439,53 @@ def library_path():
     """The path (or name) libflps was loaded from; loads it if needed."""
     lib()
     return _lib_path
+
+
+def has(name):
+    """Whether the loaded library has the optional call `name` (loads it)."""
+    lib()
+    return name in _optional
+
+
+def energy_of(handle):
+    """What libflps metered for the client handle (flps_client_energy), as
+    a dict of FlpsEnergy's fields (strings decoded); None on a library
+    without the call."""
+    if _lib is None or "flps_client_energy" not in _optional:
+        return None
+    e = FlpsEnergy()
+    if _lib.flps_client_energy(handle, ctypes.byref(e), ctypes.sizeof(e)) != 0:
+        return None
+    out = {f: getattr(e, f) for f, _ in e._fields_}
+    for f in ("method", "gpu_list", "gpu_clock", "why"):
+        out[f] = out[f].decode("utf-8", "replace")
+    return out
+
+
+def has(name):
+    """Whether the loaded libflps has the optional call name (loads it)."""
+    lib()
+    return name in _optional
+
+
+def report_round(rnd, clients, late):
+    """Give libflps's metrics endpoint a finished federated round
+    (flworker_fl_round, flworker_fl_clients_total,
+    flworker_fl_late_clients_total); nothing without the library or the
+    call."""
+    if _lib is None or "flps_metrics_report_round" not in _optional:
+        return
+    _lib.flps_metrics_report_round(rnd, clients, late)
+
+
+def report_metrics(loss=None, test_accuracy=None, test_loss=None):
+    """Give libflps's metrics endpoint (flworker_loss, flworker_test_accuracy,
+    flworker_test_loss) the values flps.report got; None leaves one as it
+    was.  Nothing happens before the library is loaded (no client yet, so
+    nothing serves), or with a library older than flps_metrics_report."""
+    if _lib is None or "flps_metrics_report" not in _optional:
+        return
+    nan = float("nan")
+    _lib.flps_metrics_report(nan if loss is None else loss,
+                             nan if test_accuracy is None else test_accuracy,
+                             nan if test_loss is None else test_loss)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _native
+from . import jobenv as _jobenv
 from .errors import (ConfigError, InvalidArgumentError, RangeError,
-                     StateError, error_class)
+                     StateError, library_error)
 
 __all__ = ["Client", "ClientStats", "connect", "version"]
 
@@ -156,6 +157,99 @@ _clients = weakref.WeakSet()
 _closed_stats = []
 #: warmup_bytes_sent of every closed client that had a density warm-up.
 _closed_warmup_bytes = []
+#: What libflps metered (Client.energy()) of every closed client that
+#: metered something or set a clock.
+_closed_energy = []
+
+
+class _Ran:
+    """What one client of this process ran, for its done event: the codec
+    and mode it registered, the optimizer flps.torch wrapped around it, and
+    the iterations its waits completed."""
+
+    __slots__ = ("compression", "mode", "optimizer", "iterations")
+
+    def __init__(self, compression, mode):
+        self.compression, self.mode = compression, mode
+        self.optimizer = None
+        self.iterations = 0
+
+
+#: One _Ran per client this process made, closed ones included.
+_ran = []
+
+
+def _mode_of(asynchronous, staleness, weighted):
+    """The mode a program's arguments ask for ("ssgd", "async", "ssp:S",
+    "weighted"), or None where they say nothing."""
+    if asynchronous is None and staleness is None and weighted is None:
+        return None
+    if weighted:
+        return "weighted"
+    if staleness is not None:
+        return "ssp:%d" % staleness if isinstance(staleness, int) else "ssp"
+    return "async" if asynchronous else "ssgd"
+
+
+def _same_mode(prog, job):
+    """Whether the program's mode agrees with the job file's: the same, or
+    asynchronous=True under ssp:S (which the bound makes precise), or a
+    synchronous one under fedavg (its rounds are synchronous iterations)."""
+    return (prog == job or (prog == "async" and job.startswith("ssp:")) or
+            (job == "fedavg" and prog in ("ssgd", "weighted")))
+
+
+def _resolve_mode(js, asynchronous, staleness, weighted):
+    """(asynchronous, staleness or None, weighted) after the job file."""
+    prog = _mode_of(asynchronous, staleness, weighted)
+    arg, shown = "asynchronous", asynchronous
+    if weighted:
+        arg, shown = "weighted", weighted
+    elif staleness is not None:
+        arg, shown = "staleness", staleness
+    mode = js.resolve("mode", prog, "ssgd", arg=arg, shown=shown,
+                      same=_same_mode)
+    mode = _bound(js, mode)
+    if mode == "fedavg":
+        return False, None, bool(weighted)
+    if mode.startswith("ssp:"):
+        return True, int(mode[4:]), False
+    return mode == "async", None, mode == "weighted"
+
+
+def _bound(js, mode):
+    """mode, or the job file's ssp:S where the program asked for "async"
+    (which ssp:S makes precise)."""
+    said = js.get("mode") if mode == "async" and js.gives("mode") else None
+    return said.value if said is not None else mode
+
+
+def _same_codec(a, b):
+    return _jobenv.canonical_codec(a) == _jobenv.canonical_codec(b)
+
+
+def _job_place(job, rank, workers, servers):
+    """job, rank, workers and servers, each from its FLPS_* variable where
+    None.  Without a job and without FLPS_JOB: an InvalidArgumentError that
+    names the launchers."""
+    if job is None and not os.environ.get("FLPS_JOB", ""):
+        raise InvalidArgumentError(
+            "no job id to join: job is None and FLPS_JOB is not set; run the "
+            "program as a job file's command: under flrun (flrun JOB.yaml) "
+            "or flsubmit, which set FLPS_JOB, FLPS_RANK, FLPS_WORKERS and "
+            "FLPS_SERVERS, or pass job, rank, workers and servers")
+    if job is None or rank is None or workers is None or servers is None:
+        ej, er, ew, es = (None,) * 4
+        if not _jobenv.is_alone():
+            try:
+                ej, er, ew, es = _jobenv.place()
+            except ConfigError as e:
+                raise InvalidArgumentError(e.message) from None
+        job = ej if job is None else job
+        rank = er if rank is None else rank
+        workers = ew if workers is None else workers
+        servers = list(es) if servers is None and es else servers
+    return job, rank, workers, servers
 
 
 def _deadline_from_environment(deadline_ms):
@@ -186,11 +280,13 @@ class Client:
     :meth:`close`.
     """
 
-    def __init__(self, job, rank, workers, servers, layout, *, lr,
-                 compression="dense", momentum=0.0, part_size=0,
-                 asynchronous=False, lr_cosine=False, iterations=0,
-                 retry_ms=0, deadline_ms=0, weighted=False,
-                 density_warmup=0, density_warmup_start=0.25):
+    def __init__(self, job=None, rank=None, workers=None, servers=None,
+                 layout=None, *, lr=None, compression=None, momentum=None,
+                 part_size=None, asynchronous=None, staleness=None,
+                 lr_cosine=None, iterations=None, retry_ms=0, deadline_ms=0,
+                 weighted=None, density_warmup=None,
+                 density_warmup_start=None, server_optimizer=None,
+                 settings=None):
         lib = _native.lib()
         self._lib = lib
         self._handle = None
@@ -198,9 +294,53 @@ class Client:
         self._final_stats = None
         if isinstance(deadline_ms, int) and not isinstance(deadline_ms, bool):
             deadline_ms = _deadline_from_environment(deadline_ms)
+        job, rank, workers, servers = _job_place(job, rank, workers, servers)
         if not isinstance(job, str) or not job:
             raise InvalidArgumentError("job must be the job id, a non-empty "
                                        "string (got %r)" % (job,))
+        if layout is None:
+            raise InvalidArgumentError(
+                "no layout: pass the model's tensors, a mapping of name to "
+                "float32 buffer or a sequence of (name, buffer) pairs")
+        # What the job file says (the launcher's FLPS_* variables) is what
+        # runs; an argument that contradicts it is refused (flps.jobenv).
+        js = _jobenv.JobSettings() if settings is None else settings
+        if staleness is not None and (
+                isinstance(staleness, bool) or not isinstance(staleness, int)
+                or not 0 <= staleness < 2**32 - 1):
+            raise InvalidArgumentError("staleness must be a whole number in "
+                                       "0..2^32-2 (got %r)" % (staleness,))
+        if weighted and (asynchronous or staleness is not None):
+            raise InvalidArgumentError("a weighted job is synchronous: "
+                                       "asynchronous and weighted exclude "
+                                       "each other")
+        asynchronous, staleness, weighted = _resolve_mode(
+            js, asynchronous, staleness, weighted)
+        compression = js.resolve("compression", compression, "dense",
+                                 same=_same_codec)
+        lr_said = js.get("lr", defaults=True)
+        lr = js.resolve("lr", lr, lr_said.value if lr_said else None)
+        if lr is None:
+            raise InvalidArgumentError(
+                "lr is required: the shards' learning rate (> 0); pass lr= "
+                "or give lr in the job file")
+        momentum = js.resolve("momentum", momentum, 0.0)
+        part_size = js.resolve("part_size", part_size, 0)
+        iterations = js.resolve("iterations", iterations, 0)
+        lr_cosine = js.resolve(
+            "lr_schedule",
+            None if lr_cosine is None else
+            ("cosine" if lr_cosine else "constant"), "constant",
+            arg="lr_cosine", shown=lr_cosine) == "cosine"
+        server_optimizer = js.resolve("server_optimizer", server_optimizer,
+                                      "sgd")
+        if not isinstance(server_optimizer, str):
+            raise InvalidArgumentError(
+                "server_optimizer must be \"sgd\", \"momentum:B\" or \"adam\" "
+                "(got %r)" % (server_optimizer,))
+        density_warmup = js.resolve("density_warmup", density_warmup, 0)
+        density_warmup_start = js.resolve("density_warmup_start",
+                                          density_warmup_start, 0.25)
         if weighted and asynchronous:
             raise InvalidArgumentError("a weighted job is synchronous: "
                                        "asynchronous and weighted exclude "
@@ -227,7 +367,7 @@ class Client:
         density_warmup_start = float(density_warmup_start)
         if isinstance(servers, str):
             servers = [s for s in servers.split(",") if s]
-        servers = list(servers)
+        servers = list(servers) if servers is not None else []
         if not servers:
             raise InvalidArgumentError(
                 "no shard endpoints given; pass servers=['tcp://host:port', "
@@ -276,15 +416,25 @@ class Client:
         self.workers = workers
         self.servers = servers
         self.compression = compression or "dense"
+        #: How the client runs: "ssgd", "async", "ssp:S" or "weighted".
+        self.mode = ("weighted" if weighted else "ssp:%d" % staleness
+                     if staleness is not None else
+                     "async" if asynchronous else "ssgd")
         self.retry_ms = retry_ms
         self.deadline_ms = deadline_ms
         #: The density warm-up's iterations (0: none) and start density.
         self.density_warmup = density_warmup
         self.density_warmup_start = density_warmup_start
         self._warmup_sent = 0
+        #: What the shards make of each iteration's update (sgd: apply it).
+        self.server_optimizer = server_optimizer
         out = ctypes.c_void_p()
         _native.take_logged_error()
-        if density_warmup > 0:
+        if server_optimizer != "sgd":
+            rc = self._create_config(lib, cfg, density_warmup,
+                                     density_warmup_start,
+                                     server_optimizer.encode(), out)
+        elif density_warmup > 0:
             # NULL transport: $FLPS_TRANSPORT or zmq, as flps_client_create.
             rc = lib.flps_client_create_warmup(
                 ctypes.byref(cfg), None, density_warmup, density_warmup_start,
@@ -298,15 +448,42 @@ class Client:
                        "0 <= rank < workers, lr > 0, 0 <= momentum < 1 (got "
                        "job=%r rank=%r workers=%r lr=%r momentum=%r)"
                        % (job, rank, workers, lr, momentum))
-            elif rc == ConfigError.code and not why:
-                # libflps does not log a codec it cannot parse.
-                why = ("compression %r is not a codec; use dense, fp16, "
-                       "topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, sign or "
-                       "auto" % (compression,))
             raise self._error(rc, "cannot join job %r at %s" %
                               (job, ",".join(servers)), why)
         self._handle = out
+        if staleness is not None:
+            try:
+                self.set_staleness(staleness)
+            except BaseException:
+                self.close()
+                raise
+        self._ran = _Ran(_jobenv.canonical_codec(self.compression),
+                         self.mode)
+        _ran.append(self._ran)
         _clients.add(self)
+
+    @staticmethod
+    def _create_config(lib, cfg, warmup, warmup_start, sopt_b, out):
+        """flps_client_create_config with cfg's 0.3 fields and the later
+        settings; InvalidArgumentError where the library predates them."""
+        if not (_native.has("flps_client_create_config") and
+                _native.has("flps_client_config_init_size")):
+            raise InvalidArgumentError(
+                "a server optimizer needs libflps 0.4 or later with "
+                "flps_client_create_config; %s has none"
+                % _native.library_path())
+        whole = _native.FlpsClientConfigFull()
+        rc = lib.flps_client_config_init_size(ctypes.byref(whole),
+                                              ctypes.sizeof(whole))
+        if rc != 0:
+            return rc
+        for name, _ in _native.FlpsClientConfig._fields_:
+            setattr(whole, name, getattr(cfg, name))
+        whole.density_warmup = warmup
+        whole.density_warmup_start = warmup_start
+        whole.server_optimizer = sopt_b
+        return lib.flps_client_create_config(ctypes.byref(whole),
+                                             ctypes.byref(out))
 
     # -- errors --
 
@@ -317,10 +494,7 @@ class Client:
             if self._handle is not None:
                 why = lib.flps_client_last_error(self._handle).decode(
                     "utf-8", "replace")
-        if not why:
-            why = lib.flps_strerror(rc).decode()
-        name = lib.flps_errname(rc).decode()
-        return error_class(rc)("%s: %s" % (what, why), code=rc, name=name)
+        return library_error(lib, rc, what, why)
 
     def _live(self):
         if self._handle is None:
@@ -433,6 +607,7 @@ class Client:
         add the updates into the buffers."""
         self._call("iteration %d did not complete" % iteration,
                    self._lib.flps_client_wait, iteration)
+        self._ran.iterations = max(self._ran.iterations, iteration + 1)
         if self.density_warmup > 0 and iteration + 1 == self.density_warmup:
             self._warmup_sent = self.stats().bytes_sent
 
@@ -522,6 +697,17 @@ class Client:
             self._lib.flps_client_get_stats(self._live(), ctypes.byref(st))
         return ClientStats(*(getattr(st, f) for f, _ in st._fields_))
 
+    def energy(self):
+        """What libflps metered of this process's energy through this client
+        (flps_client_energy, docs/energy.md): a dict with devices, gpus,
+        iterations, seconds, joules (gpu_joules, cpu_joules), joules per
+        iteration, method, the gpu_clock setting and the clock set
+        (gpu_clock_mhz, 0 for the default), and why (a line where nothing
+        reports energy or the clock was refused); None on a libflps
+        without the call.  Only the process's first live client meters."""
+        with self._lock:
+            return _native.energy_of(self._live())
+
     def messages(self):
         """(sent, received): messages put on and taken off the wire."""
         sent, received = ctypes.c_uint64(), ctypes.c_uint64()
@@ -561,6 +747,10 @@ class Client:
                     *(getattr(st, f) for f, _ in st._fields_))
                 _clients.discard(self)
                 _closed_stats.append(self._final_stats)
+                energy = _native.energy_of(self._handle)
+                if energy is not None and (energy["devices"] > 0 or
+                                           energy["gpu_clock"] != "default"):
+                    _closed_energy.append(energy)
                 if self.density_warmup > 0:
                     _closed_warmup_bytes.append(self._warmup_sent)
                 self._lib.flps_client_destroy(self._handle)
@@ -583,13 +773,19 @@ class Client:
             "closed" if self.closed else "open")
 
 
-def connect(job, rank, workers, servers, layout, *, lr,
-            compression="dense", momentum=0.0, part_size=0,
-            asynchronous=False, lr_cosine=False, iterations=0, retry_ms=0,
-            deadline_ms=0, weighted=False, density_warmup=0,
-            density_warmup_start=0.25):
+def connect(job=None, rank=None, workers=None, servers=None, layout=None,
+            *, lr=None, compression=None, momentum=None, part_size=None,
+            asynchronous=None, staleness=None, lr_cosine=None,
+            iterations=None, retry_ms=0, deadline_ms=0, weighted=None,
+            density_warmup=None, density_warmup_start=None,
+            server_optimizer=None, settings=None):
     """Join job `job` as worker `rank` of `workers` and register `layout`.
 
+    job, rank, workers, servers: where this worker belongs; each one left
+        out (None) is read from FLPS_JOB, FLPS_RANK, FLPS_WORKERS or
+        FLPS_SERVERS, which flrun and flsubmit set for a job file's
+        command:.  Without a job and without FLPS_JOB, an
+        InvalidArgumentError names the launchers.
     servers: the shard endpoints, shard i first (a list, or one
         comma-separated string), e.g. ["tcp://10.0.0.7:5555"].
     layout: the model, first layer first: a mapping of tensor name to its
@@ -602,8 +798,11 @@ def connect(job, rank, workers, servers, layout, *, lr,
     compression: "dense", "fp16", "topk:D", "gtopk:D", "randk:D", "dgc:D",
         "qsgd:BITS", "sign" or "auto".
     momentum: worker-side momentum in [0, 1).
-    part_size, asynchronous, lr_cosine, iterations, retry_ms, deadline_ms:
-        as flps_client_config's fields (0 = the library's default; the
+    asynchronous, staleness: the shards apply each push as it comes
+        (asynchronous=True); staleness=S bounds how far a worker runs ahead
+        of the slowest (SSP, set_staleness).
+    part_size, lr_cosine, iterations, retry_ms, deadline_ms: as
+        flps_client_config's fields (0 = the library's default; the
         deadline bounds every blocking call, 300 s by default).
     weighted: synchronous, with the shards dividing each iteration's summed
         pushes by the sum of the pushes' weights (set_push_weight) instead
@@ -616,6 +815,21 @@ def connect(job, rank, workers, servers, layout, *, lr,
         to the same k.  Synchronous jobs with topk:D, gtopk:D, dgc:D or
         auto only; anything else is an InvalidArgumentError with libflps's
         reason.  Every worker of a job must pass the same two values.
+    server_optimizer: what the shards make of each iteration's update U
+        before applying it: "sgd" (U), "momentum:B" (v <- B v + U, apply
+        v: FedAvgM) or "adam" (lr times Adam's step on U: FedAdam);
+        synchronous or weighted jobs, not gtopk (flps.fl passes the job
+        file's).
+    settings: the job file's settings to follow (flps.jobenv.JobSettings;
+        default: the launcher's FLPS_* variables).
+
+    What the job file says is what runs: a setting left out (None) takes
+    the job file's compression, mode (ssgd, async, ssp:S), lr, momentum,
+    lr_schedule, iterations, part_size and density warm-up, and an
+    argument that contradicts one the file gives is a ConfigError naming
+    both values.  Where the file says nothing the defaults are: lr the
+    launcher's FLPS_LR (required without one), compression "dense",
+    momentum 0, synchronous, a constant lr, no warm-up (start 0.25).
 
     Blocks until every shard accepted the layout, and returns the
     :class:`Client`; call its init() next.  Raises an FlpsError subclass
@@ -625,10 +839,12 @@ def connect(job, rank, workers, servers, layout, *, lr,
     return Client(job, rank, workers, servers, layout, lr=lr,
                   compression=compression, momentum=momentum,
                   part_size=part_size, asynchronous=asynchronous,
-                  lr_cosine=lr_cosine, iterations=iterations,
-                  retry_ms=retry_ms, deadline_ms=deadline_ms,
-                  weighted=weighted, density_warmup=density_warmup,
-                  density_warmup_start=density_warmup_start)
+                  staleness=staleness, lr_cosine=lr_cosine,
+                  iterations=iterations, retry_ms=retry_ms,
+                  deadline_ms=deadline_ms, weighted=weighted,
+                  density_warmup=density_warmup,
+                  density_warmup_start=density_warmup_start,
+                  server_optimizer=server_optimizer, settings=settings)
 
 
 def version():

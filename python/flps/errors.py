@@ -207,3 +207,12 @@ def error_class(code):
     """The exception class of libflps error number `code`; FlpsError for a
     number this package does not know (a newer library's code)."""
     return ERROR_CLASSES.get(code, FlpsError)
+
+
+def library_error(lib, code, what, why=""):
+    """The exception for libflps error `code` of the call described by
+    `what`: `why` (what the library said), else the code's text."""
+    if not why:
+        why = lib.flps_strerror(code).decode()
+    return error_class(code)("%s: %s" % (what, why), code=code,
+                             name=lib.flps_errname(code).decode())

@@ -1,48 +1,52 @@
 """flps.torch: train a PyTorch model with flps shards doing the all-reduce.
 
     import flps.torch as ft
-    cfg = ft.init()          # FLPS_JOB, FLPS_RANK, FLPS_WORKERS, FLPS_SERVERS
+    cfg = ft.init()          # FLPS_JOB, FLPS_RANK, ...; alone: a world of one
     opt = ft.DistributedOptimizer(torch.optim.Adam(model.parameters()),
-                                  named_parameters=model.named_parameters(),
-                                  compression="gtopk:0.01")
+                                  named_parameters=model.named_parameters())
+    # compression, sync mode, lr, ...: what the job file says (flps.jobenv)
     for x, y in batches:
         opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
 
 Constructing the DistributedOptimizer connects to the shards and makes
 every worker start from rank 0's parameters (the broadcast).  Each step
 pushes every parameter's gradient, waits for the shards' aggregate and
-applies it.  docs/python.md describes the two modes ("gradient", "server"),
-the density warm-up and the environment variables.
+applies it; with a sparse codec in gradient mode each worker's own
+optimizer step is what is compressed and averaged (the update exchange).
+docs/python.md describes the two modes ("gradient", "server"), the
+corrections, the density warm-up and the environment variables.
 """
 
+import contextlib
+import inspect
 import math
 import os
-from dataclasses import dataclass
+import sys
+import warnings
+from dataclasses import dataclass, field
 
 import torch
+import torch.nn.modules.module as _module
 
 from . import auto as _auto
 from . import client as _client
+from . import jobenv as _jobenv
+from . import torch_saps as _torch_saps
 from .errors import ConfigError, InvalidArgumentError, StateError
 
 __all__ = ["Config", "init", "DistributedOptimizer", "TopkSelector",
-           "ENVIRONMENT", "HAS_POST_ACCUMULATE_HOOK"]
+           "ENVIRONMENT", "HAS_POST_ACCUMULATE_HOOK", "SPARSE_CODECS",
+           "CORRECTIONS"]
 
 #: The environment variables flps.torch reads (flrun and flagent set them
-#: for a job file's command:; set them yourself otherwise): init() the first
-#: four, DistributedOptimizer the optional warm-up ones where its
-#: density_warmup / density_warmup_start arguments are left at None.
-ENVIRONMENT = {
-    "FLPS_JOB": "the job id the shards serve",
-    "FLPS_RANK": "this worker's rank, 0..FLPS_WORKERS-1",
-    "FLPS_WORKERS": "how many workers the job has",
-    "FLPS_SERVERS": "the shard endpoints, shard 0 first, comma-separated "
-                    "(tcp://host:port,...)",
-    "FLPS_DENSITY_WARMUP": "the density warm-up's iterations (the job "
-                           "file's density_warmup; unset or 0: none)",
-    "FLPS_DENSITY_WARMUP_START": "the warm-up's start density, 0 < S <= 1 "
-                                 "(density_warmup_start; unset: 0.25)",
-}
+#: for a job file's command:; set them yourself otherwise): init() the
+#: first four (none of them set: a world of one), DistributedOptimizer the
+#: job file's settings where its arguments are left at None (flps.jobenv:
+#: the keys FLPS_JOB_KEYS names are binding).
+ENVIRONMENT = dict(_jobenv.PLACE)
+ENVIRONMENT.update({var: what for var, what in _jobenv.KEYS.values()})
+ENVIRONMENT["FLPS_JOB_KEYS"] = ("the keys the job file gives, comma-separated "
+                                "(set by flrun and flagent)")
 
 #: The start density of a warm-up when neither the argument nor
 #: FLPS_DENSITY_WARMUP_START gives one (the job file's default).
@@ -57,72 +61,152 @@ HAS_POST_ACCUMULATE_HOOK = hasattr(torch.Tensor,
 
 @dataclass(frozen=True)
 class Config:
-    """Where this worker belongs: what init() read from the environment."""
+    """Where this worker belongs: what init() read from the environment.
+    local: a world of one (no launcher): DistributedOptimizer trains
+    locally.  settings: the job file's settings (flps.jobenv.JobSettings)
+    the optimizer follows."""
 
     job: str
     rank: int
     workers: int
     servers: tuple
+    local: bool = False
+    settings: object = field(default=None, compare=False, repr=False)
 
 
 _config = None  # what init() returned last: the default of every optimizer
-
-
-def _env_int(env, name, low):
-    text = env.get(name)
-    if text is None or text.strip() == "":
-        raise ConfigError(
-            "%s is not set; it is %s: set it in each worker's environment"
-            % (name, ENVIRONMENT[name]))
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError("%s=%r is not a whole number; it is %s"
-                          % (name, text, ENVIRONMENT[name])) from None
-    if value < low:
-        raise ConfigError("%s=%d is below %d; it is %s"
-                          % (name, value, low, ENVIRONMENT[name]))
-    return value
+_told_alone = False  # the world-of-one notice was printed
 
 
 def init(environ=None):
     """Read the worker's place in the job from the environment (or the
     mapping `environ`) and return it as a Config; DistributedOptimizer uses
-    it unless given another.  Raises ConfigError naming a variable that is
-    missing or wrong."""
-    global _config
+    it unless given another.  With none of FLPS_JOB, FLPS_RANK,
+    FLPS_WORKERS and FLPS_SERVERS set (a program run directly) it is a
+    world of one: rank 0 of 1, local=True, said once on stderr.  Raises
+    ConfigError naming a variable that is missing or wrong."""
+    global _config, _told_alone
     env = os.environ if environ is None else environ
-    job = env.get("FLPS_JOB", "")
-    if not job:
-        raise ConfigError("FLPS_JOB is not set; it is %s"
-                          % ENVIRONMENT["FLPS_JOB"])
-    workers = _env_int(env, "FLPS_WORKERS", 1)
-    rank = _env_int(env, "FLPS_RANK", 0)
-    if rank >= workers:
-        raise ConfigError("FLPS_RANK=%d is not below FLPS_WORKERS=%d"
-                          % (rank, workers))
-    servers = tuple(s.strip() for s in env.get("FLPS_SERVERS", "").split(",")
-                    if s.strip())
-    if not servers:
-        raise ConfigError("FLPS_SERVERS is not set; it is %s"
-                          % ENVIRONMENT["FLPS_SERVERS"])
-    _config = Config(job, rank, workers, servers)
+    if _jobenv.is_alone(env):
+        if not _told_alone:
+            print(_jobenv.ALONE, file=sys.stderr, flush=True)
+            _told_alone = True
+        _config = Config("", 0, 1, (), local=True,
+                         settings=_jobenv.JobSettings.none())
+        return _config
+    job, rank, workers, servers = _jobenv.place(env)
+    _config = Config(job, rank, workers, servers,
+                     settings=_jobenv.JobSettings(env))
     return _config
 
 
-def _topk_density(compression):
+def _topk_density(compression, kinds=("topk", "gtopk")):
     """D of "topk:D" or "gtopk:D" (the codecs whose selection flps.torch
-    can run itself), else None."""
+    can run itself; kinds says which), "auto", else None."""
     if compression == "auto":
         return "auto"  # per layer: dense or topk:D, as the plan says
     kind, _, arg = (compression or "dense").partition(":")
-    if kind not in ("topk", "gtopk"):
+    if kind not in kinds:
         return None
     try:
         density = float(arg)
     except ValueError:
         return None
     return density if 0 < density <= 1 else None
+
+
+#: The codecs that select a few elements per step and keep the rest in
+#: error feedback: with these, gradient mode exchanges each worker's
+#: optimizer step (correction "update") unless told otherwise.
+SPARSE_CODECS = ("topk", "gtopk", "dgc", "auto")
+
+#: The values of DistributedOptimizer's correction.
+CORRECTIONS = ("auto", "update", "none")
+
+
+def _is_sparse(compression):
+    return (compression or "dense").partition(":")[0] in SPARSE_CODECS
+
+
+def _is_adaptive(optimizer):
+    """True for the optimizers that scale each element by its own history
+    of squared gradients (Adam and its kin, RMSprop, Adagrad, Adadelta)."""
+    adaptive = tuple(getattr(torch.optim, n) for n in (
+        "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad",
+        "Adadelta", "SparseAdam") if hasattr(torch.optim, n))
+    return isinstance(optimizer, adaptive)
+
+
+def _has_momentum(optimizer):
+    return any(g.get("momentum", 0) for g in optimizer.param_groups)
+
+
+def _check_correction(correction):
+    """Raises ConfigError for a correction that is none of CORRECTIONS."""
+    if correction not in CORRECTIONS:
+        raise ConfigError(
+            "correction=%r: use \"auto\" (\"update\" where it can run), "
+            "\"update\" (each worker's optimizer steps on its own gradient "
+            "and its steps are what is compressed and averaged) or \"none\" "
+            "(the optimizer steps on the averaged compressed gradient)"
+            % (correction,))
+
+
+def _correction_of(correction, compression, mode, selection, optimizer):
+    """"update" or "none": what DistributedOptimizer's correction argument
+    comes to for this codec, mode, selection and optimizer.  Raises
+    ConfigError for a value it does not know or a combination that cannot
+    run; warns of one that runs but loses accuracy."""
+    _check_correction(correction)
+    name = type(optimizer).__name__
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ConfigError(
+            "LBFGS evaluates the loss several times within one step() (its "
+            "closure) and flps averages one gradient per step: no mode of "
+            "DistributedOptimizer can run it; use another optimizer")
+    sparse = _is_sparse(compression)
+    if mode == "server":
+        if correction == "update":
+            raise ConfigError(
+                "correction=\"update\" is gradient mode's; in "
+                "mode=\"server\" libflps corrects the momentum itself, "
+                "before the selection")
+        return "none"
+    if correction == "auto":
+        correction = "update" if sparse and selection != "libflps" \
+            else "none"
+    if correction == "update":
+        if not sparse:
+            raise ConfigError(
+                "correction=\"update\" sends each worker's steps as top-k "
+                "pairs with error feedback: it needs compression \"topk:D\", "
+                "\"gtopk:D\", \"dgc:D\" or \"auto\" (got %r)"
+                % (compression,))
+        if selection == "libflps":
+            raise ConfigError(
+                "correction=\"update\" keeps each worker's residual in torch "
+                "(the worker computes its gradients at the common model plus "
+                "its own steps not sent yet), which libflps's own selection "
+                "keeps out of reach: use selection=\"auto\" or \"torch\", "
+                "or correction=\"none\"")
+        return correction
+    if isinstance(optimizer, torch.optim.SparseAdam):
+        raise ConfigError(
+            "%s steps on sparse gradients only, and with correction "
+            "\"none\" it would step on the averaged gradient, which is "
+            "dense: use a sparse codec with correction=\"update\" (it steps "
+            "on each worker's own gradient)" % name)
+    if sparse and (_is_adaptive(optimizer) or _has_momentum(optimizer)):
+        warnings.warn(
+            "%s%s with %s and correction \"none\" steps on the averaged "
+            "sparse gradient, which lost up to 7 points of test accuracy "
+            "against dense in flps's measurements (docs/python.md); "
+            "correction \"update\" (with selection \"auto\" or \"torch\") "
+            "keeps dense accuracy"
+            % (name, " with momentum" if _has_momentum(optimizer) and
+               not _is_adaptive(optimizer) else "", compression),
+            RuntimeWarning, stacklevel=3)
+    return correction
 
 
 def _warmup_density(start, target, warmup, t):
@@ -144,40 +228,47 @@ def _warmup_density(start, target, warmup, t):
     return d
 
 
-def _warmup_from_environment(density_warmup, density_warmup_start, env):
-    """(iterations, start, where) of the warm-up: each argument, or where it
-    is None its FLPS_* variable (or none / 0.25); where names the variables
-    used, for error messages.  Raises ConfigError for a variable that is
-    not a number."""
-    where = []
-    if density_warmup is None:
-        text = env.get("FLPS_DENSITY_WARMUP", "").strip()
-        density_warmup = 0
-        if text:
-            try:
-                density_warmup = int(text)
-            except ValueError:
-                raise ConfigError(
-                    "FLPS_DENSITY_WARMUP=%r is not a whole number; it is %s"
-                    % (text, ENVIRONMENT["FLPS_DENSITY_WARMUP"])) from None
-            if density_warmup < 0:
-                raise ConfigError(
-                    "FLPS_DENSITY_WARMUP=%d is below 0; it is %s"
-                    % (density_warmup, ENVIRONMENT["FLPS_DENSITY_WARMUP"]))
-            where.append("FLPS_DENSITY_WARMUP=%s" % text)
-    if density_warmup_start is None:
-        text = env.get("FLPS_DENSITY_WARMUP_START", "").strip()
-        density_warmup_start = DEFAULT_WARMUP_START
-        if text:
-            try:
-                density_warmup_start = float(text)
-            except ValueError:
-                raise ConfigError(
-                    "FLPS_DENSITY_WARMUP_START=%r is not a number; it is %s"
-                    % (text, ENVIRONMENT["FLPS_DENSITY_WARMUP_START"])) \
-                    from None
-            where.append("FLPS_DENSITY_WARMUP_START=%s" % text)
-    return density_warmup, density_warmup_start, where
+def _top_k_exact(mag, k):
+    """The indices, ascending, of the k largest of mag, ties at the k-th
+    largest going to the lower index (libflps's topk_select), so the two
+    select the same pairs even where many |a| are equal (Adam's first
+    steps are +-lr nearly everywhere)."""
+    top, idx = torch.topk(mag, k, sorted=False)
+    kth = top.min()
+    if not bool(torch.isfinite(kth)):
+        # A NaN or Inf is among the largest |a| (torch.topk orders NaN
+        # first), so libflps refuses the push and commit() never runs.
+        return torch.sort(idx)[0]
+    above = torch.nonzero(mag > kth, as_tuple=False).reshape(-1)
+    if above.numel() < k:
+        tied = torch.nonzero(mag == kth, as_tuple=False).reshape(-1)
+        above = torch.cat([above, tied[:k - above.numel()]])
+    return torch.sort(above)[0]  # ascending: libflps need not sort
+
+
+def _top_k_lower_index_first(mag, k):
+    """_top_k_exact(mag, k), by libflps's route for a large array and a
+    small k: a threshold from a sample of every 100th element, about three
+    standard deviations below the k-th largest, then the exact selection
+    among the elements at or above it (one pass over mag instead of
+    torch.topk's, which is slow on a CPU).  The same indices either way:
+    when at least k elements reach the threshold the k largest are among
+    them; when fewer do, or mag holds a NaN or Inf, the whole array is
+    searched."""
+    n = mag.numel()
+    if n < 65536 or k > n // 8:
+        return _top_k_exact(mag, k)
+    sample = mag[::100]
+    s = sample.numel()
+    r0 = k * s / n
+    r = min(s, int(math.ceil(r0 + 3 * math.sqrt(r0) + 1)))
+    threshold = torch.topk(sample, r, sorted=False)[0].min()
+    if not bool(torch.isfinite(mag.max())):
+        return _top_k_exact(mag, k)
+    cand = torch.nonzero(mag >= threshold, as_tuple=False).reshape(-1)
+    if cand.numel() < k or cand.numel() > n // 4:
+        return _top_k_exact(mag, k)
+    return cand[_top_k_exact(mag[cand], k)]
 
 
 class TopkSelector:
@@ -190,8 +281,8 @@ class TopkSelector:
         S <- the k largest |a|;  send a[S];  r <- a, zeroed on S;  u[S] <- 0
         after the update: r[i] += a[i] for every pair the shards left out.
 
-    Ties between equal |a| may be broken otherwise than by libflps (which
-    takes the lower index); everything else is the same arithmetic.
+    Ties between equal |a| go to the lower index, as in libflps: the same
+    pairs and the same arithmetic.
 
     warmup, warmup_start: a density warm-up (flps_client_create_warmup):
     select(grad, iteration) takes k_at(iteration) pairs, the k of the
@@ -248,10 +339,7 @@ class TopkSelector:
         if k == self.numel:
             idx = torch.arange(self.numel, device=a.device)
         else:
-            # A NaN or Inf is among the largest |a| (torch.topk orders NaN
-            # first), so libflps refuses the push and commit() never runs.
-            _, idx = torch.topk(a.abs(), k, sorted=False)
-            idx, _ = torch.sort(idx)  # ascending: libflps need not sort
+            idx = _top_k_lower_index_first(a.abs(), k)
         val = a[idx]
         self._pending = (a, u, idx, val)
         return idx, val
@@ -305,6 +393,136 @@ def _named(optimizer, named_parameters):
     return out
 
 
+def _check_optimizer(optimizer):
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise InvalidArgumentError(
+            "optimizer is a %s; pass a torch.optim.Optimizer"
+            % type(optimizer).__name__)
+
+
+def _trained(optimizer, named_parameters):
+    """_named's pairs; InvalidArgumentError when there are none."""
+    named = _named(optimizer, named_parameters)
+    if not named:
+        raise InvalidArgumentError("the optimizer has no parameter that "
+                                   "requires a gradient")
+    return named
+
+
+def _class_defaults(cls):
+    """The keyword defaults of an optimizer class's constructor (torch's
+    "required" sentinel and parameters without one left out)."""
+    try:
+        params = inspect.signature(cls.__init__).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: p.default for p in params
+            if p.default is not inspect.Parameter.empty and
+            isinstance(p.default, (int, float, tuple))}
+
+
+def _follow_hyper(optimizer, key, said, slot):
+    """The job file's value (said, a jobenv Setting it gives) in each of
+    the optimizer's groups at slot: ("lr", None) is group["lr"],
+    ("betas", 0) is group["betas"][0].  A group left at the class's default
+    takes it; a group set otherwise is refused, naming both."""
+    name = type(optimizer).__name__
+    group_key, index = slot
+    default = _class_defaults(type(optimizer)).get(group_key)
+    for g in optimizer.param_groups:
+        have = g[group_key] if index is None else g[group_key][index]
+        if have == said.value:
+            continue
+        if default is None or g[group_key] != default:
+            raise _jobenv.contradiction(
+                "%s's %s" % (name, group_key if index is None
+                             else "%s[%d]" % (group_key, index)),
+                have, key, said)
+        if index is None:
+            g[group_key] = said.value
+        else:
+            value = list(g[group_key])
+            value[index] = said.value
+            g[group_key] = tuple(value)
+        if group_key == "lr" and "initial_lr" in g:
+            g["initial_lr"] = said.value  # an LR scheduler's base
+
+
+def _follow_optimizer(js, optimizer):
+    """The job file's lr and momentum (given ones only) in the wrapped
+    optimizer: momentum is SGD's (RMSprop's) momentum or Adam's first
+    beta."""
+    lr = js.get("lr")
+    if lr is not None and lr.given and all(
+            "lr" in g for g in optimizer.param_groups):
+        _follow_hyper(optimizer, "lr", lr, ("lr", None))
+    m = js.get("momentum")
+    if m is None or not m.given:
+        return
+    groups = optimizer.param_groups
+    if all("momentum" in g for g in groups):
+        _follow_hyper(optimizer, "momentum", m, ("momentum", None))
+    elif all("betas" in g for g in groups):
+        _follow_hyper(optimizer, "momentum", m, ("betas", 0))
+    elif m.value != 0:
+        raise ConfigError(
+            "the job file's momentum: %s (%s) has nothing to set in %s, "
+            "which has no momentum; leave momentum out of the job file"
+            % (m.text, m.variable, type(optimizer).__name__))
+
+
+def _follow_job(js, optimizer, mode, compression, sync_mode, part_size,
+                iterations, lr_cosine, density_warmup, density_warmup_start):
+    """The settings a DistributedOptimizer runs with, each its argument or
+    the job file's (flps.jobenv), as a dict; the optimizer's lr and
+    momentum follow the file too.  Raises ConfigError for an argument that
+    contradicts the file, or a mode flps.torch cannot run."""
+    if sync_mode is not None:
+        try:
+            parsed = _jobenv._mode(sync_mode)
+        except (ValueError, AttributeError, TypeError):
+            parsed = "fedavg"
+        if parsed == "fedavg":
+            raise ConfigError("sync_mode=%r: use \"ssgd\", \"async\" or "
+                              "\"ssp:S\"" % (sync_mode,))
+        sync_mode = parsed
+    run = {"compression": js.resolve("compression", compression, "dense",
+                                     same=_client._same_codec)}
+    sync = js.resolve("mode", sync_mode, "ssgd", arg="sync_mode",
+                      same=_client._same_mode)
+    if sync == "fedavg":
+        raise ConfigError(
+            "the job file's mode: fedavg (FLPS_MODE) is federated averaging, "
+            "which flps.fl runs (flps.fl.Federation: the job's rounds, "
+            "clients and strategy); a DistributedOptimizer trains ssgd, "
+            "async or ssp:S")
+    sync = _client._bound(js, sync)
+    run["asynchronous"] = sync != "ssgd"
+    run["staleness"] = int(sync[4:]) if sync.startswith("ssp:") else None
+    run["part_size"] = js.resolve("part_size", part_size, 0)
+    run["iterations"] = js.resolve("iterations", iterations, 0)
+    run["cosine"] = js.resolve(
+        "lr_schedule", None if lr_cosine is None else
+        ("cosine" if lr_cosine else "constant"), "constant", arg="lr_cosine",
+        shown=lr_cosine) == "cosine"
+    if run["cosine"] and run["iterations"] == 0:
+        raise ConfigError("a cosine lr schedule decays over the job's "
+                          "iterations: pass iterations= (or give iterations "
+                          "in the job file)")
+    run["warmup"] = js.resolve("density_warmup", density_warmup, 0)
+    run["warmup_start"] = js.resolve("density_warmup_start",
+                                     density_warmup_start,
+                                     DEFAULT_WARMUP_START)
+    # Where a warm-up came from the environment, for a refusal's message.
+    run["warmup_env"] = [
+        "%s=%s" % (js.get(k).variable, js.get(k).text)
+        for k, arg in (("density_warmup", density_warmup),
+                       ("density_warmup_start", density_warmup_start))
+        if arg is None and js.get(k) is not None]
+    _follow_optimizer(js, optimizer)
+    return run
+
+
 class DistributedOptimizer(torch.optim.Optimizer):
     """Wrap `optimizer` so that every step uses the gradients of all
     workers, aggregated by the flps shards.
@@ -317,50 +535,102 @@ class DistributedOptimizer(torch.optim.Optimizer):
     compression: "dense", "topk:D", "gtopk:D", "randk:D", "dgc:D",
         "qsgd:BITS", "fp16", "sign" or "auto" (see docs/compress.md).
     mode: "gradient" (default): the shards average the (compressed)
-        gradients and the wrapped optimizer applies the average on every
-        worker; any optimizer works.  "server": the shards apply plain SGD
-        themselves (the wrapped optimizer must be torch.optim.SGD; its lr
-        and momentum go to flps) and hold the model, for checkpoints and
-        late joins.
+        gradients, or with correction "update" the workers' optimizer
+        steps, and every worker applies the same average; any optimizer
+        works.  "server": the shards apply plain SGD themselves (the
+        wrapped optimizer must be torch.optim.SGD; its lr and momentum go
+        to flps) and hold the model, for checkpoints and late joins.
+        "saps": no shard; decentralized SAPS-PSGD (flps.torch_saps): after
+        every local_steps steps of the wrapped optimizer the worker
+        averages the job's saps_density share of its parameters with one
+        peer.  Default: "saps" where the job file says mode: saps
+        (FLPS_MODE), else "gradient"; a mode that contradicts the file is
+        refused.
+    correction: what gradient mode does with a sparse codec
+        (SPARSE_CODECS). "auto" (default): "update" where it can run (not
+        with selection "libflps"), else "none"; other codecs, dense
+        included, run as "none", as they always did.  "update": each
+        worker's optimizer steps on its own gradient, taken at the common
+        model plus the worker's steps not sent yet; the steps are what is
+        sent, as top-k pairs with error feedback, and every worker's
+        parameters hold the common model after step().  The optimizer's
+        state (momentum, Adam's moments) is each worker's own; with
+        sync_mode async or ssp:S the common model is the one each wait
+        pulls.  "none":
+        the optimizer steps on the averaged compressed gradient (with
+        momentum or an adaptive optimizer a RuntimeWarning says it loses
+        accuracy).
     selection: where top-k with error feedback runs (topk:D and gtopk:D):
         "auto" (default): in torch, on the tensor's device, for CUDA
         parameters (only the selected pairs cross to the host, the residual
-        stays on the GPU); in libflps for CPU parameters.  "torch": in torch
-        for every parameter (CPU too).  "libflps": libflps's own top-k on
-        the host (a CUDA gradient is copied over whole).
+        stays on the GPU) and for every parameter with correction
+        "update"; otherwise in libflps for CPU parameters.  "torch": in
+        torch for every parameter (CPU too).  "libflps": libflps's own
+        top-k on the host (a CUDA gradient is copied over whole).
+    sync_mode: "ssgd" (synchronous), "async" (the shards apply each push
+        as it comes) or "ssp:S" (async, at most S iterations ahead of the
+        slowest worker).
     config: a Config (default: the one init() returned, or init() now).
+        A world of one (init() without a launcher) trains locally: step()
+        is the wrapped optimizer's, nothing connects.
     density_warmup, density_warmup_start: a density warm-up over the first
         density_warmup iterations, from density_warmup_start down to the
         codec's density (flps.connect; topk:D, gtopk:D, dgc:D or auto); a
-        torch selection follows the same schedule.  None (default): from
-        FLPS_DENSITY_WARMUP and FLPS_DENSITY_WARMUP_START, which flrun and
-        flagent set from the job file's density_warmup and
-        density_warmup_start (unset: no warm-up, start 0.25).
-    part_size, iterations, lr_cosine, retry_ms, deadline_ms: passed to
-        flps.connect.
+        torch selection follows the same schedule.
+    part_size, iterations, lr_cosine: passed to flps.connect; in gradient
+        mode lr_cosine decays the wrapped optimizer's lr instead,
+        lr * (1 + cos(pi * t / iterations)) / 2 at iteration t.
+    retry_ms, deadline_ms: passed to flps.connect.
+
+    What the job file says is what runs (flps.jobenv): compression,
+    sync_mode (the file's mode), part_size, iterations, lr_cosine (its
+    lr_schedule), density_warmup and density_warmup_start left at None take
+    the job file's values, and the wrapped optimizer's lr and momentum (or
+    Adam's first beta) take the file's lr and momentum where the optimizer
+    was left at its class's defaults; an argument (or an optimizer setting)
+    that contradicts what the file gives is a ConfigError naming both.
+    Where the file says nothing: dense, ssgd, constant lr, no warm-up.
 
     Every parameter must be a contiguous float32 tensor, on the CPU or (in
     mode "gradient") on a CUDA device.  Constructing it connects and makes
     every worker's parameters rank 0's.
     """
 
-    def __init__(self, optimizer, named_parameters=None, compression="dense",
-                 mode="gradient", *, selection="auto", config=None,
-                 part_size=0, iterations=0, lr_cosine=False, retry_ms=0,
-                 deadline_ms=0, density_warmup=None,
-                 density_warmup_start=None):
+    def __new__(cls, *args, **kwargs):
+        # mode "saps" (the argument, or the job file's where none is
+        # given) makes the decentralized optimizer, a subclass.
+        if cls is DistributedOptimizer:
+            mode = kwargs.get("mode", args[3] if len(args) > 3 else None)
+            if mode == "saps" or (mode is None and _torch_saps.job_mode(
+                    kwargs.get("environ")) == "saps"):
+                cls = _SapsDistributedOptimizer
+        return super().__new__(cls)
+
+    def __init__(self, optimizer, named_parameters=None, compression=None,
+                 mode=None, *, sync_mode=None, selection="auto",
+                 correction="auto", config=None, part_size=None,
+                 iterations=None, lr_cosine=None, retry_ms=0, deadline_ms=0,
+                 density_warmup=None, density_warmup_start=None):
+        if mode is None:
+            mode = "gradient"
+        elif _torch_saps.job_mode() == "saps":
+            raise ConfigError("mode=%r contradicts the job file's mode: saps "
+                              "(FLPS_MODE); drop the argument or change the "
+                              "job file" % (mode,))
         if mode not in ("gradient", "server"):
             raise ConfigError("mode=%r: use \"gradient\" (the wrapped "
-                              "optimizer applies the averaged gradient) or "
-                              "\"server\" (the shards apply SGD)" % (mode,))
+                              "optimizer applies the averaged gradient), "
+                              "\"server\" (the shards apply SGD) or \"saps\" "
+                              "(no shard: decentralized)" % (mode,))
         if selection not in ("auto", "torch", "libflps"):
             raise ConfigError("selection=%r: use \"auto\" (torch for CUDA "
                               "parameters, libflps for CPU ones), \"torch\" "
                               "or \"libflps\"" % (selection,))
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise InvalidArgumentError(
-                "optimizer is a %s; pass a torch.optim.Optimizer"
-                % type(optimizer).__name__)
+        _check_optimizer(optimizer)
+        _check_correction(correction)
+        #: "update" or "none": how gradient mode meets a sparse codec
+        #: (a world of one: "none", the wrapped optimizer steps alone).
+        self.correction = "none"
         # Not Optimizer.__init__: this object is a view of the wrapped one.
         self.optimizer = optimizer
         self.param_groups = optimizer.param_groups
@@ -369,15 +639,34 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.mode = mode
         cfg = config or _config or init()
         self.config = cfg
-        self._named = _named(optimizer, named_parameters)
-        if not self._named:
-            raise InvalidArgumentError("the optimizer has no parameter that "
-                                       "requires a gradient")
+        self._named = _trained(optimizer, named_parameters)
         for name, p in self._named:
             self._check_parameter(name, p, mode)
-        warmup, warmup_start, warmup_env = _warmup_from_environment(
-            density_warmup, density_warmup_start, os.environ)
+        self.client = None
+        self.tuner = None
+        self.selectors = [None] * len(self._named)
+        self._local = 0  # steps this process made
+        self.iteration = 0
+        self._pushed = [False] * len(self._named)
+        self._hooks = []
+        self._timing_hooks = []
+        self._base = None  # async gradient mode: the model last pulled
+        self._cosine = 0  # gradient mode: the lr schedule's iterations
+        self._forward_hook = None  # correction "update": _to_local
+        if cfg.local:
+            return  # a world of one: the wrapped optimizer steps alone
+        js = (cfg.settings if cfg.settings is not None
+              else _jobenv.JobSettings())
+        job = _follow_job(js, optimizer, mode, compression, sync_mode,
+                          part_size, iterations, lr_cosine, density_warmup,
+                          density_warmup_start)
+        compression = job["compression"]
+        self.correction = _correction_of(correction, compression, mode,
+                                         selection, optimizer)
         density = _topk_density(compression)
+        if self.correction == "update":
+            density = _topk_density(compression, SPARSE_CODECS)
+            selection = "torch"  # the residual is needed in torch
         if selection == "torch" and density is None:
             raise ConfigError(
                 "selection=\"torch\" runs top-k in torch: it needs "
@@ -395,10 +684,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
             # after every step so the update is read back without rounding.
             self._replicas = [torch.zeros(p.numel(), dtype=torch.float32)
                               for _, p in self._named]
+            if job["cosine"]:
+                self._cosine = job["iterations"]
         if retry_ms == 0:
             # A re-sent push whose late refusal (FLPS_ELATE) arrives after
             # the next iteration's push makes libflps pull that part
-            # (worker/client.c does not compare the refusal's iteration):
+            # (worker/client_recv.c does not compare the refusal's iteration):
             # in gradient mode that turns a step's gradient into the model,
             # and the pull, asked for the closed iteration, is refused with
             # a sticky FLPS_ELATE. Without resends neither can happen; the
@@ -406,26 +697,31 @@ class DistributedOptimizer(torch.optim.Optimizer):
             retry_ms = deadline_ms or 300000
         layout = [(name, r) for (name, _), r in zip(self._named,
                                                     self._replicas)]
+        warmup, warmup_start = job["warmup"], job["warmup_start"]
         try:
+            # Resolved above against the job file: the client takes them as
+            # they are (lr 1 in gradient mode is no contradiction of lr).
             self.client = _client.connect(
                 cfg.job, cfg.rank, cfg.workers, list(cfg.servers), layout,
                 lr=lr, compression=compression, momentum=momentum,
-                part_size=part_size, iterations=iterations,
-                lr_cosine=lr_cosine, retry_ms=retry_ms,
-                deadline_ms=deadline_ms, density_warmup=warmup,
-                density_warmup_start=warmup_start)
+                part_size=job["part_size"], iterations=job["iterations"],
+                asynchronous=job["asynchronous"], staleness=job["staleness"],
+                lr_cosine=job["cosine"] and mode == "server",
+                retry_ms=retry_ms, deadline_ms=deadline_ms,
+                density_warmup=warmup, density_warmup_start=warmup_start,
+                settings=_jobenv.JobSettings.none())
         except InvalidArgumentError as e:
-            if warmup == 0 or not warmup_env:
+            if warmup == 0 or not job["warmup_env"]:
                 raise
             # Say where a refused warm-up came from: the job file, through
             # the launcher's environment, not this program's arguments.
             raise type(e)(
                 "%s (the warm-up is %s from the environment: the job file's "
                 "density_warmup and density_warmup_start)"
-                % (e.message, ", ".join(warmup_env)), code=e.code,
+                % (e.message, ", ".join(job["warmup_env"])), code=e.code,
                 name=e.name) from None
+        self.client._ran.optimizer = type(optimizer).__name__
         #: compression "auto": the profile and plan duties (flps.auto).
-        self.tuner = None
         if compression == "auto":
             self.tuner = _auto.AutoTuner(
                 self.client, [n for n, _ in self._named],
@@ -444,7 +740,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             return 1.0 if spec == "dense" else float(spec.partition(":")[2])
 
         #: Per parameter, its TopkSelector when torch runs its selection,
-        #: else None (libflps's own push).
+        #: else None (libflps's own push); every parameter has one with
+        #: correction "update".
         self.selectors = [
             TopkSelector(p.numel(), density_of(i), p.device, momentum,
                          warmup=warmup, warmup_start=warmup_start)
@@ -452,18 +749,29 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 selection == "torch" or
                 (selection == "auto" and p.device.type == "cuda"))
             else None for i, (_, p) in enumerate(self._named)]
-        self._local = 0  # steps this process made
+        #: correction "update": per parameter the common model, the one
+        #: the shards hold and every worker's step() leaves in the
+        #: parameters; each worker computes its gradients at the common
+        #: model plus its own steps not sent yet (the residual), which
+        #: _to_local puts into the parameters as a training forward starts.
+        self._common = None
+        self._at_local = False
+        if self.correction == "update":
+            self._common = [p.detach().reshape(-1).clone()
+                            for _, p in self._named]
+            self._param_ids = {id(p) for _, p in self._named}
+            self._forward_hook = _module.register_module_forward_pre_hook(
+                self._to_local)
         self.iteration = self.client.resume_iteration
-        self._pushed = [False] * len(self._named)
-        self._hooks = []
-        if HAS_POST_ACCUMULATE_HOOK:
+        # The update exchange pushes steps, known only once the wrapped
+        # optimizer has made them in step(): nothing to push in backward.
+        if HAS_POST_ACCUMULATE_HOOK and self.correction == "none":
             for i, (_, p) in enumerate(self._named):
                 self._hooks.append(
                     p.register_post_accumulate_grad_hook(self._hook(i)))
         # Rank 0 of an auto job times each layer's backward in warm-up: a
         # tensor hook runs as the parameter's gradient is produced (torch
         # 1.13 has these too); removed once the profile is out.
-        self._timing_hooks = []
         if self.tuner is not None and self.tuner.alpha is not None:
             for i, (_, p) in enumerate(self._named):
                 self._timing_hooks.append(p.register_hook(self._timer(i)))
@@ -515,10 +823,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if self.tuner is not None and self.config.rank == 0:
                 # Now, while a pull only re-reads the model just pulled.
                 self.tuner.measure_network()
+            if self.mode == "gradient" and self.client.mode != "ssgd":
+                # Asynchronous: each wait pulls the model (only the changed
+                # elements), so the replica keeps it; the update is the
+                # change since the last pull.
+                self._base = [r.clone() for r in self._replicas]
             if self.mode == "gradient":
                 for (_, p), r in zip(self._named, self._replicas):
                     p.copy_(r.view_as(p))
-                    r.zero_()
+                    if self._base is None:
+                        r.zero_()
 
     def _hook(self, i):
         def hook(p):
@@ -572,31 +886,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Push what backward produced (all of it, last layer first, on
         torch without post-accumulate-grad hooks), wait for the shards and
         apply the aggregate.  Returns closure()'s loss."""
+        if self.client is None:
+            return self._step_alone(closure)
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for i in reversed(range(len(self._named))):
-            if not self._pushed[i]:
-                self._push(i, self._named[i][1].grad)
-        self.client.wait(self.iteration)
-        for i, sel in enumerate(self.selectors):
-            if sel is not None:
-                sel.add_back(self.client.pairs_taken(i, sel.idx.numel()))
-        if self.mode == "gradient":
-            with torch.no_grad():
-                for (_, p), r, sel in zip(self._named, self._replicas,
-                                          self.selectors):
-                    if sel is not None:
-                        self._sparse_grad(p, r)
-                        continue
-                    avg = r.view_as(p).neg()
-                    if p.grad is None:
-                        p.grad = avg.to(p.device)
-                    else:
-                        p.grad.copy_(avg)
-                    r.zero_()
-            self.optimizer.step()
+        if self.correction == "update":
+            self._exchange_steps()
+        else:
+            self._exchange_gradients()
         if self.tuner is not None:
             self.tuner.end_step(self._local, self.iteration)
             if self.tuner.profile is not None and self._timing_hooks:
@@ -610,17 +909,148 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._pushed = [False] * len(self._named)
         return loss
 
+    def _exchange_gradients(self):
+        """Push the gradients backward did not push yet, wait, and in
+        gradient mode let the optimizer step on the average."""
+        for i in reversed(range(len(self._named))):
+            if not self._pushed[i]:
+                self._push(i, self._named[i][1].grad)
+        self._wait()
+        if self.mode == "gradient":
+            with torch.no_grad():
+                self._pulled_to_updates()
+                for (_, p), r, sel in zip(self._named, self._replicas,
+                                          self.selectors):
+                    if sel is not None:
+                        self._sparse_grad(p, r)
+                        continue
+                    avg = r.view_as(p).neg()
+                    if p.grad is None:
+                        p.grad = avg.to(p.device)
+                    else:
+                        p.grad.copy_(avg)
+                    r.zero_()
+                self._updates_to_pulled()
+            with self._scheduled_lr():
+                self.optimizer.step()
+
+    def _exchange_steps(self):
+        """Correction "update": the wrapped optimizer steps on this
+        worker's own gradient, at the parameters as they are (the common
+        model plus the worker's residual, after a training forward); the
+        step, pushed as the "gradient" -(p_after - p_before), joins the
+        residual (error feedback, in TopkSelector) and its top-k pairs go
+        to the shards; their update, +mean over the workers of the pairs
+        they took, moves the common model, which every worker's parameters
+        then hold.  Asynchronous: the update is the change of the pulled
+        model since the last pull (the other workers' steps included)."""
+        with torch.no_grad():
+            before = [p.detach().reshape(-1).clone() for _, p in self._named]
+            with self._scheduled_lr():
+                self.optimizer.step()
+            for i in reversed(range(len(self._named))):
+                p = self._named[i][1]
+                self._push(i, before[i].sub_(p.reshape(-1)))
+                before[i] = None
+            self._wait()
+            self._pulled_to_updates()
+            for (_, p), r, common in zip(self._named, self._replicas,
+                                         self._common):
+                idx, vals = self._take_update(r, p.device)
+                common.index_add_(0, idx, vals)
+                p.copy_(common.view_as(p))
+            self._updates_to_pulled()
+            self._at_local = False
+
+    def _to_local(self, module, inputs):
+        """The forward pre-hook of every module (correction "update"): the
+        first forward with gradients on, after a step, of a module holding
+        one of the parameters moves them all from the common model to this
+        worker's own, the common model plus its steps not sent yet
+        (-residual), where its gradient is taken (as in CSER: the worker
+        sees its own pending steps, so error feedback does not make it push
+        the same way again and again).  Forwards without gradients
+        (evaluation under no_grad) and other models' see the common
+        model."""
+        if self._at_local or not torch.is_grad_enabled():
+            return
+        if not any(id(q) in self._param_ids
+                   for q in module.parameters(recurse=False)):
+            return
+        with torch.no_grad():
+            for (_, p), sel in zip(self._named, self.selectors):
+                p.view(-1).sub_(sel.residual)
+        self._at_local = True
+
+    def _wait(self):
+        """Wait for the iteration's updates; torch selectors take back the
+        pairs the shards left out."""
+        self.client.wait(self.iteration)
+        for i, sel in enumerate(self.selectors):
+            if sel is not None:
+                sel.add_back(self.client.pairs_taken(i, sel.idx.numel()))
+
+    @staticmethod
+    def _take_update(r, device):
+        """(indices, values) of the non-zero elements of the host replica
+        r, on device, and r zeroed there: only they cross to a GPU."""
+        nz = torch.nonzero(r, as_tuple=False).reshape(-1)
+        vals = r[nz]
+        r[nz] = 0
+        return nz.to(device), vals.to(device)
+
+    def _step_alone(self, closure):
+        """A world of one: the wrapped optimizer's step, nothing else."""
+        with self._scheduled_lr():
+            loss = self.optimizer.step(closure)
+        self._local += 1
+        self.iteration += 1
+        return loss
+
+    def _pulled_to_updates(self):
+        """Asynchronous gradient mode: each replica holds the model the wait
+        pulled; make it the update since the last pull (what a synchronous
+        replica holds), and keep the model in the base."""
+        for r, b in zip(self._replicas, self._base or ()):
+            delta = r - b
+            b.copy_(r)
+            r.copy_(delta)
+
+    def _updates_to_pulled(self):
+        """Asynchronous gradient mode: the replicas hold the model again,
+        for the next wait's pull of the changed elements."""
+        for r, b in zip(self._replicas, self._base or ()):
+            r.copy_(b)
+
+    @contextlib.contextmanager
+    def _scheduled_lr(self):
+        """Gradient mode with a cosine schedule: the wrapped optimizer's lr
+        times (1 + cos(pi * t / iterations)) / 2 for this step, as the
+        shards decay theirs (an LR scheduler of the program's sees its own
+        lr)."""
+        if not self._cosine:
+            yield
+            return
+        t = min(self.iteration, self._cosine) / self._cosine
+        scale = 0.5 * (1.0 + math.cos(math.pi * t))
+        kept = [g["lr"] for g in self.optimizer.param_groups]
+        for g in self.optimizer.param_groups:
+            g["lr"] = g["lr"] * scale
+        try:
+            yield
+        finally:
+            for g, lr in zip(self.optimizer.param_groups, kept):
+                g["lr"] = lr
+
     @staticmethod
     def _sparse_grad(p, r):
         """p.grad = the update in the host replica r (-mean of the pairs the
         shards kept), carried to p's device as pairs: the update of a
         sparse job touches at most the shards' k (gtopk) or P*k (topk)
         elements, so only those cross; r is zeroed where it was set."""
-        nz = torch.nonzero(r, as_tuple=False).reshape(-1)
-        vals = r[nz].neg()
-        r[nz] = 0
+        nz, vals = DistributedOptimizer._take_update(r, p.device)
         grad = torch.zeros(p.numel(), dtype=torch.float32, device=p.device)
-        grad[nz.to(p.device)] = vals.to(p.device)
+        grad[nz] = vals.neg()
         if p.grad is None:
             p.grad = grad.view_as(p)
         else:
@@ -646,12 +1076,37 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Disconnect from the shards (the parameters stay as they are)."""
         for h in self._hooks + self._timing_hooks:
             h.remove()
+        if self._forward_hook is not None:
+            self._forward_hook.remove()
+            self._forward_hook = None
         self._hooks = []
         self._timing_hooks = []
-        self.client.close()
+        if self.client is not None:
+            self.client.close()
 
     def __repr__(self):
+        if self.client is None:
+            return ("DistributedOptimizer(%s, a world of one: local "
+                    "training)" % type(self.optimizer).__name__)
         return ("DistributedOptimizer(%s, mode=%r, compression=%r, "
-                "rank %d/%d)" % (type(self.optimizer).__name__, self.mode,
-                                 self.client.compression, self.config.rank,
-                                 self.config.workers))
+                "sync_mode=%r, correction=%r, rank %d/%d)"
+                % (type(self.optimizer).__name__, self.mode,
+                   self.client.compression, self.client.mode,
+                   self.correction, self.config.rank, self.config.workers))
+
+
+class _SapsDistributedOptimizer(_torch_saps.SapsOptimizer,
+                                DistributedOptimizer):
+    """DistributedOptimizer(..., mode="saps"): flps.torch_saps."""
+
+    def __init__(self, optimizer, named_parameters=None, compression=None,
+                 mode=None, *, density=None, local_steps=None, environ=None,
+                 **kwargs):
+        if mode not in (None, "saps"):
+            raise ConfigError("mode=%r contradicts the job file's mode: saps "
+                              "(FLPS_MODE); drop the argument or change the "
+                              "job file" % (mode,))
+        _check_optimizer(optimizer)
+        _torch_saps.check_arguments(compression, kwargs)
+        self._saps_init(optimizer, _trained(optimizer, named_parameters),
+                        density, local_steps, environ)

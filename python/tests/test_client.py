@@ -168,7 +168,10 @@ def test_settings_out_of_range_are_refused_with_what_they_must_be():
                      deadline_ms=-1)
     with pytest.raises(flps.InvalidArgumentError, match="job id"):
         flps.connect(None, 0, 1, ["tcp://127.0.0.1:1"], {"x": buf}, lr=1.0)
-    with pytest.raises(flps.ConfigError, match="not a codec"):
+    # The names come from libflps's table (compress/codec.h), not a copy.
+    with pytest.raises(flps.ConfigError,
+                       match=r"'zip' is not a codec; use one of dense, "
+                             r"topk:D, .*qsgd:BITS, .*auto"):
         flps.connect("j", 0, 1, ["tcp://127.0.0.1:1"], {"x": buf}, lr=1.0,
                      compression="zip")
 
@@ -598,3 +601,23 @@ def test_a_job_with_credentials_serves_only_clients_that_hold_them(
     with pytest.raises(flps.ConfigError):
         flps.connect("authpy", 0, 1, [s[0].endpoint], [("w", w)], lr=LR,
                      deadline_ms=20000)
+
+
+def test_energy_says_why_nothing_is_metered_and_what_the_clock_is(
+        shards, monkeypatch, tmp_path):
+    """Client.energy() is libflps's flps_client_energy: on this machine no
+    NVML and (with an empty sysfs) no RAPL, so no device and one line why;
+    gpu_clock comes from FLPS_GPU_CLOCK and is refused without a GPU."""
+    s = shards("en", 1)
+    monkeypatch.setenv("FLPS_NVML_LIBRARY", str(tmp_path / "no-nvml.so"))
+    monkeypatch.setenv("FLPS_SYSFS_ROOT", str(tmp_path))
+    monkeypatch.setenv("FLPS_GPU_CLOCK", "max")
+    w = np.zeros(4, dtype=np.float32)
+    with flps.connect("en", 0, 1, [x.endpoint for x in s], [("w", w)],
+                      lr=LR, deadline_ms=20000) as c:
+        c.init()
+        e = c.energy()
+        assert e["devices"] == 0 and e["iterations"] == 0
+        assert e["gpu_clock"] == "max" and e["gpu_clock_mhz"] == 0
+        assert "no NVML library" in e["why"]
+        assert "running at the default clock" in e["why"], e["why"]

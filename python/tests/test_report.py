@@ -95,3 +95,11 @@ def test_a_value_that_is_not_a_finite_number_is_refused():
 def test_a_program_without_a_report_prints_nothing_at_exit():
     events, _ = run(["import flps"], {"FLPS_RANK": "0"})
     assert events == []
+
+
+def test_an_eval_carries_elapsed_s_when_given():
+    events, _ = run(["import flps; flps.report(iteration=4, test_accuracy=0.5, "
+                     "test_loss=0.25, elapsed_s=1.23456, done=True)"],
+                    {"FLPS_RANK": "0"})
+    assert events[0] == {"event": "eval", "iter": 4, "test_accuracy": 0.5,
+                         "test_loss": 0.25, "elapsed_s": 1.235}

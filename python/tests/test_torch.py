@@ -22,7 +22,8 @@ W = 2
 
 
 def run_workers(shard, job, tmp_path, steps, optimizer, mode="gradient",
-                compression="dense", selection="auto", extra_env=None):
+                compression="dense", selection="auto", extra_env=None,
+                correction="auto"):
     """Train on W worker processes against shard; their saved results.
     extra_env: more variables for the workers (e.g. FLPS_DENSITY_WARMUP)."""
     procs, outs = [], []
@@ -34,7 +35,7 @@ def run_workers(shard, job, tmp_path, steps, optimizer, mode="gradient",
                    FLPS_SERVERS=shard.endpoint, TEST_STEPS=str(steps),
                    TEST_OPTIMIZER=optimizer, TEST_MODE=mode,
                    TEST_COMPRESSION=compression, TEST_SELECTION=selection,
-                   OMP_NUM_THREADS="1")
+                   TEST_CORRECTION=correction, OMP_NUM_THREADS="1")
         procs.append(subprocess.Popen(
             [sys.executable, os.path.join(HERE, "torch_worker.py"), str(out)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -126,15 +127,16 @@ def test_adam_with_gtopk_keeps_workers_identical_and_sends_less(shards,
 def test_top_k_selected_in_torch_trains_as_libflps_own_top_k(
         shards, tmp_path, compression, mode, optimizer):
     """CPU tensors forced onto the path CUDA tensors take: torch.topk with
-    the residual kept as a tensor, only the pairs handed to libflps."""
+    the residual kept as a tensor, only the pairs handed to libflps (with
+    the gradient exchange, correction "none", which both can run)."""
     steps = 25
     tag = compression.partition(":")[0] + "-" + mode
     own = run_workers(shards("own-" + tag)[0], "own-" + tag, tmp_path, steps,
                       optimizer, mode=mode, compression=compression,
-                      selection="libflps")
+                      selection="libflps", correction="none")
     sel = run_workers(shards("sel-" + tag)[0], "sel-" + tag, tmp_path, steps,
                       optimizer, mode=mode, compression=compression,
-                      selection="torch")
+                      selection="torch", correction="none")
     for r in own:
         assert r["torch_layers"] == 0
     for r in sel:
@@ -273,10 +275,11 @@ def test_a_warm_up_trains_alike_in_torch_and_in_libflps(
     tag = "warm2-" + compression.partition(":")[0]
     own = run_workers(shards(tag + "-own")[0], tag + "-own", tmp_path, steps,
                       optimizer, compression=compression,
-                      selection="libflps", extra_env=WARM_ENV)
+                      selection="libflps", extra_env=WARM_ENV,
+                      correction="none")
     sel = run_workers(shards(tag + "-sel")[0], tag + "-sel", tmp_path, steps,
                       optimizer, compression=compression, selection="torch",
-                      extra_env=WARM_ENV)
+                      extra_env=WARM_ENV, correction="none")
     want = [warm_pairs(0.1, t) for t in range(steps)]
     for r in own + sel:
         assert (r["density_warmup"], r["density_warmup_start"]) == (10, 0.5)
@@ -345,7 +348,8 @@ def _auto_run(shards, tmp_path, monkeypatch, selection):
     opt = ft.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.1),
         model.named_parameters(), compression="auto", selection=selection,
-        config=ft.Config(job, 0, 1, (s.endpoint,)), deadline_ms=20000)
+        correction="none", config=ft.Config(job, 0, 1, (s.endpoint,)),
+        deadline_ms=20000)
     x, y = tc.make_data(1, 30)
     sent = []
     try:

@@ -24,7 +24,9 @@ def main():
         named_parameters=model.named_parameters(),
         compression=os.environ.get("TEST_COMPRESSION", "dense"),
         mode=os.environ.get("TEST_MODE", "gradient"),
-        selection=os.environ.get("TEST_SELECTION", "auto"), deadline_ms=60000)
+        selection=os.environ.get("TEST_SELECTION", "auto"),
+        correction=os.environ.get("TEST_CORRECTION", "auto"),
+        deadline_ms=60000)
     synced = tc.flat(model).clone()
     x, y = tc.make_data(cfg.workers, steps)
     losses, per_step = [], []

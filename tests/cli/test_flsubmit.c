@@ -120,7 +120,8 @@ static int contains(const char *hay, const char *needle)
 #define assert_contains(hay, needle)                                           \
     cr_assert(contains(hay, needle), "expected \"%s\" in:\n%s", needle, hay)
 
-static char *write_job_file(const char *text)
+/* A job file of len bytes, which may hold NULs. */
+static char *write_job_bytes(const void *data, size_t len)
 {
     static char path[64];
     FILE *f;
@@ -129,9 +130,14 @@ static char *write_job_file(const char *text)
     close(mkstemp(path));
     f = fopen(path, "w");
     cr_assert_not_null(f);
-    fputs(text, f);
+    cr_assert_eq(fwrite(data, 1, len, f), len);
     fclose(f);
     return path;
+}
+
+static char *write_job_file(const char *text)
+{
+    return write_job_bytes(text, strlen(text));
 }
 
 static const char *job_file_text = "name: mlp\nmodel: mlp\nworkers: 2\n";
@@ -836,6 +842,9 @@ Test(flsubmit, help_lists_every_command_and_exit_code)
     assert_contains(r.out, "  2    the scheduler refused the job file");
     assert_contains(r.out, "  8    cannot reach the scheduler");
     assert_contains(r.out, "FLPS_TOKEN");
+    assert_contains(r.out, "      --version        print flsubmit's version");
+    assert_contains(r.out, "-o, --output FORMAT");
+    assert_contains(r.out, "completion bash | zsh");
     sub_free(&r);
 }
 
@@ -1052,5 +1061,361 @@ Test(flsubmit, an_unknown_id_is_said_once)
              fs.url);
     cr_assert_str_eq(r.err, want);
     sub_free(&r);
+    fake_stop(&fs);
+}
+
+Test(flsubmit, a_long_server_message_is_shown_whole)
+{
+    static char reply[3000];
+    char msg[2100];
+    fake_sched fs;
+    sub_result r;
+    char *file = write_job_file(job_file_text);
+
+    /* 2,000 characters, then a tail that would be lost to any cut. */
+    memset(msg, 'x', 2000);
+    snprintf(msg + 2000, sizeof(msg) - 2000, " the end");
+    snprintf(reply, sizeof(reply), "{\"error\": \"line 3: %s\"}", msg);
+    fake_start(&fs);
+    fake_route_add(&fs, "POST", "/v1/jobs", 400, reply);
+    fake_route_add(&fs, "GET", "/v1/jobs", 503, reply);
+    RUN(&r, fs.url, NULL, "submit", file);
+    cr_assert_eq(r.status, SUBMIT_EXIT_REFUSED, "stderr: %s", r.err);
+    assert_contains(r.err, msg);
+    sub_free(&r);
+    RUN(&r, fs.url, NULL, "list");
+    cr_assert_eq(r.status, SUBMIT_EXIT_BAD_REPLY, "stderr: %s", r.err);
+    assert_contains(r.err, msg);
+    sub_free(&r);
+    unlink(file);
+    fake_stop(&fs);
+}
+
+Test(flsubmit, a_long_job_id_and_log_cursor_travel_whole)
+{
+    static char page1[1024], page2[1024], jobs[1024], path[256], logs[256];
+    char id[121], cursor[301], want[512];
+    fake_sched fs;
+    sub_result r;
+
+    memset(id, 'i', sizeof(id) - 1);
+    id[sizeof(id) - 1] = '\0';
+    memset(cursor, '7', sizeof(cursor) - 1);
+    cursor[sizeof(cursor) - 1] = '\0';
+    snprintf(path, sizeof(path), "/v1/jobs/%s", id);
+    snprintf(logs, sizeof(logs), "/v1/jobs/%s/logs", id);
+    snprintf(page1, sizeof(page1),
+             "{\"lines\": [{\"id\": \"%s\", \"task\": \"worker-0\","
+             " \"line\": \"iter 1\"}], \"next\": \"%s\"}",
+             cursor, cursor);
+    snprintf(page2, sizeof(page2), "{\"lines\": [], \"next\": \"%s\"}", cursor);
+    snprintf(jobs, sizeof(jobs),
+             "{\"jobs\": [{\"id\": \"%s\", \"state\": \"RUNNING\"}]}", id);
+    fake_start(&fs);
+    fake_route_seq(&fs, "GET", logs, 200, page1, page2, (const char *)NULL);
+    fake_route_add(&fs, "GET", "/v1/jobs", 200, jobs);
+    fake_route_add(&fs, "DELETE", path, 200,
+                   "{\"id\": \"x\", \"state\": \"CANCELLED\"}");
+    RUN(&r, fs.url, NULL, "logs", id);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "[worker-0] iter 1\n");
+    snprintf(want, sizeof(want), "after=%s&limit=1000", cursor);
+    cr_assert_str_eq(fake_req_at(&fs, 1).query, want,
+                     "the whole cursor goes back");
+    sub_free(&r);
+    RUN(&r, fs.url, NULL, "cancel", "latest");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(fake_req_at(&fs, 3).method, "DELETE");
+    cr_assert_str_eq(fake_req_at(&fs, 3).path, path, "the whole id");
+    sub_free(&r);
+    fake_stop(&fs);
+}
+
+Test(flsubmit, a_binary_or_non_utf8_job_file_is_named_as_such_and_not_sent)
+{
+    static const char png[] = "\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+    static const char latin1[] = "name: caf\xe9\nmodel: mlp\n";
+    fake_sched fs;
+    sub_result r;
+    char *file;
+
+    fake_start(&fs);
+    fake_route_add(&fs, "POST", "/v1/jobs", 201, job_queued);
+    file = write_job_bytes(png, sizeof(png) - 1);
+    RUN(&r, fs.url, NULL, "submit", file);
+    cr_assert_eq(r.status, SUBMIT_EXIT_REFUSED, "stderr: %s", r.err);
+    assert_contains(r.err, file);
+    assert_contains(r.err, "the job file is binary, not YAML or JSON text "
+                           "(byte 0 is 0x89); nothing was sent");
+    cr_assert_null(strstr(r.err, "empty"), "%s", r.err);
+    sub_free(&r);
+    unlink(file);
+    file = write_job_bytes(latin1, sizeof(latin1) - 1);
+    RUN(&r, fs.url, NULL, "submit", file);
+    cr_assert_eq(r.status, SUBMIT_EXIT_REFUSED, "stderr: %s", r.err);
+    assert_contains(r.err, "line 1, column 10: byte 9 (0xE9) is not UTF-8; "
+                           "the job file must be UTF-8 text");
+    sub_free(&r);
+    unlink(file);
+    cr_assert_eq(fake_nreqs(&fs), 0, "nothing was sent");
+    fake_stop(&fs);
+}
+
+static const char *nodes_one =
+    "{\"nodes\": [{\"name\": \"n1\", \"address\": \"127.0.0.1\", \"cpus\": 8,"
+    " \"memory\": 17179869184, \"gpus\": 0, \"state\": \"READY\","
+    " \"last_heartbeat\": 1.0, \"used\": {\"cpus\": 2,"
+    " \"memory\": 1073741824, \"gpus\": 0}}]}";
+
+Test(flsubmit, output_yaml_prints_the_objects_as_yaml)
+{
+    static const char *logs[] = {
+        "{\"lines\": [{\"id\": \"1-0\", \"task\": \"worker-0\", \"line\":"
+        " \"iter 1\"}, {\"id\": \"2-0\", \"task\": \"worker-1\", \"line\":"
+        " \"true\"}], \"next\": \"2-0\"}",
+        "{\"lines\": [], \"next\": \"2-0\"}"};
+    fake_sched fs;
+    sub_result r;
+
+    fake_start(&fs);
+    fake_route_seq(&fs, "GET", "/v1/jobs/j5/logs", 200, logs[0], logs[1],
+                   (const char *)NULL);
+    fake_route_add(&fs, "GET", "/v1/nodes", 200, nodes_one);
+    RUN(&r, fs.url, NULL, "nodes", "-o", "yaml");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "nodes:\n"
+                            "- name: n1\n"
+                            "  address: '127.0.0.1'\n"
+                            "  cpus: 8\n"
+                            "  memory: 17179869184\n"
+                            "  gpus: 0\n"
+                            "  state: READY\n"
+                            "  last_heartbeat: 1.0\n"
+                            "  used:\n"
+                            "    cpus: 2\n"
+                            "    memory: 1073741824\n"
+                            "    gpus: 0\n");
+    sub_free(&r);
+    /* Several objects: one document each, "---" between. */
+    RUN(&r, fs.url, NULL, "--output=yaml", "logs", "j5");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "id: '1-0'\ntask: worker-0\nline: iter 1\n"
+                            "---\n"
+                            "id: '2-0'\ntask: worker-1\nline: 'true'\n");
+    sub_free(&r);
+    fake_stop(&fs);
+}
+
+Test(flsubmit, output_json_is_what_json_prints)
+{
+    fake_sched fs;
+    sub_result a, b;
+
+    fake_start(&fs);
+    fake_route_add(&fs, "GET", "/v1/nodes", 200, nodes_one);
+    RUN(&a, fs.url, NULL, "nodes", "--json");
+    RUN(&b, fs.url, NULL, "-ojson", "nodes");
+    cr_assert_eq(b.status, 0, "stderr: %s", b.err);
+    cr_assert_str_eq(a.out, b.out);
+    sub_free(&a);
+    sub_free(&b);
+    fake_stop(&fs);
+}
+
+Test(flsubmit, output_wide_adds_columns_to_list_status_and_nodes)
+{
+    fake_sched fs;
+    sub_result r;
+    char body[4096];
+
+    snprintf(body, sizeof(body), "{\"jobs\": [%s]}", job_queued);
+    fake_start(&fs);
+    fake_route_add(&fs, "GET", "/v1/nodes", 200, nodes_one);
+    fake_route_add(&fs, "GET", "/v1/jobs", 200, body);
+    fake_route_add(&fs, "GET", "/v1/jobs/j5", 200, job_queued);
+    RUN(&r, fs.url, NULL, "nodes", "-o", "wide");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    assert_contains(r.out, "   FREE-CPUS   FREE-MEMORY   FREE-GPUS   "
+                           "LAST-HEARTBEAT\n");
+    assert_contains(r.out, "6           15 GiB        0           "
+                           "1970-01-01 00:00:01 UTC\n");
+    sub_free(&r);
+    RUN(&r, fs.url, NULL, "list", "-o", "wide");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    assert_contains(r.out, "   WORKERS   SERVERS   PRIORITY   TRANSPORT   "
+                           "SENT   NODES\n");
+    sub_free(&r);
+    RUN(&r, fs.url, NULL, "status", "j5", "-o", "wide");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    assert_contains(r.out, "Time limit:  none\n");
+    sub_free(&r);
+    fake_stop(&fs);
+}
+
+Test(flsubmit, an_output_a_command_does_not_have_is_a_usage_error)
+{
+    fake_sched fs;
+    sub_result r;
+
+    fake_start(&fs);
+    RUN(&r, fs.url, NULL, "watch", "j5", "-o", "wide");
+    cr_assert_eq(r.status, SUBMIT_EXIT_USAGE);
+    assert_contains(r.err, "watch has no -o wide (list, status and nodes "
+                           "have)");
+    sub_free(&r);
+    RUN(&r, fs.url, NULL, "list", "-o", "xml");
+    cr_assert_eq(r.status, SUBMIT_EXIT_USAGE);
+    assert_contains(r.err, "-o takes json, yaml or wide, not 'xml'");
+    sub_free(&r);
+    RUN(&r, fs.url, NULL, "list", "-o");
+    cr_assert_eq(r.status, SUBMIT_EXIT_USAGE);
+    assert_contains(r.err, "--output needs a FORMAT");
+    sub_free(&r);
+    cr_assert_eq(fake_nreqs(&fs), 0);
+    fake_stop(&fs);
+}
+
+Test(flsubmit, submit_sends_a_job_said_torchrun_style)
+{
+    fake_sched fs;
+    sub_result r;
+    fake_req q;
+    static const char want[] = "name: \"train\"\n"
+                               "workers: \"4\"\n"
+                               "servers: \"1\"\n"
+                               "compression: \"gtopk:0.01\"\n"
+                               "command: [\"python3\", \"train.py\", "
+                               "\"--json\"]\n";
+
+    fake_start(&fs);
+    fake_route_add(&fs, "POST", "/v1/jobs", 201, job_queued);
+    RUN(&r, fs.url, NULL, "submit", "-n", "4", "-s", "1", "--compression",
+        "gtopk:0.01", "--", "python3", "train.py", "--json");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "j5\n");
+    q = fake_req_at(&fs, 0);
+    cr_assert_str_eq(q.path, "/v1/jobs");
+    cr_assert_eq(q.len, strlen(want), "%.*s", (int)q.len, q.body);
+    cr_assert_eq(memcmp(q.body, want, q.len), 0, "%.*s", (int)q.len, q.body);
+    sub_free(&r);
+    /* flsubmit's own options among the job's: --json is flsubmit's before
+     * "--", and -s before `submit` is still --scheduler. */
+    RUN(&r, NULL, NULL, "-s", fs.url, "submit", "--json", "-s", "1", "-n", "2",
+        "--", "python3", "t.py");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    assert_contains(r.out, "\"id\":\"j5\"");
+    q = fake_req_at(&fs, 1);
+    cr_assert(strstr(q.body, "servers: \"1\"\n") != NULL, "%s", q.body);
+    sub_free(&r);
+    fake_stop(&fs);
+}
+
+Test(flsubmit, submit_takes_a_job_file_and_flags_together_as_flrun_does)
+{
+    fake_sched fs;
+    sub_result r;
+    char *file = write_job_file("name: mlp\n"
+                                "model: mlp\n"
+                                "workers: 8   # all of them\n"
+                                "lr: 0.1\n");
+    fake_req q;
+    char said[160];
+    static const char want[] = "name: mlp\n"
+                               "model: mlp\n"
+                               "workers: \"2\"   # all of them\n"
+                               "lr: \"0.05\"\n"
+                               "seed: \"7\"\n";
+
+    fake_start(&fs);
+    fake_route_add(&fs, "POST", "/v1/jobs", 201, job_queued);
+    RUN(&r, fs.url, NULL, "submit", file, "-n", "2", "--lr", "0.05",
+        "--seed=7");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "j5\n");
+    q = fake_req_at(&fs, 0);
+    cr_assert_eq(q.len, strlen(want), "%.*s", (int)q.len, q.body);
+    cr_assert_eq(memcmp(q.body, want, q.len), 0, "%.*s", (int)q.len, q.body);
+    sub_free(&r);
+    /* The flags before the file, flsubmit's own among them. */
+    RUN(&r, NULL, NULL, "submit", "-s", "1", "--scheduler", fs.url, file,
+        "--json");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    assert_contains(r.out, "\"id\":\"j5\"");
+    q = fake_req_at(&fs, 1);
+    cr_assert(strstr(q.body, "lr: 0.1\nservers: \"1\"\n") != NULL, "%s",
+              q.body);
+    sub_free(&r);
+    fake_stop(&fs);
+    /* The scheduler's refusal of a line a flag wrote names the flag. */
+    fake_start(&fs);
+    fake_route_add(&fs, "POST", "/v1/jobs", 400,
+                   "{\"error\": \"line 4: lr: '9' is too large\", "
+                   "\"line\": 4, \"field\": \"lr\"}");
+    RUN(&r, fs.url, NULL, "submit", file, "--lr", "9");
+    cr_assert_eq(r.status, SUBMIT_EXIT_REFUSED, "stderr: %s", r.err);
+    snprintf(said, sizeof(said),
+             "flsubmit: the scheduler refused %s: --lr: '9' is too large\n",
+             file);
+    cr_assert_str_eq(r.err, said);
+    sub_free(&r);
+    unlink(file);
+    fake_stop(&fs);
+}
+
+Test(flsubmit, a_refused_flag_is_named_as_given)
+{
+    fake_sched fs;
+    sub_result r;
+
+    fake_start(&fs);
+    /* Line 3 of the text is --compression's; a scheduler that takes
+     * fewer codecs than this flsubmit refuses a value it let through. */
+    fake_route_add(&fs, "POST", "/v1/jobs", 400,
+                   "{\"error\": \"line 3: compression: 'gtopk:0.01' is not "
+                   "accepted; expected dense, topk:D\", \"line\": 3,"
+                   " \"field\": \"compression\"}");
+    RUN(&r, fs.url, NULL, "submit", "-n", "2", "--compression", "gtopk:0.01",
+        "--", "python3", "t.py");
+    cr_assert_eq(r.status, SUBMIT_EXIT_REFUSED, "stderr: %s", r.err);
+    cr_assert_str_eq(r.err, "flsubmit: the scheduler refused the job: "
+                            "--compression: 'gtopk:0.01' is not accepted; "
+                            "expected dense, topk:D\n");
+    sub_free(&r);
+    /* A value flsubmit's own parser refuses is named so, and not sent. */
+    RUN(&r, fs.url, NULL, "submit", "-n", "2", "--compression", "gtop:0.01",
+        "--", "python3", "t.py");
+    cr_assert_eq(r.status, SUBMIT_EXIT_REFUSED, "stderr: %s", r.err);
+    assert_contains(r.err, "flsubmit: --compression: 'gtop:0.01' is not a "
+                           "codec");
+    assert_contains(r.err, "nothing was sent");
+    cr_assert_eq(fake_nreqs(&fs), 1);
+    sub_free(&r);
+    fake_stop(&fs);
+}
+
+Test(flsubmit, words_that_say_no_job_are_refused_before_anything_is_sent)
+{
+    fake_sched fs;
+    sub_result r;
+
+    fake_start(&fs);
+    fake_route_add(&fs, "POST", "/v1/jobs", 201, job_queued);
+    RUN(&r, fs.url, NULL, "submit", "-n", "2", "train.py");
+    cr_assert_eq(r.status, SUBMIT_EXIT_USAGE);
+    assert_contains(r.err, "'train.py': the program and its arguments go "
+                           "after '--'");
+    sub_free(&r);
+    RUN(&r, fs.url, NULL, "submit", "-n", "2", "--model", "resnet", "--",
+        "python3", "t.py");
+    cr_assert_eq(r.status, SUBMIT_EXIT_REFUSED);
+    assert_contains(r.err, "flsubmit: --model: 'resnet' is not accepted; "
+                           "expected one of mlp, cnn");
+    assert_contains(r.err, "nothing was sent");
+    sub_free(&r);
+    RUN(&r, fs.url, NULL, "submit", "--follow", "-n", "2", "--", "p");
+    cr_assert_eq(r.status, SUBMIT_EXIT_USAGE);
+    assert_contains(r.err, "--follow is not an option of submit");
+    sub_free(&r);
+    cr_assert_eq(fake_nreqs(&fs), 0);
     fake_stop(&fs);
 }

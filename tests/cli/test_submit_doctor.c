@@ -19,12 +19,13 @@ static char *report(const char *info_text, const submit_doctor_job *job,
                     int *failed, char *names)
 {
     json_t *info = json_loads(info_text, 0, NULL);
-    char *out = NULL;
+    char *out = NULL, *got = NULL;
 
     cr_assert_not_null(info, "fixture is JSON: %s", info_text);
-    cr_assert_eq(
-        submit_doctor_report(info, URL, job, 0, &out, failed, names, 256),
-        FLPS_OK);
+    cr_assert_eq(submit_doctor_report(info, URL, job, 0, &out, failed, &got),
+                 FLPS_OK);
+    snprintf(names, 256, "%s", got);
+    flps_free(got);
     json_decref(info);
     return out;
 }
@@ -183,9 +184,8 @@ Test(submit_doctor, json_gives_every_check_as_an_object)
     char *out = NULL;
     int failed = -1;
 
-    cr_assert_eq(
-        submit_doctor_report(info, URL, &job, 1, &out, &failed, NULL, 0),
-        FLPS_OK);
+    cr_assert_eq(submit_doctor_report(info, URL, &job, 1, &out, &failed, NULL),
+                 FLPS_OK);
     o = json_loads(out, 0, NULL);
     cr_assert_not_null(o, "%s", out);
     cr_assert(json_is_true(json_object_get(o, "ok")));
@@ -198,9 +198,8 @@ Test(submit_doctor, json_gives_every_check_as_an_object)
     json_decref(info);
     flps_free(out);
     info = json_array();
-    cr_assert_eq(
-        submit_doctor_report(info, URL, &job, 0, &out, &failed, NULL, 0),
-        FLPS_EINVAL);
+    cr_assert_eq(submit_doctor_report(info, URL, &job, 0, &out, &failed, NULL),
+                 FLPS_EINVAL);
     json_decref(info);
 }
 
@@ -267,5 +266,113 @@ Test(submit_doctor, an_auto_job_is_told_where_it_would_run_rdma)
                           "(mlx5_0:1, memlock unlimited); ZeroMQ for a job "
                           "placed on n1\n") != NULL,
               "%s", out);
+    flps_free(out);
+}
+
+Test(submit_doctor, a_long_data_directory_is_named_whole)
+{
+    submit_doctor_job job = {0};
+    char names[256], dir[1500], node[2000], want[1600];
+    int failed = 0;
+    char *out;
+
+    dir[0] = '/';
+    memset(dir + 1, 'd', sizeof(dir) - 2);
+    dir[sizeof(dir) - 1] = '\0';
+    snprintf(node, sizeof(node),
+             "{\"name\": \"n2\", \"state\": \"READY\", \"alive\": true,"
+             " \"facts\": {\"clock_offset\": 0, \"dataset_dir\": \"%s\","
+             " \"dataset_missing\": \"train-images-idx3-ubyte.gz\"}}",
+             dir);
+    out = report(info_with(node), &job, &failed, names);
+    snprintf(want, sizeof(want), "is missing from %s on n2; install it", dir);
+    cr_assert_eq(failed, 1, "%s", out);
+    cr_assert(strstr(out, want) != NULL, "the whole directory in:\n%s", out);
+    flps_free(out);
+}
+
+/* /v1/info of an HTTPS flsched whose certificate is valid from+until s
+ * around its clock (1e9: 2001-09-09 01:46:40 UTC). */
+static char *info_tls(double from, double until)
+{
+    static char buf[4096];
+
+    snprintf(buf, sizeof(buf),
+             "{\"version\": \"0.4.0\", \"time\": 1e9, \"tls\": {\"subject\": "
+             "\"sched\", \"names\": \"DNS:sched.example\", \"not_before\": "
+             "%.0f, \"not_after\": %.0f, \"names_listen_host\": true}, "
+             "\"redis\": {\"ok\": true, \"version\": \"7.0.15\", "
+             "\"clock_offset\": 0.001}, \"nodes\": [%s]}",
+             1e9 + from, 1e9 + until, node_ok);
+    return buf;
+}
+
+Test(submit_doctor, shows_when_the_schedulers_certificate_expires)
+{
+    submit_doctor_job job = {0};
+    char names[256];
+    int failed = -1;
+    char *out = report(info_tls(-86400, 90 * 86400.0), &job, &failed, names);
+
+    cr_assert_eq(failed, 0, "%s", out);
+    cr_assert_not_null(strstr(out, "OK    tls        flsched's certificate "
+                                   "(DNS:sched.example) expires on "
+                                   "2001-12-08 01:46:40 UTC, in 90 days\n"),
+                       "%s", out);
+    flps_free(out);
+    out = report(info_tls(-86400, 5.5 * 86400), &job, &failed, names);
+    cr_assert_eq(failed, 0, "%s", out);
+    cr_assert_not_null(strstr(out, "expires on 2001-09-14 13:46:40 UTC, in 5.5 "
+                                   "days: renew it soon"),
+                       "%s", out);
+    flps_free(out);
+}
+
+Test(submit_doctor, an_expired_or_early_certificate_fails)
+{
+    submit_doctor_job job = {0};
+    char names[256];
+    int failed = -1;
+    char *out = report(info_tls(-86400, -60), &job, &failed, names);
+
+    cr_assert_eq(failed, 1, "%s", out);
+    cr_assert_str_eq(names, "tls");
+    cr_assert_not_null(strstr(out, "FAIL  tls        flsched's certificate "
+                                   "(DNS:sched.example) expired on 2001-09-09 "
+                                   "01:45:40 UTC: renew it"),
+                       "%s", out);
+    flps_free(out);
+    out = report(info_tls(3600, 86400), &job, &failed, names);
+    cr_assert_eq(failed, 1, "%s", out);
+    cr_assert_not_null(
+        strstr(out, "is not valid before 2001-09-09 02:46:40 UTC"), "%s", out);
+    flps_free(out);
+    /* Plain HTTP: no tls line at all. */
+    out = report(info_with(node_ok), &job, &failed, names);
+    cr_assert_null(strstr(out, "tls"), "%s", out);
+    flps_free(out);
+}
+
+Test(submit_doctor,
+     the_kubernetes_launcher_says_what_it_creates_and_needs_no_agent)
+{
+    submit_doctor_job job = {0};
+    char names[256];
+    int failed = -1;
+    char *out = report(
+        "{\"version\": \"0.4.0\", \"redis\": {\"ok\": true, \"version\": "
+        "\"7.0.15\", \"clock_offset\": 0.001}, \"nodes\": [],"
+        " \"launcher\": {\"kind\": \"kubernetes\", \"namespace\": \"ml\","
+        " \"jobset\": true, \"image\": \"reg/flps:0.4.0\"}}",
+        &job, &failed, names);
+
+    cr_assert_eq(failed, 0, "no agent is needed: %s", out);
+    cr_assert_str_eq(out, "OK    scheduler  flsched 0.4.0 answers at " URL "\n"
+                          "OK    redis      Redis 7.0.15 answers flsched\n"
+                          "OK    launcher   kubernetes: a JobSet per job in "
+                          "namespace ml (the JobSet CRD is installed), image "
+                          "reg/flps:0.4.0 unless the job file names one; the "
+                          "cluster places the pods\n"
+                          "All 3 checks passed.\n");
     flps_free(out);
 }

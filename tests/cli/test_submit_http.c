@@ -251,3 +251,26 @@ Test(submit_http, escape_keeps_unreserved_characters_and_encodes_the_rest)
     cr_assert_str_eq(out, "1764430000123-0");
     flps_free(out);
 }
+
+Test(submit_http, a_long_url_is_named_whole_in_the_message)
+{
+    char url[1200], dir[1000];
+    submit_reply r = {0};
+    submit_http *h;
+    int fd;
+    uint16_t port = fake_dead_port(&fd);
+
+    memset(dir, 'd', sizeof(dir) - 1);
+    dir[sizeof(dir) - 1] = '\0';
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/%s", (unsigned)port, dir);
+    h = client(url, NULL);
+    cr_assert_eq(submit_http_request(h, "GET", "/v1/jobs", NULL, 0, &r),
+                 FLPS_ECLOSED);
+    cr_assert(strstr(submit_http_last_error(h), url) != NULL,
+              "the whole URL (%zu bytes) in: %s", strlen(url),
+              submit_http_last_error(h));
+    cr_assert(strstr(submit_http_last_error(h), ": connection refused") != NULL,
+              "and the reason after it: %s", submit_http_last_error(h));
+    submit_http_destroy(h);
+    close(fd);
+}

@@ -245,6 +245,74 @@ Test(submit_render, the_summary_of_a_succeeded_job_has_flruns_fields)
     json_decref(job);
 }
 
+Test(submit_render, the_summary_says_what_ran_each_mismatch_and_each_gap)
+{
+    json_t *job =
+        parse("{\"id\": \"j7\", \"name\": \"mine\", \"state\": \"SUCCEEDED\","
+              " \"summary\": {\"test_accuracy\": null, \"iterations\": 5,"
+              " \"compression\": \"dense\", \"mode\": \"ssgd\","
+              " \"optimizer\": \"Adam\", \"mismatch\": [\"compression: the job "
+              "file says gtopk:0.01, the workers ran dense\"],"
+              " \"not_reported\": [\"test_accuracy\", \"done\"]}}");
+
+    expect_render(submit_render_summary(job, &out_),
+                  "Job j7 (mine) SUCCEEDED\n"
+                  "  iterations       5\n"
+                  "  test accuracy    not reported\n"
+                  "  compression      dense\n"
+                  "  mode             ssgd\n"
+                  "  optimizer        Adam\n"
+                  "  MISMATCH         compression: the job file says "
+                  "gtopk:0.01, the workers ran dense\n"
+                  "  not reported     test_accuracy, done\n");
+    json_decref(job);
+}
+
+Test(submit_render, the_summary_gives_the_energy_and_the_gpu_clock)
+{
+    json_t *job =
+        parse("{\"id\": \"j8\", \"name\": \"green\", \"state\": \"SUCCEEDED\","
+              " \"summary\": {\"test_accuracy\": 0.9, \"iterations\": 600,"
+              " \"joules_per_iteration\": 31.25,"
+              " \"gpu_joules_per_iteration\": 28, \"energy_method\":"
+              " \"counter\", \"gpu_clock\": \"1680\"}}");
+
+    expect_render(submit_render_summary(job, &out_),
+                  "Job j8 (green) SUCCEEDED\n"
+                  "  iterations       600\n"
+                  "  test accuracy    90.00%\n"
+                  "  energy           31.2 J/iteration\n"
+                  "  gpu clock        1680 MHz\n");
+    json_decref(job);
+}
+
+Test(submit_render, a_saps_summary_gives_the_consensus_and_the_matrix)
+{
+    json_t *job =
+        parse("{\"id\": \"j5\", \"name\": \"gossip\", \"state\": \"SUCCEEDED\","
+              " \"summary\": {\"test_accuracy\": 0.91, \"iterations\": 300,"
+              " \"mode\": \"saps\", \"consensus_accuracy\": 0.934,"
+              " \"consensus_distance\": 0.2041, \"consensus_workers\": 3,"
+              " \"exchanges\": 600, \"slow_exchange_share\": 0.05,"
+              " \"workers_lost\": [2], \"bandwidth_mbps\": [[0, 812.4, 640.25],"
+              " [812.4, 0, 701.9], [640.2, 701.9, 0]]}}");
+
+    expect_render(submit_render_summary(job, &out_),
+                  "Job j5 (gossip) SUCCEEDED\n"
+                  "  iterations       300\n"
+                  "  test accuracy    91.00%\n"
+                  "  mode             saps\n"
+                  "  consensus acc.   93.40% (the workers' average model)\n"
+                  "  consensus dist.  0.2041 (mean over 3 workers)\n"
+                  "  exchanges        600, 5.0% over slow links\n"
+                  "  workers lost     2 (the others went on)\n"
+                  "  bandwidth MB/s         0      1      2\n"
+                  "                 0       -  812.4  640.2\n"
+                  "                 1   812.4      -  701.9\n"
+                  "                 2   640.2  701.9      -\n");
+    json_decref(job);
+}
+
 Test(submit_render, the_summary_of_a_failed_job_gives_the_reason_and_how_far)
 {
     json_t *job = parse(
@@ -301,6 +369,21 @@ Test(submit_render, state_lines_say_what_a_state_means)
     json_decref(requeued);
     json_decref(running);
     json_decref(done);
+}
+
+Test(submit_render, counts_of_one_take_the_singular)
+{
+    json_t *job = parse("{\"id\": \"j1\", \"state\": \"QUEUED\","
+                        " \"workers\": 1, \"servers\": 1}");
+    char *out = NULL;
+
+    expect_render(submit_render_state_line(job, &out_),
+                  "QUEUED     waiting for 1 worker and 1 server to be placed");
+    cr_assert_eq(submit_render_status(job, &out), FLPS_OK);
+    cr_assert(strstr(out, "Tasks:       1 worker, 1 server\n") != NULL, "%s",
+              out);
+    flps_free(out);
+    json_decref(job);
 }
 
 Test(submit_render, the_job_table_aligns_columns_like_kubectl)
@@ -476,4 +559,111 @@ Test(submit_render, every_allocation_failure_is_reported_and_leaks_nothing)
     flps_alloc_fail_at(0);
     json_decref(jobs);
     json_decref(job);
+}
+
+Test(submit_render, long_names_and_endpoints_are_shown_whole)
+{
+    char name[301], endpoint[400], text[1200];
+    json_t *jobs, *job;
+    char *out = NULL;
+
+    memset(name, 'n', sizeof(name) - 1);
+    name[sizeof(name) - 1] = '\0';
+    snprintf(endpoint, sizeof(endpoint), "tcp://%s.example:4000", name);
+    snprintf(text, sizeof(text),
+             "[{\"id\": \"j1\", \"name\": \"%s\", \"state\": \"RUNNING\"}]",
+             name);
+    jobs = parse(text);
+    cr_assert_eq(submit_render_jobs(jobs, 0, &out), FLPS_OK);
+    cr_assert(strstr(out, name) != NULL, "the whole name in:\n%s", out);
+    flps_free(out);
+    snprintf(text, sizeof(text),
+             "{\"id\": \"j1\", \"state\": \"RUNNING\", \"tasks\": [{\"task\": "
+             "\"server-0\", \"node\": \"n1\", \"endpoint\": \"%s\"}]}",
+             endpoint);
+    job = parse(text);
+    cr_assert_eq(submit_render_status(job, &out), FLPS_OK);
+    cr_assert(strstr(out, endpoint) != NULL, "the whole endpoint in:\n%s", out);
+    flps_free(out);
+    json_decref(jobs);
+    json_decref(job);
+}
+
+Test(submit_render, the_wide_job_table_adds_size_transport_bytes_and_nodes)
+{
+    json_t *jobs = parse(
+        "[{\"id\": \"j42\", \"name\": \"g\", \"state\": \"RUNNING\","
+        " \"iterations\": 1500, \"restarts\": 0, \"max_restarts\": 3,"
+        " \"submitted_at\": 100, \"workers\": 4, \"servers\": 2,"
+        " \"priority\": 5, \"transport\": \"auto\", \"transport_used\":"
+        " \"rdma\", \"progress\": {\"iteration\": 750, \"bytes_sent\":"
+        " 5500000, \"dense_bytes\": 260000000}, \"tasks\": [{\"task\":"
+        " \"server-0\", \"node\": \"n2\"}, {\"task\": \"worker-0\", \"node\":"
+        " \"n1\"}, {\"task\": \"worker-1\", \"node\": \"n2\"}]}]");
+
+    expect_render(submit_render_jobs_wide(jobs, 195, &out_),
+                  "ID    NAME   STATE     PROGRESS   ACCURACY   RESTARTS   AGE "
+                  "    WORKERS   SERVERS   PRIORITY   TRANSPORT   SENT        "
+                  "     NODES\n"
+                  "j42   g      RUNNING   750/1500   -          0/3        "
+                  "1m35s   4         2         5          rdma        5.5 MB "
+                  "(2.12%)   n2,n1\n");
+    expect_render(submit_render_jobs(jobs, 195, &out_),
+                  "ID    NAME   STATE     PROGRESS   ACCURACY   RESTARTS   "
+                  "AGE\n"
+                  "j42   g      RUNNING   750/1500   -          0/3        "
+                  "1m35s\n");
+    json_decref(jobs);
+}
+
+Test(submit_render, the_wide_status_adds_settings_and_exit_codes)
+{
+    json_t *job = parse(
+        "{\"id\": \"j1\", \"state\": \"FAILED\", \"workers\": 1, \"servers\":"
+        " 1, \"transport\": \"zmq\", \"time_limit\": 3600, \"resources\":"
+        " {\"cpus_per_worker\": 1, \"memory_per_worker\": 536870912,"
+        " \"gpus_per_worker\": 0, \"cpus_per_server\": 0.5,"
+        " \"memory_per_server\": 1073741824}, \"tasks\": [{\"task\":"
+        " \"server-0\", \"node\": \"n1\", \"state\": \"EXITED\","
+        " \"exit_code\": 0}, {\"task\": \"worker-0\", \"node\": \"n1\","
+        " \"state\": \"EXITED\", \"exit_code\": -1, \"signal\": 9}]}");
+    char *out = NULL;
+
+    cr_assert_eq(submit_render_status_wide(job, &out), FLPS_OK);
+    cr_assert(strstr(out, "Tasks:       1 worker, 1 server\n"
+                          "Transport:   zmq\n"
+                          "Resources:   per worker 1 CPU, 512 MiB, 0 GPUs; "
+                          "per server 0.5 CPUs, 1 GiB\n"
+                          "Time limit:  1h00m\n") != NULL,
+              "%s", out);
+    cr_assert(strstr(out,
+                     "  TASK       NODE   STATE    ENDPOINT   EXIT\n"
+                     "  server-0   n1     EXITED   -          0\n"
+                     "  worker-0   n1     EXITED   -          signal 9\n") !=
+                  NULL,
+              "%s", out);
+    flps_free(out);
+    cr_assert_eq(submit_render_status(job, &out), FLPS_OK);
+    cr_assert_null(strstr(out, "   EXIT\n"), "only wide has EXIT:\n%s", out);
+    cr_assert_null(strstr(out, "Resources:"), "%s", out);
+    flps_free(out);
+    json_decref(job);
+}
+
+Test(submit_render, the_wide_node_table_adds_what_is_free_and_when_seen)
+{
+    json_t *nodes =
+        parse("[{\"name\": \"n1\", \"address\": \"10.0.0.1\", \"cpus\": 16,"
+              " \"memory\": 68719476736, \"gpus\": 2, \"state\": \"READY\","
+              " \"last_heartbeat\": 1764430000, \"used\": {\"cpus\": 4.5,"
+              " \"memory\": 2684354560, \"gpus\": 2}}]");
+
+    expect_render(submit_render_nodes_wide(nodes, 1764430001, &out_),
+                  "NAME   ADDRESS    STATE   CPUS     MEMORY           GPUS   "
+                  "HEARTBEAT   FREE-CPUS   FREE-MEMORY   FREE-GPUS   "
+                  "LAST-HEARTBEAT\n"
+                  "n1     10.0.0.1   READY   4.5/16   2.5 GiB/64 GiB   2/2    "
+                  "1s ago      11.5        61.5 GiB      0           "
+                  "2025-11-29 15:26:40 UTC\n");
+    json_decref(nodes);
 }

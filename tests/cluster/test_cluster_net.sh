@@ -5,7 +5,11 @@
 # it is interrupted), that the links really are rate-limited (a bulk
 # transfer's bytes over time within 20% of the set rate, on the wire and
 # in payload) and that the job's traffic went through them, and that the
-# job runs to flrun's summary line and is recorded.
+# job runs to flrun's summary line and is recorded; then (with PyTorch) the
+# same job and its DDP peer on 3 hosts, both recorded, the peer's gradients
+# on the links and its accuracy that of flps dense; and decentralized saps
+# jobs (adaptive and random peers) on a rate per link (--link-rates), the
+# workers' probe finding the fast links and adaptive peers keeping to them.
 #
 # usage: test_cluster_net.sh BUILD_DIR SOURCE_DIR
 # Exit 77 (skipped) when not root or when network namespaces are not
@@ -94,6 +98,21 @@ check_clean() { # what
 common=(--models mlp --codecs dense --rates 100mbit --workers 2 --shards 1
     --hosts 2 --eval-every 25 --probe-seconds 2 --delay 0)
 
+# run.sh with the common options and ARGS, which must succeed (its output
+# in OUT.out and OUT.err) and leave nothing behind.
+run_ok() { # what clean-label out args...
+    local what="$1" label="$2" out="$3" rc
+    shift 3
+    "$run" "${common[@]}" "$@" >"$out.out" 2>"$out.err"
+    rc=$?
+    if [ "$rc" = 0 ]; then
+        pass "$what (exit 0)"
+    else
+        fail "$what: exit $rc: $(tail -n 15 "$out.err")"
+    fi
+    check_clean "$label"
+}
+
 # 1. A leftover namespace (as from a crashed run): refused, then --cleanup.
 ip netns add flbt-h0
 out=$("$run" "${common[@]}" --iterations 50 --work "$tmp/refused" --no-record 2>&1)
@@ -108,15 +127,8 @@ check_clean "--cleanup"
 
 # 2. The short job through the topology.
 work="$tmp/ok"
-"$run" "${common[@]}" --iterations 50 --work "$work" --out "$tmp/results" \
-    --label ci >"$tmp/ok.out" 2>"$tmp/ok.err"
-rc=$?
-if [ "$rc" = 0 ]; then
-    pass "run.sh runs the short job (exit 0)"
-else
-    fail "run.sh exited $rc: $(tail -n 15 "$tmp/ok.err")"
-fi
-check_clean "after the job"
+run_ok "run.sh runs the short job" "after the job" "$tmp/ok" --iterations 50 \
+    --work "$work" --out "$tmp/results" --label ci
 
 "$PY" - "$work" "$tmp/results" <<'EOF'
 import csv, glob, json, os, sys
@@ -213,6 +225,98 @@ if grep -q '"event":"start"' "$tmp/int/runs/1/events-1.jsonl" 2>/dev/null; then
 else
     fail "the long job never trained: $(tail -n 5 "$tmp/int.out")"
 fi
+
+# 5. The DDP peer beside a flps job (when PyTorch with gloo is here): a
+# host per worker (3 hosts), dense flps then DDP on the same MLP, data
+# order and initial weights; both recorded the same way.
+if /usr/bin/python3 -c 'import torch.distributed as d, sys; sys.exit(not d.is_gloo_available())' 2>/dev/null; then
+    run_ok "run.sh runs the flps job and its DDP peer" "after the peer" "$tmp/peer" \
+        --hosts 3 --peers ddp --iterations 50 --work "$tmp/peer" \
+        --out "$tmp/peer-results" --label peer
+    "$PY" - "$tmp/peer-results" <<'EOF'
+import glob, json, os, sys
+doc = json.load(open(glob.glob(os.path.join(sys.argv[1], "*-peer.json"))[0]))
+bad = []
+def check(ok, what):
+    print(("ok: " if ok else "FAIL: ") + what)
+    if not ok:
+        bad.append(what)
+runs = {r["codec"]: r for r in doc["runs"]}
+check(sorted(runs) == ["ddp", "dense"], "one flps row and one DDP row (%s)" % sorted(runs))
+d, p = runs.get("dense", {}), runs.get("ddp", {})
+check(p.get("shards") == 0 and p.get("system") == "ddp" and p.get("iterations") == 50,
+      "the DDP row has no shards and ran its 50 iterations")
+check(len(p.get("evals", [])) == 2 and all(e["elapsed_s"] > 0 for e in p.get("evals", [])),
+      "the DDP run's two evaluations have their elapsed_s")
+# A ring allreduce of 2 workers sends and receives the model (235,146
+# floats) per iteration: it crossed the workers' links.
+model = 4 * 235146
+w = p.get("wire_bytes_per_iter_per_worker") or 0
+check(w >= 0.95 * 2 * model, "DDP moved %d wire bytes per worker per iteration "
+      "(at least 95%% of 2 x %d)" % (w, model))
+check((d.get("wire_bytes_per_iter_per_worker") or 0) >= 0.95 * (d.get("bytes_per_iter_per_worker") or 1e12),
+      "dense flps's payload crossed its workers' links")
+# The same model, data order and arithmetic up to summation order.
+a, b = d.get("final_test_accuracy"), p.get("final_test_accuracy")
+check(a is not None and b is not None and abs(a - b) <= 0.002,
+      "DDP ends at flps dense's test accuracy (%s against %s)" % (b, a))
+sys.exit(1 if bad else 0)
+EOF
+    if [ $? = 0 ]; then pass "the peer's recorded figures"; else fail "the peer's recorded figures"; fi
+else
+    echo "skip: no PyTorch with gloo for /usr/bin/python3: the DDP peer is not tested"
+fi
+
+# 6. Decentralized jobs (mode saps, no shard) on a rate per link: 4
+# workers on h1..h4, the links h1-h2 and h3-h4 at 100 Mbit/s, every other
+# at 5 Mbit/s. The workers' own probe finds the 2 fast links; adaptive
+# peers keep to them but for the rounds that keep the gossip graph
+# connected, random peers take the slow ones two rounds in three.
+links="$tmp/links.txt"
+"$PY" - "$links" <<'EOF'
+import sys
+fast = {(1, 2), (3, 4)}
+with open(sys.argv[1], "w") as f:
+    for i in range(5):
+        f.write(" ".join("-" if i == j else
+                         "100mbit" if (min(i, j), max(i, j)) in fast else "5mbit"
+                         for j in range(5)) + "\n")
+EOF
+run_ok "run.sh runs saps jobs on per-link rates" "after the saps jobs" "$tmp/saps" \
+    --hosts 5 --workers 4 --codecs saps:0.01,saps-random:0.01 --link-rates "$links" \
+    --iterations 40 --eval-every 20 --work "$tmp/saps" --out "$tmp/saps-results" --label saps
+"$PY" - "$tmp/saps" "$tmp/saps-results" <<'EOF'
+import glob, json, os, sys
+work, results = sys.argv[1:]
+doc = json.load(open(glob.glob(os.path.join(results, "*-saps.json"))[0]))
+bad = []
+def check(ok, what):
+    """A line per check; the failed ones kept for the exit status."""
+    print("%s: %s" % ("ok" if ok else "FAIL", what))
+    bad.extend([] if ok else [what])
+runs = {r["codec"]: r for r in doc["runs"]}
+check(sorted(runs) == ["saps-random:0.01", "saps:0.01"], "two saps rows (%s)" % sorted(runs))
+a, r = runs.get("saps:0.01", {}), runs.get("saps-random:0.01", {})
+for name, row in (("adaptive", a), ("random", r)):
+    s = row.get("saps", {})
+    check(row.get("shards") == 0 and row.get("link_rates") is not None
+          and s.get("exchanges") == 4 * 40,
+          "%s: no shard, the link rates recorded, 4 x 40 exchanges (%s)" % (name, s))
+    # 5 Mbit/s is 625 KB/s, 100 Mbit/s 12.5 MB/s: the threshold between.
+    thr = s.get("bandwidth_threshold", 0)
+    check(625e3 < thr < 12.5e6, "%s: the measured threshold %.3g bytes/s splits 5 from 100 Mbit/s" % (name, thr))
+for n in (1, 2):
+    summary = json.loads(open(os.path.join(work, "runs/%d/flrun.out" % n)).read().strip().splitlines()[-1])
+    meta = json.load(open(os.path.join(work, "runs/%d/meta.json" % n)))
+    check(meta["wire_bytes"] >= 0.95 * summary["bytes_sent"] > 0,
+          "job %d: the workers' %d bytes crossed the bridge (%d)" % (n, summary["bytes_sent"], meta["wire_bytes"]))
+sa = a.get("saps", {}).get("slow_exchange_share", 1)
+sr = r.get("saps", {}).get("slow_exchange_share", 0)
+check(sa <= 0.25 and sr >= 0.4,
+      "adaptive exchanged over slow links %.2f of the time, random %.2f" % (sa, sr))
+sys.exit(1 if bad else 0)
+EOF
+if [ $? = 0 ]; then pass "saps on per-link rates"; else fail "saps on per-link rates"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

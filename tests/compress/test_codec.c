@@ -101,6 +101,52 @@ Test(codec, rejects_malformed_specs)
                  "too small a buffer is an error, not a truncation");
 }
 
+Test(codec, names_every_kind_once_in_the_order_messages_list_them)
+{
+    char buf[128], spec_text[32];
+
+    cr_assert_str_eq(codec_kind_list(),
+                     "dense, topk:D, gtopk:D, randk:D, dgc:D, qsgd:BITS, "
+                     "fp16, sign, auto");
+    for (unsigned k = 0; k < CODEC_KIND_COUNT; k++) {
+        const char *name = codec_kind_name((codec_kind)k);
+        codec_param p = codec_kind_param((codec_kind)k);
+        codec_spec spec, set;
+
+        /* The name, with a parameter where the kind takes one, is what
+         * both parsers read back to the kind (auto only as a setting). */
+        snprintf(spec_text, sizeof(spec_text), "%s%s", name,
+                 p == CODEC_PARAM_DENSITY ? ":0.5"
+                 : p == CODEC_PARAM_BITS  ? ":4"
+                                          : "");
+        cr_assert_eq(codec_setting_parse(spec_text, &set), FLPS_OK, "%s",
+                     spec_text);
+        cr_assert_eq(set.kind, (codec_kind)k, "%s", spec_text);
+        cr_assert_eq(codec_kind_is_sparse((codec_kind)k),
+                     p == CODEC_PARAM_DENSITY, "%s", name);
+        cr_assert_eq(codec_kind_sends_exact_values((codec_kind)k),
+                     k == CODEC_DENSE || k == CODEC_TOPK || k == CODEC_GTOPK ||
+                         k == CODEC_DGC,
+                     "%s", name);
+        if (k == CODEC_AUTO) {
+            cr_assert_eq(codec_spec_parse(spec_text, &spec), FLPS_EINVAL,
+                         "auto is no codec");
+            cr_assert_eq(codec_create(&set, 1, &(codec *){NULL}), FLPS_EINVAL);
+            continue;
+        }
+        cr_assert_eq(codec_spec_parse(spec_text, &spec), FLPS_OK, "%s",
+                     spec_text);
+        cr_assert_eq(spec.kind, set.kind);
+        cr_assert_eq(codec_spec_format(&spec, buf, sizeof(buf)), FLPS_OK);
+        cr_assert_eq(strncmp(buf, name, strlen(name)), 0, "%s", buf);
+    }
+    cr_assert_str_eq(codec_kind_name(CODEC_AUTO), "auto");
+    cr_assert_str_eq(codec_kind_name((codec_kind)CODEC_KIND_COUNT), "unknown");
+    cr_assert_eq(codec_kind_param((codec_kind)99), CODEC_PARAM_NONE);
+    cr_assert_eq(codec_setting_parse("auto:1", &(codec_spec){0}), FLPS_EINVAL,
+                 "auto takes no parameter");
+}
+
 Test(codec, refuses_signs_and_hex_in_a_spec_parameter)
 {
     static const char *const bad[] = {

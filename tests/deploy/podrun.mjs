@@ -101,7 +101,10 @@ const sc = c.securityContext || {};
 const uid = sc.runAsUser ?? psc.runAsUser;
 const gid = sc.runAsGroup ?? psc.runAsGroup;
 const out = [];
-if (uid === undefined || uid === 0) die("no non-root runAsUser");
+// Root only where the container asks for it in so many words (flagent with
+// job uids); anything else must name a non-root uid.
+const explicitRoot = sc.runAsUser === 0 && sc.runAsNonRoot === false;
+if (uid === undefined || (uid === 0 && !explicitRoot)) die("no non-root runAsUser");
 out.push("--user", `${uid}:${gid ?? uid}`);
 if (psc.fsGroup !== undefined) out.push("--group-add", String(psc.fsGroup));
 if (sc.readOnlyRootFilesystem) out.push("--read-only");

@@ -2,13 +2,19 @@
 # Offline checks of the Helm chart helm/flps (no Kubernetes API server is
 # needed, and none is used):
 #   - helm lint --strict with the default values and each values file here;
-#   - helm template for six scenarios: default, rdma, external-redis, gpu,
-#     minimal, monitoring;
+#   - helm template for eight scenarios: default (launcher kubernetes),
+#     agents, kubernetes (its options), rdma, external-redis, gpu, minimal,
+#     monitoring (the last five with the agents);
 #   - values.schema.json refuses wrong values;
 #   - NOTES.txt renders and tells how to set FLPS_SCHEDULER and FLPS_TOKEN;
 #   - helm package works;
 #   - validate.mjs: every rendered object against kubernetes-models and
-#     @kubernetes/client-node's models, and the chart's own rules;
+#     @kubernetes/client-node's models, and the chart's own rules (the
+#     Role grants exactly scheduler/k8s_api.h's verbs);
+#   - validate.mjs --objects: what flsched's kubernetes launcher creates
+#     for tests/k8s/jobs/*.yaml with each kubernetes scenario's flags, as
+#     JobSets and as Pods (tests/k8s/k8s_render, from the build), against
+#     the same models, the JobSet API's types and the launcher's rules;
 #   - test_dashboard.py: the Grafana dashboard the chart ships uses only
 #     metrics docs/metrics.md lists, which are those the daemons register
 #     (needs python3).
@@ -85,7 +91,7 @@ else
 fi
 
 # ---- lint ---------------------------------------------------------------------
-SCENARIOS=(default rdma external-redis gpu minimal monitoring)
+SCENARIOS=(default agents kubernetes rdma external-redis gpu minimal monitoring)
 values_args() { [ "$1" = default ] || echo "-f $HERE/values-$1.yaml"; }
 for s in "${SCENARIOS[@]}"; do
   # shellcheck disable=SC2046
@@ -156,7 +162,7 @@ tls_check "without it flsched serves plain HTTP" \
   sh -c "! grep -q -- '--tls-cert' '$TMP/default.yaml' && [ \$(grep -c 'scheme: HTTP\$' '$TMP/default.yaml') -eq 2 ] &&
          grep -q 'FLPS_SCHEDULER: \"http://rel-flps-scheduler' '$TMP/default.yaml'"
 # An external Redis over TLS: rediss:// kept, its CA mounted for flsched and flagent.
-"$HELM" template rel "$CHART" --namespace flps --set redis.enabled=false \
+"$HELM" template rel "$CHART" --namespace flps --set launcher=agents --set redis.enabled=false \
   --set redis.external.url=rediss://redis.infra.svc:6380/1 --set redis.external.caSecret=redis-ca >"$TMP/rediss.yaml"
 tls_check "an external rediss:// URL stays rediss:// for flsched and flagent" \
   test "$(grep -c '"rediss://redis.infra.svc:6380/1"' "$TMP/rediss.yaml")" -eq 2
@@ -199,6 +205,9 @@ refuse "an unknown scheduler.tls key" "Additional property cert" --set scheduler
 refuse "flagent metrics on port 0" "agent.metrics.port" --set agent.metrics.port=0
 refuse "a dashboard label Kubernetes refuses" "metrics.grafana.dashboard.label" --set 'metrics.grafana.dashboard.label=bad label'
 refuse "an unknown dashboard key" "Additional property folder" --set metrics.grafana.dashboard.folder=x
+refuse "a launcher flsched does not have" "launcher" --set launcher=slurm
+refuse "a JobSet choice flsched does not take" "kubernetes.jobset" --set kubernetes.jobset=maybe
+refuse "a checkpoint claim Kubernetes refuses" "kubernetes.checkpoints.existingClaim" --set kubernetes.checkpoints.existingClaim=Bad_Claim
 
 # ---- NOTES.txt --------------------------------------------------------------------
 # helm template leaves NOTES.txt out: render it as a template of a copy.
@@ -245,17 +254,58 @@ else
 fi
 
 # ---- every rendered object ------------------------------------------------------------
-if [ ${#validate_args[@]} -gt 0 ]; then
-  (cd "$HERE" && node validate.mjs "${validate_args[@]}") >"$TMP/validate.log" 2>&1 || true
-  grep '^not ok' "$TMP/validate.log" || true
-  line=$(tail -1 "$TMP/validate.log")
+# Run validate.mjs with the arguments after the log's name; its failures
+# and its tally join this script's.
+run_validate() {
+  local log=$1
+  shift
+  (cd "$HERE" && node validate.mjs "$@") >"$log" 2>&1 || true
+  grep '^not ok' "$log" || true
+  local line
+  line=$(tail -1 "$log")
   if [[ "$line" =~ ^validate:\ ([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
     passed=$((passed + BASH_REMATCH[1]))
     failed=$((failed + BASH_REMATCH[2]))
-    echo "validate.mjs: ${BASH_REMATCH[1]} checks passed, ${BASH_REMATCH[2]} failed"
+    echo "validate.mjs $1: ${BASH_REMATCH[1]} checks passed, ${BASH_REMATCH[2]} failed"
   else
-    not_ok "validate.mjs did not finish: $(tail -5 "$TMP/validate.log")"
+    not_ok "validate.mjs $1 did not finish: $(tail -5 "$log")"
   fi
+}
+if [ ${#validate_args[@]} -gt 0 ]; then
+  run_validate "$TMP/validate.log" "${validate_args[@]}"
+fi
+
+# ---- what flsched's kubernetes launcher creates, for the chart's scenarios --------
+# tests/k8s/k8s_render (built with the tests) writes the objects of job files
+# with the --k8s-* flags the scenario's flsched gets, as JobSets and as Pods
+# and a Service, for a first attempt and a restarted one; validate.mjs
+# --objects checks them like the chart's own.
+RENDER="${FLPS_BUILD_DIR:-$ROOT/build}/tests/k8s_render"
+if [ ! -x "$RENDER" ]; then
+  not_ok "flsched's objects: no $RENDER (build the tests first: scripts/build.sh -DFLPS_TESTS=ON)"
+else
+  objects_args=()
+  for s in default kubernetes; do
+    # The flsched container's --k8s-* flags of the rendered scenario.
+    mapfile -t flags < <(cd "$HERE" && node -e '
+      const yaml = require("js-yaml"), fs = require("fs");
+      const objs = yaml.loadAll(fs.readFileSync(process.argv[1], "utf8")).filter(Boolean);
+      const dep = objs.find((o) => o.kind === "Deployment" && o.metadata.name.endsWith("-scheduler"));
+      const a = dep.spec.template.spec.containers.find((c) => c.name === "flsched").args;
+      for (let i = 0; i < a.length; i++) if (a[i].startsWith("--k8s-") && a[i] !== "--k8s-jobset") console.log(a[i] + "\n" + a[i + 1]);
+    ' "$TMP/$s.yaml")
+    for shape in always never; do
+      for attempt in 0 1; do
+        out="$TMP/objects-$s-$shape-$attempt.json"
+        if "$RENDER" "${flags[@]}" --k8s-jobset "$shape" --attempt "$attempt" "$ROOT"/tests/k8s/jobs/*.yaml >"$out" 2>"$out.err"; then
+          objects_args+=("$s-$shape-$attempt" "$out" "$TMP/$s.yaml")
+        else
+          not_ok "k8s_render ($s, $shape, attempt $attempt): $(cat "$out.err")"
+        fi
+      done
+    done
+  done
+  run_validate "$TMP/objects.log" --objects "${objects_args[@]}"
 fi
 
 # ---- the Grafana dashboard ---------------------------------------------------------

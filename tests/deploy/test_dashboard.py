@@ -12,7 +12,7 @@
   give it (its own, or the target labels flsched's http_sd list adds);
 - every per-job series of a shard or worker is filtered on job_id="$job_id";
 - docs/metrics.md lists exactly the names the daemons register in their C
-  sources (ps/, worker/, scheduler/, services/metrics_proc.c), so a name
+  sources (ps/, worker/, scheduler/, common/metrics_proc.c), so a name
   the docs keep after the code dropped it, or one the code adds without
   docs, fails here. scripts/render_dashboard.py checks the same against a
   live scrape of a real job.
@@ -192,24 +192,28 @@ def docs_metrics(path):
 # ---- the C sources ------------------------------------------------------------
 def source_metrics(root):
     """Every metric name the daemons register: the first string literal of
-    each metrics_counter/gauge/histogram or PS_METRIC_ call, and
-    PREFIX_build_info for each metrics_proc_register(reg, "PREFIX")."""
+    each metrics_counter/gauge/histogram call and of each row of a
+    metrics_def table ({METRICS_COUNTER, "name", ...}, registered by
+    metrics_register_table), and PREFIX_build_info for each
+    metrics_proc_register(reg, "PREFIX") or
+    metrics_proc_register_daemon(reg, "PREFIX", ...)."""
     names = set()
-    call = re.compile(r"\b(metrics_counter|metrics_gauge|metrics_histogram|PS_METRIC_)\s*\(([^;]*?)\"(" + IDENT + r")\"", re.S)
-    proc = re.compile(r"metrics_proc_register\s*\([^,]*,\s*\"([a-z]+)\"\s*\)")
+    call = re.compile(r"(?:\b(?:metrics_counter|metrics_gauge|metrics_histogram)\s*\(([^;]*?)"
+                      r"|\{\s*METRICS_(?:COUNTER|GAUGE|HISTOGRAM)\s*,\s*)\"(" + IDENT + r")\"", re.S)
+    proc = re.compile(r"metrics_proc_register(?:_daemon)?\s*\([^,]*,\s*\"([a-z]+)\"\s*[,)]")
     files = []
     for d in ("ps", "worker", "scheduler"):
         for f in sorted(os.listdir(os.path.join(root, d))):
             if f.endswith(".c"):
                 files.append(os.path.join(root, d, f))
-    files.append(os.path.join(root, "services", "metrics_proc.c"))
+    files.append(os.path.join(root, "common", "metrics_proc.c"))
     for f in files:
         text = open(f, encoding="utf-8").read()
         text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
         # Macro definitions (with their continuation lines) name no metric.
         text = re.sub(r"^[ \t]*#[ \t]*define(?:[^\n]*\\\n)*[^\n]*", "", text, flags=re.M)
         for m in call.finditer(text):
-            names.add(m.group(3))
+            names.add(m.group(2))
         for m in proc.finditer(text):
             names.add(m.group(1) + "_build_info")
     return names

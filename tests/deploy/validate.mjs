@@ -1,15 +1,22 @@
 // Offline checks of the objects `helm template` renders from helm/flps.
 //
 //   node validate.mjs SCENARIO RENDERED.yaml [SCENARIO RENDERED.yaml ...]
+//   node validate.mjs --objects NAME OBJECTS.json CHART.yaml [NAME OBJECTS.json CHART.yaml ...]
 //
-// SCENARIO is one of default, rdma, external-redis, gpu, minimal, monitoring (the values files
-// of tests/deploy/). For every object:
+// SCENARIO is one of default (launcher kubernetes), agents, kubernetes, rdma,
+// external-redis, gpu, minimal, monitoring (the values files of tests/deploy/). For every object:
 //   1. kubernetes-models: types, enum values, required fields, quantities;
 //   2. a walk over @kubernetes/client-node's generated models: unknown
 //      fields (kubernetes-models lets them through);
 // and then the chart's own rules: kinds, images, ports, probes, resources,
 // security contexts, that every $(VAR) in args is defined, that no secret
-// value appears outside a Secret, and what each scenario turns on.
+// value appears outside a Secret, what each scenario turns on, and that the
+// kubernetes launcher's Role grants exactly the verbs of scheduler/k8s_api.h.
+// --objects checks what flsched's kubernetes launcher creates (a JSON array
+// from tests/k8s/k8s_render, rendered with the flags CHART.yaml's flsched
+// gets): the same two schema checks, the JobSet API's types (jobset_types.go
+// of kubernetes-sigs/jobset, v1alpha2) and Volcano's PodGroup fields for the
+// custom kinds, and the launcher's rules (objects.mjs).
 // Prints one line per check, "ok - ..." or "not ok - ...", then
 // "validate: P passed, F failed"; exits 1 when anything failed.
 import fs from "node:fs";
@@ -123,8 +130,10 @@ function checkServiceMonitor(o) {
 const FLPS_CONTAINERS = new Set(["flsched", "flagent", "flsubmit"]);
 // The flags of the binaries (flsched --help, flagent --help, docs/scheduler.md, docs/flagent.md).
 const FLAGS = {
-  flsched: new Set(["--redis", "--listen", "--listen-any", "--id", "--token-file", "--node-ttl", "--lease-ms"]),
-  flagent: new Set(["--redis", "--name", "--cpus", "--memory", "--gpus", "--address", "--work-dir", "--checkpoint-root", "--heartbeat", "--metrics"]),
+  flsched: new Set(["--redis", "--listen", "--listen-any", "--id", "--token-file", "--node-ttl", "--lease-ms", "--launcher",
+    "--k8s-api", "--k8s-token-file", "--k8s-ca-file", "--k8s-namespace", "--k8s-prefix", "--k8s-image", "--k8s-pull-policy",
+    "--k8s-scheduler-url", "--k8s-checkpoint-claim", "--k8s-service-account", "--k8s-shard-port", "--k8s-metrics-port", "--k8s-jobset", "--k8s-image-pull-grace"]),
+  flagent: new Set(["--redis", "--name", "--cpus", "--memory", "--gpus", "--address", "--work-dir", "--checkpoint-root", "--heartbeat", "--metrics", "--job-uids"]),
   flsubmit: new Set(["--scheduler", "--json"]),
 };
 const REQUIRED_FLAGS = {
@@ -145,6 +154,17 @@ function flagValue(args, flag) {
   const i = args.indexOf(flag);
   return i >= 0 ? args[i + 1] : undefined;
 }
+// The Redis password reaches a container only as a file of a mounted Secret
+// (FLPS_REDIS_PASSWORD_FILE), readable by owner and group (root and the
+// fsGroup), never by others such as the job uids, and never as a variable.
+function passwordFileOk(spec, c) {
+  const env = c.env || [];
+  const pf = env.find((e) => e.name === "FLPS_REDIS_PASSWORD_FILE")?.value;
+  const mount = (c.volumeMounts || []).find((m) => pf?.startsWith(m.mountPath + "/"));
+  const vol = mount && (spec.volumes || []).find((v) => v.name === mount.name);
+  return !env.some((e) => e.name === "FLPS_REDIS_PASSWORD") && !!vol?.secret?.secretName && (vol.secret.defaultMode & 0o007) === 0 && vol.secret.items?.some((i) => pf.endsWith("/" + i.path)) && mount.readOnly === true;
+}
+
 function find(objs, kind, suffix) {
   return objs.filter((o) => o.kind === kind && (!suffix || o.metadata.name.endsWith(suffix)));
 }
@@ -154,18 +174,38 @@ function matches(selector, labels) {
 
 const EXPECT = {
   default: {
-    kinds: { ServiceAccount: 1, Secret: 2, ConfigMap: 1, PersistentVolumeClaim: 1, Service: 2, Deployment: 1, StatefulSet: 1, DaemonSet: 1, PodDisruptionBudget: 1, Pod: 1 },
-    image: "localhost/flps:0.3.0",
+    kinds: { ServiceAccount: 1, Secret: 2, ConfigMap: 1, PersistentVolumeClaim: 1, Service: 2, Deployment: 1, StatefulSet: 1, PodDisruptionBudget: 1, Pod: 1, Role: 1, RoleBinding: 1 },
+    image: "localhost/flps:0.4.0",
     replicas: 2,
+    launcher: "kubernetes",
+    jobImage: "localhost/flps:0.4.0",
+    jobset: "auto",
+    ports: [7070, 9100],
+  },
+  agents: {
+    kinds: { ServiceAccount: 1, Secret: 2, ConfigMap: 1, PersistentVolumeClaim: 1, Service: 2, Deployment: 1, StatefulSet: 1, DaemonSet: 1, PodDisruptionBudget: 1, Pod: 1 },
+    image: "localhost/flps:0.4.0",
+    replicas: 2,
+  },
+  kubernetes: {
+    kinds: { ServiceAccount: 1, Secret: 2, ConfigMap: 1, Service: 2, Deployment: 1, StatefulSet: 1, PodDisruptionBudget: 1, Pod: 1, Role: 1, RoleBinding: 1 },
+    image: "localhost/flps:0.4.0",
+    replicas: 2,
+    launcher: "kubernetes",
+    jobImage: "registry.example.com/team/flps-torch:1.0",
+    jobset: "never",
+    claim: "team-checkpoints",
+    jobServiceAccount: "flps-jobs",
+    ports: [7100, 9300],
   },
   rdma: {
     kinds: { ServiceAccount: 1, Secret: 2, ConfigMap: 1, Service: 2, Deployment: 1, StatefulSet: 1, DaemonSet: 1, PodDisruptionBudget: 1, Pod: 1 },
-    image: "localhost/flps:0.3.0",
+    image: "localhost/flps:0.4.0",
     replicas: 2,
   },
   "external-redis": {
     kinds: { ServiceAccount: 1, ConfigMap: 1, Service: 1, Deployment: 1, DaemonSet: 1, PodDisruptionBudget: 1, Pod: 1 },
-    image: "localhost/flps:0.3.0",
+    image: "localhost/flps:0.4.0",
     replicas: 3,
   },
   gpu: {
@@ -175,7 +215,7 @@ const EXPECT = {
   },
   minimal: {
     kinds: { Secret: 2, ConfigMap: 1, Service: 2, Deployment: 1, StatefulSet: 1, DaemonSet: 1 },
-    image: "localhost/flps:0.3.0",
+    image: "localhost/flps:0.4.0",
     replicas: 1,
     noServiceAccount: true,
     noPdb: true,
@@ -184,10 +224,11 @@ const EXPECT = {
     agentMetricsPort: 0,
     gpus: 1,
     rdma: true,
+    noJobUids: true,
   },
   monitoring: {
     kinds: { ServiceAccount: 1, Secret: 2, ConfigMap: 2, PersistentVolumeClaim: 1, Service: 2, Deployment: 1, StatefulSet: 1, DaemonSet: 1, PodDisruptionBudget: 1, Pod: 1, ServiceMonitor: 1 },
-    image: "localhost/flps:0.3.0",
+    image: "localhost/flps:0.4.0",
     replicas: 2,
     agentMetricsPort: 9200,
     dashboard: { namespace: "monitoring", annotations: { grafana_folder: "flps" } },
@@ -196,9 +237,30 @@ const EXPECT = {
 // The dashboard the chart ships, to compare with the rendered ConfigMap.
 const DASHBOARD_FILE = path.join(path.dirname(new URL(import.meta.url).pathname), "../../helm/flps/dashboards/flps-job.json");
 for (const [k, e] of Object.entries(EXPECT)) {
+  if (e.launcher === undefined) e.launcher = "agents";
   if (e.gpus === undefined) e.gpus = k === "gpu" ? 2 : 0;
   if (e.rdma === undefined) e.rdma = k === "rdma";
   if (e.agentMetricsPort === undefined) e.agentMetricsPort = 9101;
+}
+
+// Both schema checks of one object of a kind the packages know.
+async function checkModels(o, P) {
+  const id = `${o.kind}/${o.metadata?.name}`;
+  const Cls = await modelsClass(o.apiVersion, o.kind);
+  if (check(P(`${id} is a known kind (${o.apiVersion})`), !!Cls)) {
+    let err = "";
+    try {
+      new Cls(o).validate();
+    } catch (e) {
+      err = e.message;
+    }
+    check(P(`${id} is valid for kubernetes-models`), err === "", err);
+  }
+  const gname = genClassName(o.apiVersion, o.kind);
+  const errs = [];
+  if (!gname || !gen[gname]) errs.push(`no client-node model for ${o.apiVersion} ${o.kind}`);
+  else walk(o, gname, "", errs);
+  check(P(`${id} has no unknown fields (client-node ${gname})`), errs.length === 0, errs.join("; "));
 }
 
 async function validateScenario(scenario, file) {
@@ -215,21 +277,7 @@ async function validateScenario(scenario, file) {
       check(P(`${id} has only known ServiceMonitor fields`), errs.length === 0, errs.join("; "));
       continue;
     }
-    const Cls = await modelsClass(o.apiVersion, o.kind);
-    if (check(P(`${id} is a known kind (${o.apiVersion})`), !!Cls)) {
-      let err = "";
-      try {
-        new Cls(o).validate();
-      } catch (e) {
-        err = e.message;
-      }
-      check(P(`${id} is valid for kubernetes-models`), err === "", err);
-    }
-    const gname = genClassName(o.apiVersion, o.kind);
-    const errs = [];
-    if (!gname || !gen[gname]) errs.push(`no client-node model for ${o.apiVersion} ${o.kind}`);
-    else walk(o, gname, "", errs);
-    check(P(`${id} has no unknown fields (client-node ${gname})`), errs.length === 0, errs.join("; "));
+    await checkModels(o, P);
   }
 
   // -- kinds
@@ -253,15 +301,22 @@ async function validateScenario(scenario, file) {
     const spec = podSpecOf(o);
     const psc = spec.securityContext || {};
     check(P(`${id}: pod runs as non-root uid 10001`), psc.runAsNonRoot === true && psc.runAsUser === 10001 && psc.runAsGroup === 10001 && psc.seccompProfile?.type === "RuntimeDefault");
-    check(P(`${id}: no service account token`), spec.automountServiceAccountToken === false);
+    const isSched = o.kind === "Deployment" && o.metadata.name.endsWith("-scheduler");
+    if (isSched && exp.launcher === "kubernetes") check(P(`${id}: the service account token for the kubernetes launcher`), spec.automountServiceAccountToken === true);
+    else check(P(`${id}: no service account token`), spec.automountServiceAccountToken === false);
     const sa = spec.serviceAccountName;
     check(P(`${id}: service account ${exp.noServiceAccount ? "default" : "of the release"}`), exp.noServiceAccount ? sa === "default" : find(objs, "ServiceAccount").some((x) => x.metadata.name === sa));
     for (const c of spec.containers) {
       const cid = `${id} ${c.name}`;
       const sc = c.securityContext || {};
       const isAgent = c.name === "flagent";
-      const wantAdd = isAgent && exp.rdma ? ["IPC_LOCK"] : [];
-      check(P(`${cid}: non-root, no privilege escalation, read-only root`), sc.runAsNonRoot === true && sc.runAsUser === 10001 && sc.allowPrivilegeEscalation === false && sc.privileged === false && sc.readOnlyRootFilesystem === true);
+      // flagent with job uids: root, to start each job's tasks as its own
+      // uid, with the six capabilities that takes (all in Pod Security
+      // "baseline"); everything else runs as uid 10001 with none.
+      const rootAgent = isAgent && !exp.noJobUids;
+      const wantAdd = (rootAgent ? ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"] : []).concat(isAgent && exp.rdma ? ["IPC_LOCK"] : []);
+      if (rootAgent) check(P(`${cid}: root for the job uids, no privilege escalation, read-only root`), sc.runAsNonRoot === false && sc.runAsUser === 0 && sc.runAsGroup === 0 && sc.allowPrivilegeEscalation === false && sc.privileged === false && sc.readOnlyRootFilesystem === true);
+      else check(P(`${cid}: non-root, no privilege escalation, read-only root`), sc.runAsNonRoot === true && sc.runAsUser === 10001 && sc.allowPrivilegeEscalation === false && sc.privileged === false && sc.readOnlyRootFilesystem === true);
       check(P(`${cid}: capabilities drop ALL, add ${JSON.stringify(wantAdd)}`), JSON.stringify(sc.capabilities?.drop) === '["ALL"]' && JSON.stringify(sc.capabilities?.add || []) === JSON.stringify(wantAdd));
       check(P(`${cid}: memory request and limit`), !!c.resources?.requests?.memory && !!c.resources?.limits?.memory);
       if (FLPS_CONTAINERS.has(c.name)) check(P(`${cid}: image ${exp.image}`), c.image === exp.image, `got ${c.image}`);
@@ -325,7 +380,7 @@ async function validateScenario(scenario, file) {
     const redis = flagValue(c.args, "--redis");
     if (scenario === "external-redis") check(P("flsched --redis is the external URL, no password in it"), redis === "redis://redis.infra.svc:6380/2", redis);
     else check(P("flsched --redis is the release's Redis, no password in it"), /^redis:\/\/[a-z0-9-]+-redis\.[a-z0-9-]+\.svc:6379\/0$/.test(redis), redis);
-    check(P("flsched gets the Redis password as FLPS_REDIS_PASSWORD from a Secret"), (c.env || []).some((e) => e.name === "FLPS_REDIS_PASSWORD" && e.valueFrom?.secretKeyRef?.name));
+    check(P("flsched reads the Redis password from a mounted Secret file"), passwordFileOk(dep.spec.template.spec, c));
     const [svc] = find(objs, "Service", "-scheduler");
     check(P("flsched Service selects the flsched pods"), !!svc && matches(svc.spec.selector, dep.spec.template.metadata.labels));
     check(P("flsched Service port http to the pod's http"), svc?.spec.ports?.[0]?.port === 8080 && svc.spec.ports[0].targetPort === "http");
@@ -336,9 +391,13 @@ async function validateScenario(scenario, file) {
     else check(P("the PDB selects the flsched pods"), !!pdb && matches(pdb.spec.selector.matchLabels, dep.spec.template.metadata.labels));
   }
 
+  // -- the kubernetes launcher: flsched's flags, its Role and the claim
+  checkLauncher(objs, exp, P);
+
   // -- flagent
   const [ds] = find(objs, "DaemonSet", "-agent");
-  if (check(P("flagent DaemonSet"), !!ds)) {
+  if (exp.launcher === "kubernetes") check(P("no flagent DaemonSet with launcher kubernetes"), !ds);
+  else if (check(P("flagent DaemonSet"), !!ds)) {
     const spec = ds.spec.template.spec;
     const c = spec.containers.find((x) => x.name === "flagent");
     const env = Object.fromEntries(c.env.map((e) => [e.name, e]));
@@ -349,6 +408,9 @@ async function validateScenario(scenario, file) {
     const workVol = spec.volumes.find((v) => v.name === "work");
     check(P("flagent work dir is an emptyDir"), !!workVol?.emptyDir);
     check(P("flagent FLPS_BIN_DIR is the image's"), env.FLPS_BIN_DIR?.valueFrom?.configMapKeyRef?.key === "FLPS_BIN_DIR");
+    check(P("flagent reads the Redis password from a mounted Secret file"), passwordFileOk(spec, c));
+    if (exp.noJobUids) check(P("flagent runs every task as its own uid (no --job-uids)"), !c.args.includes("--job-uids") && !spec.volumes.some((v) => v.name === "job-uids"));
+    else check(P("flagent --job-uids 60000-60999 with its records on an emptyDir"), flagValue(c.args, "--job-uids") === "60000-60999" && c.volumeMounts.some((m) => m.mountPath === "/var/lib/flps/job-uids" && spec.volumes.find((v) => v.name === m.name)?.emptyDir));
     const ann = ds.spec.template.metadata.annotations || {};
     const mport = exp.agentMetricsPort;
     if (mport) {
@@ -453,7 +515,68 @@ async function validateScenario(scenario, file) {
   if (scenario === "external-redis") check(P("no Secret is made when both are given"), find(objs, "Secret").length === 0);
 }
 
+// ---- the kubernetes launcher in the chart --------------------------------------
+// scheduler/k8s_api.h's table: X(ENUM, "group", "version", "resource", "verbs").
+const K8S_API_H = path.join(path.dirname(new URL(import.meta.url).pathname), "../../scheduler/k8s_api.h");
+function launcherTable() {
+  const rows = [];
+  const re = /X\((K8S_[A-Z_]+),\s*"([^"]*)",\s*"([^"]*)",\s*"([^"]*)",\s*"([^"]*)"\)/g;
+  for (const m of fs.readFileSync(K8S_API_H, "utf8").replace(/\\\n/g, " ").matchAll(re))
+    for (const verb of m[5].split(/\s+/).filter(Boolean)) rows.push(`${m[2]}|${m[4]}|${verb}`);
+  return rows.sort();
+}
+
+function checkLauncher(objs, exp, P) {
+  const [dep] = find(objs, "Deployment", "-scheduler");
+  const args = dep?.spec.template.spec.containers.find((c) => c.name === "flsched")?.args || [];
+  const [role] = find(objs, "Role");
+  const [binding] = find(objs, "RoleBinding");
+  if (exp.launcher !== "kubernetes") {
+    check(P("agents: flsched runs no kubernetes launcher and gets no Role"), !args.includes("--launcher") && !role && !binding);
+    return;
+  }
+  check(P("flsched --launcher kubernetes"), flagValue(args, "--launcher") === "kubernetes");
+  check(P(`flsched --k8s-image ${exp.jobImage}`), flagValue(args, "--k8s-image") === exp.jobImage, flagValue(args, "--k8s-image"));
+  check(P(`flsched --k8s-jobset ${exp.jobset}`), flagValue(args, "--k8s-jobset") === exp.jobset);
+  check(P(`flsched --k8s-shard-port and --k8s-metrics-port ${exp.ports}`), flagValue(args, "--k8s-shard-port") === String(exp.ports[0]) && flagValue(args, "--k8s-metrics-port") === String(exp.ports[1]));
+  const [cm] = find(objs, "ConfigMap").filter((x) => x.data?.FLPS_SCHEDULER);
+  check(P("the job pods report to the flsched Service (--k8s-scheduler-url)"), flagValue(args, "--k8s-scheduler-url") === cm?.data.FLPS_SCHEDULER);
+  const prefix = flagValue(args, "--k8s-prefix") || "";
+  check(P("--k8s-prefix is a DNS label of at most 24 characters"), /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(prefix) && prefix.length <= 24, prefix);
+  const [pvc] = find(objs, "PersistentVolumeClaim", "-checkpoints");
+  if (exp.claim) check(P(`the shards checkpoint on the existing claim ${exp.claim}`), flagValue(args, "--k8s-checkpoint-claim") === exp.claim && !pvc);
+  else check(P("the shards checkpoint on the chart's ReadWriteMany claim"), !!pvc && flagValue(args, "--k8s-checkpoint-claim") === pvc.metadata.name && pvc.spec.accessModes.includes("ReadWriteMany"));
+  if (exp.jobServiceAccount) check(P(`the job pods' service account ${exp.jobServiceAccount}`), flagValue(args, "--k8s-service-account") === exp.jobServiceAccount);
+  else check(P("the job pods use the namespace's default account"), !args.includes("--k8s-service-account"));
+  // The Role: exactly the verbs on the resources flsched calls.
+  const granted = [];
+  for (const r of role?.rules || []) {
+    check(P("the Role names no resourceNames or nonResourceURLs"), !r.resourceNames && !r.nonResourceURLs);
+    for (const g of r.apiGroups || []) for (const res of r.resources || []) for (const v of r.verbs || []) granted.push(`${g}|${res}|${v}`);
+  }
+  granted.sort();
+  const want = launcherTable();
+  check(P("the Role grants exactly the verbs of scheduler/k8s_api.h's table"), want.length > 0 && JSON.stringify(granted) === JSON.stringify(want), `grants ${granted.filter((g) => !want.includes(g)).join(", ") || "-"} beyond it, lacks ${want.filter((w) => !granted.includes(w)).join(", ") || "-"}`);
+  check(P("the Role grants no wildcard"), !granted.some((g) => g.includes("*")));
+  const sa = dep.spec.template.spec.serviceAccountName;
+  check(P("the RoleBinding binds the Role to flsched's service account in its namespace"), binding?.roleRef?.kind === "Role" && binding.roleRef.name === role?.metadata.name && binding.subjects?.length === 1 && binding.subjects[0].kind === "ServiceAccount" && binding.subjects[0].name === sa && binding.subjects[0].namespace === "flps");
+}
+
 const argv = process.argv.slice(2);
+if (argv[0] === "--objects") {
+  const { validateObjects } = await import("./objects.mjs");
+  const rest = argv.slice(1);
+  if (rest.length === 0 || rest.length % 3 !== 0) {
+    console.error("usage: node validate.mjs --objects NAME OBJECTS.json CHART.yaml [...]");
+    process.exit(2);
+  }
+  for (let i = 0; i < rest.length; i += 3) {
+    const r = await validateObjects(rest[i], rest[i + 1], rest[i + 2], { check, modelsClass, walk, checkModels });
+    void r;
+  }
+  console.log(`validate: ${passed} passed, ${failed} failed`);
+  process.exit(failed === 0 ? 0 : 1);
+}
 if (argv.length === 0 || argv.length % 2 !== 0) {
   console.error("usage: node validate.mjs SCENARIO RENDERED.yaml [SCENARIO RENDERED.yaml ...]");
   process.exit(2);

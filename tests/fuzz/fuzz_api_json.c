@@ -10,18 +10,7 @@
 #include <string.h>
 
 #include "tests/fuzz/fuzz_jobspec_check.h"
-#include "tests/fuzz/fuzz_quiet.h"
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    fuzz_quiet();
-    return 0;
-}
+#include "tests/fuzz/fuzz_target.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -21,6 +21,7 @@
 #include "ps/shard.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/fuzz_quiet.h"
+#include "tests/support/rx_copy.h"
 
 /* Parts a layout may have in this target: REGISTERs may declare far more,
  * and are refused above the element bound below. */

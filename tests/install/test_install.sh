@@ -109,6 +109,29 @@ else
     fail "nm -D libflps.so: $(cat "$tmp/nm.log")"
 fi
 
+# The defined global symbols of both libraries, as a program linking one
+# sees them: the flps_ calls libflps.so exports and nothing else (no
+# module's internal name, flps_ or not), but for what the toolchain itself
+# defines in every shared object or sanitized build.
+toolchain='^(_init|_fini|_edata|_end|__bss_start|__(odr_)?asan_.*|__ubsan_.*|__sancov_.*)$'
+nm -D --defined-only "$libdir/libflps.so" 2>/dev/null |
+    awk 'NF >= 3 && $3 ~ /^flps_/ { print $3 }' | sort -u >"$tmp/api.txt"
+for lib in libflps.a libflps.so; do
+    if ! nm -g --defined-only "$libdir/$lib" >"$tmp/nm-$lib.log" 2>&1; then
+        fail "nm -g $lib: $(cat "$tmp/nm-$lib.log")"
+        continue
+    fi
+    awk 'NF >= 3 { print $3 }' "$tmp/nm-$lib.log" | grep -Ev "$toolchain" |
+        sort -u >"$tmp/globals-$lib.txt"
+    extra=$(comm -23 "$tmp/globals-$lib.txt" "$tmp/api.txt")
+    if [ -z "$extra" ] && [ -s "$tmp/api.txt" ] &&
+        cmp -s "$tmp/globals-$lib.txt" "$tmp/api.txt"; then
+        pass "$lib defines only the flps_ API as globals ($(wc -l <"$tmp/api.txt"))"
+    else
+        fail "$lib defines $(echo "$extra" | grep -c .) globals outside the API: $(echo $extra | cut -c 1-1500)"
+    fi
+done
+
 if ldd "$libdir/libflps.so" >"$tmp/ldd.log" 2>&1; then
     bad=$(grep -Ei 'libyaml|libmicrohttpd|jansson|hiredis|curl' "$tmp/ldd.log")
     if [ -z "$bad" ]; then

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -81,21 +82,44 @@ static inline void stop(pid_t *pid, int sig)
     }
 }
 
+/* Run flsubmit OPTS ARGS against the cluster into *r (caller frees with
+ * run_free); it must exit want_status. */
+static inline void flsubmit_run(const char *opts, const char *args,
+                                int want_status, run_result *r)
+{
+    char cmd[1024];
+
+    snprintf(cmd, sizeof(cmd), "FLPS_SCHEDULER=%s %s/flsubmit %s %s", cl.api,
+             FLPS_BIN_DIR, opts, args);
+    run_cmd(cmd, r);
+    cr_assert_eq(r->status, want_status, "flsubmit %s exited %d:\n%s%s", args,
+                 r->status, r->out, r->err);
+}
+
 /* Run flsubmit against the cluster; returns its parsed --json output. */
 static inline json_t *flsubmit_json(const char *args, int want_status)
 {
-    char cmd[1024];
     run_result r;
     json_t *o;
 
-    snprintf(cmd, sizeof(cmd), "FLPS_SCHEDULER=%s %s/flsubmit --json %s",
-             cl.api, FLPS_BIN_DIR, args);
-    run_cmd(cmd, &r);
-    cr_assert_eq(r.status, want_status, "flsubmit %s exited %d:\n%s%s", args,
-                 r.status, r.out, r.err);
+    flsubmit_run("--json", args, want_status, &r);
     o = r.summary ? json_incref(r.summary) : NULL;
     run_free(&r);
     return o;
+}
+
+/* Run flsubmit against the cluster (exit 0); returns what it printed for
+ * people on stdout (caller frees). */
+static inline char *flsubmit_text(const char *args)
+{
+    run_result r;
+    char *out;
+
+    flsubmit_run("", args, 0, &r);
+    out = strdup(r.out);
+    run_free(&r);
+    cr_assert_not_null(out);
+    return out;
 }
 
 static inline char *submit(const char *yaml)
@@ -213,6 +237,8 @@ static inline void cluster_setup(const char *prefix, int aof)
     memset(&cl, 0, sizeof(cl));
     snprintf(cl.dir, sizeof(cl.dir), "/tmp/%s-XXXXXX", prefix);
     cr_assert_not_null(mkdtemp(cl.dir));
+    /* Passable: as root, each job's tasks run as a uid of their own. */
+    cr_assert_eq(chmod(cl.dir, 0711), 0);
     cr_assert_eq(aof ? test_redis_start_aof(&cl.redis)
                      : test_redis_start(&cl.redis),
                  0, "redis-server did not start");

@@ -15,8 +15,9 @@
 
 static char dir[64];
 static char script[512];
-/* Variables the script's verbs run with, before the cluster's own (e.g.
- * FLPS_SYSFS_ROOT=... for agents that read a fake sysfs). */
+/* Variables the script's verbs run with, after the cluster's own, so
+ * they may replace them (e.g. FLPS_SYSFS_ROOT=... for agents that read a
+ * fake sysfs, FLPS_BIN_DIR=... for programs elsewhere). */
 static char cluster_env[512];
 
 /* Run a shell command; its stdout without the trailing newlines (static
@@ -59,19 +60,21 @@ static inline const char *cluster(const char *verb, int *status)
     char cmd[2048];
 
     snprintf(cmd, sizeof(cmd),
-             "%s FLPS_CLUSTER_DIR=%s FLPS_BIN_DIR=%s FLPS_AGENT_CPUS=2 "
-             "FLPS_AGENT_MEMORY=2Gi bash %s %s 2>>%s/cluster.err",
-             cluster_env, dir, FLPS_BIN_DIR, script, verb, dir);
+             "FLPS_CLUSTER_DIR=%s FLPS_BIN_DIR=%s FLPS_AGENT_CPUS=2 "
+             "FLPS_AGENT_MEMORY=2Gi %s bash %s %s 2>>%s/cluster.err",
+             dir, FLPS_BIN_DIR, cluster_env, script, verb, dir);
     return sh(cmd, status);
 }
 
 static inline const char *flsubmit(const char *args, int *status)
 {
-    char cmd[1024];
+    char cmd[2048];
 
-    snprintf(cmd, sizeof(cmd),
-             "FLPS_SCHEDULER=\"$(cat %s/scheduler)\" %s/flsubmit %s 2>&1", dir,
-             FLPS_BIN_DIR, args);
+    snprintf(
+        cmd, sizeof(cmd),
+        "FLPS_SCHEDULER=\"$(cat %s/scheduler)\" FLPS_TOKEN_FILE=%s/api-token "
+        "%s/flsubmit %s 2>&1",
+        dir, dir, FLPS_BIN_DIR, args);
     return sh(cmd, status);
 }
 

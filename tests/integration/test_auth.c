@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "flps.h"
+#include "member.h"
 #include "proto/creds.h"
 #include "proto/msg.h"
 #include "proto/transport.h"
@@ -26,8 +27,12 @@
 #define NUMEL 128
 #define ITERS 6
 
-static void send_msg(transport *t, uint32_t peer, const proto_msg *m)
+/* Send m on t to peer. A stranger (the shard refuses its handshake) may
+ * learn of the refusal already: FLPS_EAUTH, nothing sent. */
+static void send_as(transport *t, uint32_t peer, const proto_msg *m,
+                    int stranger)
 {
+    flps_err rc;
     proto_frame f[PROTO_MAX_FRAMES];
     transport_frame tf[PROTO_MAX_FRAMES];
     void *hdr = NULL;
@@ -42,10 +47,20 @@ static void send_msg(transport *t, uint32_t peer, const proto_msg *m)
         tf[i].off = 0;
         tf[i].len = f[i].len;
     }
-    cr_assert_eq(transport_send(t, peer, tf, nf), FLPS_OK);
+    rc = transport_send(t, peer, tf, nf);
+    if (stranger && rc == FLPS_EAUTH)
+        cr_assert_neq(strstr(t->errmsg, "FLPS_CREDENTIALS_FILE"), NULL, "%s",
+                      t->errmsg);
+    else
+        cr_assert_eq(rc, FLPS_OK, "%s: %s", flps_errname(rc), t->errmsg);
     for (size_t i = 0; i < nf; i++)
         proto_buf_release(b[i]);
     free(hdr);
+}
+
+static void send_msg(transport *t, uint32_t peer, const proto_msg *m)
+{
+    send_as(t, peer, m, 0);
 }
 
 /* The next message on t within ms, decoded into *m: 1; none: 0. */
@@ -65,6 +80,20 @@ static int recv_within(transport *t, int ms, proto_msg *m)
     m->rej = NULL;
     transport_rx_release(rx);
     return 1;
+}
+
+/* A stranger's connector t: within ms, not an answer but the refusal of
+ * its handshake (FLPS_EAUTH), which says what to do. */
+static void refused_within(transport *t, int ms)
+{
+    transport_rx *rx = NULL;
+    flps_err rc = transport_recv(t, ms, &rx);
+
+    if (rc == FLPS_OK)
+        transport_rx_release(rx);
+    cr_assert_eq(rc, FLPS_EAUTH, "%s: %s", flps_errname(rc), t->errmsg);
+    cr_assert_neq(strstr(t->errmsg, "FLPS_CREDENTIALS_FILE"), NULL, "%s",
+                  t->errmsg);
 }
 
 /* The one answer to a request: an ERROR of status want, and nothing else
@@ -116,51 +145,25 @@ static proto_msg bad_register(proto_tensor *t, const char *secret)
     return m;
 }
 
-typedef struct job_run {
-    float w[NUMEL];
-    flps_tensor tensor;
-    flps_client *c;
-} job_run;
+/* Two strangers to the shard at endpoint: a transport without
+ * credentials (*none, its peer *p1) and one with other's (*wrong, *p2). */
+static void open_strangers(const char *endpoint, const flps_creds *other,
+                           transport **none, uint32_t *p1, transport **wrong,
+                           uint32_t *p2)
+{
+    char why[256];
+
+    cr_assert_eq(transport_zmq_create(none), FLPS_OK);
+    cr_assert_eq(transport_connect(*none, endpoint, p1), FLPS_OK);
+    cr_assert_eq(transport_zmq_create(wrong), FLPS_OK);
+    cr_assert_eq(transport_set_credentials(*wrong, other, 0, why, sizeof(why)),
+                 FLPS_OK, "%s", why);
+    cr_assert_eq(transport_connect(*wrong, endpoint, p2), FLPS_OK);
+}
 
 static void job_start(job_run *j, const char *endpoint)
 {
-    const char *servers[1] = {endpoint};
-    flps_client_config cfg;
-
-    for (int i = 0; i < NUMEL; i++)
-        j->w[i] = (float)i * 0.125f;
-    j->tensor.name = "w";
-    j->tensor.numel = NUMEL;
-    j->tensor.data = j->w;
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.job = "authjob";
-    cfg.rank = 0;
-    cfg.workers = 1;
-    cfg.servers = servers;
-    cfg.nservers = 1;
-    cfg.tensors = &j->tensor;
-    cfg.ntensors = 1;
-    cfg.part_size = 64;
-    cfg.compression = "dense";
-    cfg.lr = 0.5;
-    cfg.retry_ms = 300;
-    cfg.deadline_ms = 20000;
-    cr_assert_eq(flps_client_create(&cfg, &j->c), FLPS_OK,
-                 "the real worker could not register");
-    cr_assert_eq(flps_client_init(j->c), FLPS_OK, "%s",
-                 flps_client_last_error(j->c));
-}
-
-static void job_step(job_run *j, uint64_t it)
-{
-    float g[NUMEL];
-
-    for (int i = 0; i < NUMEL; i++)
-        g[i] = (float)((i * 7 + (int)it * 3) % 11 - 5) * 0.25f;
-    cr_assert_eq(flps_client_push(j->c, 0, g, it), FLPS_OK, "%s",
-                 flps_client_last_error(j->c));
-    cr_assert_eq(flps_client_wait(j->c, it), FLPS_OK, "%s",
-                 flps_client_last_error(j->c));
+    job_start_sized(j, endpoint, "authjob", NUMEL, 64, "dense");
 }
 
 /* Whether the file at path holds needle. */
@@ -234,9 +237,31 @@ Test(auth, strangers_and_non_owners_change_nothing, .timeout = 120)
     cr_assert(file_holds(log, "data plane authenticated (job secret)"));
     cr_assert(file_holds(reflog, "data plane NOT authenticated"));
 
-    /* Before any worker: registering first, with no secret or a wrong
-     * one, configures nothing. */
+    /* A connection without the secret, or with another, is refused in
+     * its handshake (PLAIN): not one of its messages is answered. */
+    {
+        transport *none, *wrong;
+        uint32_t p1, p2;
+        proto_msg r;
+        open_strangers(s.endpoint, &other, &none, &p1, &wrong, &p2);
+        m = bad_register(&evil, NULL);
+        send_as(none, p1, &m, 1);
+        m = bad_register(&evil, other.secret);
+        send_as(wrong, p2, &m, 1);
+        refused_within(none, 1500);
+        refused_within(wrong, 500);
+        cr_assert(!recv_within(none, 300, &r), "answered without a secret");
+        cr_assert(!recv_within(wrong, 300, &r), "answered a wrong secret");
+        transport_destroy(none);
+        transport_destroy(wrong);
+    }
+
+    /* Past the handshake (as over RDMA, which has none), every request
+     * still carries the secret. Before any worker: registering first,
+     * with no secret or a wrong one, configures nothing. */
     cr_assert_eq(transport_zmq_create(&t), FLPS_OK);
+    cr_assert_eq(transport_set_credentials(t, &cr, 0, why, sizeof(why)),
+                 FLPS_OK, "%s", why);
     cr_assert_eq(transport_connect(t, s.endpoint, &peer), FLPS_OK);
     m = bad_register(&evil, NULL);
     send_msg(t, peer, &m);
@@ -246,9 +271,9 @@ Test(auth, strangers_and_non_owners_change_nothing, .timeout = 120)
     expect_refusal(t, FLPS_EAUTH, "wrong credentials");
 
     /* The real worker registers its own layout: not locked out. */
+    job_start(&plain, ref.endpoint); /* the same job, unattacked */
     cr_assert_eq(setenv(CREDS_ENV, path, 1), 0);
     job_start(&real, s.endpoint);
-    job_start(&plain, ref.endpoint); /* the same job, unattacked */
     for (uint64_t it = 0; it < ITERS; it++) {
         job_step(&real, it);
         job_step(&plain, it);
@@ -310,11 +335,7 @@ Test(auth, strangers_and_non_owners_change_nothing, .timeout = 120)
     job_start(&real, s.endpoint);
     cr_assert_eq(memcmp(real.w, plain.w, sizeof(real.w)), 0,
                  "the restarted worker did not get the model");
-    for (uint64_t it = ITERS; it < ITERS + 2; it++) {
-        job_step(&real, it);
-        job_step(&plain, it);
-    }
-    cr_assert_eq(memcmp(real.w, plain.w, sizeof(real.w)), 0);
+    jobs_step_same(&real, &plain, ITERS, ITERS + 2);
     flps_client_destroy(real.c);
     flps_client_destroy(plain.c);
     unsetenv(CREDS_ENV);
@@ -492,26 +513,25 @@ Test(auth, with_curve_a_client_without_the_job_keys_gets_nothing,
     start_shard(&ref, reflog, NULL);
     cr_assert(file_holds(log, "encrypted (CURVE)"));
 
-    cr_assert_eq(transport_zmq_create(&plain_t), FLPS_OK);
-    cr_assert_eq(transport_connect(plain_t, s.endpoint, &p1), FLPS_OK);
-    cr_assert_eq(transport_zmq_create(&wrong_t), FLPS_OK);
-    cr_assert_eq(transport_set_curve(wrong_t, &other, 0, why, sizeof(why)),
-                 FLPS_OK, "%s", why);
-    cr_assert_eq(transport_connect(wrong_t, s.endpoint, &p2), FLPS_OK);
+    open_strangers(s.endpoint, &other, &plain_t, &p1, &wrong_t, &p2);
     m = bad_register(&tensor, cr.secret);
-    send_msg(plain_t, p1, &m);
-    send_msg(wrong_t, p2, &m);
-    cr_assert(!recv_within(plain_t, 1500, &r), "a client without CURVE got "
-                                               "an answer");
-    cr_assert(!recv_within(wrong_t, 1500, &r), "a client with another key "
-                                               "got an answer");
+    send_as(plain_t, p1, &m, 1);
+    send_as(wrong_t, p2, &m, 1);
+    refused_within(plain_t, 1500);
+    refused_within(wrong_t, 1500);
+    cr_assert(!recv_within(plain_t, 300, &r), "a client without CURVE got "
+                                              "an answer");
+    cr_assert(!recv_within(wrong_t, 300, &r), "a client with another key "
+                                              "got an answer");
 
     /* The job trains as it does unattacked, bit for bit. */
     job_start(&plain, ref.endpoint);
     cr_assert_eq(setenv(CREDS_ENV, path, 1), 0);
     job_start(&real, s.endpoint);
-    /* (No more sends from the strangers: a DEALER whose every handshake
-     * failed has no pipe, and its send would block.) */
+    /* A stranger's send now says it is refused instead of waiting for a
+     * connection that never comes. */
+    send_as(plain_t, p1, &m, 1);
+    send_as(wrong_t, p2, &m, 1);
     for (uint64_t it = 0; it < ITERS; it++) {
         job_step(&real, it);
         job_step(&plain, it);
@@ -551,6 +571,175 @@ Test(auth, with_curve_a_client_without_the_job_keys_gets_nothing,
     }
     cr_assert(!file_holds(log, cr.secret));
     cr_assert(!file_holds(log, cr.server_secret));
+    {
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        cr_assert_eq(system(cmd), 0);
+    }
+}
+
+#define PROBES 11
+
+/* The requests of a job A that has read job B's id and knows how its
+ * shard answers: registrations, pulls and pushes of parts that may or may
+ * not exist, as ranks that may or may not exist, an INIT, a CHECKPOINT,
+ * and a job id of control bytes and invalid UTF-8. All with secret. */
+static void probe(transport *t, uint32_t peer, const char *secret,
+                  proto_msg *sent, int stranger)
+{
+    float vals[64];
+    proto_tensor evil, same;
+
+    for (int i = 0; i < 64; i++)
+        vals[i] = 1000.0f;
+    for (int k = 0; k < PROBES; k++) {
+        proto_msg m = base_msg(PROTO_OP_PULL, secret, 99);
+        switch (k) {
+        case 0:
+            m = bad_register(&evil, secret);
+            break;
+        case 1: /* B's own layout */
+            m = bad_register(&same, secret);
+            strcpy(same.name, "w");
+            same.numel = NUMEL;
+            break;
+        case 2:
+        case 3:
+        case 4:
+            m.part = (uint32_t)(k == 4 ? 7 : k - 2);
+            break;
+        case 5:
+        case 6:
+        case 7: /* two PUSHes (a part held, one not) and an INIT */
+            m = base_msg(k == 7 ? PROTO_OP_INIT : PROTO_OP_PUSH, secret, 99);
+            m.part = k == 6 ? 99 : 0;
+            m.iter = k == 7 ? 0 : 1;
+            m.codec = PROTO_CODEC_DENSE;
+            m.n = 64;
+            m.val = vals;
+            break;
+        case 8:
+            m = base_msg(PROTO_OP_CHECKPOINT, secret, 99);
+            break;
+        case 9:
+            m.rank = 5;
+            break;
+        default:
+            strcpy(m.job, "evil\n\x1b[31m\xff\xfe job");
+            break;
+        }
+        send_as(t, peer, &m, stranger);
+        sent[k] = m;
+        sent[k].tensors = NULL;
+        sent[k].val = NULL;
+    }
+}
+
+/* Whether every byte of the file at path is printable ASCII, a newline
+ * or part of valid UTF-8 (no ESC, no 0xff). */
+static int file_is_clean_text(const char *path)
+{
+    static unsigned char buf[1 << 20];
+    FILE *f = fopen(path, "rb");
+    size_t n;
+
+    cr_assert_not_null(f, "%s", path);
+    n = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = 0;
+        if (buf[i] == '\n' || (buf[i] >= 0x20 && buf[i] < 0x7f))
+            continue;
+        if (buf[i] >= 0xc2 && buf[i] <= 0xdf)
+            len = 1;
+        else if (buf[i] >= 0xe0 && buf[i] <= 0xef)
+            len = 2;
+        else if (buf[i] >= 0xf0 && buf[i] <= 0xf4)
+            len = 3;
+        else
+            return 0;
+        for (size_t j = 1; j <= len; j++)
+            if (i + j >= n || (buf[i + j] & 0xc0) != 0x80)
+                return 0;
+        i += len;
+    }
+    return 1;
+}
+
+Test(auth, job_a_learns_nothing_of_job_b_from_its_shard, .timeout = 120)
+{
+    char dir[] = "/tmp/flps-authab-XXXXXX", path[200], log[200], why[256];
+    flps_creds b, a, past;
+    test_shard s;
+    transport *t;
+    uint32_t peer;
+    proto_msg sent[PROBES], r;
+    job_run real;
+    float before[NUMEL];
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/creds", dir);
+    snprintf(log, sizeof(log), "%s/shard.log", dir);
+    cr_assert_eq(creds_generate(0, &b, why, sizeof(why)), FLPS_OK, "%s", why);
+    cr_assert_eq(creds_generate(0, &a, why, sizeof(why)), FLPS_OK);
+    cr_assert_eq(creds_write(path, &b, 0, why, sizeof(why)), FLPS_OK);
+    start_shard(&s, log, path);
+    /* Job B's worker registers its layout and trains. */
+    cr_assert_eq(setenv(CREDS_ENV, path, 1), 0);
+    job_start(&real, s.endpoint);
+    job_step(&real, 0);
+    job_step(&real, 1);
+    cr_assert_eq(flps_client_pull(real.c), FLPS_OK);
+    memcpy(before, real.w, sizeof(before));
+
+    /* A's own credentials: its connection is refused in the handshake,
+     * and not one of its 11 requests is answered. */
+    cr_assert_eq(transport_zmq_create(&t), FLPS_OK);
+    cr_assert_eq(transport_set_credentials(t, &a, 0, why, sizeof(why)), FLPS_OK,
+                 "%s", why);
+    cr_assert_eq(transport_connect(t, s.endpoint, &peer), FLPS_OK);
+    probe(t, peer, a.secret, sent, 1);
+    refused_within(t, 1500);
+    cr_assert(!recv_within(t, 300, &r), "job A's request was answered (%s)",
+              proto_op_name(r.op));
+    transport_destroy(t);
+
+    /* Past the handshake (as over RDMA, which checks nothing before a
+     * message), A's secret in every request: each gets the same refusal,
+     * which names nothing of B: neither its job nor its layout or state. */
+    past = b;
+    cr_assert_eq(transport_zmq_create(&t), FLPS_OK);
+    cr_assert_eq(transport_set_credentials(t, &past, 0, why, sizeof(why)),
+                 FLPS_OK, "%s", why);
+    cr_assert_eq(transport_connect(t, s.endpoint, &peer), FLPS_OK);
+    probe(t, peer, a.secret, sent, 0);
+    for (int k = 0; k < PROBES; k++) {
+        cr_assert(recv_within(t, WAIT_MS, &r), "probe %d not answered", k);
+        cr_assert_eq(r.op, PROTO_OP_ERROR, "probe %d: %s", k,
+                     proto_op_name(r.op));
+        cr_assert_eq(r.status, (uint32_t)FLPS_EAUTH, "probe %d: %s: %s", k,
+                     flps_errname((flps_err)r.status), r.text);
+        cr_assert_str_eq(r.text,
+                         "wrong credentials: not a member of this shard's "
+                         "job",
+                         "probe %d", k);
+        cr_assert_str_eq(r.job, sent[k].job,
+                         "probe %d: the reply names a job it was not sent", k);
+        proto_msg_fini(&r);
+    }
+    cr_assert(!recv_within(t, 300, &r), "a second answer came");
+    transport_destroy(t);
+
+    /* B's model is what its worker holds; B's log is clean text. */
+    cr_assert_eq(flps_client_pull(real.c), FLPS_OK);
+    cr_assert_eq(memcmp(before, real.w, sizeof(before)), 0);
+    flps_client_destroy(real.c);
+    unsetenv(CREDS_ENV);
+    stop_clean(&s, log);
+    cr_assert(file_holds(log, "PLAIN handshake"),
+              "the refused handshake is not logged; see %s", log);
+    cr_assert(file_is_clean_text(log), "control bytes or invalid UTF-8 in %s",
+              log);
     {
         char cmd[256];
         snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);

@@ -84,7 +84,7 @@ Test(flrun_auto, plans_from_the_profile_and_trains_with_a_fraction_of_the_bytes,
                        "%s", r.err);
 
     text = slurp(path);
-    cr_assert_eq(plan_parse(text, &p), FLPS_OK, "%s: %s", path, text);
+    cr_assert_eq(plan_parse(text, &p, NULL, 0), FLPS_OK, "%s: %s", path, text);
     cr_assert_eq(p->version, 1);
     cr_assert_eq(p->nlayers, 6, "the MLP's tensors");
     cr_assert_str_eq(p->layers[0].name, "fc1.weight", "layout order");

@@ -386,25 +386,13 @@ static void write_file(const char *path, const char *text)
     fclose(f);
 }
 
-/* The stdout line of flworker with "event": ev (the first), parsed; NULL
+/* The first stdout line of flworker that is an ev event, parsed; NULL
  * when there is none. Caller owns it. */
 static json_t *find_event(const char *out, const char *ev)
 {
     const char *p = out;
 
-    while (p != NULL && *p != '\0') {
-        const char *nl = strchr(p, '\n');
-        size_t len = nl ? (size_t)(nl - p) : strlen(p);
-        json_t *j = json_loadb(p, len, 0, NULL);
-        if (j != NULL) {
-            const char *e = json_string_value(json_object_get(j, "event"));
-            if (e != NULL && strcmp(e, ev) == 0)
-                return j;
-            json_decref(j);
-        }
-        p = nl ? nl + 1 : NULL;
-    }
-    return NULL;
+    return next_event(&p, ev);
 }
 
 static const char *const mlp_names[] = {"fc1.weight", "fc1.bias",
@@ -458,7 +446,8 @@ Test(client_auto, flworker_prints_its_profile_and_follows_the_plan_file,
                "\"density\":1},"
                "{\"name\":\"fc3.bias\",\"numel\":10,\"codec\":\"dense\","
                "\"density\":1}],"
-               "\"predicted_iteration_seconds\":0.01}\n");
+               "\"predicted_iteration_seconds\":0.01,"
+               "\"dense_iteration_seconds\":0.02}\n");
     run_worker(dir, "autow", plan, &r);
     cr_assert_eq(r.status, 0, "%s", r.err);
 
@@ -509,25 +498,28 @@ Test(client_auto, flworker_ignores_a_broken_or_mismatched_plan_and_trains_on,
     run_worker(dir, "autob", plan, &r);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert_null(find_event(r.out, "plan"));
-    cr_assert_not_null(strstr(r.err, "ignored: not JSON"), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "ignored: not valid JSON"), "%s", r.err);
     ev = find_event(r.out, "done");
     cr_assert_not_null(ev);
     json_decref(ev);
     run_free(&r);
 
     /* Right names, one wrong size: refused as a whole. */
-    write_file(plan,
-               "{\"version\":2,\"layers\":["
-               "{\"name\":\"fc1.weight\",\"numel\":200704,\"codec\":"
-               "\"dense\"},"
-               "{\"name\":\"fc1.bias\",\"numel\":256,\"codec\":\"dense\"},"
-               "{\"name\":\"fc2.weight\",\"numel\":32769,\"codec\":"
-               "\"dense\"},"
-               "{\"name\":\"fc2.bias\",\"numel\":128,\"codec\":\"dense\"},"
-               "{\"name\":\"fc3.weight\",\"numel\":1280,\"codec\":"
-               "\"dense\"},"
-               "{\"name\":\"fc3.bias\",\"numel\":10,\"codec\":\"dense\"}"
-               "]}");
+    write_file(plan, "{\"version\":2,\"layers\":["
+                     "{\"name\":\"fc1.weight\",\"numel\":200704,\"codec\":"
+                     "\"dense\",\"density\":1},"
+                     "{\"name\":\"fc1.bias\",\"numel\":256,\"codec\":\"dense\","
+                     "\"density\":1},"
+                     "{\"name\":\"fc2.weight\",\"numel\":32769,\"codec\":"
+                     "\"dense\",\"density\":1},"
+                     "{\"name\":\"fc2.bias\",\"numel\":128,\"codec\":\"dense\","
+                     "\"density\":1},"
+                     "{\"name\":\"fc3.weight\",\"numel\":1280,\"codec\":"
+                     "\"dense\",\"density\":1},"
+                     "{\"name\":\"fc3.bias\",\"numel\":10,\"codec\":\"dense\","
+                     "\"density\":1}],"
+                     "\"predicted_iteration_seconds\":0.01,"
+                     "\"dense_iteration_seconds\":0.01}");
     run_worker(dir, "autob", plan, &r);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert_null(find_event(r.out, "plan"));

@@ -98,10 +98,14 @@ Test(cluster_e2e, three_jobs_on_two_nodes_run_two_at_a_time_and_all_succeed)
 
 static int processes_of(const char *id)
 {
-    char cmd[160];
-    /* "[-]" keeps the pattern from matching the shell running pgrep. */
-    snprintf(cmd, sizeof(cmd), "pgrep -f -- '[-]-job(-id)? %s( |$)' >/dev/null",
-             id);
+    char cmd[384];
+    /* "[-]" keeps the pattern from matching the shell running pgrep. This
+     * cluster's only: a shard's checkpoints and a worker's job file lie
+     * under cl.dir (another cluster may run a job of that id). */
+    snprintf(cmd, sizeof(cmd),
+             "pgrep -f -- '[-]-job %s .*--checkpoint-dir %s/|"
+             "[-]-job %s/.*--job-id %s( |$)' >/dev/null",
+             id, cl.dir, cl.dir, id);
     return system(cmd) == 0;
 }
 
@@ -313,5 +317,81 @@ Test(cluster_e2e, an_auto_job_gets_a_plan_from_flsched_that_its_workers_apply)
     cr_assert_not_null(strstr(r.out, "\"event\":\"plan\""),
                        "no worker applied the plan:\n%s", r.out);
     run_free(&r);
+    free(id);
+}
+
+/* Every "[worker-N] ..." line of text, one per line, in out. */
+static void worker_lines(const char *text, char *out, size_t len)
+{
+    size_t n = 0;
+
+    out[0] = '\0';
+    for (const char *l = text; l != NULL && *l != '\0';) {
+        const char *nl = strchr(l, '\n');
+        size_t ll = nl ? (size_t)(nl - l) : strlen(l);
+
+        if (strncmp(l, "[worker-", 8) == 0 && n + ll + 2 < len) {
+            memcpy(out + n, l, ll);
+            n += ll;
+            out[n++] = '\n';
+            out[n] = '\0';
+        }
+        l = nl ? nl + 1 : NULL;
+    }
+}
+
+Test(cluster_e2e,
+     a_programs_lines_read_the_same_in_flsubmit_logs_as_under_flrun)
+{
+    static const char prog[] =
+        "import os, sys\n"
+        "import flps\n"
+        "rank = os.environ['FLPS_RANK']\n"
+        "print('hello from rank', rank)\n"
+        "print('a warning from rank', rank, file=sys.stderr)\n"
+        "flps.report(iteration=1, test_accuracy=0.5)\n";
+    char path[160], yaml[512], cmd[768], seen[4096], want[4096];
+    char *id, *line, *save = NULL;
+    json_t *j;
+    run_result r;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/lines.py", cl.dir);
+    f = fopen(path, "w");
+    cr_assert(f != NULL && fputs(prog, f) >= 0 && fclose(f) == 0,
+              "cannot write %s", path);
+    /* No model: a command: job runs its own. */
+    snprintf(yaml, sizeof(yaml),
+             "name: lines\nworkers: 2\nservers: 1\n"
+             "command: [/usr/bin/python3, %s]\n",
+             path);
+    id = submit(yaml);
+    j = wait_state(id, "SUCCEEDED", 120);
+    json_decref(j);
+    snprintf(cmd, sizeof(cmd), "FLPS_SCHEDULER=%s %s/flsubmit logs %s", cl.api,
+             FLPS_BIN_DIR, id);
+    run_cmd(cmd, &r);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    worker_lines(r.out, seen, sizeof(seen));
+    run_free(&r);
+    /* The same program under flrun: each of its worker lines, character
+     * for character, is one of the job's logs. */
+    snprintf(cmd, sizeof(cmd), "%s/flrun -n 2 -s 1 -- /usr/bin/python3 %s",
+             FLPS_BIN_DIR, path);
+    run_cmd(cmd, &r);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    worker_lines(r.out, want, sizeof(want) / 2);
+    worker_lines(r.err, want + strlen(want), sizeof(want) / 2);
+    run_free(&r);
+    cr_assert_not_null(strstr(want, "[worker-1] a warning from rank 1\n"), "%s",
+                       want);
+    for (line = strtok_r(want, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        char whole[600];
+
+        snprintf(whole, sizeof(whole), "%s\n", line);
+        cr_assert_not_null(strstr(seen, whole),
+                           "'%s' not in flsubmit logs:\n%s", line, seen);
+    }
     free(id);
 }

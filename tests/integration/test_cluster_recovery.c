@@ -75,19 +75,25 @@ static double accuracy_of(json_t *job)
 
 /* The pid of job id's shard 1 or its worker of rank 1 (as the agents
  * start them: "flps --job ID --shard 1 ...", "flworker --job FILE --rank 1
- * ... --job-id ID"), or -1. */
+ * ... --job-id ID") in this test's cluster, or -1. */
 static pid_t pid_of(const char *id, int worker)
 {
-    char cmd[256];
+    char cmd[384];
     FILE *p;
     int pid = -1;
 
+    /* This cluster's only: its job file or its checkpoints lie under
+     * cl.dir (another cluster on the machine may run a job of that id). */
     if (worker)
         snprintf(cmd, sizeof(cmd),
-                 "pgrep -f -- '[f]lworker .*--rank 1 .*--job-id %s( |$)'", id);
+                 "pgrep -f -- '[f]lworker --job %s/[^ ]* --rank 1 .*--job-id "
+                 "%s( |$)'",
+                 cl.dir, id);
     else
-        snprintf(cmd, sizeof(cmd), "pgrep -f -- '[f]lps --job %s --shard 1 '",
-                 id);
+        snprintf(cmd, sizeof(cmd),
+                 "pgrep -f -- '[f]lps --job %s --shard 1 .*--checkpoint-dir "
+                 "%s/'",
+                 id, cl.dir);
     p = popen(cmd, "r");
     cr_assert_not_null(p);
     if (fscanf(p, "%d", &pid) != 1)

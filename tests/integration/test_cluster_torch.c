@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "../scheduler/redis_fixture.h"
@@ -61,6 +62,7 @@ static void setup(void)
     memset(&cl, 0, sizeof(cl));
     snprintf(cl.dir, sizeof(cl.dir), "/tmp/flps-torchcl-XXXXXX");
     cr_assert_not_null(mkdtemp(cl.dir));
+    cr_assert_eq(chmod(cl.dir, 0711), 0); /* job uids pass through */
     cr_assert_eq(test_redis_start(&cl.redis), 0, "redis-server did not start");
     sched_args[1] = cl.redis.url;
     snprintf(log, sizeof(log), "%s/flsched.log", cl.dir);
@@ -103,13 +105,58 @@ static void teardown(void)
 
 TestSuite(cluster_torch, .init = setup, .fini = teardown, .timeout = 400);
 
+/* Submit the job file text; its id (caller frees). */
+static char *submit_text(const char *yaml)
+{
+    char path[160], args[200];
+    json_t *o;
+    char *id;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/job.yaml", cl.dir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(yaml, f);
+    fclose(f);
+    snprintf(args, sizeof(args), "submit %s", path);
+    o = flsubmit_json(args, 0);
+    cr_assert_not_null(o, "submit printed no JSON");
+    id = strdup(json_string_value(json_object_get(o, "id")));
+    json_decref(o);
+    return id;
+}
+
+/* flsubmit status --json of job id once it has ended (within seconds),
+ * which must be SUCCEEDED; the caller decrefs it. */
+static json_t *wait_succeeded(const char *id, int seconds)
+{
+    char args[200];
+    const char *state = "";
+    json_t *job = NULL;
+
+    for (int i = 0; i < seconds * 5; i++) {
+        snprintf(args, sizeof(args), "status %s", id);
+        job = flsubmit_json(args, 0);
+        state = json_string_value(json_object_get(job, "state"));
+        if (strcmp(state, "SUCCEEDED") == 0 || strcmp(state, "FAILED") == 0 ||
+            strcmp(state, "CANCELLED") == 0)
+            break;
+        json_decref(job);
+        job = NULL;
+        sleep_ms(200);
+    }
+    cr_assert_not_null(job, "the job did not finish within %d s", seconds);
+    cr_assert_str_eq(state, "SUCCEEDED", "reason: %s",
+                     json_string_value(json_object_get(job, "reason")));
+    return job;
+}
+
 Test(cluster_torch,
      a_torch_command_job_with_auto_compression_succeeds_and_follows_the_plan)
 {
-    char path[160], args[200], cmd[512], yaml[1024];
-    const char *id = NULL, *state = "";
-    json_t *o, *job = NULL, *sum, *plan;
-    FILE *f;
+    char args[200], cmd[512], yaml[1024];
+    char *id = NULL;
+    json_t *job = NULL, *sum, *plan;
     run_result r;
 
     /* 400 iterations: the profile is out after 25, and the plan's trip
@@ -123,31 +170,8 @@ Test(cluster_torch,
              " --test-samples, '1000']\n"
              "env:\n  OMP_NUM_THREADS: '1'\n",
              FLPS_SOURCE_DIR);
-    snprintf(path, sizeof(path), "%s/job.yaml", cl.dir);
-    f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(yaml, f);
-    fclose(f);
-    snprintf(args, sizeof(args), "submit %s", path);
-    o = flsubmit_json(args, 0);
-    cr_assert_not_null(o, "submit printed no JSON");
-    id = strdup(json_string_value(json_object_get(o, "id")));
-    json_decref(o);
-
-    for (int i = 0; i < 300 * 5; i++) {
-        snprintf(args, sizeof(args), "status %s", id);
-        job = flsubmit_json(args, 0);
-        state = json_string_value(json_object_get(job, "state"));
-        if (strcmp(state, "SUCCEEDED") == 0 || strcmp(state, "FAILED") == 0 ||
-            strcmp(state, "CANCELLED") == 0)
-            break;
-        json_decref(job);
-        job = NULL;
-        sleep_ms(200);
-    }
-    cr_assert_not_null(job, "the job did not finish within 300 s");
-    cr_assert_str_eq(state, "SUCCEEDED", "reason: %s",
-                     json_string_value(json_object_get(job, "reason")));
+    id = submit_text(yaml);
+    job = wait_succeeded(id, 300);
     sum = json_object_get(job, "summary");
     cr_assert_not_null(sum, "a finished job carries its summary");
     cr_assert(json_is_number(json_object_get(sum, "test_accuracy")),
@@ -180,5 +204,38 @@ Test(cluster_torch,
                        "no worker applied the plan:\n%s", r.out);
     cr_assert_not_null(strstr(r.out, "\"event\":\"profile\""), "%s", r.out);
     run_free(&r);
-    free((char *)id);
+    free(id);
+}
+
+/* flps.fl under flsched (the flrun case: test_fl_torch.c): client 1 of a
+ * fedavg job kills its own process in round 3; the job succeeds, the
+ * summary counts one late client, and the progress bar counts rounds. */
+Test(cluster_torch, a_federated_client_killed_mid_round_is_late_not_a_failure)
+{
+    char yaml[1024];
+    char *id;
+    json_t *job, *sum;
+
+    snprintf(yaml, sizeof(yaml),
+             "name: fl-kill\nworkers: 2\nservers: 1\nmode: fedavg\n"
+             "clients: 6\nclient_fraction: 0.5\nrounds: 4\nlocal_steps: 5\n"
+             "batch_size: 32\nlr: 0.1\nmomentum: 0.9\nseed: 3\n"
+             "eval_every: 2\n"
+             "command: [/usr/bin/python3, %s/tests/integration/fl_user.py]\n"
+             "env:\n  OMP_NUM_THREADS: '1'\n  FL_KILL: '1:3'\n",
+             FLPS_SOURCE_DIR);
+    id = submit_text(yaml);
+    job = wait_succeeded(id, 300);
+    cr_assert_eq(json_integer_value(json_object_get(job, "iterations")), 4,
+                 "a fedavg job's progress counts its rounds");
+    sum = json_object_get(job, "summary");
+    cr_assert_not_null(sum);
+    cr_assert_eq(json_integer_value(json_object_get(sum, "late_clients")), 1,
+                 "%s", json_dumps(sum, 0));
+    cr_assert_eq(json_integer_value(json_object_get(sum, "client_rounds")),
+                 4 * 3);
+    cr_assert_str_eq(json_string_value(json_object_get(sum, "mode")), "fedavg");
+    cr_assert(json_is_number(json_object_get(sum, "test_accuracy_last5")));
+    json_decref(job);
+    free(id);
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "../scheduler/redis_fixture.h"
@@ -142,6 +143,7 @@ static void setup_bare(void)
     memset(&cl, 0, sizeof(cl));
     snprintf(cl.dir, sizeof(cl.dir), "/tmp/flps-doctor-XXXXXX");
     cr_assert_not_null(mkdtemp(cl.dir));
+    cr_assert_eq(chmod(cl.dir, 0711), 0); /* job uids pass through */
     cr_assert_eq(test_redis_start(&cl.redis), 0, "redis-server did not start");
     start_sched();
 }

@@ -121,3 +121,64 @@ Test(flrun, writes_logs_plans_and_checkpoints_only_its_user_can_read)
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+Test(flrun, a_built_in_job_of_flags_alone_trains_and_shows_its_workers_lines)
+{
+    char dir[] = "/tmp/flrun-flags-XXXXXX", cmd[512], path[160];
+    char *job;
+    run_result r;
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof(cmd),
+             "%s/flrun --log-dir %s/logs -n 2 -s 1 --model mlp "
+             "--iterations 50",
+             FLPS_BIN_DIR, dir);
+    run_to_summary(cmd, &r);
+    cr_assert_eq(num(r.summary, "iterations"), 50);
+    cr_assert_not_null(strstr(r.err, "flrun: job mlp: mlp on fashion-mnist, 2 "
+                                     "workers"),
+                       "%s", r.err);
+    /* flworker's own lines, prefixed by rank as a program's are. */
+    cr_assert_not_null(strstr(r.err, "[worker-1] "), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "rank 1 done: 50 iterations"), "%s",
+                       r.err);
+    snprintf(path, sizeof(path), "%s/logs/flrun-job.yaml", dir);
+    job = slurp(path);
+    cr_assert_str_eq(job, "name: \"mlp\"\nmodel: \"mlp\"\nworkers: \"2\"\n"
+                          "servers: \"1\"\niterations: \"50\"\n");
+    free(job);
+    run_free(&r);
+}
+
+Test(flrun, flags_override_the_job_files_values)
+{
+    char dir[] = "/tmp/flrun-over-XXXXXX", job[128], cmd[512], path[160];
+    char *text;
+    run_result r;
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(job, sizeof(job), "%s/job.yaml", dir);
+    write_file(job, "name: over\nmodel: mlp\ndataset: synthetic\nworkers: 3\n"
+                    "servers: 2\niterations: 5000\neval_every: 0\n");
+    snprintf(cmd, sizeof(cmd),
+             "%s/flrun --quiet --log-dir %s/logs %s --iterations 30 -n 1 "
+             "--compression topk:0.1",
+             FLPS_BIN_DIR, dir, job);
+    run_to_summary(cmd, &r);
+    cr_assert_eq(num(r.summary, "iterations"), 30);
+    cr_assert_str_eq(r.err, "", "--quiet shows nothing: %s", r.err);
+    /* run_cmd took off the summary's newline: one line is left. */
+    cr_assert_null(strchr(r.out, '\n'), "only the summary on stdout: %s",
+                   r.out);
+    snprintf(path, sizeof(path), "%s/logs/flrun-job.yaml", dir);
+    text = slurp(path);
+    cr_assert_str_eq(text,
+                     "name: over\nmodel: mlp\ndataset: synthetic\nworkers: "
+                     "\"1\"\nservers: 2\niterations: \"30\"\neval_every: 0\n"
+                     "compression: \"topk:0.1\"\n",
+                     "%s", text);
+    free(text);
+    snprintf(path, sizeof(path), "%s/logs/flps-1.log", dir);
+    cr_assert_eq(access(path, F_OK), 0, "the file's two servers ran");
+    run_free(&r);
+}

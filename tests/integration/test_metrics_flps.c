@@ -12,110 +12,24 @@
 #include <time.h>
 
 #include "flps.h"
+#include "proto/msg.h"
+#include "proto/transport.h"
+#include "scrape.h"
 #include "spawn.h"
 
-/* Start flps with args and read its two stdout lines: "listening on EP"
- * and "metrics on HOST:PORT". Returns 0 on success. */
-static int start_with_metrics(test_shard *s, const char *log_path,
-                              const char *const *args, char *mbound,
-                              size_t mlen)
+/* flps serving job "m" as its one shard, with --metrics and the flags of
+ * extra (NULL-terminated); test_shard_start_metrics's result. */
+static int start_m(test_shard *s, const char *log, const char *const *extra,
+                   char *mbound, size_t mlen)
 {
-    int pfd[2];
-    char *argv[32];
-    int a = 0;
-    FILE *f;
-    char l1[256], l2[256];
+    const char *args[32] = {"--job",    "m", "--shard",   "0",
+                            "--shards", "1", "--metrics", "127.0.0.1:0"};
+    int a = 8;
 
-    if (pipe(pfd) != 0)
-        return -1;
-    argv[a++] = (char *)FLPS_BIN_DIR "/flps";
-    for (int i = 0; args[i] != NULL && a < 31; i++)
-        argv[a++] = (char *)args[i];
-    argv[a] = NULL;
-    s->pid = fork();
-    if (s->pid < 0)
-        return -1;
-    if (s->pid == 0) {
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(pfd[1], STDOUT_FILENO);
-        if (fd >= 0)
-            dup2(fd, STDERR_FILENO);
-        close(pfd[0]);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    close(pfd[1]);
-    f = fdopen(pfd[0], "r");
-    if (f == NULL || fgets(l1, sizeof(l1), f) == NULL ||
-        strncmp(l1, "listening on ", 13) != 0 ||
-        fgets(l2, sizeof(l2), f) == NULL ||
-        strncmp(l2, "metrics on ", 11) != 0) {
-        if (f != NULL)
-            fclose(f);
-        return -1;
-    }
-    fclose(f);
-    l1[strcspn(l1, "\n")] = '\0';
-    l2[strcspn(l2, "\n")] = '\0';
-    snprintf(s->endpoint, sizeof(s->endpoint), "%s", l1 + 13);
-    snprintf(mbound, mlen, "%s", l2 + 11);
-    return 0;
-}
-
-typedef struct scrape {
-    long status;
-    char *body;
-    size_t len;
-} scrape;
-
-static size_t on_data(char *p, size_t size, size_t n, void *arg)
-{
-    scrape *r = arg;
-    char *nb = realloc(r->body, r->len + size * n + 1);
-
-    if (nb == NULL)
-        return 0;
-    memcpy(nb + r->len, p, size * n);
-    r->len += size * n;
-    nb[r->len] = '\0';
-    r->body = nb;
-    return size * n;
-}
-
-static void get(const char *mbound, const char *path, scrape *r)
-{
-    CURL *c = curl_easy_init();
-    char url[256];
-    CURLcode cc;
-
-    memset(r, 0, sizeof(*r));
-    snprintf(url, sizeof(url), "http://%s%s", mbound, path);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    cc = curl_easy_perform(c);
-    cr_assert_eq(cc, CURLE_OK, "%s: %s", url, curl_easy_strerror(cc));
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
-    if (r->body == NULL)
-        r->body = calloc(1, 1);
-    curl_easy_cleanup(c);
-}
-
-/* The value of the sample line "name value", or -1 if absent. */
-static double sample(const char *text, const char *name)
-{
-    size_t n = strlen(name);
-
-    for (const char *p = text; p != NULL && *p != '\0';) {
-        if (strncmp(p, name, n) == 0 && p[n] == ' ')
-            return strtod(p + n + 1, NULL);
-        p = strchr(p, '\n');
-        if (p != NULL)
-            p++;
-    }
-    return -1;
+    for (int i = 0; extra[i] != NULL && a < 31; i++)
+        args[a++] = extra[i];
+    args[a] = NULL;
+    return test_shard_start_metrics(s, log, args, mbound, mlen);
 }
 
 static void sleep_ms(int ms)
@@ -152,23 +66,13 @@ Test(metrics_flps, a_scrape_has_every_family_with_the_counts_a_client_caused,
     snprintf(log, sizeof(log), "%s/flps.log", dir);
     snprintf(ck, sizeof(ck), "%s/ckpt", dir);
     {
-        const char *args[] = {"--job",
-                              "m",
-                              "--shard",
-                              "0",
-                              "--shards",
-                              "1",
-                              "--checkpoint-dir",
-                              ck,
-                              "--metrics",
-                              "127.0.0.1:0",
-                              NULL};
-        cr_assert_eq(start_with_metrics(&s, log, args, mbound, sizeof(mbound)),
-                     0, "flps did not print both lines; see %s", log);
+        const char *extra[] = {"--checkpoint-dir", ck, NULL};
+        cr_assert_eq(start_m(&s, log, extra, mbound, sizeof(mbound)), 0,
+                     "flps did not print both lines; see %s", log);
     }
     cr_assert_eq(strncmp(mbound, "127.0.0.1:", 10), 0, "%s", mbound);
 
-    get(mbound, "/healthz", &r);
+    scrape_get(mbound, "/healthz", &r);
     cr_assert_eq(r.status, 200);
     cr_assert_str_eq(r.body, "{\"status\":\"ok\"}");
     free(r.body);
@@ -202,11 +106,11 @@ Test(metrics_flps, a_scrape_has_every_family_with_the_counts_a_client_caused,
 
     /* The main loop copies the counters every 200 ms: poll a little. */
     for (int tries = 0;; tries++) {
-        get(mbound, "/metrics", &r);
+        scrape_get(mbound, "/metrics", &r);
         cr_assert_eq(r.status, 200);
-        if (sample(r.body, "flps_pushes_total") == NPARTS * ITERS &&
-            sample(r.body, "flps_pulls_total") >= 1 &&
-            sample(r.body, "flps_checkpoints_total") >= 1)
+        if (scrape_sample(r.body, "flps_pushes_total") == NPARTS * ITERS &&
+            scrape_sample(r.body, "flps_pulls_total") >= 1 &&
+            scrape_sample(r.body, "flps_checkpoints_total") >= 1)
             break;
         cr_assert_lt(tries, 50, "the counters never arrived:\n%s", r.body);
         free(r.body);
@@ -218,24 +122,30 @@ Test(metrics_flps, a_scrape_has_every_family_with_the_counts_a_client_caused,
         cr_assert(strstr(r.body, type) != NULL, "no %s in:\n%s", families[i],
                   r.body);
     }
-    cr_assert_eq(sample(r.body, "flps_updates_total"), NPARTS * ITERS);
-    cr_assert_eq(sample(r.body, "flps_parts_owned"), NPARTS);
-    cr_assert_eq(sample(r.body, "flps_elements_received_total"), NUMEL * ITERS);
-    cr_assert_eq(sample(r.body, "flps_elements_sent_total"), NUMEL * ITERS);
-    cr_assert_gt(sample(r.body, "flps_received_bytes_total"),
+    cr_assert_eq(scrape_sample(r.body, "flps_updates_total"), NPARTS * ITERS);
+    cr_assert_eq(scrape_sample(r.body, "flps_parts_owned"), NPARTS);
+    cr_assert_eq(scrape_sample(r.body, "flps_elements_received_total"),
+                 NUMEL * ITERS);
+    cr_assert_eq(scrape_sample(r.body, "flps_elements_sent_total"),
+                 NUMEL * ITERS);
+    cr_assert_gt(scrape_sample(r.body, "flps_received_bytes_total"),
                  NUMEL * ITERS * 4);
-    cr_assert_gt(sample(r.body, "flps_sent_bytes_total"), NUMEL * ITERS * 4);
-    cr_assert_eq(sample(r.body, "flps_iteration_close_seconds_count"),
+    cr_assert_gt(scrape_sample(r.body, "flps_sent_bytes_total"),
+                 NUMEL * ITERS * 4);
+    cr_assert_eq(scrape_sample(r.body, "flps_iteration_close_seconds_count"),
                  NPARTS * ITERS, "one observation per part per iteration");
     cr_assert_eq(
-        sample(r.body, "flps_iteration_close_seconds_bucket{le=\"+Inf\"}"),
+        scrape_sample(r.body,
+                      "flps_iteration_close_seconds_bucket{le=\"+Inf\"}"),
         NPARTS * ITERS);
-    cr_assert_eq(sample(r.body, "flps_rejected_total{reason=\"FLPS_ELATE\"}"),
-                 0, "every reason is there from the start, at 0");
-    cr_assert_eq(sample(r.body, "flps_rejected_total{reason=\"FLPS_EDUP\"}"),
-                 0);
-    cr_assert_eq(sample(r.body, "flps_rejected_total{reason=\"FLPS_OK\"}"), -1,
-                 "success is not a refusal");
+    cr_assert_eq(
+        scrape_sample(r.body, "flps_rejected_total{reason=\"FLPS_ELATE\"}"), 0,
+        "every reason is there from the start, at 0");
+    cr_assert_eq(
+        scrape_sample(r.body, "flps_rejected_total{reason=\"FLPS_EDUP\"}"), 0);
+    cr_assert_eq(
+        scrape_sample(r.body, "flps_rejected_total{reason=\"FLPS_OK\"}"), -1,
+        "success is not a refusal");
 
     if (access("/usr/bin/promtool", X_OK) == 0) {
         FILE *p = popen("/usr/bin/promtool check metrics", "w");
@@ -293,4 +203,143 @@ Test(metrics_flps, a_taken_metrics_port_stops_flps_with_a_clear_error,
                   strstr(buf, "--metrics") != NULL,
               "the log does not say why:\n%s", buf);
     close(fd);
+}
+
+/* Wait (up to 10 s: counters are copied every 200 ms) for the count of
+ * why to be want; the count then. */
+static double conns_refused_reaching(const char *mbound, const char *why,
+                                     double want)
+{
+    double v = -1;
+
+    for (int tries = 0; tries < 100; tries++) {
+        v = scrape_conns_refused(mbound, why);
+        if (v >= want)
+            break;
+        sleep_ms(100);
+    }
+    return v;
+}
+
+/* A raw TCP connection from local address from (host order) to the
+ * shard's endpoint; it never speaks. */
+static int idle_from(const char *endpoint, uint32_t from)
+{
+    struct sockaddr_in a, me;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    const char *port = strrchr(endpoint, ':');
+
+    cr_assert_geq(fd, 0);
+    cr_assert_not_null(port);
+    memset(&me, 0, sizeof(me));
+    me.sin_family = AF_INET;
+    me.sin_addr.s_addr = htonl(from);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&me, sizeof(me)), 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)atoi(port + 1));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    return fd;
+}
+
+/* A connection that speaks: a transport whose CHECKPOINT is answered. */
+static transport *speaker(const char *endpoint)
+{
+    transport *t;
+    transport_rx *rx = NULL;
+    uint32_t peer;
+    proto_msg m;
+    proto_frame f[PROTO_MAX_FRAMES];
+    transport_frame tf;
+    void *hdr = NULL;
+    size_t hlen, nf;
+
+    memset(&m, 0, sizeof(m));
+    m.op = PROTO_OP_CHECKPOINT;
+    strcpy(m.job, "m");
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_OK);
+    cr_assert_eq(nf, 1);
+    cr_assert_eq(transport_zmq_create(&t), FLPS_OK);
+    cr_assert_eq(transport_connect(t, endpoint, &peer), FLPS_OK);
+    tf.buf = proto_buf_create(hlen);
+    memcpy(proto_buf_data(tf.buf), hdr, hlen);
+    tf.off = 0;
+    tf.len = hlen;
+    cr_assert_eq(transport_send(t, peer, &tf, 1), FLPS_OK);
+    proto_buf_release(tf.buf);
+    free(hdr);
+    cr_assert_eq(transport_recv(t, 10000, &rx), FLPS_OK, "no answer");
+    transport_rx_release(rx);
+    return t;
+}
+
+Test(metrics_flps, every_refused_connection_is_counted_once_by_why,
+     .timeout = 120)
+{
+    char dir[] = "/tmp/flps-metrics-XXXXXX", log[128], mbound[256];
+    const uint32_t one = INADDR_LOOPBACK, two = INADDR_LOOPBACK + 1;
+    static const char *const why[] = {"connection_limit",
+                                      "unauthenticated_limit", "address_limit",
+                                      "not_admitted"};
+    int raw[8], nraw = 0;
+    transport *member[8];
+    test_shard s;
+    scrape r;
+
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(log, sizeof(log), "%s/flps.log", dir);
+    {
+        const char *extra[] = {"--max-connections",
+                               "8",
+                               "--max-unauthenticated",
+                               "4",
+                               "--max-unauthenticated-per-address",
+                               "3",
+                               "--handshake-timeout-ms",
+                               "60000",
+                               NULL};
+        cr_assert_eq(start_m(&s, log, extra, mbound, sizeof(mbound)), 0,
+                     "see %s", log);
+    }
+    /* Every reason from the first copy of the counters, at 0. */
+    for (size_t i = 0; i < sizeof(why) / sizeof(why[0]); i++)
+        cr_assert_eq(conns_refused_reaching(mbound, why[i], 0), 0, "%s",
+                     why[i]);
+
+    /* Four idle connections from 127.0.0.1, three allowed: one closed. */
+    for (int i = 0; i < 4; i++)
+        raw[nraw++] = idle_from(s.endpoint, one);
+    cr_assert_eq(conns_refused_reaching(mbound, "address_limit", 1), 1);
+    /* Two from 127.0.0.2: five waiting, four allowed: one closed. */
+    for (int i = 0; i < 2; i++)
+        raw[nraw++] = idle_from(s.endpoint, two);
+    cr_assert_eq(conns_refused_reaching(mbound, "unauthenticated_limit", 1), 1);
+    /* The four left end without a word: not admitted. */
+    for (int i = 0; i < nraw; i++)
+        close(raw[i]);
+    cr_assert_eq(conns_refused_reaching(mbound, "not_admitted", 4), 4);
+
+    /* Eight connections that speak hold every slot; a ninth is closed
+     * (the cap, which was not counted before). */
+    for (int i = 0; i < 8; i++)
+        member[i] = speaker(s.endpoint);
+    raw[0] = idle_from(s.endpoint, one);
+    cr_assert_eq(conns_refused_reaching(mbound, "connection_limit", 1), 1);
+    close(raw[0]);
+    for (int i = 0; i < 8; i++)
+        transport_destroy(member[i]);
+    sleep_ms(500);
+
+    /* Each of the seven counted once, the members not at all. */
+    cr_assert_eq(scrape_conns_refused(mbound, "connection_limit"), 1);
+    cr_assert_eq(scrape_conns_refused(mbound, "unauthenticated_limit"), 1);
+    cr_assert_eq(scrape_conns_refused(mbound, "address_limit"), 1);
+    cr_assert_eq(scrape_conns_refused(mbound, "not_admitted"), 4);
+    scrape_get(mbound, "/metrics", &r);
+    cr_assert_eq(scrape_sample(r.body, "flps_handshakes_refused_total"), 0);
+    free(r.body);
+    cr_assert_eq(test_shard_stop(&s, SIGTERM), 0);
+    curl_global_cleanup();
 }

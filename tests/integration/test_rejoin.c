@@ -139,7 +139,7 @@ static void worker_init(worker *w, uint32_t rank, const char *const *servers,
         w->tensors[k].numel = numel[k];
         w->tensors[k].data = w->data[k];
     }
-    memset(&cfg, 0, sizeof(cfg));
+    cr_assert_eq(flps_client_config_init(&cfg), FLPS_OK);
     cfg.job = "rejoin";
     cfg.rank = rank;
     cfg.workers = NW;

@@ -1,10 +1,11 @@
-/* The PyTorch CNN's acceptance (label cnn: about 20 minutes on 2 cores, so
+/* The PyTorch CNN's acceptance (label cnn: about 50 minutes on 2 cores, so
  * scripts/test.sh runs it only with FLPS_CNN_ACCEPTANCE=1): the job files
  * of examples/torch/ as they are, run by flrun, and the global top-k job
  * submitted with flsubmit to a local cluster. Global top-k at 1% must come
  * within 1.5 points of the dense run's test accuracy with at most 3% of
  * its bytes, and the submitted job must reach SUCCEEDED with its accuracy
- * in `status --json`. */
+ * in `status --json`. The same bars hold for torch.optim.Adam and AdamW
+ * (gradient mode's update exchange). */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -31,6 +32,35 @@ static void run_torch_example(const char *file, run_result *r)
                        r->out);
     cr_assert_eq(json_integer_value(json_object_get(r->summary, "iterations")),
                  1000, "%s", r->out);
+}
+
+/* examples/torch/cnn.py as the cnn-*.yaml jobs run it (4 workers, 1
+ * server, 1000 iterations, batch 32), with torch.optim.<optimizer> at lr
+ * 0.001 and compression comp. */
+static void run_cnn_with(const char *optimizer, const char *comp, run_result *r)
+{
+    char text[1024];
+
+    snprintf(text, sizeof(text),
+             "name: torch-cnn-%s\nmodel: cnn\nworkers: 4\nservers: 1\n"
+             "iterations: 1000\nbatch_size: 32\nlr: 0.001\n"
+             "eval_every: 500\ncompression: %s\n"
+             "command: [/usr/bin/python3, %s/examples/torch/cnn.py]\n"
+             "env:\n  OMP_NUM_THREADS: '1'\n  FLPS_TORCH_OPTIMIZER: %s\n",
+             optimizer, comp, FLPS_SOURCE_DIR, optimizer);
+    run_flrun_text_in_tmp(text, r, NULL);
+    cr_assert_eq(r->status, 0, "%s %s failed:\n%s", optimizer, comp, r->err);
+    cr_assert_not_null(r->summary, "no JSON summary:\n%s", r->out);
+    cr_assert_eq(num(r->summary, "iterations"), 1000, "%s", r->out);
+}
+
+/* Adam and AdamW with gtopk:0.01 come within 1.5 points of the same
+ * optimizer dense, with at most 3% of its bytes. */
+Test(training_torch_cnn,
+     adam_and_adamw_with_gtopk_come_within_1_5_points_of_dense, .timeout = 5400)
+{
+    assert_adam_keeps_dense_accuracy("torch cnn, 4 workers,", run_cnn_with,
+                                     0.85);
 }
 
 Test(training_torch_cnn,

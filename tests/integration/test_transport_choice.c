@@ -13,11 +13,11 @@
 
 #include "common/clock.h"
 #include "flps.h"
-#include "proto/transport_select.h"
 #include "runcmd.h"
 #include "spawn.h"
-#include "tests/common/fake_sysfs.h"
+#include "tests/fakes/fake_sysfs.h"
 #include "tests/log_capture.h"
+#include "transports/select.h"
 
 /* Stopping "at once" against hanging until a deadline: the client's waits
  * run for minutes, so anything under this bound did not wait on a peer. */
@@ -235,7 +235,7 @@ Test(transport_choice, rdma_on_a_node_with_an_active_port_fails_fast_without_it)
     snprintf(cmd, sizeof(cmd), "%s/flrun --log-dir %s %s", FLPS_BIN_DIR, s.logs,
              s.job);
     run_in(&s, cmd, &r, &secs);
-    if (!transport_have_rdma()) {
+    if (!transport_is_built(TRANSPORT_KIND_RDMA)) {
         /* The node looks fit; the build is what cannot run it. */
         cr_assert_eq(r.status, 2, "%s", r.err);
         cr_assert(strstr(r.err, "transport: rdma: this build has no RDMA "

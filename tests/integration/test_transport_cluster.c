@@ -13,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "proto/transport_select.h"
-#include "tests/common/fake_sysfs.h"
+#include "tests/fakes/fake_sysfs.h"
+#include "transports/select.h"
 
 #include "cluster_script_fixture.h"
 
@@ -145,7 +145,7 @@ Test(transport_cluster,
     out = rcli("HGET flps:job:j1 reason");
     cr_assert(strstr(out, "transport: rdma: ") != NULL, "reason: %s", out);
     cr_log_info("the failed job's reason: %s", out);
-    if (!transport_have_rdma())
+    if (!transport_is_built(TRANSPORT_KIND_RDMA))
         cr_assert(strstr(out, "this build has no RDMA support") != NULL,
                   "reason: %s", out);
 }

@@ -145,7 +145,7 @@ static void *worker_main(void *arg)
         snprintf(w->fail, sizeof(w->fail), "transport: %s", why);
         goto out;
     }
-    memset(&cfg, 0, sizeof(cfg));
+    cr_assert_eq(flps_client_config_init(&cfg), FLPS_OK);
     cfg.job = JOB;
     cfg.rank = w->rank;
     cfg.workers = NWORKERS;
@@ -252,6 +252,7 @@ static void run_training(const conf_kind *k, const dataset *train,
     char why[256] = "";
 
     memset(r, 0, sizeof(*r));
+    memset(&o, 0, sizeof(o));
     o.lim.send_hwm = TRANSPORT_SEND_HWM_DEFAULT;
     o.lim.max_frame_bytes = TRANSPORT_MAX_FRAME_DEFAULT;
     o.lim.max_peers = TRANSPORT_MAX_PEERS_DEFAULT;

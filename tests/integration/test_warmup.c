@@ -52,9 +52,23 @@ static double pairs_at(double target, uint64_t t)
     return (double)k;
 }
 
-/* bytes_sent after each iteration, from the progress lines (one per
- * iteration: the job has fewer than 100). */
-static void sent_per_iteration(const char *out, double *sent)
+/* What a pair may take on the wire beyond 5 bytes (its f32 value and a
+ * one-byte index gap), over a whole push of the model: a gap of 128 or
+ * more takes a second byte, and a part of n elements has at most n / 128
+ * such gaps, n / 16384 of three bytes, and so on (proto/msg.h). */
+static double index_bytes_beyond_one(void)
+{
+    double e = 0;
+
+    for (size_t i = 0; i < sizeof(mlp_numel) / sizeof(mlp_numel[0]); i++)
+        for (double g = 128; g <= (double)mlp_numel[i]; g *= 128)
+            e += floor((double)mlp_numel[i] / g);
+    return e;
+}
+
+/* bytes_sent and elements_sent after each iteration, from the progress
+ * lines (one per iteration: the job has fewer than 100). */
+static void sent_per_iteration(const char *out, double *sent, double *elems)
 {
     const char *p = out;
     json_t *j;
@@ -65,6 +79,8 @@ static void sent_per_iteration(const char *out, double *sent)
         cr_assert(it >= 1 && it <= ITERS);
         sent[it - 1] =
             (double)json_integer_value(json_object_get(j, "bytes_sent"));
+        elems[it - 1] =
+            (double)json_integer_value(json_object_get(j, "elements_sent"));
         n++;
         json_decref(j);
     }
@@ -77,7 +93,8 @@ static void run_job(const char *comp, double target)
     char logs[2][160], out1[200];
     test_shard s[2];
     run_result r;
-    double sent[2][ITERS];
+    double sent[2][ITERS], elems[2][ITERS];
+    const double extra = index_bytes_beyond_one();
     char *o1;
 
     cr_assert_not_null(mkdtemp(dir));
@@ -110,30 +127,40 @@ static void run_job(const char *comp, double target)
     cr_assert_eq(test_shard_stop(&s[1], SIGTERM), 0);
     cr_assert_eq(r.status, 0, "flworker failed:\n%s", r.err);
     o1 = slurp(out1);
-    sent_per_iteration(r.out, sent[0]);
-    sent_per_iteration(o1, sent[1]);
+    sent_per_iteration(r.out, sent[0], elems[0]);
+    sent_per_iteration(o1, sent[1], elems[1]);
     free(o1);
 
     for (int w = 0; w < 2; w++) {
-        /* Per-iteration bytes from iteration 1 on (iteration 0's line also
-         * holds the start-up messages). The messages' headers are the
-         * same every iteration but for a few varint bytes, so after the
-         * warm-up b(t) = H + 8 pairs(t) gives H, and every earlier
-         * iteration must carry its schedule's pairs at 8 bytes each. */
+        /* Per iteration from iteration 1 on (iteration 0's line also
+         * holds the start-up messages): the pairs the schedule gives,
+         * exactly. The messages' headers are the same every iteration but
+         * for a few varint bytes, and a pair takes 5 bytes on the wire
+         * (its value, an index gap of a byte) and at most `extra` more
+         * over the whole push, so after the warm-up b(t) = H + 5 pairs(t)
+         * + e(t), 0 <= e <= extra, bounds H, and every earlier iteration
+         * must carry its schedule's pairs at 5 bytes each, give or take
+         * that. */
         double last = sent[w][ITERS - 1] - sent[w][ITERS - 2];
-        double h = last - 8.0 * pairs_at(target, ITERS - 1);
+        double h = last - 5.0 * pairs_at(target, ITERS - 1);
         double prev = INFINITY;
 
         cr_assert_gt(h, 0, "headers take some bytes");
         for (uint64_t t = 1; t < ITERS; t++) {
             double b = sent[w][t] - sent[w][t - 1];
-            double want = h + 8.0 * pairs_at(target, t);
-            cr_assert_lt(fabs(b - want), 0.01 * want + 256,
+            double want = h + 5.0 * pairs_at(target, t);
+            cr_assert_eq(elems[w][t] - elems[w][t - 1], pairs_at(target, t),
+                         "%s rank %d iteration %llu: %.0f pairs, the "
+                         "schedule says %.0f",
+                         comp, w, (unsigned long long)t,
+                         elems[w][t] - elems[w][t - 1], pairs_at(target, t));
+            cr_assert_lt(fabs(b - want), 0.01 * want + 256 + extra,
                          "%s rank %d iteration %llu: %.0f bytes, the "
                          "schedule says %.0f",
                          comp, w, (unsigned long long)t, b, want);
-            cr_assert_leq(b, prev + 64, "%s rank %d: bytes rose at %llu", comp,
-                          w, (unsigned long long)t);
+            cr_assert_leq(b, prev + 64 + extra,
+                          "%s rank %d: bytes rose at %llu", comp, w,
+                          (unsigned long long)t);
             prev = b;
         }
         /* The first warm iterations carry about START / target times the
@@ -141,13 +168,18 @@ static void run_job(const char *comp, double target)
         cr_assert_gt(sent[w][1] - sent[w][0], 20.0 * last,
                      "%s rank %d: %.0f vs %.0f", comp, w,
                      sent[w][1] - sent[w][0], last);
-        /* Same schedule on both ranks: the same bytes, to a few header
-         * bytes (the ranks' ids differ). */
+        /* Same schedule on both ranks: the same pairs, and the same
+         * bytes to a few header bytes (the ranks' ids differ) and what
+         * their own selections' index gaps take. */
         if (w == 1)
-            for (int t = 1; t < ITERS; t++)
+            for (int t = 1; t < ITERS; t++) {
+                cr_assert_eq(elems[1][t] - elems[1][t - 1],
+                             elems[0][t] - elems[0][t - 1],
+                             "ranks' pairs differ at %d", t);
                 cr_assert_lt(fabs((sent[1][t] - sent[1][t - 1]) -
                                   (sent[0][t] - sent[0][t - 1])),
-                             64, "ranks differ at %d", t);
+                             64 + extra, "ranks differ at %d", t);
+            }
     }
     {
         char *log0 = slurp(logs[0]);

@@ -260,6 +260,7 @@ static flps_err recv_wait(transport *t, transport_rx **rx)
 
 static void opts_default(conf_opts *o)
 {
+    memset(o, 0, sizeof(*o));
     o->lim.send_hwm = TRANSPORT_SEND_HWM_DEFAULT;
     o->lim.max_frame_bytes = TRANSPORT_MAX_FRAME_DEFAULT;
     o->lim.max_peers = TRANSPORT_MAX_PEERS_DEFAULT;

@@ -245,7 +245,8 @@ static uint32_t hello(pair *p, transport *cli, uint32_t to_srv)
 Test(zmq_transport,
      replies_to_a_peer_that_does_not_read_are_dropped_not_buffered)
 {
-    const transport_limits lim = {16, TRANSPORT_MAX_FRAME_DEFAULT, 64};
+    const transport_limits lim = {16, TRANSPORT_MAX_FRAME_DEFAULT, 64, 0, 0, 0,
+                                  0};
     const size_t big = 1u << 20;
     char bound[256];
     pair p;
@@ -360,7 +361,8 @@ static int drain_for(transport *t, int ms)
 
 Test(zmq_transport, connections_beyond_the_cap_are_closed_and_the_first_served)
 {
-    const transport_limits lim = {64, TRANSPORT_MAX_FRAME_DEFAULT, 4};
+    const transport_limits lim = {64, TRANSPORT_MAX_FRAME_DEFAULT, 4, 0, 0, 0,
+                                  0};
     const size_t one[] = {8};
     char bound[256];
     pair p;
@@ -396,7 +398,8 @@ Test(zmq_transport, connections_beyond_the_cap_are_closed_and_the_first_served)
 
 Test(zmq_transport, a_peer_that_disconnects_leaves_no_routing_state)
 {
-    const transport_limits lim = {64, TRANSPORT_MAX_FRAME_DEFAULT, 2};
+    const transport_limits lim = {64, TRANSPORT_MAX_FRAME_DEFAULT, 2, 0, 0, 0,
+                                  0};
     const size_t one[] = {8};
     char bound[256];
     pair p;
@@ -465,5 +468,318 @@ Test(zmq_transport, a_signal_during_a_listeners_wait_is_a_timeout_not_an_error)
     cr_assert_eq(transport_recv(p.srv, 5000, &rx), FLPS_ETIMEDOUT, "%s",
                  p.srv->errmsg);
     sigaction(SIGALRM, &old, NULL);
+    pair_close(&p);
+}
+
+/* ---- frames larger than a part, and the bound before a handshake
+ * (issue 22, finding 1) ---- */
+
+Test(zmq_transport, frames_larger_than_a_part_arrive_whole_and_aligned)
+{
+    const size_t len[] = {TRANSPORT_ZMQ_PART_BYTES + 1, 0,
+                          TRANSPORT_ZMQ_PART_BYTES, (3u << 20) + 5};
+    const size_t back[] = {(2u << 20) + 3};
+    pair p;
+    uint32_t peer;
+
+    pair_open(&p);
+    peer = hello(&p, p.cli, p.to_srv);
+    for (unsigned m = 10; m < 13; m++) {
+        send_msg(p.cli, p.to_srv, m, len, 4);
+        transport_rx_release(recv_msg(p.srv, m, len, 4));
+    }
+    /* A listener sends whole frames; its connector takes them so. */
+    send_msg(p.srv, peer, 13, back, 1);
+    transport_rx_release(recv_msg(p.cli, 13, back, 1));
+    pair_close(&p);
+    ASSERT_NO_LEAKS();
+}
+
+Test(zmq_transport, a_first_frame_that_starts_like_a_cut_message_arrives_as_is)
+{
+    static const unsigned char magic[8] = {0, 'f', 'l', 'p', 's', 'Z', 'c', 1};
+    pair p;
+    transport_frame f;
+    transport_rx *rx = NULL;
+
+    pair_open(&p);
+    (void)hello(&p, p.cli, p.to_srv);
+    f.buf = proto_buf_create(20);
+    memset(proto_buf_data(f.buf), 0, 20);
+    memcpy(proto_buf_data(f.buf), magic, sizeof(magic));
+    ((unsigned char *)proto_buf_data(f.buf))[8] = 1; /* "one frame" */
+    f.off = 0;
+    f.len = 20;
+    cr_assert_eq(transport_send(p.cli, p.to_srv, &f, 1), FLPS_OK);
+    cr_assert_eq(transport_recv(p.srv, WAIT_MS, &rx), FLPS_OK, "%s",
+                 p.srv->errmsg);
+    cr_assert_eq(rx->nframes, 1);
+    cr_assert_eq(rx->frames[0].len, 20);
+    cr_assert_eq(memcmp(rx->frames[0].data, proto_buf_data(f.buf), 20), 0);
+    transport_rx_release(rx);
+    proto_buf_release(f.buf);
+    pair_close(&p);
+}
+
+Test(zmq_transport,
+     a_frame_over_the_limit_is_refused_unread_and_its_peer_answered)
+{
+    const transport_limits lim = {64, 100000, 8, 0, 0, 0, 0};
+    const size_t big[] = {16, 100001};
+    const size_t ok[] = {8};
+    char bound[256];
+    pair p;
+    uint32_t peer;
+    transport_rx *rx = NULL;
+
+    pair_open_limited(&p, &lim, bound, sizeof(bound));
+    peer = hello(&p, p.cli, p.to_srv);
+    send_msg(p.cli, p.to_srv, 20, big, 2);
+    cr_assert_eq(transport_recv(p.srv, WAIT_MS, &rx), FLPS_EPROTO);
+    cr_assert_eq(p.srv->refused_peer, peer);
+    cr_assert_neq(strstr(p.srv->errmsg, "limit of 100000 bytes"), NULL, "%s",
+                  p.srv->errmsg);
+    send_msg(p.srv, peer, 21, ok, 1);
+    transport_rx_release(recv_msg(p.cli, 21, ok, 1));
+    /* The connection is still served. */
+    cr_assert_eq(hello(&p, p.cli, p.to_srv), peer);
+    pair_close(&p);
+    ASSERT_NO_LEAKS();
+}
+
+Test(zmq_transport,
+     bounded_socket_buffers_still_carry_a_message_larger_than_them)
+{
+    const transport_limits lim = {64,  TRANSPORT_MAX_FRAME_DEFAULT, 8, 0, 0, 0,
+                                  4096};
+    const size_t big[] = {16, 1u << 20};
+    char bound[256];
+    pair p;
+    uint32_t peer;
+
+    pair_open_limited(&p, &lim, bound, sizeof(bound));
+    peer = hello(&p, p.cli, p.to_srv);
+    /* Both ways: the buffers bound what is in flight, not what is sent. */
+    send_msg(p.cli, p.to_srv, 22, big, 2);
+    transport_rx_release(recv_msg(p.srv, 22, big, 2));
+    send_msg(p.srv, peer, 23, big, 2);
+    transport_rx_release(recv_msg(p.cli, 23, big, 2));
+    pair_close(&p);
+    ASSERT_NO_LEAKS();
+}
+
+Test(zmq_transport, a_negative_socket_buffer_is_refused)
+{
+    transport_limits lim = {64, TRANSPORT_MAX_FRAME_DEFAULT, 8, 0, 0, 0, -1};
+    transport *t = NULL;
+
+    cr_assert_eq(transport_zmq_create(&t), FLPS_OK);
+    cr_assert_eq(transport_zmq_set_limits(t, &lim), FLPS_EINVAL);
+    lim.socket_buffer = 0;
+    cr_assert_eq(transport_zmq_set_limits(t, &lim), FLPS_OK);
+    transport_destroy(t);
+}
+
+/* A raw ZeroMQ DEALER (no limit of its own) on the listener at bound. */
+static void *raw_dealer(void **ctx, const char *bound)
+{
+    void *s;
+    int zero = 0;
+
+    *ctx = zmq_ctx_new();
+    s = zmq_socket(*ctx, ZMQ_DEALER);
+    cr_assert_not_null(s);
+    cr_assert_eq(zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero)), 0);
+    cr_assert_eq(zmq_connect(s, bound), 0);
+    return s;
+}
+
+Test(zmq_transport, a_part_beyond_the_wire_bound_closes_its_connection_unread)
+{
+    const transport_limits lim = {64, TRANSPORT_MAX_FRAME_DEFAULT, 8, 0, 0, 0,
+                                  0};
+    const size_t big = TRANSPORT_ZMQ_WIRE_MAX + 1;
+    char bound[256];
+    pair p;
+    void *zctx, *raw;
+    char *junk = calloc(1, big);
+    transport_rx *rx = NULL;
+
+    pair_open_limited(&p, &lim, bound, sizeof(bound));
+    (void)hello(&p, p.cli, p.to_srv);
+    raw = raw_dealer(&zctx, bound);
+    cr_assert_eq(zmq_send(raw, junk, big, 0), (int)big);
+    /* Nothing arrives, and the connection ends before its first message:
+     * counted as not admitted. */
+    for (int i = 0; i < 100 && p.srv->stats.conns_not_admitted == 0; i++)
+        cr_assert_eq(transport_recv(p.srv, 20, &rx), FLPS_ETIMEDOUT);
+    cr_assert_geq(p.srv->stats.conns_not_admitted, 1);
+    cr_assert_eq(p.srv->stats.msgs_recv, 1, "only the hello");
+    zmq_close(raw);
+    zmq_ctx_term(zctx);
+    free(junk);
+    pair_close(&p);
+}
+
+Test(zmq_transport, a_cut_message_whose_parts_do_not_add_up_is_refused)
+{
+    static const unsigned char head[20] = {0, 'f', 'l', 'p', 's', 'Z', 'c',
+                                           1, 1,   0,   0,   0,   100, 0,
+                                           0, 0,   0,   0,   0,   0};
+    char bound[256], part[50] = {0};
+    const transport_limits lim = {64, TRANSPORT_MAX_FRAME_DEFAULT, 8, 0, 0, 0,
+                                  0};
+    pair p;
+    void *zctx, *raw;
+    transport_rx *rx = NULL;
+
+    pair_open_limited(&p, &lim, bound, sizeof(bound));
+    raw = raw_dealer(&zctx, bound);
+    /* One frame of 100 bytes, said the header; 50 came. */
+    cr_assert_eq(zmq_send(raw, head, sizeof(head), ZMQ_SNDMORE),
+                 (int)sizeof(head));
+    cr_assert_eq(zmq_send(raw, part, sizeof(part), 0), (int)sizeof(part));
+    cr_assert_eq(transport_recv(p.srv, WAIT_MS, &rx), FLPS_EPROTO);
+    cr_assert_neq(strstr(p.srv->errmsg, "do not add up"), NULL, "%s",
+                  p.srv->errmsg);
+    /* And 150: one part too many. */
+    cr_assert_eq(zmq_send(raw, head, sizeof(head), ZMQ_SNDMORE),
+                 (int)sizeof(head));
+    cr_assert_eq(zmq_send(raw, part, sizeof(part), ZMQ_SNDMORE),
+                 (int)sizeof(part));
+    cr_assert_eq(zmq_send(raw, part, sizeof(part), ZMQ_SNDMORE),
+                 (int)sizeof(part));
+    cr_assert_eq(zmq_send(raw, part, sizeof(part), 0), (int)sizeof(part));
+    cr_assert_eq(transport_recv(p.srv, WAIT_MS, &rx), FLPS_EPROTO);
+    zmq_close(raw);
+    zmq_ctx_term(zctx);
+    /* The listener reads on. */
+    (void)hello(&p, p.cli, p.to_srv);
+    pair_close(&p);
+}
+
+/* ---- handshakes that fail: each counted once as refused ---- */
+
+#include "proto/creds.h"
+
+#define PAIR_SECRET                                                            \
+    "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+/* A listener and a connector that authenticate with the job's secret
+ * (PLAIN), the listener with limits lim. */
+static void pair_open_secret(pair *p, const transport_limits *lim, char *bound,
+                             size_t len)
+{
+    flps_creds c;
+    char why[256];
+
+    memset(p, 0, sizeof(*p));
+    memset(&c, 0, sizeof(c));
+    snprintf(c.secret, sizeof(c.secret), "%s", PAIR_SECRET);
+    cr_assert_eq(transport_zmq_create(&p->srv), FLPS_OK);
+    cr_assert_eq(transport_zmq_set_limits(p->srv, lim), FLPS_OK);
+    cr_assert_eq(transport_set_credentials(p->srv, &c, 1, why, sizeof(why)),
+                 FLPS_OK, "%s", why);
+    cr_assert_eq(transport_listen(p->srv, "tcp://127.0.0.1:0", bound, len),
+                 FLPS_OK, "%s", p->srv->errmsg);
+    cr_assert_eq(transport_zmq_create(&p->cli), FLPS_OK);
+    cr_assert_eq(transport_set_credentials(p->cli, &c, 0, why, sizeof(why)),
+                 FLPS_OK, "%s", why);
+    cr_assert_eq(transport_connect(p->cli, bound, &p->to_srv), FLPS_OK);
+}
+
+/* A plain TCP connection to the listener at bound. */
+static int raw_tcp(const char *bound)
+{
+    const char *port = strrchr(bound, ':');
+    const struct sockaddr_in a = {
+        .sin_family = AF_INET,
+        .sin_port = htons((uint16_t)atoi(port != NULL ? port + 1 : "0")),
+        .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    cr_assert_not_null(port, "%s", bound);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(connect(fd, (const struct sockaddr *)&a, sizeof(a)), 0);
+    return fd;
+}
+
+/* Serve t until it has counted want connections not admitted (or 10 s),
+ * then a little longer for the events still on their way. */
+static void not_admitted_reaching(transport *t, uint64_t want)
+{
+    for (int i = 0; i < 1000 && t->stats.conns_not_admitted < want; i++)
+        (void)drain_for(t, 10);
+    cr_assert_eq(t->stats.conns_not_admitted, want);
+    (void)drain_for(t, 200);
+}
+
+Test(zmq_transport, a_handshake_cut_short_is_a_refused_handshake_counted_once)
+{
+    /* One connection waiting per address: a second one closes the first. */
+    const transport_limits lim = {64, TRANSPORT_MAX_FRAME_DEFAULT, 8, 0, 1, 0,
+                                  0};
+    static const unsigned char signature[10] = {0xff, 0, 0, 0, 0,
+                                                0,    0, 0, 1, 0x7f};
+    char bound[256];
+    pair p;
+    int quiet, spoke, closed;
+
+    pair_open_secret(&p, &lim, bound, sizeof(bound));
+    (void)hello(&p, p.cli, p.to_srv); /* a member: admitted */
+
+    /* A stranger that closes in the middle of its greeting, as one without
+     * the job's mechanism does when it has read the shard's. */
+    spoke = raw_tcp(bound);
+    cr_assert_eq(write(spoke, signature, sizeof(signature)),
+                 (ssize_t)sizeof(signature));
+    (void)drain_for(p.srv, 100);
+    close(spoke);
+    not_admitted_reaching(p.srv, 1);
+    cr_assert_eq(p.srv->stats.auth_refused, 1);
+
+    /* One that closes without a word. */
+    quiet = raw_tcp(bound);
+    (void)drain_for(p.srv, 100);
+    close(quiet);
+    not_admitted_reaching(p.srv, 2);
+    cr_assert_eq(p.srv->stats.auth_refused, 2);
+
+    /* One the gate closes to make room: counted by the gate, not as a
+     * refused handshake; the one it made room for is, when it ends. */
+    closed = raw_tcp(bound);
+    (void)drain_for(p.srv, 100);
+    quiet = raw_tcp(bound);
+    for (int i = 0; i < 1000 && p.srv->stats.conns_addr_closed == 0; i++)
+        (void)drain_for(p.srv, 10);
+    cr_assert_eq(p.srv->stats.conns_addr_closed, 1);
+    close(quiet);
+    close(closed);
+    not_admitted_reaching(p.srv, 3);
+    cr_assert_eq(p.srv->stats.auth_refused, 3);
+    cr_assert_eq(p.srv->stats.conns_addr_closed, 1);
+
+    /* The member is still served. */
+    (void)hello(&p, p.cli, p.to_srv);
+    cr_assert_eq(p.srv->stats.auth_refused, 3);
+    pair_close(&p);
+}
+
+Test(zmq_transport,
+     without_credentials_a_connection_that_ends_is_only_unadmitted)
+{
+    const transport_limits lim = {64, TRANSPORT_MAX_FRAME_DEFAULT, 8, 0, 0, 0,
+                                  0};
+    char bound[256];
+    pair p;
+    int quiet;
+
+    pair_open_limited(&p, &lim, bound, sizeof(bound));
+    (void)hello(&p, p.cli, p.to_srv);
+    quiet = raw_tcp(bound);
+    (void)drain_for(p.srv, 100);
+    close(quiet);
+    not_admitted_reaching(p.srv, 1);
+    cr_assert_eq(p.srv->stats.auth_refused, 0, "nothing to authenticate");
     pair_close(&p);
 }

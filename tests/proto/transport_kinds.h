@@ -116,7 +116,7 @@ static size_t emu_live(char *what, size_t len)
  * cannot (no device, port down, memlock) is the skip's. */
 static const char *real_skip(char *why, size_t len)
 {
-    conf_opts o = {{0, -1, 0}, 1u << 20, 0};
+    conf_opts o = {{0, -1, 0, 0, 0, 0, 0}, 1u << 20, 0};
     transport *t = NULL;
     char reason[768] = "";
 

@@ -730,9 +730,9 @@ static const char meta_text[] = "layout and config, opaque to persist";
 static void write_ckpt(void)
 {
     ckpt_part parts[3] = {
-        {2, 5, 17, 16, v0, 0, NULL},
-        {5, 1, 1, 0, v1, 0, NULL},
-        {9, 16, UINT64_MAX, 123456789012345ull, v2, 0, NULL},
+        {2, 5, 17, 16, v0, 0, NULL, 0, NULL},
+        {5, 1, 1, 0, v1, 0, NULL, 0, NULL},
+        {9, 16, UINT64_MAX, 123456789012345ull, v2, 0, NULL, 0, NULL},
     };
 
     cr_assert_eq(ckpt_write(path, meta_text, sizeof(meta_text), parts, 3),
@@ -813,7 +813,7 @@ Test(persist, checkpoint_write_leaves_no_temporary_file_behind)
 Test(persist, checkpoint_write_replaces_the_previous_checkpoint_whole)
 {
     parts_seen s = {.fail_at = -1};
-    ckpt_part one = {1, 1, 2, 3, v1, 0, NULL};
+    ckpt_part one = {1, 1, 2, 3, v1, 0, NULL, 0, NULL};
     void *meta = NULL;
     size_t metalen = 0;
     int missing;
@@ -924,7 +924,7 @@ Test(persist, checkpoint_read_passes_on_the_callbacks_error)
 
 Test(persist, checkpoint_write_fails_with_eio_in_a_missing_directory)
 {
-    ckpt_part one = {1, 1, 2, 3, v1, 0, NULL};
+    ckpt_part one = {1, 1, 2, 3, v1, 0, NULL, 0, NULL};
 
     cr_assert_eq(
         ckpt_write("/nonexistent-flps-dir/shard-0.ckpt", "m", 1, &one, 1),

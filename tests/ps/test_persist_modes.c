@@ -20,7 +20,7 @@ Test(persist_modes, checkpoints_and_logs_are_created_0600)
 {
     char dir[64], ckpt[256], wal[256], cmd[128];
     float v[4] = {1, 2, 3, 4};
-    ckpt_part part = {0, 4, 1, 1, v, 0, NULL};
+    ckpt_part part = {0, 4, 1, 1, v, 0, NULL, 0, NULL};
     int fd = -1;
 
     umask(022);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "compress/codec.h"
+#include "tests/support/rx_copy.h"
 
 #define JOB "agg"
 #define PEER(rank) (100u + (rank))

@@ -1,4 +1,4 @@
-/* proto/transport_select.c where the RDMA transport is built: over the
+/* transports/select.c where the RDMA transport is built: over the
  * emulated NIC (with a fake sysfs showing its device emu0, as the probe
  * reads sysfs), transport: auto takes RDMA and a shard and a client made by
  * the factory talk over it; where the transport cannot be made (a port
@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "emu_verbs.h"
-#include "proto/transport_select.h"
-#include "tests/common/fake_sysfs.h"
+#include "tests/fakes/fake_sysfs.h"
+#include "transports/select.h"
 
 #define WAIT_MS 10000
 
@@ -45,7 +45,7 @@ Test(transport_select_rdma, auto_takes_rdma_and_the_two_ends_talk_over_it)
 {
     transport_select lo = sel(TRANSPORT_KIND_AUTO),
                      co = sel(TRANSPORT_KIND_RDMA);
-    transport_limits lim = {64, 1 << 20, 16};
+    transport_limits lim = {64, 1 << 20, 16, 0, 0, 0, 0};
     transport_kind chosen = TRANSPORT_KIND_ZMQ;
     transport *srv = NULL, *cli = NULL;
     transport_rx *rx = NULL;
@@ -54,7 +54,7 @@ Test(transport_select_rdma, auto_takes_rdma_and_the_two_ends_talk_over_it)
     uint32_t peer;
     proto_buf *b;
 
-    cr_assert(transport_have_rdma());
+    cr_assert(transport_is_built(TRANSPORT_KIND_RDMA));
     lo.listener = 1;
     lo.limits = &lim;
     cr_assert_eq(transport_create_for(&lo, &srv, &chosen, why, sizeof(why)),

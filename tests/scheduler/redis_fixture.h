@@ -130,6 +130,32 @@ static inline int test_redis_start(test_redis *r)
     return test_redis_start_on(r, 0);
 }
 
+/* A redis-cli command (args, as on its command line) on r, with password
+ * (NULL: none) through the environment, never the command line; its
+ * output without the trailing newlines (static buffer, valid until the
+ * next call). */
+static inline const char *test_redis_cli(const test_redis *r,
+                                         const char *password, const char *args)
+{
+    static char out[8192];
+    char cmd[1024];
+    FILE *p;
+    size_t n;
+
+    snprintf(cmd, sizeof(cmd), "%s%s redis-cli --no-auth-warning -p %d %s 2>&1",
+             password != NULL ? "REDISCLI_AUTH=" : "",
+             password != NULL ? password : "", r->port, args);
+    p = popen(cmd, "r");
+    if (p == NULL)
+        return "";
+    n = fread(out, 1, sizeof(out) - 1, p);
+    pclose(p);
+    out[n] = '\0';
+    while (n > 0 && out[n - 1] == '\n')
+        out[--n] = '\0';
+    return out;
+}
+
 static inline void test_redis_stop(test_redis *r)
 {
     if (r->pid > 0) {

@@ -307,6 +307,8 @@ static void fx_init(fixture *fx, int with_redis)
     memset(fx, 0, sizeof(*fx));
     snprintf(fx->dir, sizeof(fx->dir), "/tmp/flagent-test-XXXXXX");
     cr_assert_not_null(mkdtemp(fx->dir));
+    /* Passable: as root, each job's tasks run as a uid of their own. */
+    cr_assert_eq(chmod(fx->dir, 0711), 0);
     snprintf(fx->log, sizeof(fx->log), "%s/flagent.log", fx->dir);
     snprintf(fx->work, sizeof(fx->work), "%s/work", fx->dir);
     fx->used = 1;
@@ -1388,9 +1390,13 @@ Test(agent, runs_a_command_jobs_program_and_reports_its_last_error_line,
     fx_init(&fx, 1);
     agent_start(&fx, "1");
     WAIT_UNTIL(agent_registered(&fx), 10);
+    /* Where the program writes: any job uid may (sticky, as /tmp). */
+    snprintf(path, sizeof(path), "%s/out", fx.dir);
+    cr_assert_eq(mkdir(path, 0700), 0);
+    cr_assert_eq(chmod(path, 01777), 0);
     snprintf(spec, sizeof(spec),
              "name: agent-cmd\nmodel: mlp\nworkers: 2\niterations: 3\n"
-             "command: [/bin/sh, -c, 'env > %s/env-$FLPS_RANK; "
+             "command: [/bin/sh, -c, 'env > %s/out/env-$FLPS_RANK; "
              "if [ $FLPS_RANK = 1 ]; then echo RuntimeError: out of data "
              ">&2; echo >&2; exit 3; fi; echo "
              "\"{\\\"event\\\":\\\"done\\\",\\\"rank\\\":0}\"']\n"
@@ -1408,7 +1414,7 @@ Test(agent, runs_a_command_jobs_program_and_reports_its_last_error_line,
     cr_assert(hget_is(&fx, w1, "exit_code", "3"));
     hget(&fx, w1, "error", err, sizeof(err));
     cr_assert_str_eq(err, "RuntimeError: out of data");
-    snprintf(path, sizeof(path), "%s/env-0", fx.dir);
+    snprintf(path, sizeof(path), "%s/out/env-0", fx.dir);
     env = slurp(path);
     cr_assert_not_null(env, "the program did not run");
     cr_assert_not_null(strstr(env, "FLPS_JOB=j20\n"), "%s", env);
@@ -1419,6 +1425,37 @@ Test(agent, runs_a_command_jobs_program_and_reports_its_last_error_line,
     cr_assert_not_null(strstr(env, "FLPS_ITERATIONS=3\n"), "%s", env);
     cr_assert_not_null(strstr(env, "MY_SETTING=on\n"), "%s", env);
     free(env);
+    fx_fini(&fx);
+}
+
+/* A worker killed by SIGKILL after its error, some of flps's chatter on
+ * stderr and a progress line longer than the 4 KiB a log tail holds: the
+ * reason is the line the process itself wrote on stderr, whole, never a
+ * cut piece of its stdout (issue 22, finding 12: "killed by signal 9:
+ * ons":6000,"loss":...}"). */
+Test(agent, a_killed_workers_reason_is_its_own_last_error_line_whole,
+     .timeout = 60)
+{
+    char spec[1024], w0[64], err[2048] = "", want[800];
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    snprintf(spec, sizeof(spec),
+             "name: agent-kill\nmodel: mlp\nworkers: 1\niterations: 3\n"
+             "command: [/bin/sh, -c, 'printf \"RuntimeError: %%0700d\\n\" 0 "
+             ">&2; echo \"2026-12-01T10:48:59.117Z INFO  flworker/0[1]: still "
+             "here\" >&2; printf "
+             "\"{\\\"event\\\":\\\"progress\\\",\\\"iter\\\":6000,"
+             "\\\"loss\\\":%%05000d}\\n\" 0; kill -9 $$']\n");
+    place_job(&fx, "j23", spec, 1, 1);
+    task_key(w0, sizeof(w0), "j23", "worker-0");
+    WAIT_UNTIL(hget_is(&fx, w0, "state", "EXITED"), 30);
+    CHECK(&fx, hget_is(&fx, w0, "state", "EXITED"), "worker-0 not reported");
+    cr_assert(hget_is(&fx, w0, "signal", "9"));
+    hget(&fx, w0, "error", err, sizeof(err));
+    snprintf(want, sizeof(want), "RuntimeError: %0700d", 0);
+    cr_assert_str_eq(err, want);
     fx_fini(&fx);
 }
 
@@ -1496,4 +1533,74 @@ Test(agent, publishes_its_rdma_ports_and_passes_the_chosen_transport,
           "worker-0 was not told the transport");
     CHECK(&fx, logs_have(&fx, "j9", "worker-1", "--transport rdma"),
           "worker-1 was not told the transport");
+}
+
+static const char saps_job[] = "name: agent-saps\n"
+                               "model: mlp\n"
+                               "dataset: synthetic\n"
+                               "workers: 3\n"
+                               "mode: saps\n"
+                               "iterations: 30\n"
+                               "batch_size: 16\n"
+                               "eval_every: 0\n";
+
+Test(agent, gives_a_saps_jobs_workers_each_others_endpoints, .timeout = 120)
+{
+    char w[3][64], ep[3][96], done[4096];
+
+    fx_init(&fx, 1);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    place_job(&fx, "j30", saps_job, 0, 3);
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "worker-%d", i);
+        task_key(w[i], sizeof(w[i]), "j30", name);
+    }
+    WAIT_UNTIL(all_have(&fx, w, 3, "state", "EXITED"), 90);
+    CHECK(&fx, all_have(&fx, w, 3, "state", "EXITED"),
+          "the saps workers did not finish within 90 s");
+    CHECK(&fx, all_have(&fx, w, 3, "exit_code", "0"),
+          "a saps worker failed: it did not reach its peers");
+    for (int i = 0; i < 3; i++) {
+        cr_assert(hget(&fx, w[i], "peer_endpoint", ep[i], sizeof(ep[i])),
+                  "worker %d published no endpoint", i);
+        cr_assert(strncmp(ep[i], "tcp://127.0.0.1:", 16) == 0, "%s", ep[i]);
+        for (int k = 0; k < i; k++)
+            cr_assert_str_neq(ep[i], ep[k], "two workers on one port");
+        cr_assert(hget(&fx, w[i], "done", done, sizeof(done)));
+        cr_assert(strstr(done, "\"mode\":\"saps\"") != NULL, "%s", done);
+    }
+    /* Each took its own place in the list: rank 2 of the three. */
+    cr_assert(logs_have(&fx, "j30", "worker-2", "saps: rank 2 of 3"));
+    fx_fini(&fx);
+}
+
+Test(agent, fails_a_saps_worker_whose_peer_never_registers, .timeout = 60)
+{
+    static const char job[] = "name: agent-saps\nmodel: mlp\n"
+                              "dataset: synthetic\nworkers: 2\nmode: saps\n"
+                              "iterations: 30\npeer_deadline: 0.5\n";
+    char w0[64], w1[64], err[1024];
+    redisReply *r = NULL;
+
+    fx_init(&fx, 1);
+    place_job(&fx, "j31", job, 0, 2);
+    task_key(w0, sizeof(w0), "j31", "worker-0");
+    task_key(w1, sizeof(w1), "j31", "worker-1");
+    /* worker-1's node never runs it: it never registers an endpoint. */
+    must(&fx, rconn_cmd(fx.rc, &r, "SREM flps:node:n1:tasks %s", w1), &r);
+    agent_start(&fx, "1");
+    WAIT_UNTIL(agent_registered(&fx), 10);
+    WAIT_UNTIL(hget_is(&fx, w0, "state", "EXITED"), 20);
+    CHECK(&fx, hget_is(&fx, w0, "state", "EXITED"),
+          "worker-0 still waits after 3 s (6 x peer_deadline) and more");
+    cr_assert(hget_is(&fx, w0, "exit_code", "-1"));
+    cr_assert(hget(&fx, w0, "error", err, sizeof(err)));
+    cr_assert(strstr(err, "worker-1 of the job never registered its "
+                          "endpoint") != NULL,
+              "error: %s", err);
+    cr_assert(strstr(err, "within 3 s") != NULL, "error: %s", err);
+    cr_assert(!hget(&fx, w1, "peer_endpoint", err, sizeof(err)));
+    fx_fini(&fx);
 }

@@ -1,6 +1,7 @@
 /* flagent's command line: every flag, the defaults, sizes, and a clear
  * message for each mistake. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -266,4 +267,64 @@ Test(agent_config, refuses_a_node_name_that_is_a_path_or_an_option)
                  "from A-Z a-z 0-9 _ . -, starting with a letter or digit, "
                  "without '..'");
     refuses_flag("--name", "-n1", "--name: '-n1' is not a node name");
+}
+
+/* The job uids the flags extra (NULL-ended) give: "off", or
+ * "FIRST-LAST in DIR". */
+static const char *job_uids_with(const char *a, const char *b, const char *c,
+                                 const char *d)
+{
+    char *argv[16] = {"flagent", "--redis", "redis://h", "--name",
+                      "n1",      "--cpus",  "1",         "--memory",
+                      "1Gi",     "--gpus",  "0"};
+    const char *extra[] = {a, b, c, d};
+    static char out[1200];
+    agent_config cfg;
+    char err[512];
+    int argc = 11;
+
+    for (int i = 0; i < 4 && extra[i] != NULL; i++)
+        argv[argc++] = (char *)extra[i];
+    cr_assert_eq(parse(argc, argv, &cfg, err), FLPS_OK, "%s", err);
+    if (!cfg.job_uids)
+        return "off";
+    snprintf(out, sizeof(out), "%u-%u in %s", cfg.job_uid_first,
+             cfg.job_uid_last, cfg.job_uids_dir);
+    return out;
+}
+
+Test(agent_config, gives_each_job_a_uid_of_its_own_by_default)
+{
+    cr_assert_str_eq(job_uids_with(NULL, NULL, NULL, NULL),
+                     "60000-60999 in /var/lib/flps/job-uids");
+    cr_assert_str_eq(job_uids_with("--job-uids", "61000-61999",
+                                   "--job-uids-dir", "/run/uids"),
+                     "61000-61999 in /run/uids");
+    cr_assert_str_eq(job_uids_with("--job-uids", "off", NULL, NULL), "off");
+    /* --user: the agent gives its own uid up, and with it the others. */
+    cr_assert_str_eq(job_uids_with("--user", "nobody", NULL, NULL), "off");
+}
+
+Test(agent_config, refuses_a_job_uid_range_that_is_not_one)
+{
+    static const char *const bad[] = {"60000",         "60999-60000",
+                                      "0-999",         "999-2000",
+                                      "1000-2000000",  "a-b",
+                                      "-60000",        "60000-",
+                                      "60000-60999-1", "4000000001-4000000002"};
+    char *argv[] = {"flagent", "--redis",    "redis://h", "--name", "n",
+                    "--cpus",  "1",          "--memory",  "1Gi",    "--gpus",
+                    "0",       "--job-uids", NULL,        NULL,     NULL};
+    char want[128];
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        argv[12] = (char *)bad[i];
+        snprintf(want, sizeof(want), "--job-uids: '%s' is not FIRST-LAST",
+                 bad[i]);
+        refused(13, argv, want);
+    }
+    argv[12] = "60000-60009";
+    argv[13] = "--user";
+    argv[14] = "nobody";
+    refused(15, argv, "--job-uids needs flagent to stay root");
 }

@@ -300,3 +300,55 @@ Test(agent_task, the_last_error_line_drops_the_log_prefix_of_flps_programs)
         1);
     cr_assert_str_eq(out, "2026 was a year]: x", "not a log prefix: kept");
 }
+
+/* agent_error_line on a string. */
+static int error_line(const char *line, char *out, size_t outlen)
+{
+    return agent_error_line(line, strlen(line), out, outlen);
+}
+
+Test(agent_task, an_error_line_is_not_flps_chatter_nor_an_event)
+{
+    char out[64] = "untouched";
+
+    cr_assert_eq(error_line("RuntimeError: boom  \r", out, sizeof(out)), 1);
+    cr_assert_str_eq(out, "RuntimeError: boom");
+    strcpy(out, "untouched");
+    cr_assert_eq(error_line("2026-12-01T10:48:59.117Z INFO  "
+                            "flworker/1[7]: iteration 5",
+                            out, sizeof(out)),
+                 0, "an INFO line of flps's log is no reason");
+    cr_assert_eq(error_line("2026-12-01T10:48:59.117Z DEBUG "
+                            "flps/0[7]: pulled",
+                            out, sizeof(out)),
+                 0);
+    cr_assert_eq(
+        error_line("{\"event\":\"progress\",\"iter\":3}", out, sizeof(out)), 0);
+    cr_assert_eq(error_line("   ", out, sizeof(out)), 0);
+    cr_assert_str_eq(out, "untouched", "out is written only for a line");
+    cr_assert_eq(error_line("2026-12-01T10:48:59.117Z WARN  "
+                            "flps/0[7]: disk full",
+                            out, sizeof(out)),
+                 1);
+    cr_assert_str_eq(out, "disk full");
+}
+
+Test(agent_task, an_error_line_is_kept_whole_or_cut_between_characters)
+{
+    char line[1500], out[PROC_ERROR_LINE_MAX];
+    size_t n;
+
+    memset(line, 'x', 900);
+    memcpy(line, "ValueError: ", 12);
+    line[900] = '\0';
+    cr_assert_eq(agent_error_line(line, 900, out, sizeof(out)), 1);
+    cr_assert_eq(strlen(out), 900, "a line of 900 bytes is kept whole");
+    cr_assert_eq(memcmp(out, line, 900), 0);
+    /* 1,400 bytes of two-byte characters: cut before one, never in it. */
+    for (n = 0; n < 1400; n += 2)
+        memcpy(line + n, "\xc3\xa9", 2);
+    line[1400] = '\0';
+    cr_assert_eq(agent_error_line(line, 1400, out, sizeof(out)), 1);
+    cr_assert_eq(strlen(out), PROC_ERROR_LINE_MAX - 2);
+    cr_assert_eq((unsigned char)out[strlen(out) - 1], 0xa9);
+}

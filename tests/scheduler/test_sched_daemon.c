@@ -408,8 +408,8 @@ Test(sched_daemon, refuses_bad_job_files_naming_the_field_and_writes_nothing)
     expect_refusal("name: a\nmodel: mlp\ntransport: rdma\n", 422, "transport",
                    0);
     cr_assert_eq(post("name: a\nmodel: mlp\ntransport: rdma\n", &j), 422);
-    cr_assert(strstr(str(j, "error"), "none of the 1 registered nodes reports "
-                                      "an ACTIVE RDMA port") != NULL,
+    cr_assert(strstr(str(j, "error"), "the only registered node reports no "
+                                      "ACTIVE RDMA port") != NULL,
               "%s", str(j, "error"));
     json_decref(j);
     memset(big, '#', sizeof(big) - 1);
@@ -423,6 +423,48 @@ Test(sched_daemon, refuses_bad_job_files_naming_the_field_and_writes_nothing)
     cr_assert_eq(post("name: ok\nmodel: mlp\ntransport: auto\n", &j), 201,
                  "transport: auto runs anywhere, on ZeroMQ without RDMA");
     cr_assert_str_eq(str(j, "transport"), "auto");
+    json_decref(j);
+    /* Decentralized jobs run under the agents launcher too: flagent hands
+     * the workers each other's endpoints (a job of no servers). */
+    cr_assert_eq(post("name: a\nmodel: mlp\nworkers: 2\nmode: saps\n", &j), 201,
+                 "mode saps is accepted under the agents launcher");
+    cr_assert_eq(json_integer_value(json_object_get(j, "servers")), 0,
+                 "a saps job runs no shard");
+    json_decref(j);
+}
+
+Test(sched_daemon, the_kubernetes_launcher_refuses_a_saps_job_naming_mode)
+{
+    /* No API server answers there: a submit never reaches it. */
+    static const char token[] = "/tmp/flps-test-sched-k8s-token";
+    static const char *const k8s[] = {"--launcher",
+                                      "kubernetes",
+                                      "--k8s-api",
+                                      "http://127.0.0.1:9",
+                                      "--k8s-token-file",
+                                      token,
+                                      "--k8s-image",
+                                      "flps:test",
+                                      "--k8s-namespace",
+                                      "flps",
+                                      "--k8s-jobset",
+                                      "never",
+                                      NULL};
+    json_t *j = NULL;
+    FILE *f = fopen(token, "w");
+
+    cr_assert_not_null(f);
+    fputs("not-a-real-token\n", f);
+    fclose(f);
+    start_sched(&fls, k8s);
+    unlink(token);
+    expect_refusal("name: a\nmodel: mlp\nworkers: 2\nmode: saps\n", 422, "mode",
+                   0);
+    cr_assert_eq(post("name: a\nmodel: mlp\nworkers: 2\nmode: saps\n", &j),
+                 422);
+    cr_assert(strstr(str(j, "error"), "the kubernetes launcher does not give "
+                                      "a saps job's workers") != NULL,
+              "%s", str(j, "error"));
     json_decref(j);
 }
 
@@ -988,6 +1030,28 @@ Test(sched_daemon, a_non_ascii_name_is_a_400_that_quotes_it_never_a_500)
         cr_assert(json_is_string(json_object_get(j, "field")));
         json_decref(j);
     }
+}
+
+Test(sched_daemon, a_binary_or_non_utf8_body_is_a_400_that_says_so)
+{
+    static const char gz[] = "\x1f\x8b\x08\0\0\0\0\0\0\x03";
+    json_t *j = NULL;
+
+    start_sched(&fls, NULL);
+    add_node("n1", 8, 30000);
+    cr_assert_eq(http(&fls, "POST", "/v1/jobs", gz, sizeof(gz) - 1, NULL, &j),
+                 400);
+    cr_assert_str_eq(str(j, "error"), "the job file is binary, not YAML or "
+                                      "JSON text (byte 0 is 0x1F)");
+    cr_assert(json_is_null(json_object_get(j, "line")));
+    json_decref(j);
+    cr_assert_eq(post("name: a\nmodel: mlp\n# caf\xe9\n", &j), 400);
+    cr_assert(strstr(str(j, "error"), "line 3, column 6: byte 24 (0xE9) is "
+                                      "not UTF-8; the job file must be UTF-8 "
+                                      "text") != NULL,
+              "%s", str(j, "error"));
+    cr_assert_eq(json_integer_value(json_object_get(j, "line")), 3);
+    json_decref(j);
 }
 
 Test(sched_daemon, a_cpu_share_that_would_round_to_nothing_is_refused)

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/alloc.h"
 #include "common/clock.h"
 #include "redis_fixture.h"
 #include "scheduler/rconn.h"
@@ -23,7 +24,7 @@ static sched_loop *loop;
 
 static void setup(void)
 {
-    sched_loop_cfg cfg = {"test-leader", 5000, 6};
+    sched_loop_cfg cfg = {"test-leader", 5000, 6, 0, NULL};
 
     cr_assert_eq(test_redis_start(&srv), 0, "redis-server did not start");
     cr_assert_eq(rconn_create(srv.url, 2000, &rc), FLPS_OK);
@@ -251,6 +252,122 @@ Test(sched_loop, succeeds_when_every_worker_exits_zero_with_the_summary)
     cr_assert_str_eq(state_of("j1"), "SUCCEEDED");
 }
 
+Test(sched_loop, the_summary_says_what_ran_against_the_file_and_what_is_missing)
+{
+    json_t *sum;
+    char *mis;
+
+    add_node("n1", 8, 30000);
+    submit("name: told\nmodel: mlp\nworkers: 2\ncompression: gtopk:0.01\n"
+           "command: python3 t.py\n");
+    step();
+    /* A program that ignored the job file's codec, and printed no test
+     * accuracy: the job still succeeds, and its summary says both. */
+    for (int rank = 1; rank >= 0; rank--) {
+        json_t *d =
+            json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:i}",
+                      "event", "done", "rank", rank, "iterations", 5,
+                      "bytes_sent", 100, "bytes_received", 200, "dense_bytes",
+                      100, "resends", 0, "compression", "dense", "mode", "ssgd",
+                      "optimizer", "Adam", "seconds", 1);
+        char key[64], *done = json_dumps(d, JSON_COMPACT);
+
+        snprintf(key, sizeof(key), "flps:task:j1:0:worker-%d", rank);
+        agent_exit(key, 0, 0, done);
+        free(done);
+        json_decref(d);
+    }
+    step();
+    cr_assert_str_eq(state_of("j1"), "SUCCEEDED");
+    sum = json_loads(S("HGET flps:job:j1 summary", NULL, NULL), 0, NULL);
+    cr_assert_not_null(sum);
+    cr_assert(json_is_null(json_object_get(sum, "test_accuracy")));
+    cr_assert_str_eq(json_string_value(json_object_get(sum, "compression")),
+                     "dense");
+    cr_assert_str_eq(json_string_value(json_object_get(sum, "mode")), "ssgd");
+    cr_assert_str_eq(json_string_value(json_object_get(sum, "optimizer")),
+                     "Adam");
+    mis = json_dumps(json_object_get(sum, "mismatch"), 0);
+    cr_assert_str_eq(mis,
+                     "[\"compression: the job file says gtopk:0.01, "
+                     "the workers ran dense\"]",
+                     "mode: the file leaves it to the program");
+    free(mis);
+    mis = json_dumps(json_object_get(sum, "not_reported"), 0);
+    cr_assert_str_eq(mis, "[\"test_accuracy\"]");
+    free(mis);
+    json_decref(sum);
+}
+
+/* A worker task of rank index on node that printed done. */
+static sched_task energy_task(uint32_t index, const char *node,
+                              const char *fields)
+{
+    sched_task t;
+    char line[512];
+
+    memset(&t, 0, sizeof(t));
+    snprintf(t.role, sizeof(t.role), "worker");
+    snprintf(t.node, sizeof(t.node), "%s", node);
+    t.index = index;
+    snprintf(line, sizeof(line),
+             "{\"event\":\"done\",\"rank\":%u,\"iterations\":10,"
+             "\"bytes_sent\":1,\"bytes_received\":1,\"dense_bytes\":1,"
+             "\"resends\":0,\"energy_method\":\"counter\"%s,\"seconds\":1}",
+             index, fields);
+    t.done = strdup(line);
+    return t;
+}
+
+Test(sched_loop, the_summary_counts_a_nodes_packages_once_and_names_the_clock)
+{
+    sched_task tasks[3];
+    sched_job job;
+    char *text = NULL;
+    json_t *sum;
+
+    tasks[0] = energy_task(0, "n1",
+                           ",\"joules_per_iteration\":14,"
+                           "\"gpu_joules_per_iteration\":10,"
+                           "\"cpu_joules_per_iteration\":4,"
+                           "\"energy_gpus\":\"0\",\"gpu_clock_mhz\":1680");
+    tasks[1] = energy_task(1, "n1",
+                           ",\"joules_per_iteration\":16,"
+                           "\"gpu_joules_per_iteration\":10,"
+                           "\"cpu_joules_per_iteration\":6,"
+                           "\"energy_gpus\":\"1\",\"gpu_clock_mhz\":1680");
+    tasks[2] = energy_task(2, "n2",
+                           ",\"joules_per_iteration\":13,"
+                           "\"gpu_joules_per_iteration\":10,"
+                           "\"cpu_joules_per_iteration\":3,"
+                           "\"energy_gpus\":\"0\",\"gpu_clock_mhz\":1680");
+    memset(&job, 0, sizeof(job));
+    snprintf(job.id, sizeof(job.id), "j1");
+    job.workers = 3;
+    job.tasks = tasks;
+    job.ntasks = 3;
+    cr_assert_eq(sched_loop_summary(&job, &text), FLPS_OK);
+    sum = json_loads(text, 0, NULL);
+    cr_assert_not_null(sum, "%s", text);
+    cr_assert_float_eq(
+        json_real_value(json_object_get(sum, "gpu_joules_per_iteration")), 30,
+        1e-9, "three workers' own GPUs: %s", text);
+    cr_assert_float_eq(
+        json_real_value(json_object_get(sum, "cpu_joules_per_iteration")),
+        5 + 3, 1e-9, "n1's packages once (its workers' mean), n2's: %s", text);
+    cr_assert_float_eq(
+        json_real_value(json_object_get(sum, "joules_per_iteration")), 38,
+        1e-9);
+    cr_assert_str_eq(json_string_value(json_object_get(sum, "energy_method")),
+                     "counter");
+    cr_assert_str_eq(json_string_value(json_object_get(sum, "gpu_clock")),
+                     "1680");
+    json_decref(sum);
+    flps_free(text);
+    for (int i = 0; i < 3; i++)
+        free(tasks[i].done);
+}
+
 Test(sched_loop, a_failed_workers_last_error_line_is_the_jobs_reason)
 {
     add_node("n1", 8, 30000);
@@ -357,7 +474,7 @@ Test(sched_loop, only_the_lease_holder_places_and_another_takes_over)
 {
     sched_store *st2 = NULL;
     sched_loop *other = NULL;
-    sched_loop_cfg cfg = {"other", 600, 6};
+    sched_loop_cfg cfg = {"other", 600, 6, 0, NULL};
 
     cr_assert_eq(sched_store_create(srv.url, 2000, &st2), FLPS_OK);
     cr_assert_eq(sched_loop_create(st2, &cfg, &other), FLPS_OK);
@@ -399,7 +516,7 @@ Test(sched_loop, a_new_leader_finds_exits_whose_report_was_lost)
     S("DEL flps:exits", NULL, NULL);
     sched_loop_destroy(loop);
     {
-        sched_loop_cfg cfg = {"successor", 5000, 6};
+        sched_loop_cfg cfg = {"successor", 5000, 6, 0, NULL};
         cr_assert_eq(sched_loop_create(st, &cfg, &loop), FLPS_OK);
     }
     step();
@@ -458,6 +575,28 @@ Test(sched_loop, places_an_rdma_job_only_on_the_node_with_an_active_port)
     cr_assert_str_eq(S("HGET flps:task:j1:0:worker-1 transport", NULL, NULL),
                      "rdma", "flagent passes it to the processes");
     cr_assert_str_eq(S("HGET flps:job:%s transport_used", "j2", NULL), "zmq");
+}
+
+/* The loop reads the job file's settings from the hash's fields; a hash
+ * from a flsched before them has only its spec, which is read instead. */
+Test(sched_loop, reads_the_transport_of_a_hash_without_the_fields_from_its_spec)
+{
+    redisReply *r = NULL;
+
+    add_node("n1", 8, 30000);
+    add_node("n2", 4, 30000);
+    give_rdma("n2", "1");
+    give_rdma("n1", "0");
+    submit("name: r\nmodel: mlp\nworkers: 2\ntransport: rdma\n");
+    cr_assert_eq(rconn_cmd(rc, &r, "HDEL flps:job:j1 transport compression"),
+                 FLPS_OK);
+    freeReplyObject(r);
+    step();
+    cr_assert_str_eq(state_of("j1"), "RUNNING");
+    cr_assert_str_eq(members("flps:node:n2:tasks"),
+                     "flps:task:j1:0:server-0 flps:task:j1:0:worker-0 "
+                     "flps:task:j1:0:worker-1");
+    cr_assert_str_eq(S("HGET flps:job:%s transport_used", "j1", NULL), "rdma");
 }
 
 Test(sched_loop, an_rdma_job_waits_while_the_rdma_nodes_are_full)
@@ -548,4 +687,73 @@ Test(sched_loop,
                  test_logged);
     cr_assert_eq(test_log_count("scheduling turn stopped: "), 0, "%s",
                  test_logged);
+}
+
+/* Redis paused for the length of pause_ms while step() runs: the step's
+ * calls wait (or time out after the store's 2 s) meanwhile. */
+static flps_err step_through_pause(long pause_ms, double mono)
+{
+    pid_t waker;
+    flps_err err;
+
+    cr_assert_eq(kill(srv.pid, SIGSTOP), 0);
+    waker = fork();
+    cr_assert_geq(waker, 0);
+    if (waker == 0) {
+        sleep_ms(pause_ms);
+        kill(srv.pid, SIGCONT);
+        _exit(0);
+    }
+    err = sched_loop_step(loop, flps_wall_s(), mono);
+    waitpid(waker, NULL, 0);
+    return err;
+}
+
+Test(sched_loop, a_redis_outage_is_not_a_node_failure)
+{
+    double mono = flps_mono_s();
+
+    add_node("n1", 4, 30000);
+    submit(small); /* j1 on n1 */
+    step();
+    cr_assert_str_eq(state_of("j1"), "RUNNING");
+    /* Redis away for longer than the store's timeout: the turn fails,
+     * and the node's alive key expired meanwhile. */
+    cr_assert_neq(step_through_pause(3000, mono), FLPS_OK);
+    S("DEL flps:node:n1:alive", NULL, NULL);
+    for (int i = 1; i <= 25; i++) /* 5 s of turns, within the 6 s grace */
+        cr_assert_eq(sched_loop_step(loop, flps_wall_s(), mono + 0.2 * i),
+                     FLPS_OK);
+    cr_assert_str_eq(S("HGET flps:node:n1 state", NULL, NULL), "READY",
+                     "the node was judged while its agent could not "
+                     "register again");
+    cr_assert_str_eq(state_of("j1"), "RUNNING");
+    /* Its agent registers again: nothing happened. */
+    S("SET flps:node:n1:alive 1 PX %s", "30000", NULL);
+    cr_assert_eq(sched_loop_step(loop, flps_wall_s(), mono + 10), FLPS_OK);
+    cr_assert_str_eq(S("HGET flps:node:n1 state", NULL, NULL), "READY");
+    cr_assert_str_eq(state_of("j1"), "RUNNING");
+    cr_assert_str_eq(S("HGET flps:job:j1 restarts", NULL, NULL), "0");
+}
+
+Test(sched_loop, a_paused_redis_counts_as_an_outage_too)
+{
+    double mono = flps_mono_s();
+
+    add_node("n1", 4, 30000);
+    submit(small);
+    step();
+    /* Paused for 1.5 s, under the store's timeout: the turn succeeds, late,
+     * and finds the key gone (expired while the agent timed out). */
+    S("DEL flps:node:n1:alive", NULL, NULL);
+    cr_assert_eq(step_through_pause(1500, mono), FLPS_OK);
+    cr_assert_str_eq(S("HGET flps:node:n1 state", NULL, NULL), "READY");
+    cr_assert_eq(sched_loop_step(loop, flps_wall_s(), mono + 5), FLPS_OK);
+    cr_assert_str_eq(S("HGET flps:node:n1 state", NULL, NULL), "READY");
+    cr_assert_str_eq(state_of("j1"), "RUNNING");
+    /* Past the grace a node that never came back is lost, as always. */
+    cr_assert_eq(sched_loop_step(loop, flps_wall_s(), mono + 8), FLPS_OK);
+    cr_assert_str_eq(S("HGET flps:node:n1 state", NULL, NULL), "LOST");
+    cr_assert_str_eq(state_of("j1"), "FAILED");
+    cr_assert_str_eq(S("HGET flps:job:j1 reason", NULL, NULL), "node n1 lost");
 }

@@ -537,7 +537,7 @@ Test(sched_place, explains_an_rdma_job_no_node_can_take)
     j.workers = 8;
     sched_place_explain(nodes, 2, &j, &field, msg, sizeof(msg));
     cr_assert_str_eq(field, "workers");
-    cr_assert(strstr(msg, "the 1 registered nodes with an ACTIVE RDMA port "
+    cr_assert(strstr(msg, "the 1 registered node with an ACTIVE RDMA port "
                           "(4.000 CPUs") != NULL,
               "%s", msg);
 }

@@ -281,6 +281,63 @@ Test(sched_store, cancel_takes_a_queued_job_out_of_the_queue)
     sched_job_fini(&j);
 }
 
+/* The queue score is computed in one place, the scripts' Lua (score() in
+ * sched_scripts.c); this pins what it computes: higher priority first,
+ * then submission order, exactly -priority * 2^32 + number. */
+Test(sched_store, the_queue_score_orders_by_priority_then_submission)
+{
+    static const unsigned prio[] = {0, 5, 0, 4294967295u, 5, 1};
+    char text[128], want[64];
+
+    for (size_t i = 0; i < sizeof(prio) / sizeof(prio[0]); i++) {
+        sched_job j;
+
+        snprintf(text, sizeof(text), "name: q%zu\nmodel: mlp\npriority: %u\n",
+                 i, prio[i]);
+        j = submit(text, 1000 + (double)i);
+        sched_job_fini(&j);
+    }
+    {
+        redisReply *r = NULL;
+        static const char *const order[] = {"j4", "j2", "j5", "j6", "j1", "j3"};
+
+        cr_assert_eq(rconn_cmd(rc, &r, "ZRANGE flps:queue 0 -1"), FLPS_OK);
+        cr_assert_eq(r->elements, 6);
+        for (size_t i = 0; i < 6; i++)
+            cr_assert_str_eq(r->element[i]->str, order[i], "place %zu", i);
+        freeReplyObject(r);
+    }
+    for (size_t i = 0; i < sizeof(prio) / sizeof(prio[0]); i++) {
+        char id[16];
+
+        snprintf(id, sizeof(id), "j%zu", i + 1);
+        snprintf(want, sizeof(want), "%.17g",
+                 -(double)prio[i] * 4294967296.0 + (double)(i + 1));
+        cr_assert_eq(strtod(S("ZSCORE flps:queue %s", id, NULL), NULL),
+                     strtod(want, NULL), "%s", id);
+    }
+}
+
+/* The job file is parsed once, at submit; what the leader's loop acts on
+ * (transport, compression) is in the hash in canonical form. */
+Test(sched_store, submit_records_the_settings_the_loop_acts_on)
+{
+    sched_job a = submit("name: a\nmodel: mlp\ncompression: gtopk:1e-2\n", 1),
+              b = submit("name: b\nmodel: mlp\ncompression: auto\n"
+                         "transport: auto\n",
+                         2);
+
+    cr_assert_str_eq(S("HGET flps:job:j1 %s", "compression", NULL),
+                     "gtopk:0.01");
+    cr_assert_str_eq(S("HGET flps:job:j2 %s", "compression", NULL), "auto");
+    cr_assert_str_eq(a.compression, "gtopk:0.01", "read back");
+    cr_assert_str_eq(a.transport, "zmq");
+    cr_assert_str_eq(b.compression, "auto");
+    cr_assert_str_eq(b.transport, "auto");
+    sched_job_fini(&a);
+    sched_job_fini(&b);
+}
+
 Test(sched_store, a_failure_requeues_in_place_until_restarts_run_out)
 {
     sched_job j = submit(job2, 1000), got;

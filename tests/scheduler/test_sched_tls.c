@@ -9,6 +9,7 @@
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 
 #include "common/clock.h"
 #include "redis_tls_fixture.h"
+#include "tests/flood.h"
 
 #define FLSCHED FLPS_BIN_DIR "/flsched"
 #define FLSUBMIT FLPS_BIN_DIR "/flsubmit"
@@ -41,6 +43,8 @@ static void setup(void)
 
     snprintf(dir, sizeof(dir), "/tmp/flps-tls-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
+    /* Passable: as root, flagent's job uids reach its work dir here. */
+    cr_assert_eq(chmod(dir, 0711), 0);
     snprintf(cmd, sizeof(cmd), "sh %s/tests/scheduler/gen_certs.sh %s",
              FLPS_SOURCE_DIR, dir);
     cr_assert_eq(system(cmd), 0,
@@ -575,4 +579,215 @@ Test(sched_tls, plain_text_floods_are_logged_at_a_bounded_rate)
     cr_assert_gt(lines, 0, "the refusals are logged");
     cr_assert_leq(lines, 5 * ((int)took + 2),
                   "%d warning lines in %.1f s for 60 connections", lines, took);
+}
+
+/* ---- the certificate: renewed on disk, checked at start ---- */
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+    nanosleep(&ts, NULL);
+}
+
+/* The Expire date a client sees on a connection of c after it did a
+ * request ("" when none), as OpenSSL prints it ("Dec  7 05:37:02 2026
+ * GMT"): curl's certificate info. */
+static void seen_expiry(CURL *c, char *out, size_t len)
+{
+    struct curl_certinfo *ci = NULL;
+
+    out[0] = '\0';
+    if (curl_easy_getinfo(c, CURLINFO_CERTINFO, &ci) != CURLE_OK ||
+        ci == NULL || ci->num_of_certs < 1)
+        return;
+    for (struct curl_slist *s = ci->certinfo[0]; s != NULL; s = s->next)
+        if (strncmp(s->data, "Expire date:", 12) == 0)
+            snprintf(out, len, "%s", s->data + 12);
+}
+
+/* What openssl says of a certificate file's end ("notAfter=..."). */
+static void file_expiry(const char *pem, char *out, size_t len)
+{
+    char cmd[300];
+    FILE *p;
+
+    snprintf(cmd, sizeof(cmd), "openssl x509 -noout -enddate -in %s", pem);
+    p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    cr_assert_not_null(fgets(out, (int)len, p));
+    pclose(p);
+    out[strcspn(out, "\n")] = '\0';
+    memmove(out, out + 9, strlen(out + 9) + 1); /* past "notAfter=" */
+}
+
+/* A GET /healthz over HTTPS on c (a new connection when fresh); the status,
+ * and in *connects how many connections it opened. */
+static long healthz_on(CURL *c, int fresh, long *connects)
+{
+    char u[128];
+    long code = 0;
+    body b;
+
+    memset(&b, 0, sizeof(b));
+    snprintf(u, sizeof(u), "%s/healthz", url("https"));
+    curl_easy_setopt(c, CURLOPT_URL, u);
+    curl_easy_setopt(c, CURLOPT_CAINFO, ca);
+    curl_easy_setopt(c, CURLOPT_CERTINFO, 1L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+    curl_easy_setopt(c, CURLOPT_FRESH_CONNECT, fresh ? 1L : 0L);
+    if (curl_easy_perform(c) != CURLE_OK)
+        return 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, connects);
+    return code;
+}
+
+/* Put src in place of dst as a renewal tool would: a new file renamed
+ * over the old one. */
+static void replace_file(const char *src, const char *dst)
+{
+    char tmp[160], cmd[400];
+
+    snprintf(tmp, sizeof(tmp), "%s.new", dst);
+    snprintf(cmd, sizeof(cmd), "cp -p %s %s", src, tmp);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(rename(tmp, dst), 0);
+}
+
+Test(sched_tls, a_renewed_certificate_is_served_without_a_restart_or_a_drop,
+     .timeout = 60)
+{
+    char renewed[128], renewed_key[128], want[128], seen[128], log[128];
+    CURL *kept = curl_easy_init(), *fresh = curl_easy_init();
+    long connects = -1;
+    body b;
+
+    start_sched(1);
+    cr_assert_eq(healthz_on(kept, 0, &connects), 200);
+    seen_expiry(kept, seen, sizeof(seen));
+    file_expiry(cert, want, sizeof(want));
+    cr_assert_str_eq(seen, want, "the certificate served at start");
+
+    /* Renewed on disk: a new key and certificate, renamed into place. */
+    path_in(renewed, sizeof(renewed), "renewed.pem");
+    path_in(renewed_key, sizeof(renewed_key), "renewed.key");
+    replace_file(renewed_key, key);
+    replace_file(renewed, cert);
+    file_expiry(renewed, want, sizeof(want));
+    for (int i = 0; i < 50; i++) {
+        cr_assert_eq(healthz_on(fresh, 1, &connects), 200);
+        seen_expiry(fresh, seen, sizeof(seen));
+        if (strcmp(seen, want) == 0)
+            break;
+        sleep_ms(100);
+    }
+    cr_assert_str_eq(seen, want,
+                     "a new connection is not served the "
+                     "renewed certificate");
+    /* The connection opened before is still there, and still works. */
+    cr_assert_eq(healthz_on(kept, 0, &connects), 200);
+    cr_assert_eq(connects, 0, "the connection kept alive was dropped");
+    path_in(log, sizeof(log), "flsched.log");
+    cr_assert(file_has(log, "http: renewed: serving the certificate"));
+    /* SIGHUP reads the files again at once. */
+    cr_assert_eq(kill(sched_pid, SIGHUP), 0);
+    for (int i = 0; i < 50 && !file_has(log, "asked to reload: serving"); i++)
+        sleep_ms(100);
+    cr_assert(file_has(log, "asked to reload: serving the certificate"));
+    cr_assert_eq(https_get("/v1/info", &b), 200);
+    cr_assert(strstr(b.p, "\"reloads\": 2") != NULL ||
+                  strstr(b.p, "\"reloads\":2") != NULL,
+              "%s", b.p);
+    curl_easy_cleanup(kept);
+    curl_easy_cleanup(fresh);
+}
+
+/* flsched started with the certificate name (in the test's dir) and the
+ * key server.key; its log once it listens. */
+static const char *start_with(const char *name)
+{
+    static char text[16384];
+    char log[128];
+    FILE *f;
+    size_t n;
+
+    path_in(cert, sizeof(cert), name);
+    path_in(log, sizeof(log), "flsched.log");
+    unlink(log);
+    start_sched(1);
+    kill(sched_pid, SIGTERM);
+    waitpid(sched_pid, NULL, 0);
+    sched_pid = 0;
+    f = fopen(log, "r");
+    cr_assert_not_null(f);
+    n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    return text;
+}
+
+Test(sched_tls, an_expired_early_or_misnamed_certificate_is_logged_at_start)
+{
+    const char *log;
+
+    log = start_with("expired.pem");
+    cr_assert(strstr(log, "expired on 2020-01-02 00:00:00 UTC: clients "
+                          "refuse it") != NULL,
+              "%s", log);
+    log = start_with("future.pem");
+    cr_assert(strstr(log, "is not valid before 2099-01-01 00:00:00 UTC") !=
+                  NULL,
+              "%s", log);
+    log = start_with("elsewhere.pem");
+    cr_assert(strstr(log,
+                     "does not name 127.0.0.1, the address this server "
+                     "listens on (it is for DNS:elsewhere.example)") != NULL,
+              "%s", log);
+    log = start_with("soon.pem");
+    cr_assert(strstr(log, "days: renew it") != NULL, "%s", log);
+    cr_assert(strstr(log, "expires on ") != NULL, "%s", log);
+    log = start_with("server.pem");
+    cr_assert(strstr(log, "http: serving the certificate") != NULL, "%s", log);
+    cr_assert_null(strstr(log, "expired on"), "%s", log);
+    cr_assert_null(strstr(log, "not valid before"), "%s", log);
+    cr_assert_null(strstr(log, "does not name"), "%s", log);
+}
+
+Test(sched_tls, stalled_handshakes_do_not_keep_clients_from_the_api,
+     .timeout = 60)
+{
+    char bound[64];
+    CURL *c = curl_easy_init();
+    atomic_int stop = 0;
+    long connects;
+    pthread_t th;
+    flood f;
+    int served = 0;
+    char got[128] = "";
+
+    start_sched(1);
+    cr_assert_eq(healthz_on(c, 1, &connects), 200, "the client's first");
+    snprintf(bound, sizeof(bound), "127.0.0.1:%d", sched_port);
+    /* 300 connections that never begin their handshake, opened again as
+     * soon as they are closed. */
+    f = (flood){bound, "", &stop, 0};
+    cr_assert_eq(pthread_create(&th, NULL, flood_main, &f), 0);
+    sleep_ms(2000);
+    for (int i = 0; i < 20; i++) {
+        long code = healthz_on(c, 1, &connects);
+
+        served += code == 200;
+        snprintf(got + strlen(got), sizeof(got) - strlen(got), " %ld", code);
+        sleep_ms(200);
+    }
+    atomic_store(&stop, 1);
+    pthread_join(th, NULL);
+    curl_easy_cleanup(c);
+    cr_assert_eq(served, 20,
+                 "%d of 20 requests served beside 300 stalled handshakes "
+                 "(statuses:%s)",
+                 served, got);
 }

@@ -546,7 +546,7 @@ Test(httpd, an_empty_host_listens_on_every_interface)
 
 Test(httpd, respond_printf_replaces_the_body_and_status)
 {
-    httpd_response resp = {200, "application/json", NULL, 0};
+    httpd_response resp = {200, "application/json", NULL, 0, 0};
 
     cr_assert_eq(httpd_respond_printf(&resp, 201, "{\"id\":%d}", 7), FLPS_OK);
     cr_assert_eq(resp.status, 201);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "services/httpd.h"
+#include "tests/flood.h"
 
 static double now_s(void)
 {
@@ -201,7 +202,7 @@ Test(httpd_limits, sixty_four_slow_clients_do_not_delay_healthz)
 
 Test(httpd_limits, a_request_sent_a_byte_at_a_time_is_cut_at_its_deadline)
 {
-    httpd_limits lim = {1.0, 256};
+    httpd_limits lim = {1.0, 256, 0, 0};
     char bound[64];
     httpd *h = start(&lim, bound);
     loris ls[8];
@@ -226,7 +227,7 @@ Test(httpd_limits, a_request_sent_a_byte_at_a_time_is_cut_at_its_deadline)
 
 Test(httpd_limits, the_deadline_frees_the_slots_slow_clients_took)
 {
-    httpd_limits lim = {1.5, 16};
+    httpd_limits lim = {1.5, 16, 0, 0};
     char bound[64];
     httpd *h = start(&lim, bound);
     loris ls[16];
@@ -311,7 +312,7 @@ Test(httpd_limits, two_hundred_parallel_requests_are_all_served)
 
 Test(httpd_limits, over_the_soft_limit_requests_get_503_not_a_reset)
 {
-    httpd_limits lim = {10.0, 8};
+    httpd_limits lim = {10.0, 8, 0, 0};
     char bound[64];
     httpd *h = start(&lim, bound);
     int n200, n503;
@@ -325,7 +326,8 @@ Test(httpd_limits, over_the_soft_limit_requests_get_503_not_a_reset)
 
 Test(httpd_limits, limits_out_of_range_are_refused)
 {
-    httpd_limits zero = {0, 8}, none = {1.0, 0}, big = {1.0, 512};
+    httpd_limits zero = {0, 8, 0, 0}, none = {1.0, 0, 0, 0},
+                 big = {1.0, 512, 0, 0};
     httpd *h = NULL;
 
     cr_assert_eq(
@@ -338,4 +340,66 @@ Test(httpd_limits, limits_out_of_range_are_refused)
         httpd_start_limits("127.0.0.1:0", 1, &big, handler, NULL, &h, NULL, 0),
         FLPS_EINVAL);
     cr_assert_null(h);
+}
+
+/* ---- a flood of slow clients that reconnect ---- */
+
+/* /v1 answers 200 and proves the client (an established one) when it
+ * sends the token "good", as flsched's API does with its bearer token. */
+static void proving_handler(void *arg, const httpd_request *req,
+                            httpd_response *resp)
+{
+    const char *auth = httpd_header(req, "Authorization");
+
+    (void)arg;
+    resp->proven = auth != NULL && strcmp(auth, "Bearer good") == 0;
+    httpd_respond_printf(resp, resp->proven ? 200 : 401, "{}");
+}
+
+/* One GET /v1 with the token; the status (0: no answer). */
+static int proven_get(const char *bound)
+{
+    static const char req[] = "GET /v1 HTTP/1.1\r\nHost: t\r\nAuthorization: "
+                              "Bearer good\r\nConnection: close\r\n\r\n";
+    char buf[1024];
+    int fd = dial(bound), status = 0;
+
+    if (fd < 0)
+        return 0;
+    if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) == sizeof(req) - 1 &&
+        read_all(fd, buf, sizeof(buf), 10) == 0 &&
+        strncmp(buf, "HTTP/1.1 ", 9) == 0)
+        status = atoi(buf + 9);
+    close(fd);
+    return status;
+}
+
+Test(httpd_limits, established_clients_are_served_while_300_slow_ones_reconnect,
+     .timeout = 60)
+{
+    char bound[64];
+    httpd *h = NULL;
+    flood f;
+    pthread_t th;
+    atomic_int stop = 0;
+    int served = 0;
+
+    cr_assert_eq(httpd_start("127.0.0.1:0", 4096, proving_handler, NULL, &h,
+                             bound, sizeof(bound)),
+                 FLPS_OK);
+    cr_assert_eq(proven_get(bound), 200, "the client's first request");
+    f = (flood){bound, "GET /v1 HTTP/1.1\r\nX-A: ", &stop, 0};
+    cr_assert_eq(pthread_create(&th, NULL, flood_main, &f), 0);
+    sleep_ms(2000); /* the flood holds every slot it can */
+    /* 30 requests over 6 s, each on a new connection. */
+    for (int i = 0; i < 30; i++) {
+        served += proven_get(bound) == 200;
+        sleep_ms(200);
+    }
+    atomic_store(&stop, 1);
+    pthread_join(th, NULL);
+    cr_assert_gt(f.connects, FLOOD_CONNS, "the flood never reconnected");
+    cr_assert_eq(served, 30, "%d of 30 requests served under the flood",
+                 served);
+    httpd_stop(h);
 }

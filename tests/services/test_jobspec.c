@@ -108,7 +108,7 @@ Test(jobspec, parses_a_full_file_with_every_key)
     cr_assert_eq(s.batch_size, 64);
     cr_assert_eq(s.lr, 0.1);
     cr_assert_eq(s.momentum, 0.5);
-    cr_assert_eq(s.compression, JOBSPEC_COMP_GTOPK);
+    cr_assert_eq(s.compression, CODEC_GTOPK);
     cr_assert_eq(s.density, 0.01);
     cr_assert_eq(s.transport, JOBSPEC_TRANSPORT_RDMA);
     cr_assert_eq(s.seed, 42);
@@ -148,7 +148,7 @@ Test(jobspec, applies_the_documented_defaults_to_keys_left_out)
     cr_assert_eq(s.batch_size, 32);
     cr_assert_eq(s.lr, 0.05);
     cr_assert_eq(s.momentum, 0.9);
-    cr_assert_eq(s.compression, JOBSPEC_COMP_DENSE);
+    cr_assert_eq(s.compression, CODEC_DENSE);
     cr_assert_eq(s.density, 1.0);
     cr_assert_eq(s.qsgd_bits, 0);
     cr_assert_eq(s.transport, JOBSPEC_TRANSPORT_ZMQ);
@@ -164,6 +164,22 @@ Test(jobspec, applies_the_documented_defaults_to_keys_left_out)
     cr_assert_eq(s.cpus_per_server, 1.0);
     cr_assert_eq(s.memory_per_server, 512ULL << 20, "512Mi");
     cr_assert_eq(s.time_limit, 0.0);
+}
+
+Test(jobspec, servers_auto_puts_a_shard_beside_each_worker)
+{
+    jobspec s;
+
+    parse_ok("name: j\nmodel: mlp\nservers: auto\nworkers: 6\n", &s);
+    cr_assert_eq(s.servers, 6);
+    cr_assert_eq(s.servers_auto, 1);
+    parse_ok("name: j\nmodel: mlp\nservers: 3\nworkers: 6\n", &s);
+    cr_assert_eq(s.servers, 3);
+    cr_assert_eq(s.servers_auto, 0);
+    expect_error("name: j\nmodel: mlp\nservers: auto\nworkers: 300\n",
+                 "servers: auto", "at most 256 servers", NULL);
+    /* auto is a word: 0 is still out of range. */
+    expect_error("name: j\nmodel: mlp\nservers: 0\n", "servers", NULL);
 }
 
 Test(jobspec, reads_the_json_form_of_a_job_file)
@@ -183,7 +199,7 @@ Test(jobspec, reads_the_json_form_of_a_job_file)
     cr_assert_str_eq(s.name, "json-job");
     cr_assert_eq(s.workers, 4);
     cr_assert_eq(s.momentum, 0.0);
-    cr_assert_eq(s.compression, JOBSPEC_COMP_TOPK);
+    cr_assert_eq(s.compression, CODEC_TOPK);
     cr_assert_eq(s.density, 0.001);
     cr_assert_eq(s.seed, UINT64_MAX);
 }
@@ -212,21 +228,21 @@ Test(jobspec, parses_every_codec_form_with_its_density_or_bits)
 {
     static const struct {
         const char *text;
-        jobspec_comp comp;
+        codec_kind comp;
         double density;
         uint32_t bits;
     } cases[] = {
-        {"dense", JOBSPEC_COMP_DENSE, 1.0, 0},
-        {"topk:0.01", JOBSPEC_COMP_TOPK, 0.01, 0},
-        {"gtopk:0.001", JOBSPEC_COMP_GTOPK, 0.001, 0},
-        {"randk:0.5", JOBSPEC_COMP_RANDK, 0.5, 0},
-        {"dgc:1", JOBSPEC_COMP_DGC, 1.0, 0},
-        {"topk:1e-3", JOBSPEC_COMP_TOPK, 0.001, 0},
-        {"qsgd:1", JOBSPEC_COMP_QSGD, 1.0, 1},
-        {"qsgd:4", JOBSPEC_COMP_QSGD, 1.0, 4},
-        {"qsgd:8", JOBSPEC_COMP_QSGD, 1.0, 8},
-        {"fp16", JOBSPEC_COMP_FP16, 1.0, 0},
-        {"auto", JOBSPEC_COMP_AUTO, 1.0, 0},
+        {"dense", CODEC_DENSE, 1.0, 0},
+        {"topk:0.01", CODEC_TOPK, 0.01, 0},
+        {"gtopk:0.001", CODEC_GTOPK, 0.001, 0},
+        {"randk:0.5", CODEC_RANDK, 0.5, 0},
+        {"dgc:1", CODEC_DGC, 1.0, 0},
+        {"topk:1e-3", CODEC_TOPK, 0.001, 0},
+        {"qsgd:1", CODEC_QSGD, 1.0, 1},
+        {"qsgd:4", CODEC_QSGD, 1.0, 4},
+        {"qsgd:8", CODEC_QSGD, 1.0, 8},
+        {"fp16", CODEC_FP16, 1.0, 0},
+        {"auto", CODEC_AUTO, 1.0, 0},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -279,14 +295,14 @@ Test(jobspec, names_every_enum_value)
     cr_assert_str_eq(jobspec_mode_name(JOBSPEC_MODE_ASYNC), "async");
     cr_assert_str_eq(jobspec_mode_name(JOBSPEC_MODE_SSP), "ssp");
     cr_assert_str_eq(jobspec_mode_name(JOBSPEC_MODE_FEDAVG), "fedavg");
-    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_DENSE), "dense");
-    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_TOPK), "topk");
-    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_GTOPK), "gtopk");
-    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_RANDK), "randk");
-    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_DGC), "dgc");
-    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_QSGD), "qsgd");
-    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_FP16), "fp16");
-    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_AUTO), "auto");
+    cr_assert_str_eq(codec_kind_name(CODEC_DENSE), "dense");
+    cr_assert_str_eq(codec_kind_name(CODEC_TOPK), "topk");
+    cr_assert_str_eq(codec_kind_name(CODEC_GTOPK), "gtopk");
+    cr_assert_str_eq(codec_kind_name(CODEC_RANDK), "randk");
+    cr_assert_str_eq(codec_kind_name(CODEC_DGC), "dgc");
+    cr_assert_str_eq(codec_kind_name(CODEC_QSGD), "qsgd");
+    cr_assert_str_eq(codec_kind_name(CODEC_FP16), "fp16");
+    cr_assert_str_eq(codec_kind_name(CODEC_AUTO), "auto");
     cr_assert_str_eq(jobspec_dataset_name(JOBSPEC_DATASET_FASHION_MNIST),
                      "fashion-mnist");
     cr_assert_str_eq(jobspec_dataset_name(JOBSPEC_DATASET_SYNTHETIC),
@@ -296,7 +312,7 @@ Test(jobspec, names_every_enum_value)
                      "dirichlet");
     cr_assert_str_eq(jobspec_transport_name(JOBSPEC_TRANSPORT_ZMQ), "zmq");
     cr_assert_str_eq(jobspec_transport_name(JOBSPEC_TRANSPORT_RDMA), "rdma");
-    cr_assert_str_eq(jobspec_comp_name((jobspec_comp)99), "unknown");
+    cr_assert_str_eq(codec_kind_name((codec_kind)99), "unknown");
     cr_assert_str_eq(jobspec_mode_name((jobspec_mode)99), "unknown");
 }
 
@@ -763,6 +779,47 @@ Test(jobspec, load_skips_the_dataset_check_for_synthetic_data,
     cr_assert_eq(jobspec_load(path, &s, err, sizeof(err)), FLPS_OK, "%s", err);
 }
 
+Test(jobspec, a_command_job_needs_no_model_and_no_dataset_unless_it_names_one)
+{
+    static const char plain[] = "name: a\ncommand: [prog]\n";
+    static const char named[] = "name: a\ncommand: [prog]\n"
+                                "data_dir: /no/such/dir\n";
+    static const char cnn[] = "name: a\nmodel: cnn\ncommand: prog\n";
+    char err[ERRLEN] = "";
+    jobspec s;
+
+    /* Its program builds its own model and reads its own data. */
+    cr_assert_eq(jobspec_load_text("j", plain, strlen(plain), &s, err,
+                                   sizeof(err), NULL),
+                 FLPS_OK, "%s", err);
+    cr_assert_eq(s.model, JOBSPEC_MODEL_NONE);
+    cr_assert_str_eq(jobspec_model_name(s.model), "none");
+    /* A data_dir: it names is checked, as flworker's is. */
+    cr_assert_eq(jobspec_load_text("j", named, strlen(named), &s, err,
+                                   sizeof(err), NULL),
+                 FLPS_ECONFIG);
+    cr_assert_neq(strstr(err, "j: line 3: data_dir"), NULL, "%s", err);
+    cr_assert_eq(jobspec_parse(cnn, strlen(cnn), &s, err, sizeof(err)), FLPS_OK,
+                 "%s", err);
+    cr_assert_eq(s.model, JOBSPEC_MODEL_CNN, "a model given is kept");
+}
+
+Test(jobspec, load_text_prefixes_errors_with_the_name_and_says_where)
+{
+    static const char body[] = "name: a\nmodel: mlp\nworkers: 0\n";
+    char err[ERRLEN] = "";
+    jobspec_where where = {0};
+    jobspec s;
+
+    cr_assert_eq(jobspec_load_text("the command line", body, strlen(body), &s,
+                                   err, sizeof(err), &where),
+                 FLPS_ECONFIG);
+    cr_assert_str_eq(err, "the command line: line 3: workers: '0' is out of "
+                          "range; expected an integer from 1 to 1024");
+    cr_assert_eq(where.line, 3);
+    cr_assert_str_eq(where.field, "workers");
+}
+
 Test(jobspec, load_prefixes_parse_errors_with_the_path, .init = make_tmpdir,
      .fini = remove_tmpdir)
 {
@@ -1051,15 +1108,15 @@ Test(jobspec, parses_the_sign_codec_and_formats_it_back)
     char buf[32];
 
     parse_ok("name: a\nmodel: mlp\ncompression: sign\n", &s);
-    cr_assert_eq(s.compression, JOBSPEC_COMP_SIGN);
+    cr_assert_eq(s.compression, CODEC_SIGN);
     cr_assert_float_eq(s.density, 1.0, 0.0);
     cr_assert_eq(s.qsgd_bits, 0);
-    cr_assert_str_eq(jobspec_comp_name(JOBSPEC_COMP_SIGN), "sign");
+    cr_assert_str_eq(codec_kind_name(CODEC_SIGN), "sign");
     jobspec_comp_format(&s, buf, sizeof(buf));
     cr_assert_str_eq(buf, "sign");
     expect_error("name: a\nmodel: mlp\ncompression: sign:1\n",
                  "line 3: compression", "sign takes no parameter", NULL);
-    s.compression = (jobspec_comp)42;
+    s.compression = (codec_kind)42;
     jobspec_comp_format(&s, buf, sizeof(buf));
     cr_assert_str_eq(buf, "unknown");
 }
@@ -1080,12 +1137,9 @@ Test(jobspec, reads_every_enum_name_back_to_its_value)
          JOBSPEC_TRANSPORT_AUTO},
         {"mode: async", offsetof(jobspec, mode), JOBSPEC_MODE_ASYNC},
         {"mode: fedavg", offsetof(jobspec, mode), JOBSPEC_MODE_FEDAVG},
-        {"compression: fp16", offsetof(jobspec, compression),
-         JOBSPEC_COMP_FP16},
-        {"compression: auto", offsetof(jobspec, compression),
-         JOBSPEC_COMP_AUTO},
-        {"compression: dgc:0.5", offsetof(jobspec, compression),
-         JOBSPEC_COMP_DGC},
+        {"compression: fp16", offsetof(jobspec, compression), CODEC_FP16},
+        {"compression: auto", offsetof(jobspec, compression), CODEC_AUTO},
+        {"compression: dgc:0.5", offsetof(jobspec, compression), CODEC_DGC},
         {"partition: dirichlet:1", offsetof(jobspec, partition),
          JOBSPEC_PARTITION_DIRICHLET},
     };
@@ -1111,14 +1165,51 @@ Test(jobspec, lists_every_key_in_table_order_for_an_unknown_key)
                  "dataset, data_dir, partition, workers, servers, mode, "
                  "iterations, rounds, local_steps, client_fraction, "
                  "clients, round_deadline, straggler_fraction, "
-                 "straggler_slowdown, batch_size, lr, momentum, "
+                 "straggler_slowdown, saps_density, peer_selection, "
+                 "bandwidth_threshold, connectivity_window, "
+                 "bandwidth_reprobe, peer_deadline, batch_size, lr, momentum, "
                  "lr_schedule, compression, density_warmup, "
                  "density_warmup_start, transport, seed, eval_every, "
-                 "part_size, overlap, backend, "
+                 "part_size, overlap, backend, gpu_clock, "
+                 "gpu_clock_slowdown, "
                  "checkpoint_interval, max_restarts, priority, "
                  "cpus_per_worker, memory_per_worker, gpus_per_worker, "
                  "cpus_per_server, memory_per_server, time_limit",
                  NULL);
+}
+
+Test(jobspec, reads_gpu_clock_and_its_slowdown_as_the_worker_will)
+{
+    jobspec s;
+
+    parse_ok("name: a\nmodel: mlp\n", &s);
+    cr_assert_str_eq(s.gpu_clock, "default");
+    cr_assert_str_eq(s.gpu_clock_slowdown, "5%");
+    parse_ok("name: a\nmodel: mlp\ngpu_clock: auto\n"
+             "gpu_clock_slowdown: 0.1\n",
+             &s);
+    cr_assert_str_eq(s.gpu_clock, "auto");
+    cr_assert_str_eq(s.gpu_clock_slowdown, "0.1");
+    parse_ok("name: a\nmodel: mlp\ngpu_clock: 01410\n", &s);
+    cr_assert_str_eq(s.gpu_clock, "1410", "stored as the worker reads it");
+    parse_ok("name: a\nmodel: mlp\ngpu_clock: max\n", &s);
+    cr_assert_str_eq(s.gpu_clock, "max");
+    expect_error("name: a\nmodel: mlp\ngpu_clock: fast\n",
+                 "line 3: gpu_clock: 'fast' is not default, max, auto or a "
+                 "clock in MHz; expected default (leave it), max, auto",
+                 NULL);
+    expect_error("name: a\nmodel: mlp\ngpu_clock: 99\n",
+                 "line 3: gpu_clock: '99' is not", "from 100 to 10000", NULL);
+    expect_error("name: a\nmodel: mlp\ngpu_clock: 1410MHz\n",
+                 "line 3: gpu_clock: '1410MHz' is not", NULL);
+    expect_error("name: a\nmodel: mlp\ngpu_clock: 1 410\n",
+                 "line 3: gpu_clock: '1 410' contains ' '", NULL);
+    expect_error("name: a\nmodel: mlp\ngpu_clock_slowdown: 5\n",
+                 "line 3: gpu_clock_slowdown: '5' is not a percentage below "
+                 "100% or a fraction below 1; expected a percentage (5%)",
+                 NULL);
+    expect_error("name: a\nmodel: mlp\ngpu_clock_slowdown: -1%\n",
+                 "line 3: gpu_clock_slowdown: '-1%' contains '-'", NULL);
 }
 
 Test(jobspec, rejects_a_nul_character_inside_a_quoted_value)
@@ -1640,4 +1731,174 @@ Test(jobspec, the_warm_up_example_holds_its_documented_setting)
     cr_assert_eq(s.iterations, 1500);
     cr_assert_eq(s.workers, 4);
     cr_assert_eq(s.servers, 2);
+}
+
+Test(jobspec, tells_the_keys_the_file_gives_from_its_defaults)
+{
+    const char *text = "name: g\nmodel: mlp\ncompression: dense\n";
+    jobspec s;
+    char buf[64];
+
+    cr_assert_eq(jobspec_parse(text, strlen(text), &s, NULL, 0), FLPS_OK);
+    cr_assert(jobspec_is_given(&s, "compression"), "given, though default");
+    cr_assert_not(jobspec_is_given(&s, "mode"));
+    cr_assert_not(jobspec_is_given(&s, "no_such_key"));
+    cr_assert_not(jobspec_is_given(NULL, "compression"));
+    jobspec_given_format(&s, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "name,model,compression");
+    jobspec_given_format(&s, buf, 12);
+    cr_assert_str_eq(buf, "name,model", "a key is listed whole or not at all");
+    cr_assert_eq(jobspec_give(&s, "mode"), FLPS_OK);
+    cr_assert(jobspec_is_given(&s, "mode"));
+    cr_assert_eq(jobspec_give(&s, "modes"), FLPS_EINVAL);
+}
+
+Test(jobspec, tells_whether_what_the_workers_ran_differs_from_the_file)
+{
+    const char *text = "name: r\nmodel: mlp\ncompression: gtopk:0.01\n"
+                       "mode: ssp:2\n";
+    const char *bare = "name: r\nmodel: mlp\n";
+    jobspec s, b;
+    char job[64];
+
+    cr_assert_eq(jobspec_parse(text, strlen(text), &s, NULL, 0), FLPS_OK);
+    cr_assert_eq(jobspec_parse(bare, strlen(bare), &b, NULL, 0), FLPS_OK);
+    cr_assert_eq(
+        jobspec_ran_differs(&s, "compression", "gtopk:0.010", job, sizeof(job)),
+        0, "one setting, two spellings");
+    cr_assert_str_eq(job, "gtopk:0.01");
+    cr_assert_eq(
+        jobspec_ran_differs(&s, "compression", "dense", job, sizeof(job)), 1);
+    cr_assert_eq(jobspec_ran_differs(&s, "mode", "ssp:2", job, sizeof(job)), 0);
+    cr_assert_str_eq(job, "ssp:2");
+    cr_assert_eq(jobspec_ran_differs(&s, "mode", "ssgd", NULL, 0), 1);
+    cr_assert_eq(jobspec_ran_differs(&s, "mode", "", NULL, 0), 0,
+                 "nothing said, nothing to hold against the file");
+    /* A key the file leaves out is the program's; "mixed" never is. */
+    cr_assert_eq(jobspec_ran_differs(&b, "compression", "topk:0.1", NULL, 0),
+                 0);
+    cr_assert_eq(jobspec_ran_differs(&b, "mode", "mixed", NULL, 0), 1);
+    cr_assert_eq(jobspec_ran_differs(&s, "lr", "0.1", job, sizeof(job)), 0);
+}
+
+Test(jobspec, reads_the_federated_strategy_keys)
+{
+    jobspec s;
+    char buf[64];
+
+    parse_ok("name: m\nmodel: mlp\nmode: fedavg\npartition: shards:2\n"
+             "local_epochs: 3\nprox_mu: 0.01\nserver_optimizer: momentum:0.9\n"
+             "server_lr: 0.5\n",
+             &s);
+    cr_assert_eq(s.partition, JOBSPEC_PARTITION_SHARDS);
+    cr_assert_eq(s.partition_shards, 2);
+    cr_assert_eq(s.local_epochs, 3);
+    cr_assert_eq(s.prox_mu, 0.01);
+    cr_assert_eq(s.server_optimizer, JOBSPEC_SERVER_OPT_MOMENTUM);
+    cr_assert_eq(s.server_momentum, 0.9);
+    cr_assert_eq(s.server_lr, 0.5);
+    jobspec_partition_format(&s, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "shards:2");
+    jobspec_server_opt_format(&s, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "momentum:0.9");
+    parse_ok("name: m\nmodel: mlp\nmode: fedavg\nserver_optimizer: adam\n", &s);
+    cr_assert_eq(s.server_optimizer, JOBSPEC_SERVER_OPT_ADAM);
+    cr_assert_eq(s.server_momentum, 0.0);
+    jobspec_server_opt_format(&s, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "adam");
+    parse_ok("name: m\nmodel: mlp\n", &s);
+    cr_assert_eq(s.server_optimizer, JOBSPEC_SERVER_OPT_SGD, "the default");
+    cr_assert_eq(s.server_lr, 1.0);
+    cr_assert_eq(s.prox_mu, 0.0);
+    cr_assert_eq(s.local_epochs, 0);
+    jobspec_server_opt_format(&s, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "sgd");
+    jobspec_partition_format(&s, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "iid");
+}
+
+Test(jobspec, refuses_a_federated_strategy_outside_fedavg_and_bad_values)
+{
+    expect_error("name: a\nmodel: mlp\nprox_mu: 0.01\n", "line 3: prox_mu",
+                 "only mode fedavg", "'ssgd'", NULL);
+    expect_error("name: a\nmodel: mlp\nmode: async\n"
+                 "server_optimizer: momentum:0.9\n",
+                 "line 4: server_optimizer", "only mode fedavg", NULL);
+    expect_error("name: a\nmodel: mlp\nmode: fedavg\ncompression: gtopk:0.01\n"
+                 "server_optimizer: adam\n",
+                 "line 5: server_optimizer", "gtopk", "topk:D", NULL);
+    expect_error("name: a\nmodel: mlp\nmode: fedavg\n"
+                 "server_optimizer: momentum:1\n",
+                 "server_optimizer", "0 <= B < 1", NULL);
+    expect_error(
+        "name: a\nmodel: mlp\nmode: fedavg\nserver_optimizer: momentum\n",
+        "server_optimizer", "needs a momentum B", NULL);
+    expect_error(
+        "name: a\nmodel: mlp\nmode: fedavg\nserver_optimizer: nesterov\n",
+        "server_optimizer", "sgd, momentum:B, adam", NULL);
+    expect_error("name: a\nmodel: mlp\nmode: fedavg\nserver_lr: 0\n",
+                 "server_lr", NULL);
+    expect_error("name: a\nmodel: mlp\npartition: shards:0\n", "partition",
+                 "shards:N", NULL);
+    expect_error("name: a\nmodel: mlp\nmode: fedavg\nprox_mu: -1\n", "prox_mu",
+                 NULL);
+}
+
+/* ---- mode saps (decentralized SAPS-PSGD) ---- */
+
+Test(jobspec, a_saps_job_takes_its_keys_and_runs_no_shard)
+{
+    jobspec s;
+
+    parse_ok("name: a\nmodel: mlp\nworkers: 8\nmode: saps\n", &s);
+    cr_assert_eq(s.mode, JOBSPEC_MODE_SAPS);
+    cr_assert_eq(s.servers, 0, "no shard holds the model");
+    cr_assert_eq(s.local_steps, 1, "one step between exchanges unless given");
+    cr_assert_float_eq(s.saps_density, 0.01, 1e-12);
+    cr_assert_eq(s.peer_selection, JOBSPEC_PEERS_ADAPTIVE);
+    cr_assert_eq(s.bandwidth_threshold, -1.0, "auto");
+    cr_assert_eq(s.connectivity_window, 10);
+    cr_assert_eq(s.bandwidth_reprobe, 0);
+    cr_assert_float_eq(s.peer_deadline, 10.0, 1e-12);
+    parse_ok("name: a\nmodel: mlp\nworkers: 4\nmode: saps\nservers: 0\n"
+             "local_steps: 4\nsaps_density: 0.05\npeer_selection: ring\n"
+             "bandwidth_threshold: 50M\nconnectivity_window: 3\n"
+             "bandwidth_reprobe: 200\npeer_deadline: 2.5\n",
+             &s);
+    cr_assert_eq(s.local_steps, 4);
+    cr_assert_float_eq(s.saps_density, 0.05, 1e-12);
+    cr_assert_eq(s.peer_selection, JOBSPEC_PEERS_RING);
+    cr_assert_float_eq(s.bandwidth_threshold, 50e6, 1e-3);
+    cr_assert_eq(s.connectivity_window, 3);
+    cr_assert_eq(s.bandwidth_reprobe, 200);
+    cr_assert_float_eq(s.peer_deadline, 2.5, 1e-12);
+    cr_assert_str_eq(jobspec_mode_name(s.mode), "saps");
+    cr_assert_str_eq(jobspec_peer_selection_name(s.peer_selection), "ring");
+    /* Other modes keep their servers and local_steps defaults. */
+    parse_ok("name: a\nmodel: mlp\n", &s);
+    cr_assert_eq(s.servers, 1);
+    cr_assert_eq(s.local_steps, 10);
+}
+
+Test(jobspec, refuses_what_a_saps_job_cannot_run)
+{
+    expect_error("name: a\nmodel: mlp\nworkers: 4\nmode: saps\nservers: 2\n",
+                 "line 5: servers", "runs no shard", NULL);
+    expect_error("name: a\nmodel: mlp\nservers: 0\n", "line 3: servers",
+                 "out of range for mode ssgd", "0 for mode saps", NULL);
+    expect_error("name: a\nmodel: mlp\nmode: saps\n", "workers",
+                 "exchanges between workers", NULL);
+    expect_error("name: a\nmodel: mlp\nworkers: 2\nmode: saps\n"
+                 "compression: topk:0.01\n",
+                 "line 5: compression", "saps_density", NULL);
+    expect_error("name: a\nmodel: mlp\nsaps_density: 0\n", "saps_density",
+                 "out of range", NULL);
+    expect_error("name: a\nmodel: mlp\npeer_selection: fastest\n",
+                 "peer_selection", "one of adaptive, random, ring", NULL);
+    expect_error("name: a\nmodel: mlp\nbandwidth_threshold: fast\n",
+                 "bandwidth_threshold", "is not a size", "auto", NULL);
+    expect_error("name: a\nmodel: mlp\nconnectivity_window: 1\n",
+                 "connectivity_window", "from 2", NULL);
+    expect_error("name: a\nmodel: mlp\npeer_deadline: 0\n", "peer_deadline",
+                 "out of range", NULL);
 }

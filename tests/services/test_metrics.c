@@ -1,5 +1,6 @@
-/* services/metrics: exact text format, escaping, histograms, concurrency,
- * validation, promtool's verdict, and /metrics + /healthz over HTTP. */
+/* services/metrics and the registry under it (common/metrics): exact text
+ * format, escaping, histograms, concurrency, validation, promtool's
+ * verdict, and /metrics + /healthz over HTTP. */
 #include <criterion/criterion.h>
 #include <curl/curl.h>
 #include <math.h>
@@ -96,6 +97,86 @@ Test(metrics, renders_a_small_registry_exactly)
                      "flps_close_seconds_sum{part=\"0\"} 7.55\n"
                      "flps_close_seconds_count{part=\"0\"} 3\n");
     flps_free(text);
+    metrics_destroy(reg);
+}
+
+/* A daemon's families as the tables of metrics_register_table hold them. */
+typedef struct table_daemon {
+    metrics_family *pushes, *rej, *parts, *close;
+} table_daemon;
+
+static const char *const table_reason[] = {"reason"};
+static const char *const table_part[] = {"part"};
+static const double table_bounds[] = {0.1, 1};
+
+static const metrics_def table_defs[] = {
+    {METRICS_COUNTER, "flps_pushes_total", METRICS_AT(table_daemon, pushes),
+     "Pushes accepted."},
+    {METRICS_COUNTER, "flps_rejected_total", METRICS_AT(table_daemon, rej),
+     "Messages refused, by reason.", METRICS_LABELS(table_reason)},
+    {METRICS_GAUGE, "flps_parts_owned", METRICS_AT(table_daemon, parts),
+     "Parts owned."},
+    {METRICS_HISTOGRAM, "flps_close_seconds", METRICS_AT(table_daemon, close),
+     "First push to close.", METRICS_LABELS(table_part),
+     METRICS_BOUNDS(table_bounds)},
+};
+
+Test(metrics, a_table_registers_the_same_families_as_the_calls_in_its_order)
+{
+    metrics *want = small_registry(), *reg = new_reg();
+    table_daemon d;
+    char *a, *b;
+
+    memset(&d, 0, sizeof(d));
+    cr_assert_eq(
+        metrics_register_table(reg, table_defs, METRICS_NDEFS(table_defs), &d),
+        FLPS_OK);
+    cr_assert(d.pushes && d.rej && d.parts && d.close, "every handle written");
+    cr_assert_eq(metrics_counter_add(d.pushes, NULL, 3), FLPS_OK);
+    cr_assert_eq(metrics_counter_add(d.rej, (const char *[]){"FLPS_ELATE"}, 2),
+                 FLPS_OK);
+    cr_assert_eq(metrics_counter_set(d.rej, (const char *[]){"FLPS_EDUP"}, 1),
+                 FLPS_OK);
+    cr_assert_eq(metrics_gauge_set(d.parts, NULL, 11.5), FLPS_OK);
+    for (size_t i = 0; i < 3; i++)
+        cr_assert_eq(metrics_histogram_observe(d.close, (const char *[]){"0"},
+                                               (double[]){0.05, 0.5, 7}[i]),
+                     FLPS_OK);
+    a = render(want);
+    b = render(reg);
+    cr_assert_str_eq(b, a);
+    flps_free(a);
+    flps_free(b);
+    metrics_destroy(want);
+    metrics_destroy(reg);
+}
+
+Test(metrics, a_table_stops_at_its_first_bad_row_and_says_so)
+{
+    static const metrics_def bad[] = {
+        {METRICS_GAUGE, "flps_parts_owned", METRICS_AT(table_daemon, parts),
+         "Parts owned."},
+        {METRICS_COUNTER, "flps_pushes", METRICS_AT(table_daemon, pushes),
+         "A counter without _total."},
+        {METRICS_GAUGE, "flps_later", METRICS_AT(table_daemon, rej), "Later."},
+    };
+    metrics *reg = new_reg();
+    table_daemon d;
+    char *text;
+
+    memset(&d, 0, sizeof(d));
+    cr_assert_eq(metrics_register_table(reg, bad, 3, &d), FLPS_EINVAL);
+    cr_assert_not_null(d.parts, "the rows before it are registered");
+    cr_assert_null(d.pushes);
+    cr_assert_null(d.rej, "no row after it is");
+    text = render(reg);
+    cr_assert_str_eq(text, "# HELP flps_parts_owned Parts owned.\n"
+                           "# TYPE flps_parts_owned gauge\n"
+                           "flps_parts_owned 0\n");
+    flps_free(text);
+    cr_assert_eq(metrics_register_table(NULL, bad, 1, &d), FLPS_EINVAL);
+    cr_assert_eq(metrics_register_table(reg, bad, 1, NULL), FLPS_EINVAL);
+    cr_assert_eq(metrics_register_table(reg, NULL, 0, &d), FLPS_OK);
     metrics_destroy(reg);
 }
 
@@ -551,7 +632,7 @@ Test(metrics, route_leaves_other_paths_to_the_caller)
 {
     metrics *reg = new_reg();
     httpd_request req = {"GET", "/v1/jobs", "", 0, NULL};
-    httpd_response resp = {200, "application/json", NULL, 0};
+    httpd_response resp = {200, "application/json", NULL, 0, 0};
 
     cr_assert_eq(metrics_http_route(reg, &req, &resp), 0);
     cr_assert_null(resp.body, "resp untouched");

@@ -138,7 +138,7 @@ Test(plan, round_trips_through_plan_parse)
     json_t *doc;
 
     cr_assert_eq(plan_from_profile(profile_ok, 42, &text, NULL, 0), FLPS_OK);
-    cr_assert_eq(plan_parse(text, &p), FLPS_OK, "%s", text);
+    cr_assert_eq(plan_parse(text, &p, NULL, 0), FLPS_OK, "%s", text);
     doc = json_loads(text, 0, NULL);
     cr_assert_eq(p->version, 42);
     cr_assert_eq(p->nlayers, 6);
@@ -294,8 +294,8 @@ Test(plan, refuses_null_arguments)
 
     cr_assert_eq(plan_from_profile(NULL, 1, &text, NULL, 0), FLPS_EINVAL);
     cr_assert_eq(plan_from_profile(profile_ok, 1, NULL, NULL, 0), FLPS_EINVAL);
-    cr_assert_eq(plan_parse(NULL, &p), FLPS_EINVAL);
-    cr_assert_eq(plan_parse("{}", NULL), FLPS_EINVAL);
+    cr_assert_eq(plan_parse(NULL, &p, NULL, 0), FLPS_EINVAL);
+    cr_assert_eq(plan_parse("{}", NULL, NULL, 0), FLPS_EINVAL);
     cr_assert_null(text);
     cr_assert_null(p);
     plan_free(NULL);
@@ -315,7 +315,7 @@ Test(plan, parses_a_hand_written_plan)
     cr_assert_eq(plan_parse(PLAN_HEAD
                             "{\"name\":\"w\",\"numel\":8192,\"codec\":\"topk\","
                             "\"density\":0.25}," PL_DENSE PLAN_TAIL,
-                            &p),
+                            &p, NULL, 0),
                  FLPS_OK);
     cr_assert_eq(p->version, 3);
     cr_assert_eq(p->nlayers, 2);
@@ -356,10 +356,45 @@ Test(plan, parse_refuses_malformed_plans)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         plan *p = (plan *)&bad; /* any non-NULL marker */
-        cr_assert_eq(plan_parse(bad[i], &p), FLPS_EPROTO, "accepted: %s",
-                     bad[i]);
+        cr_assert_eq(plan_parse(bad[i], &p, NULL, 0), FLPS_EPROTO,
+                     "accepted: %s", bad[i]);
         cr_assert_eq(p, (plan *)&bad, "*out untouched on error");
     }
+}
+
+/* plan_parse refuses text with a message holding why, and leaves *out. */
+static void assert_refused_saying(const char *text, const char *why)
+{
+    plan *p = NULL;
+    char msg[256];
+
+    cr_assert_eq(plan_parse(text, &p, msg, sizeof(msg)), FLPS_EPROTO,
+                 "accepted: %s", text);
+    cr_assert_not_null(strstr(msg, why), "%s: %s", text, msg);
+    cr_assert_null(p);
+}
+
+Test(plan, parse_names_what_is_wrong)
+{
+    assert_refused_saying("{\"version\":3,", "not valid JSON: ");
+    assert_refused_saying("[]", "expected a JSON object");
+    assert_refused_saying("{\"version\":3,\"version\":4}",
+                          "duplicate object key");
+    assert_refused_saying("{\"layers\":[" PL_DENSE PLAN_TAIL,
+                          "version: missing");
+    assert_refused_saying(PLAN_HEAD PL_DENSE "," PL_DENSE PLAN_TAIL,
+                          "layers[1].name: \"b\" appears twice");
+    assert_refused_saying(
+        PLAN_HEAD "{\"name\":\"b\",\"numel\":10,\"codec\":\"dense\","
+                  "\"density\":0.5}" PLAN_TAIL,
+        "layers[0].codec: \"dense\" with density 0.5; expected \"dense\" "
+        "with density 1 or \"topk\" with a density in (0, 1]");
+    assert_refused_saying(PLAN_HEAD "{\"name\":\"b\",\"numel\":10,"
+                                    "\"codec\":\"dense\"}" PLAN_TAIL,
+                          "layers[0].density: missing");
+    assert_refused_saying(PLAN_HEAD PL_DENSE
+                          "],\"predicted_iteration_seconds\":0.001}",
+                          "dense_iteration_seconds: missing");
 }
 
 Test(plan, survives_every_failed_allocation)
@@ -380,7 +415,7 @@ Test(plan, survives_every_failed_allocation)
         cr_assert_eq(rc, FLPS_OK);
         for (unsigned long m = 1;; m++) {
             flps_alloc_fail_at(m);
-            rc = plan_parse(text, &p);
+            rc = plan_parse(text, &p, err, sizeof(err));
             if (rc == FLPS_OK)
                 break;
             cr_assert_eq(rc, FLPS_ENOMEM);

@@ -82,7 +82,9 @@ Test(workerenv, every_reserved_variable_is_set_with_a_plan_and_a_warm_up)
                    .rank = 0,
                    .servers = "tcp://a:1",
                    .plan_file = "/p",
-                   .credentials_file = "/run/creds"};
+                   .credentials_file = "/run/creds",
+                   .metrics = "10.0.0.1:0",
+                   .gpu_clock_record = "/w/gpu_clock.rank0"};
     char **env = NULL;
 
     cr_assert_eq(workerenv_build(&s, &w, base, &env), FLPS_OK);
@@ -177,5 +179,79 @@ Test(workerenv, passes_a_density_warm_up_only_where_the_job_has_one)
     cr_assert_eq(workerenv_build(&s, &w, base, &env), FLPS_OK);
     cr_assert_null(workerenv_get(env, "FLPS_DENSITY_WARMUP"));
     cr_assert_null(workerenv_get(env, "FLPS_DENSITY_WARMUP_START"));
+    workerenv_free(env);
+}
+
+Test(workerenv,
+     a_job_without_a_model_sets_no_flps_model_and_python_is_unbuffered)
+{
+    jobspec s = parse("name: j\ncommand: [prog]\n");
+    char *base[] = {"HOME=/root", NULL};
+    char *mine[] = {"PYTHONUNBUFFERED=", NULL};
+    workerenv w = {.job = "j", .rank = 0, .servers = "tcp://a:1"};
+    char **env = NULL;
+
+    cr_assert_eq(workerenv_build(&s, &w, base, &env), FLPS_OK);
+    cr_assert_null(workerenv_get(env, "FLPS_MODEL"));
+    /* print() lines reach the launcher as they are printed. */
+    cr_assert_str_eq(workerenv_get(env, "PYTHONUNBUFFERED"), "1");
+    workerenv_free(env);
+    cr_assert_eq(workerenv_build(&s, &w, mine, &env), FLPS_OK);
+    cr_assert_str_eq(workerenv_get(env, "PYTHONUNBUFFERED"), "",
+                     "the launcher's own choice stays");
+    cr_assert_eq(count(env, "PYTHONUNBUFFERED"), 1);
+    workerenv_free(env);
+}
+
+Test(workerenv, names_the_keys_the_job_file_gives_and_formats_the_mode)
+{
+    jobspec s = parse("name: j\nmodel: mlp\ncompression: gtopk:0.01\n"
+                      "mode: ssp:3\nlr: 0.1\ncommand: [prog]\n");
+    jobspec bare = parse("name: j\nmodel: mlp\n");
+    workerenv w = {.job = "j", .rank = 0, .servers = "tcp://a:1"};
+    char **env = NULL;
+
+    cr_assert_eq(workerenv_build(&s, &w, NULL, &env), FLPS_OK);
+    /* In the table's order, whatever the file's. */
+    cr_assert_str_eq(workerenv_get(env, "FLPS_JOB_KEYS"),
+                     "name,model,mode,lr,compression,command");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_MODE"), "ssp:3");
+    workerenv_free(env);
+    cr_assert_eq(workerenv_build(&bare, &w, NULL, &env), FLPS_OK);
+    cr_assert_str_eq(workerenv_get(env, "FLPS_JOB_KEYS"), "name,model",
+                     "the rest are defaults: the program's to choose");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_COMPRESSION"), "dense");
+    workerenv_free(env);
+}
+
+Test(workerenv, a_saps_program_gets_its_peers_and_the_saps_keys)
+{
+    jobspec s = parse("name: j\nmodel: mlp\nworkers: 2\nmode: saps\n"
+                      "saps_density: 0.05\npeer_selection: random\n"
+                      "bandwidth_threshold: 1M\npeer_deadline: 3\n");
+    workerenv w = {.job = "j",
+                   .rank = 1,
+                   .servers = "",
+                   .peers = "tcp://127.0.0.1:1,tcp://127.0.0.1:2"};
+    char **env = NULL;
+
+    cr_assert_eq(workerenv_build(&s, &w, NULL, &env), FLPS_OK);
+    cr_assert_str_eq(workerenv_get(env, "FLPS_PEERS"),
+                     "tcp://127.0.0.1:1,tcp://127.0.0.1:2");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_SERVERS"), "");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_MODE"), "saps");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_SAPS_DENSITY"),
+                     "0.050000000000000003");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_PEER_SELECTION"), "random");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_BANDWIDTH_THRESHOLD"), "1000000");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_LOCAL_STEPS"), "1");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_PEER_DEADLINE"), "3");
+    workerenv_free(env);
+    /* auto, and no peers where the launcher has none. */
+    s = parse("name: j\nmodel: mlp\n");
+    w.peers = NULL;
+    cr_assert_eq(workerenv_build(&s, &w, NULL, &env), FLPS_OK);
+    cr_assert_str_eq(workerenv_get(env, "FLPS_BANDWIDTH_THRESHOLD"), "auto");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_PEERS"), "");
     workerenv_free(env);
 }

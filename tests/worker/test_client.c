@@ -1,22 +1,32 @@
-/* Tests for worker/client.c over a fake transport: no sockets, no shard
- * processes. The fake records every message the client sends (decoded with
- * proto/msg.h) and answers like a shard unless a test scripts another
- * reply, so each test checks exactly what went on the wire and what the
- * client did with the answers. */
+/* Tests for the client (worker/client*.c) over a fake transport: no
+ * sockets, no shard processes (but for the metrics endpoint the last tests
+ * start on loopback). The fake records every message the client
+ * sends (decoded with proto/msg.h) and answers like a shard unless a test
+ * scripts another reply, so each test checks exactly what went on the wire
+ * and what the client did with the answers. */
 #include "worker/client_internal.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "common/alloc.h"
+#include "common/clock.h"
 #include "compress/codec.h"
 #include "proto/buf.h"
 #include "proto/msg.h"
 #include "proto/partmap.h"
+#include "tests/fakes/fake_powercap.h"
+#include "tests/fakes/nvml_stub_ctl.h"
+#include "tests/support/rx_copy.h"
+#include "worker/client_metrics.h"
+#include "worker/client_req.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
@@ -62,6 +72,10 @@ struct fake_net {
     const partmap *pm;    /* the layout, for PULL_REPLY */
     size_t nsends;        /* messages the client sent (log: per part) */
     size_t njoined;       /* of them, pushes of several parts */
+    /* Per shard: pushes the client sent, updates it took off the queue,
+     * and the most pushes it had sent unanswered at once (the window). */
+    uint32_t pushes_to[NSHARDS], updates_taken[NSHARDS],
+        most_unanswered[NSHARDS];
 };
 
 typedef struct fake_transport {
@@ -241,6 +255,11 @@ static void fake_take(fake_net *n, uint32_t peer, const proto_frame *pf,
                                   sizeof(why)),
                  FLPS_OK, "the client sent an invalid message: %s", why);
     n->nlog++;
+    if (s->msg.op == PROTO_OP_PUSH && peer < NSHARDS) {
+        uint32_t open = ++n->pushes_to[peer] - n->updates_taken[peer];
+        if (open > n->most_unanswered[peer])
+            n->most_unanswered[peer] = open;
+    }
     if (n->script == NULL || !n->script(n, s))
         fake_shard_answer(n, s);
 }
@@ -261,6 +280,15 @@ static flps_err fake_recv(transport *t, int timeout_ms, transport_rx **rx)
     n->qlen--;
     if (n->qlen == 0)
         n->qhead = 0;
+    {
+        proto_msg m;
+        if ((*rx)->peer < NSHARDS &&
+            proto_msg_decode((*rx)->frames, (*rx)->nframes, &m, NULL, 0) ==
+                FLPS_OK) {
+            n->updates_taken[(*rx)->peer] += m.op == PROTO_OP_UPDATE;
+            proto_msg_fini(&m);
+        }
+    }
     t->stats.bytes_recv += (*rx)->wire_bytes;
     t->stats.msgs_recv++;
     return FLPS_OK;
@@ -345,6 +373,7 @@ static rig *rig_new(const char *compression)
     }
     g->servers[0] = "tcp://fake-0:1";
     g->servers[1] = "tcp://fake-1:1";
+    cr_assert_eq(flps_client_config_init(&g->cfg), FLPS_OK);
     g->cfg.job = JOB;
     g->cfg.rank = 0;
     g->cfg.workers = 1;
@@ -805,21 +834,28 @@ static void assert_sticky(rig *g, flps_err code)
                      "the first cause is kept");
 }
 
-Test(client, a_push_nobody_answers_times_out_and_the_error_sticks)
+/* Start g with a deadline of 150 ms, push every tensor to shards that
+ * answer no push, and see the wait time out naming it; the log in lb. */
+static void push_into_silence(rig *g, logbuf *lb)
 {
-    rig *g = rig_new("topk:0.5");
-    logbuf lb = {""};
-
     g->cfg.retry_ms = 20;
     g->cfg.deadline_ms = 150;
     rig_start(g);
     g->net.script = drop_pushes;
-    flps_set_logger(keep_line, &lb);
+    flps_set_logger(keep_line, lb);
     push_all(g, G0, 0);
     cr_assert_eq(flps_client_wait(g->c, 0), FLPS_ETIMEDOUT);
     flps_set_logger(NULL, NULL);
     cr_assert_not_null(strstr(flps_client_last_error(g->c), "did not answer"),
                        "%s", flps_client_last_error(g->c));
+}
+
+Test(client, a_push_nobody_answers_times_out_and_the_error_sticks)
+{
+    rig *g = rig_new("topk:0.5");
+    logbuf lb = {""};
+
+    push_into_silence(g, &lb);
     cr_assert_not_null(strstr(lb.text, "sending again"),
                        "resends are logged: %s", lb.text);
     assert_sticky(g, FLPS_ETIMEDOUT);
@@ -1350,11 +1386,9 @@ Test(client, wait_layer_refuses_a_bad_tensor_and_an_async_client_unsticky)
 
 static flps_err rig_create_warmup(rig *g, uint64_t n, double start)
 {
-    flps_err rc = flps_client_create_on_warmup(&g->cfg, g->t, n, start, &g->c);
-
-    if (rc == FLPS_OK)
-        g->t = NULL;
-    return rc;
+    g->cfg.density_warmup = n;
+    g->cfg.density_warmup_start = start;
+    return rig_create(g);
 }
 
 /* Pairs the pushes from log entry mark on carry for tensor 0. */
@@ -1422,5 +1456,853 @@ Test(client, a_density_warm_up_is_refused_where_it_cannot_apply)
     rig_free(g);
     g = rig_new("auto");
     cr_assert_eq(rig_create_warmup(g, 10, 0.25), FLPS_OK, "auto warms up");
+    rig_free(g);
+}
+
+/* ---- the growable configuration ---- */
+
+Test(client_config, init_sets_the_size_and_the_defaults)
+{
+    flps_client_config cfg;
+
+    memset(&cfg, 0xab, sizeof(cfg));
+    cr_assert_eq(flps_client_config_init(&cfg), FLPS_OK);
+    cr_assert_eq(cfg.size, sizeof(cfg));
+    cr_assert_eq(cfg.part_size, 65536);
+    cr_assert_eq(cfg.async, FLPS_MODE_SYNC);
+    cr_assert_str_eq(cfg.compression, "dense");
+    cr_assert_eq(cfg.retry_ms, 2000);
+    cr_assert_eq(cfg.deadline_ms, 300000);
+    cr_assert_null(cfg.transport, "NULL: $FLPS_TRANSPORT, else zmq");
+    cr_assert_eq(cfg.density_warmup, 0, "no warm-up");
+    cr_assert_eq(cfg.density_warmup_start, 0.25);
+    /* What has no default stays unset, and create refuses it so. */
+    cr_assert_null(cfg.job);
+    cr_assert_eq(cfg.rank, 0);
+    cr_assert_eq(cfg.workers, 0);
+    cr_assert_null(cfg.servers);
+    cr_assert_eq(cfg.nservers, 0);
+    cr_assert_null(cfg.tensors);
+    cr_assert_eq(cfg.ntensors, 0);
+    cr_assert_eq(cfg.lr, 0);
+    cr_assert_eq(cfg.lr_cosine, 0);
+    cr_assert_eq(cfg.iterations, 0);
+    cr_assert_eq(cfg.momentum, 0);
+    cr_assert_eq(flps_client_config_init(NULL), FLPS_EINVAL);
+}
+
+Test(client_config, init_of_an_older_smaller_struct_writes_only_its_bytes)
+{
+    /* A struct from an older flps.h that ends after transport. */
+    const size_t older = offsetof(flps_client_config, density_warmup);
+    union {
+        flps_client_config cfg;
+        unsigned char bytes[sizeof(flps_client_config)];
+    } u;
+
+    memset(u.bytes, 0xab, sizeof(u.bytes));
+    cr_assert_eq(flps_client_config_init_size(&u.cfg, older), FLPS_OK);
+    cr_assert_eq(u.cfg.size, older);
+    cr_assert_null(u.cfg.transport);
+    cr_assert_str_eq(u.cfg.compression, "dense");
+    for (size_t i = older; i < sizeof(u.bytes); i++)
+        cr_assert_eq(u.bytes[i], 0xab, "byte %zu is past the caller's struct",
+                     i);
+}
+
+Test(client_config, init_refuses_a_size_it_does_not_know_and_writes_nothing)
+{
+    flps_client_config cfg;
+    logbuf lb = {""};
+
+    memset(&cfg, 0, sizeof(cfg));
+    flps_set_logger(keep_line, &lb);
+    cr_assert_eq(flps_client_config_init_size(&cfg, sizeof(cfg) + 8),
+                 FLPS_EINVAL);
+    cr_assert_eq(
+        flps_client_config_init_size(&cfg, offsetof(flps_client_config, size)),
+        FLPS_EINVAL, "a struct without the size field");
+    flps_set_logger(NULL, NULL);
+    cr_assert_eq(cfg.size, 0, "nothing written");
+    cr_assert_null(cfg.compression, "nothing written");
+    cr_assert_not_null(strstr(lb.text, "newer flps.h"), "%s", lb.text);
+}
+
+Test(client, a_struct_from_an_older_header_gets_defaults_for_what_it_lacks)
+{
+    rig *g = rig_new("dense");
+    const size_t older = offsetof(flps_client_config, density_warmup);
+    unsigned char *exact = malloc(older);
+
+    /* Past the caller's struct lies a warm-up a dense job refuses: read, it
+     * would fail create. The struct is copied into a buffer of exactly its
+     * size, so a read past it is an error under AddressSanitizer too. */
+    cr_assert_not_null(exact);
+    g->cfg.density_warmup = 10;
+    g->cfg.density_warmup_start = NAN;
+    g->cfg.size = older;
+    memcpy(exact, &g->cfg, older);
+    cr_assert_eq(
+        flps_client_create_on((const flps_client_config *)exact, g->t, &g->c),
+        FLPS_OK);
+    g->t = NULL;
+    for (uint32_t s = 0; s < NSHARDS; s++)
+        cr_assert_eq(g->net.log[s].msg.cfg.density_warmup, 0,
+                     "the missing fields keep their defaults");
+    free(exact);
+    rig_free(g);
+}
+
+Test(client, a_configuration_from_a_newer_header_is_refused_clearly)
+{
+    rig *g = rig_new("dense");
+    logbuf lb = {""};
+
+    g->cfg.size = sizeof(g->cfg) + 8;
+    flps_set_logger(keep_line, &lb);
+    cr_assert_eq(rig_create(g), FLPS_EINVAL);
+    cr_assert_eq(flps_client_create_config(&g->cfg, &g->c), FLPS_EINVAL);
+    flps_set_logger(NULL, NULL);
+    cr_assert_null(g->c);
+    cr_assert_eq(g->net.nlog, 0, "nothing is sent");
+    cr_assert_not_null(strstr(lb.text, "newer flps.h"), "%s", lb.text);
+    cr_assert_not_null(strstr(lb.text, "flps_client_create_config"),
+                       "the log names the call: %s", lb.text);
+    rig_free(g);
+}
+
+Test(client, a_configuration_not_made_by_init_is_refused)
+{
+    rig *g = rig_new("dense");
+    logbuf lb = {""};
+
+    flps_set_logger(keep_line, &lb);
+    g->cfg.size = 0;
+    cr_assert_eq(rig_create(g), FLPS_EINVAL);
+    g->cfg.size = offsetof(flps_client_config, size);
+    cr_assert_eq(rig_create(g), FLPS_EINVAL);
+    cr_assert_eq(flps_client_create_config(NULL, &g->c), FLPS_EINVAL);
+    flps_set_logger(NULL, NULL);
+    cr_assert_eq(g->net.nlog, 0, "nothing is sent");
+    cr_assert_not_null(strstr(lb.text, "make it with flps_client_config_init"),
+                       "%s", lb.text);
+    rig_free(g);
+}
+
+Test(client_config, create_config_reads_the_transport_and_the_warm_up)
+{
+    rig *g = rig_new("topk:0.1");
+    flps_client *c = NULL;
+    logbuf lb = {""};
+
+    /* Both are refused before a transport is made: nothing connects. */
+    flps_set_logger(keep_line, &lb);
+    g->cfg.transport = "infiniband";
+    cr_assert_eq(flps_client_create_config(&g->cfg, &c), FLPS_EINVAL);
+    cr_assert_not_null(strstr(lb.text, "'infiniband' is not a transport;"),
+                       "%s", lb.text);
+    cr_assert_null(strstr(lb.text, "from FLPS_TRANSPORT"), "%s", lb.text);
+    g->cfg.transport = NULL;
+    g->cfg.density_warmup = 10;
+    g->cfg.density_warmup_start = 1.5;
+    cr_assert_eq(flps_client_create_config(&g->cfg, &c), FLPS_EINVAL);
+    flps_set_logger(NULL, NULL);
+    cr_assert_not_null(strstr(lb.text, "start density 1.5 is out of range"),
+                       "%s", lb.text);
+    cr_assert_null(c);
+    rig_free(g);
+}
+
+Test(client_config, the_0_x_constructors_read_only_the_fields_of_0_3)
+{
+    rig *g = rig_new("dense");
+    const size_t v03 = offsetof(flps_client_config, size);
+    unsigned char *exact = malloc(v03);
+    flps_client *c = NULL;
+    logbuf lb = {""};
+
+    /* A 0.3 program's struct, exactly its size: the configuration is read
+     * and accepted (the call gets as far as the transport's name). */
+    cr_assert_not_null(exact);
+    memcpy(exact, &g->cfg, v03);
+    flps_set_logger(keep_line, &lb);
+    cr_assert_eq(flps_client_create_with((const flps_client_config *)exact,
+                                         "infiniband", &c),
+                 FLPS_EINVAL);
+    cr_assert_not_null(strstr(lb.text, "'infiniband' is not a transport;"),
+                       "%s", lb.text);
+    /* The fields after size are not theirs: the arguments decide. */
+    lb.text[0] = '\0';
+    g->cfg.transport = "zmq";
+    g->cfg.density_warmup = 10;
+    g->cfg.density_warmup_start = NAN; /* a dense job refuses a warm-up */
+    cr_assert_eq(flps_client_create_warmup(&g->cfg, "infiniband", 0, 0, &c),
+                 FLPS_EINVAL);
+    flps_set_logger(NULL, NULL);
+    cr_assert_not_null(strstr(lb.text, "'infiniband' is not a transport;"),
+                       "%s", lb.text);
+    cr_assert_null(strstr(lb.text, "warm-up"), "%s", lb.text);
+    cr_assert_null(c);
+    free(exact);
+    rig_free(g);
+}
+
+/* ---- the worker metrics the clients feed (client_metrics.c) ---- */
+
+/* The process's families as GET /metrics shows them (caller frees). */
+static char *scrape_text(void)
+{
+    char *text = NULL;
+    size_t len = 0;
+
+    cr_assert_eq(client_metrics_render(&text, &len), FLPS_OK);
+    return text;
+}
+
+/* The value of the line "SERIES VALUE" of text; NAN when there is none. */
+static double series_value(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+
+    for (const char *line = text; *line != '\0';) {
+        const char *nl = strchr(line, '\n');
+
+        if (strncmp(line, series, n) == 0 && line[n] == ' ')
+            return strtod(line + n + 1, NULL);
+        if (nl == NULL)
+            break;
+        line = nl + 1;
+    }
+    return NAN;
+}
+
+/* One series' value in a scrape now. */
+static double scraped(const char *series)
+{
+    char *text = scrape_text();
+    double v = series_value(text, series);
+
+    flps_free(text);
+    return v;
+}
+
+static void serve_metrics_here(void)
+{
+    char bound[128] = "";
+
+    cr_assert_eq(flps_metrics_serve("127.0.0.1:0", bound, sizeof(bound)),
+                 FLPS_OK);
+    cr_assert(strncmp(bound, "127.0.0.1:", 10) == 0, "%s", bound);
+}
+
+Test(client_metrics, pushes_and_waits_feed_the_series_flworker_serves)
+{
+    rig *g = rig_new("topk:0.5");
+    flps_client_stats st;
+    uint64_t msgs = 0;
+    char *text;
+
+    serve_metrics_here();
+    rig_start(g);
+    for (uint64_t it = 0; it < 2; it++) {
+        push_all(g, G0, it);
+        cr_assert_eq(flps_client_wait(g->c, it), FLPS_OK);
+    }
+    cr_assert_eq(flps_metrics_report(0.5, 0.875, NAN), FLPS_OK);
+    text = scrape_text();
+    flps_client_get_stats(g->c, &st);
+    flps_client_get_messages(g->c, &msgs, NULL);
+    cr_assert_eq(series_value(text, "flworker_iteration"), 2);
+    cr_assert_eq(series_value(text, "flworker_iterations_total"), 2);
+    cr_assert_eq(series_value(text, "flworker_push_seconds_count"), 6,
+                 "one observation per push");
+    cr_assert_eq(series_value(text, "flworker_wait_seconds_count"), 2,
+                 "one per iteration");
+    cr_assert_eq(series_value(text, "flworker_sent_bytes_total"),
+                 (double)st.bytes_sent, "%s", text);
+    cr_assert_eq(series_value(text, "flworker_dense_bytes_total"),
+                 (double)st.dense_bytes);
+    cr_assert_eq(series_value(text, "flworker_elements_sent_total"),
+                 (double)st.elements_sent);
+    cr_assert_eq(series_value(text, "flworker_push_messages_total"),
+                 (double)st.pushes);
+    cr_assert_eq(series_value(text, "flworker_messages_sent_total"),
+                 (double)msgs);
+    cr_assert_eq(series_value(text, "flworker_layer_density{layer=\"w0\"}"),
+                 0.5, "topk:0.5 of w0's 10 elements");
+    cr_assert_gt(
+        series_value(text, "flworker_layer_compression_ratio{layer=\"w0\"}"),
+        0);
+    cr_assert_gt(
+        series_value(text, "flworker_layer_residual_norm{layer=\"w0\"}"), 0,
+        "what topk kept back");
+    cr_assert_eq(series_value(text, "flworker_loss"), 0.5);
+    cr_assert_eq(series_value(text, "flworker_test_accuracy"), 0.875);
+    cr_assert_eq(series_value(text, "flworker_test_loss"), 0,
+                 "NaN leaves a value as it was");
+    cr_assert_geq(series_value(text, "flworker_compute_seconds_total"), 0);
+    cr_assert_gt(series_value(text, "flworker_communication_seconds_total"), 0);
+    cr_assert_not_null(strstr(text, "flworker_build_info{version=\""));
+    cr_assert_gt(series_value(text, "process_open_fds"), 2);
+    flps_free(text);
+    cr_assert_eq(flps_metrics_report(INFINITY, NAN, NAN), FLPS_EINVAL);
+    rig_free(g);
+    flps_metrics_stop();
+}
+
+Test(client_metrics, nothing_is_counted_while_nothing_serves)
+{
+    rig *g = rig_new("dense");
+    char *text = NULL;
+    size_t len;
+
+    rig_start(g);
+    cr_assert_eq(client_metrics_render(&text, &len), FLPS_ESTATE);
+    cr_assert_eq(flps_metrics_report(1, 1, 1), FLPS_OK, "dropped, no error");
+    push_all(g, G0, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    serve_metrics_here();
+    cr_assert_eq(scraped("flworker_iterations_total"), 0);
+    cr_assert_eq(scraped("flworker_loss"), 0);
+    /* From now on it counts; the bytes from before come with the next. */
+    push_all(g, G0, 1);
+    cr_assert_eq(flps_client_wait(g->c, 1), FLPS_OK);
+    cr_assert_eq(scraped("flworker_iterations_total"), 1);
+    cr_assert_eq(scraped("flworker_iteration"), 2);
+    rig_free(g);
+    flps_metrics_stop();
+}
+
+Test(client_metrics,
+     a_program_waiting_layer_by_layer_ends_an_iteration_at_its_next_push)
+{
+    rig *g = rig_new("dense");
+
+    serve_metrics_here();
+    rig_start(g);
+    push_all(g, G0, 0);
+    for (uint32_t i = 0; i < NTENSORS; i++)
+        cr_assert_eq(flps_client_wait_layer(g->c, i, 0), FLPS_OK);
+    cr_assert_eq(scraped("flworker_iterations_total"), 0);
+    push_all(g, G0, 1);
+    cr_assert_eq(scraped("flworker_iterations_total"), 1);
+    cr_assert_eq(scraped("flworker_iteration"), 1);
+    cr_assert_eq(scraped("flworker_wait_seconds_count"), 1,
+                 "the layer waits of iteration 0, once");
+    cr_assert_eq(flps_client_wait(g->c, 1), FLPS_OK);
+    cr_assert_eq(flps_client_wait(g->c, 1), FLPS_OK);
+    cr_assert_eq(scraped("flworker_iterations_total"), 2,
+                 "a second wait for the same iteration ends nothing");
+    rig_free(g);
+    flps_metrics_stop();
+}
+
+Test(client_metrics, a_resumed_client_counts_from_where_the_shards_are)
+{
+    rig *g = rig_new("dense");
+
+    serve_metrics_here();
+    g->net.resume_iter = 7;
+    rig_start(g);
+    push_all(g, G0, 7);
+    cr_assert_eq(flps_client_wait(g->c, 7), FLPS_OK);
+    cr_assert_eq(scraped("flworker_iteration"), 8);
+    cr_assert_eq(scraped("flworker_iterations_total"), 1);
+    rig_free(g);
+    flps_metrics_stop();
+}
+
+Test(client_metrics, a_destroyed_clients_last_bytes_are_counted)
+{
+    rig *g = rig_new("dense");
+    flps_client_stats st;
+
+    serve_metrics_here();
+    rig_start(g);
+    push_all(g, G0, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    cr_assert_eq(flps_client_checkpoint(g->c), FLPS_OK); /* after the wait */
+    flps_client_get_stats(g->c, &st);
+    rig_free(g); /* destroys the client */
+    cr_assert_eq(scraped("flworker_sent_bytes_total"), (double)st.bytes_sent);
+    flps_metrics_stop();
+}
+
+Test(client_metrics, serving_twice_is_refused_naming_where_and_stop_starts_over)
+{
+    char first[128], again[128] = "";
+
+    cr_assert_eq(flps_metrics_serve("127.0.0.1:0", first, sizeof(first)),
+                 FLPS_OK);
+    cr_assert_eq(flps_metrics_serve("127.0.0.1:0", again, sizeof(again)),
+                 FLPS_ESTATE);
+    cr_assert_str_eq(again, first);
+    cr_assert_eq(flps_metrics_report(0.25, NAN, NAN), FLPS_OK);
+    flps_metrics_stop();
+    flps_metrics_stop(); /* nothing left to stop */
+    cr_assert_eq(flps_metrics_serve(NULL, NULL, 0), FLPS_EINVAL);
+    cr_assert_eq(flps_metrics_serve("no-port", NULL, 0), FLPS_EINVAL);
+    serve_metrics_here();
+    cr_assert_eq(scraped("flworker_loss"), 0, "from zero");
+    flps_metrics_stop();
+}
+
+Test(client_metrics,
+     flps_metrics_in_the_environment_serves_from_the_first_client)
+{
+    rig *g = rig_new("dense"), *h;
+    int pfd[2], saved = dup(STDOUT_FILENO);
+    char out[256] = "", bound[128];
+    ssize_t n;
+
+    cr_assert_eq(pipe(pfd), 0);
+    setenv("FLPS_METRICS", "127.0.0.1:0", 1);
+    dup2(pfd[1], STDOUT_FILENO); /* the line goes to the launcher's pipe */
+    rig_start(g);
+    h = rig_new("dense");
+    rig_start(h); /* a second client: the same endpoint, no second line */
+    dup2(saved, STDOUT_FILENO);
+    close(pfd[1]);
+    n = read(pfd[0], out, sizeof(out) - 1);
+    close(pfd[0]);
+    close(saved);
+    cr_assert_gt(n, 0);
+    out[n] = '\0';
+    cr_assert_eq(flps_metrics_serve("127.0.0.1:0", bound, sizeof(bound)),
+                 FLPS_ESTATE);
+    {
+        char want[160];
+        snprintf(want, sizeof(want), "metrics on %s\n", bound);
+        cr_assert_str_eq(out, want, "exactly one line, naming the port bound");
+    }
+    rig_free(h);
+    rig_free(g);
+    unsetenv("FLPS_METRICS");
+    flps_metrics_stop();
+}
+
+/* ---- energy and the GPU clock (client_energy.c) ---- */
+
+#define STUB_GPU                                                               \
+    "init ok\ndevices 1\nd0.clocks 1980,1830,1680,1530,1380\n"                 \
+    "d0.mem 3201\nd0.per_call_mj 500\n"
+
+/* A node for the client's energy: the NVML stub (with state, or none:
+ * no library at all) and a powercap tree with package 0 (or none). */
+typedef struct node {
+    stub_ctl c;
+    int have_stub;
+    fake_sysfs s;
+} node;
+
+static void node_init(node *nd, const char *stub_state, int package)
+{
+    memset(nd, 0, sizeof(*nd));
+    if (stub_state != NULL) {
+        stub_init(&nd->c, stub_state);
+        nd->have_stub = 1;
+        setenv("FLPS_NVML_LIBRARY", FLPS_NVML_STUB, 1);
+    } else {
+        setenv("FLPS_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+    }
+    fake_sysfs_init(&nd->s, 0);
+    if (package)
+        fake_powercap_zone(&nd->s, "intel-rapl:0", "package-0",
+                           262143000000ULL - 1500000, 262143000000ULL);
+    setenv("FLPS_SYSFS_ROOT", nd->s.root, 1);
+}
+
+static void node_fini(node *nd)
+{
+    if (nd->have_stub)
+        stub_fini(&nd->c);
+    fake_sysfs_fini(&nd->s);
+    unsetenv("FLPS_NVML_LIBRARY");
+    unsetenv("FLPS_SYSFS_ROOT");
+}
+
+static flps_energy energy_now(const rig *g)
+{
+    flps_energy e;
+
+    cr_assert_eq(flps_client_energy(g->c, &e, sizeof(e)), FLPS_OK);
+    return e;
+}
+
+Test(client_energy, where_nothing_reports_energy_one_line_says_why)
+{
+    rig *g = rig_new("dense"), *h = rig_new("dense");
+    logbuf lb = {""};
+    node nd;
+    flps_energy e;
+    char *text;
+
+    node_init(&nd, NULL, 0);
+    serve_metrics_here();
+    flps_set_logger(keep_line, &lb);
+    rig_start(g);
+    push_all(g, ZERO, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    e = energy_now(g);
+    cr_assert_eq(e.devices, 0);
+    cr_assert_eq(e.iterations, 0);
+    cr_assert_str_eq(e.gpu_clock, "default");
+    cr_assert_not_null(strstr(e.why, "no NVML library"), "%s", e.why);
+    cr_assert_not_null(strstr(e.why, ": energy is not reported"), "%s", e.why);
+    rig_free(g);
+    rig_start(h); /* the next client says nothing again */
+    flps_set_logger(NULL, NULL);
+    cr_assert_not_null(strstr(lb.text, "energy: no NVML library"), "%s",
+                       lb.text);
+    cr_assert_null(strstr(strstr(lb.text, "energy: no") + 1, "energy: no"),
+                   "said once per process: %s", lb.text);
+    text = scrape_text();
+    cr_assert_null(strstr(text, "flworker_energy_joules_total{"),
+                   "no series without a device: %s", text);
+    flps_free(text);
+    rig_free(h);
+    flps_metrics_stop();
+    node_fini(&nd);
+}
+
+/* Iterations from..to-1 of g, each a little over 50 ms, the package's
+ * counter advancing 1 J per iteration (wrapping on the way). */
+static void train(rig *g, node *nd, uint64_t from, uint64_t to)
+{
+    static uint64_t uj = 262143000000ULL - 1500000;
+
+    for (uint64_t it = from; it < to; it++) {
+        push_all(g, ZERO, it);
+        usleep(50000);
+        uj = (uj + 1000000) % 262143000000ULL;
+        fake_powercap_set(&nd->s, "intel-rapl:0", uj);
+        cr_assert_eq(flps_client_wait(g->c, it), FLPS_OK);
+    }
+}
+
+Test(client_energy, the_first_client_meters_gpus_and_packages_over_windows)
+{
+    rig *g = rig_new("dense"), *h = rig_new("dense");
+    node nd;
+    flps_energy e;
+    char *text;
+
+    node_init(&nd, STUB_GPU, 1);
+    serve_metrics_here();
+    rig_start(g);
+    rig_start(h);
+    train(g, &nd, 0, 25);
+    e = energy_now(g);
+    cr_assert_eq(e.devices, 2, "%s", e.why);
+    cr_assert_eq(e.gpus, 1);
+    cr_assert_str_eq(e.method, "counter");
+    cr_assert_geq(e.iterations, 10, "at least one window");
+    cr_assert_leq(e.iterations, 25);
+    cr_assert_float_eq(e.cpu_joules_per_iteration, 1.0, 1e-6,
+                       "1 J per iteration, across the counter's wrap");
+    cr_assert_gt(e.gpu_joules, 0);
+    cr_assert_float_eq(e.joules, e.gpu_joules + e.cpu_joules, 1e-9);
+    cr_assert_float_eq(e.joules_per_iteration, e.joules / (double)e.iterations,
+                       1e-9);
+    cr_assert_geq(e.seconds, 0.5);
+    text = scrape_text();
+    cr_assert_float_eq(
+        series_value(text,
+                     "flworker_energy_joules_total{device=\"cpu-package0\"}"),
+        e.cpu_joules, 1e-6, "%s", text);
+    cr_assert_gt(
+        series_value(text, "flworker_energy_joules_total{device=\"gpu0\"}"), 0);
+    flps_free(text);
+    e = energy_now(h);
+    cr_assert_eq(e.devices, 0, "a second client of the process meters none");
+    cr_assert_str_eq(e.why, "another client of this process meters its energy");
+    rig_free(h);
+    rig_free(g);
+    flps_metrics_stop();
+    node_fini(&nd);
+}
+
+Test(client_energy, a_process_that_sees_no_gpu_meters_only_the_packages)
+{
+    rig *g = rig_new("dense");
+    node nd;
+    flps_energy e;
+
+    node_init(&nd, STUB_GPU, 1);
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);
+    g->cfg.gpu_clock = "max";
+    rig_start(g);
+    e = energy_now(g);
+    cr_assert_eq(e.devices, 1);
+    cr_assert_eq(e.gpus, 0);
+    cr_assert_eq(e.gpu_clock_mhz, 0);
+    cr_assert_not_null(strstr(e.why, "sees no GPU"), "%s", e.why);
+    cr_assert_float_eq(stub_num(&nd.c, "d0.sets"), 0, 0, "no clock touched");
+    rig_free(g);
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    node_fini(&nd);
+}
+
+Test(client_energy, gpu_clock_is_set_recorded_and_restored_at_destroy)
+{
+    rig *g = rig_new("dense");
+    node nd;
+    flps_energy e;
+    char record[400];
+
+    node_init(&nd, STUB_GPU, 0);
+    snprintf(record, sizeof(record), "%s/gpu_clock.rank0", nd.c.dir);
+    g->cfg.gpu_clock = "1500";
+    g->cfg.gpu_clock_record = record;
+    rig_start(g);
+    e = energy_now(g);
+    cr_assert_str_eq(e.gpu_clock, "1500");
+    cr_assert_eq(e.gpu_clock_mhz, 1530, "the supported clock nearest");
+    cr_assert_eq(e.gpu_clock_chosen, 1);
+    cr_assert_float_eq(stub_num(&nd.c, "d0.locked"), 1530, 0);
+    cr_assert_eq(access(record, F_OK), 0, "recorded before it changed");
+    rig_free(g);
+    cr_assert_float_eq(stub_num(&nd.c, "d0.locked"), 0, 0, "restored");
+    cr_assert_neq(access(record, F_OK), 0, "and the record removed");
+    node_fini(&nd);
+}
+
+Test(client_energy, gpus_that_refuse_the_clock_run_at_default_said_once)
+{
+    rig *g = rig_new("dense");
+    logbuf lb = {""};
+    node nd;
+    flps_energy e;
+
+    node_init(&nd,
+              STUB_GPU "d0.locked_perm no_permission\n"
+                       "d0.app_perm no_permission\n",
+              0);
+    setenv("FLPS_GPU_CLOCK", "max", 1);
+    flps_set_logger(keep_line, &lb);
+    rig_start(g);
+    push_all(g, ZERO, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    flps_set_logger(NULL, NULL);
+    e = energy_now(g);
+    cr_assert_str_eq(e.gpu_clock, "max", "from FLPS_GPU_CLOCK");
+    cr_assert_eq(e.gpu_clock_mhz, 0, "the default clock");
+    cr_assert_not_null(strstr(e.why, "refuses clock changes"), "%s", e.why);
+    cr_assert_not_null(strstr(lb.text, "refuses clock changes"), "%s", lb.text);
+    cr_assert_null(strstr(strstr(lb.text, "refuses") + 1, "refuses"),
+                   "once: %s", lb.text);
+    cr_assert_eq(e.devices, 1, "the energy is metered all the same");
+    rig_free(g);
+    unsetenv("FLPS_GPU_CLOCK");
+    node_fini(&nd);
+}
+
+/* rig_create with the library's log lines kept in lb. */
+static flps_err rig_create_logged(rig *g, logbuf *lb)
+{
+    flps_err rc;
+
+    flps_set_logger(keep_line, lb);
+    rc = rig_create(g);
+    flps_set_logger(NULL, NULL);
+    return rc;
+}
+
+Test(client_energy, a_gpu_clock_that_does_not_parse_fails_create)
+{
+    node nd;
+    logbuf lb = {""};
+    flps_energy e;
+    rig *g;
+
+    node_init(&nd, STUB_GPU, 0);
+    g = rig_new("dense");
+    g->cfg.gpu_clock = "fast";
+    cr_assert_eq(rig_create_logged(g, &lb), FLPS_EINVAL);
+    cr_assert_not_null(strstr(lb.text, "gpu_clock: 'fast' is not default"),
+                       "%s", lb.text);
+    cr_assert_eq(flps_client_energy(NULL, &e, sizeof(e)), FLPS_EINVAL);
+    rig_free(g);
+    /* The claim went with the failed client: the next one meters. */
+    g = rig_new("dense");
+    rig_start(g);
+    cr_assert_eq(energy_now(g).devices, 1);
+    rig_free(g);
+    node_fini(&nd);
+}
+
+Test(client_metrics, a_federated_round_feeds_the_fl_series)
+{
+    serve_metrics_here();
+    cr_assert_eq(flps_metrics_report_round(1, 3, 1), FLPS_OK);
+    cr_assert_eq(flps_metrics_report_round(2, 2, 0), FLPS_OK);
+    cr_assert_eq(flps_metrics_report_round(3, 1, 2), FLPS_EINVAL,
+                 "more late clients than clients");
+    cr_assert_eq(scraped("flworker_fl_round"), 2);
+    cr_assert_eq(scraped("flworker_fl_clients_total"), 5);
+    cr_assert_eq(scraped("flworker_fl_late_clients_total"), 1);
+    flps_metrics_stop();
+    cr_assert_eq(flps_metrics_report_round(4, 1, 0), FLPS_OK,
+                 "nothing to feed without an endpoint");
+}
+
+/* ---- the window of dense pushes in flight per shard ---- */
+
+/* Tensors 0, 1 and 2 pushed dense: parts 0, 2, 3 go to shard 0 and 1, 4,
+ * 5 to shard 1 (the rig's layout). */
+static rig *window_rig(int window)
+{
+    rig *g = rig_new("dense");
+
+    g->cfg.push_window = window;
+    cr_assert_eq(g->pm.parts[0].shard, 0);
+    cr_assert_eq(g->pm.parts[2].shard, 0);
+    cr_assert_eq(g->pm.parts[3].shard, 0);
+    return g;
+}
+
+Test(client_window, at_most_w_pushes_per_shard_are_unanswered_and_all_arrive)
+{
+    for (int w = 1; w <= 3; w++) {
+        rig *g = window_rig(w);
+        size_t mark;
+        flps_client_stats held, after;
+        rig_start(g);
+        mark = g->net.nlog;
+        push_all(g, G0, 0);
+        flps_client_get_stats(g->c, &held);
+        cr_assert_eq(count_sent(&g->net, mark, PROTO_OP_PUSH),
+                     (size_t)(w < 3 ? 2 * w : 6),
+                     "window %d: %d pushes per shard sent, the rest held", w,
+                     w);
+        cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+        cr_assert_eq(count_sent(&g->net, mark, PROTO_OP_PUSH), 6,
+                     "every part pushed once");
+        for (uint32_t s = 0; s < NSHARDS; s++)
+            cr_assert_leq(g->net.most_unanswered[s], (uint32_t)w,
+                          "window %d: shard %u had %u unanswered", w, s,
+                          g->net.most_unanswered[s]);
+        /* A second iteration goes the same way. */
+        push_all(g, G0, 1);
+        cr_assert_eq(flps_client_wait(g->c, 1), FLPS_OK);
+        for (uint32_t s = 0; s < NSHARDS; s++)
+            cr_assert_leq(g->net.most_unanswered[s], (uint32_t)w);
+        /* A held push counted its bytes when pushed: the bytes after
+         * the wait are those after the pushes (the fake answers at once,
+         * so nothing was sent again). */
+        flps_client_get_stats(g->c, &after);
+        cr_assert_gt(after.bytes_sent, held.bytes_sent);
+        cr_assert_eq(after.resends, 0);
+        rig_free(g);
+    }
+}
+
+Test(client_window, held_pushes_count_their_bytes_when_pushed)
+{
+    rig *a = window_rig(1), *b = window_rig(-1);
+    flps_client_stats sa, sb;
+
+    rig_start(a);
+    rig_start(b);
+    push_all(a, G0, 0);
+    push_all(b, G0, 0);
+    cr_assert_lt(count_sent(&a->net, 0, PROTO_OP_PUSH),
+                 count_sent(&b->net, 0, PROTO_OP_PUSH), "a holds, b does not");
+    flps_client_get_stats(a->c, &sa);
+    flps_client_get_stats(b->c, &sb);
+    cr_assert_eq(sa.bytes_sent, sb.bytes_sent,
+                 "each push's bytes are its own, sent or held");
+    cr_assert_eq(sa.dense_bytes, sb.dense_bytes);
+    cr_assert_eq(flps_client_wait(a->c, 0), FLPS_OK);
+    cr_assert_eq(flps_client_wait(b->c, 0), FLPS_OK);
+    flps_client_get_stats(a->c, &sa);
+    flps_client_get_stats(b->c, &sb);
+    cr_assert_eq(sa.bytes_sent, sb.bytes_sent);
+    cr_assert_eq(sa.pushes, sb.pushes);
+    rig_free(a);
+    rig_free(b);
+}
+
+Test(client_window, a_negative_window_sends_every_push_at_once)
+{
+    rig *g = window_rig(-1);
+
+    rig_start(g);
+    g->net.script = drop_pushes; /* nothing is answered */
+    push_all(g, G0, 0);
+    cr_assert_eq(count_sent(&g->net, 0, PROTO_OP_PUSH), 6);
+    cr_assert_eq(g->net.most_unanswered[0], 3);
+    rig_free(g);
+}
+
+/* A slow shard 0: its first push is answered only when sent again. */
+static int slow_first_push_to_shard_0(fake_net *n, const sent *s)
+{
+    if (s->msg.op != PROTO_OP_PUSH || s->peer != 0)
+        return 0;
+    return n->counter++ == 0;
+}
+
+Test(client_window, a_slow_shard_delays_its_held_pushes_and_nothing_else)
+{
+    rig *g = window_rig(1);
+
+    g->cfg.retry_ms = 40;
+    g->cfg.deadline_ms = 10000;
+    rig_start(g);
+    g->net.script = slow_first_push_to_shard_0;
+    flps_set_logger(keep_line, &(logbuf){""}); /* the resend's warning */
+    push_all(g, G0, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    flps_set_logger(NULL, NULL);
+    cr_assert_eq(count_sent(&g->net, 0, PROTO_OP_PUSH), 7,
+                 "six parts, the slow one twice");
+    cr_assert_leq(g->net.most_unanswered[0], 2,
+                  "the window's push and its resend, nothing held");
+    cr_assert_leq(g->net.most_unanswered[1], 1);
+    rig_free(g);
+}
+
+Test(client_window, a_dead_shard_times_out_and_its_held_pushes_are_never_sent)
+{
+    rig *g = window_rig(1);
+    logbuf lb = {""};
+
+    push_into_silence(g, &lb);
+    cr_assert_eq(find_sent(&g->net, 0, PROTO_OP_PUSH, 2), SIZE_MAX,
+                 "part 2 waited behind part 0 on shard 0");
+    assert_sticky(g, FLPS_ETIMEDOUT);
+    rig_free(g);
+}
+
+/* Another worker pushed shard 0's parts in another order: the update of
+ * part 0 comes only once part 2 is in too, and part 2 waits behind part 0
+ * in a window of one. */
+static int part_0_closes_with_part_2(fake_net *n, const sent *s)
+{
+    if (s->msg.op != PROTO_OP_PUSH)
+        return 0;
+    if (s->msg.part == 0) {
+        n->counter = (int)(s - n->log); /* answered later */
+        return 1;
+    }
+    if (s->msg.part == 2)
+        fake_shard_answer(n, &n->log[n->counter]);
+    return 0;
+}
+
+Test(client_window, a_window_waiting_on_itself_moves_after_a_stall)
+{
+    rig *g = window_rig(1);
+    double t0;
+
+    rig_start(g);
+    g->net.script = part_0_closes_with_part_2;
+    push_all(g, G0, 0);
+    t0 = flps_mono_s();
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    cr_assert_geq(flps_mono_s() - t0, CREQ_WINDOW_STALL_S * 0.9,
+                  "part 2 went when the window had not moved for a while");
+    cr_assert_eq(count_sent(&g->net, 0, PROTO_OP_PUSH), 6);
     rig_free(g);
 }

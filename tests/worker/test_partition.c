@@ -145,3 +145,108 @@ Test(partition, refuses_impossible_splits)
     cr_assert_eq(partition_iid(N, 0, 1, &p), FLPS_EINVAL);
     partition_fini(NULL);
 }
+
+/* How many classes client c holds. */
+static unsigned classes_of(const partition *p, const uint8_t *y, uint32_t c)
+{
+    uint8_t seen[CLASSES] = {0};
+    unsigned k = 0;
+
+    for (size_t i = p->off[c]; i < p->off[c + 1]; i++)
+        if (!seen[y[p->idx[i]]]++)
+            k++;
+    return k;
+}
+
+Test(partition, shards_give_every_client_its_shards_of_few_labels)
+{
+    uint8_t y[N];
+    partition p;
+    unsigned most = 0;
+
+    make_labels(y);
+    /* 100 clients of 2 shards: 200 shards of 30 samples, each within one
+     * label (600 per label is 20 shards), so a client holds 1 or 2
+     * labels. */
+    cr_assert_eq(partition_shards(y, N, CLASSES, 100, 2, 1, &p), FLPS_OK);
+    assert_covers_every_sample_once(&p, N);
+    for (uint32_t c = 0; c < 100; c++) {
+        unsigned k = classes_of(&p, y, c);
+
+        cr_assert_eq(partition_count(&p, c), 60, "client %u has %zu", c,
+                     partition_count(&p, c));
+        cr_assert(k >= 1 && k <= 2, "client %u sees %u labels", c, k);
+        most = k > most ? k : most;
+    }
+    cr_assert_eq(most, 2, "some client gets two labels");
+    cr_assert_gt(partition_skew(&p, y, CLASSES), 0.8);
+    partition_fini(&p);
+}
+
+Test(partition, shards_cut_an_uneven_count_as_evenly_as_it_goes)
+{
+    uint8_t y[N];
+    partition p;
+    size_t least = N, largest = 0;
+
+    make_labels(y);
+    /* 6000 samples over 7 * 3 = 21 shards: 285 or 286 each. */
+    cr_assert_eq(partition_shards(y, N, CLASSES, 7, 3, 4, &p), FLPS_OK);
+    assert_covers_every_sample_once(&p, N);
+    for (uint32_t c = 0; c < 7; c++) {
+        size_t n = partition_count(&p, c);
+        least = n < least ? n : least;
+        largest = n > largest ? n : largest;
+    }
+    cr_assert_geq(least, 3 * 285);
+    cr_assert_leq(largest, 3 * 286);
+    partition_fini(&p);
+}
+
+Test(partition, shards_are_the_same_for_a_seed_and_differ_for_another)
+{
+    uint8_t y[N];
+    partition a, b, c;
+
+    make_labels(y);
+    cr_assert_eq(partition_shards(y, N, CLASSES, 10, 2, 7, &a), FLPS_OK);
+    cr_assert_eq(partition_shards(y, N, CLASSES, 10, 2, 7, &b), FLPS_OK);
+    cr_assert_eq(partition_shards(y, N, CLASSES, 10, 2, 8, &c), FLPS_OK);
+    cr_assert_arr_eq(a.off, b.off, 11 * sizeof(size_t));
+    cr_assert_arr_eq(a.idx, b.idx, N * sizeof(uint32_t));
+    cr_assert(memcmp(a.idx, c.idx, N * sizeof(uint32_t)) != 0,
+              "another seed deals other shards");
+    partition_fini(&a);
+    partition_fini(&b);
+    partition_fini(&c);
+}
+
+Test(partition, shards_refuse_impossible_splits)
+{
+    uint8_t y[N];
+    partition p;
+
+    make_labels(y);
+    cr_assert_eq(partition_shards(y, N, CLASSES, 10, 0, 1, &p), FLPS_EINVAL);
+    cr_assert_eq(partition_shards(y, 10, CLASSES, 4, 3, 1, &p), FLPS_EINVAL,
+                 "more shards than samples");
+    cr_assert_eq(partition_shards(y, N, 5, 10, 2, 1, &p), FLPS_EINVAL,
+                 "labels beyond the classes");
+    cr_assert_eq(partition_shards(NULL, N, CLASSES, 10, 2, 1, &p), FLPS_EINVAL);
+}
+
+Test(partition, the_permutation_is_the_worker_splits_concatenated)
+{
+    uint32_t *perm = NULL, *slice = NULL;
+    size_t len = 0, at = 0;
+
+    cr_assert_eq(partition_permutation(1000, 42, &perm), FLPS_OK);
+    for (uint32_t r = 0; r < 3; r++) {
+        cr_assert_eq(dataset_split_iid(1000, 3, r, 42, &slice, &len), FLPS_OK);
+        cr_assert_arr_eq(perm + at, slice, len * sizeof(uint32_t));
+        at += len;
+        free(slice);
+    }
+    cr_assert_eq(at, 1000);
+    free(perm);
+}

@@ -136,15 +136,44 @@ environment, which takes it from the Secret.
 {{- end -}}
 {{- end -}}
 
-{{/* The environment every flps container gets. */}}
+{{/*
+How flsched and flagent get Redis's password: a file of the Secret, mounted
+readable by root and the pods' fsGroup only (never by the tasks flagent
+runs as uids of their own), named by FLPS_REDIS_PASSWORD_FILE. Only
+redis.passwordInUrl puts it into the environment, which the URL needs for
+$(FLPS_REDIS_PASSWORD); flagent wipes it from its environment at start.
+*/}}
 {{- define "flps.redisEnv" -}}
 {{- if include "flps.redisSecretName" . -}}
+{{- if .Values.redis.passwordInUrl -}}
 - name: FLPS_REDIS_PASSWORD
   valueFrom:
     secretKeyRef:
       name: {{ include "flps.redisSecretName" . }}
       key: {{ include "flps.redisSecretKey" . }}
+{{- else -}}
+- name: FLPS_REDIS_PASSWORD_FILE
+  value: /etc/flps/redis/password
 {{- end }}
+{{- end }}
+{{- end -}}
+{{- define "flps.redisPasswordMount" -}}
+{{- if and (include "flps.redisSecretName" .) (not .Values.redis.passwordInUrl) -}}
+- name: redis-password
+  mountPath: /etc/flps/redis
+  readOnly: true
+{{- end -}}
+{{- end -}}
+{{- define "flps.redisPasswordVolume" -}}
+{{- if and (include "flps.redisSecretName" .) (not .Values.redis.passwordInUrl) -}}
+- name: redis-password
+  secret:
+    secretName: {{ include "flps.redisSecretName" . }}
+    defaultMode: 0440
+    items:
+      - key: {{ include "flps.redisSecretKey" . }}
+        path: password
+{{- end -}}
 {{- end -}}
 
 {{/* rediss:// to an external Redis with its CA from redis.external.caSecret:
@@ -206,4 +235,19 @@ capabilities:
 {{- randAlphaNum 32 -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The claim the job pods' shards checkpoint on (launcher: kubernetes);
+     empty: none. */}}
+{{- define "flps.jobCheckpointClaim" -}}
+{{- $ck := .Values.kubernetes.checkpoints -}}
+{{- if $ck.enabled -}}
+{{- default (include "flps.component" (dict "root" . "name" "checkpoints")) $ck.existingClaim -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The prefix of the job objects' names: the release's, short enough for
+     the pods' host names (flsched --k8s-prefix takes 24). */}}
+{{- define "flps.jobPrefix" -}}
+{{- include "flps.fullname" . | trunc 24 | trimSuffix "-" -}}
 {{- end -}}
