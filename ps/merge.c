@@ -102,8 +102,10 @@ uint32_t ps_merge_sum(ps_merge *m, const proto_msg *src, uint32_t nsrc,
         leaves *= 2;
     for (uint32_t r = 0; r < leaves; r++) {
         if (r < nsrc) {
+            /* An empty source may have no array: NULL + 0 is undefined
+             * (found by fuzz_shard), so its cursor starts at its end. */
             m->cur[r] = src[r].idx;
-            m->end[r] = src[r].idx + src[r].n;
+            m->end[r] = src[r].n > 0 ? src[r].idx + src[r].n : src[r].idx;
             m->val[r] = src[r].val;
         } else {
             m->cur[r] = m->end[r] = NULL;

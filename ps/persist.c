@@ -26,6 +26,9 @@
 #define WAL_MAGIC_V3 0x33525746u /* "FWR3" */
 #define WAL_MAGIC_V2 0x32525746u /* "FWR2": the record carries a rank */
 #define CKPT_MAGIC "FLPSCKP2"
+/* Version 3 adds each part's server-optimizer state; written only where
+ * a part has some, so every other checkpoint stays version 2. */
+#define CKPT_MAGIC_V3 "FLPSCKP3"
 
 /* On-disk WAL record header; the payload (idx then val) follows, then the
  * checksum of header and payload. */
@@ -94,12 +97,18 @@ flps_err wal_open(const char *path, int *fd)
 
 static int wal_kind_is_known(uint8_t kind)
 {
-    return kind == WAL_ADD_SPARSE || kind == WAL_ADD_DENSE || kind == WAL_SET;
+    return kind >= WAL_ADD_SPARSE && kind <= WAL_OPT_DENSE;
+}
+
+/* Whether a record of kind carries indices before its values. */
+static int wal_kind_is_sparse(uint8_t kind)
+{
+    return kind == WAL_ADD_SPARSE || kind == WAL_OPT_SPARSE;
 }
 
 static size_t wal_payload_len(uint8_t kind, uint32_t n)
 {
-    return (size_t)n * (kind == WAL_ADD_SPARSE ? 8 : 4);
+    return (size_t)n * (wal_kind_is_sparse(kind) ? 8 : 4);
 }
 
 static uint32_t wal_checksum(uint32_t magic, const unsigned char *p, size_t len)
@@ -143,12 +152,16 @@ flps_err wal_append(int fd, const wal_record *r, int do_fsync)
     p = buf;
     memcpy(p, &h, sizeof(h));
     p += sizeof(h);
-    if (r->kind == WAL_ADD_SPARSE) {
-        memcpy(p, r->idx, (size_t)r->n * 4);
+    /* An empty sparse push (zero pairs) may carry no arrays at all, and
+     * memcpy from NULL is undefined even for zero bytes. */
+    if (r->n > 0) {
+        if (wal_kind_is_sparse(r->kind)) {
+            memcpy(p, r->idx, (size_t)r->n * 4);
+            p += (size_t)r->n * 4;
+        }
+        memcpy(p, r->val, (size_t)r->n * 4);
         p += (size_t)r->n * 4;
     }
-    memcpy(p, r->val, (size_t)r->n * 4);
-    p += (size_t)r->n * 4;
     crc = crc32c_update(0, buf, sizeof(h) + plen);
     memcpy(p, &crc, 4);
     /* The log is only ever appended to by this thread, so its end is
@@ -372,7 +385,7 @@ flps_err wal_restore(const char *path, unsigned flags, wal_replay_fn fn,
         r.version = h.version;
         r.n = h.n;
         r.rank = h.rank;
-        if (h.kind == WAL_ADD_SPARSE) {
+        if (wal_kind_is_sparse(h.kind)) {
             r.idx = (const uint32_t *)(data + p + sizeof(h));
             r.val = (const float *)(data + p + sizeof(h) + (size_t)h.n * 4);
         } else {
@@ -428,10 +441,12 @@ flps_err wal_replay(const char *path, wal_replay_fn fn, void *arg,
 }
 
 /* ---- checkpoints ----
- * Layout: "FLPSCKP1", u32 metalen, meta, u32 nparts, then per part
+ * Layout: "FLPSCKP2", u32 metalen, meta, u32 nparts, then per part
  * u32 id, u32 numel, u64 version, u64 iter, f32[numel], u32 nranks,
  * u64[nranks] (async: each rank's next iteration); finally the CRC-32
- * of everything before it. */
+ * of everything before it. "FLPSCKP3" is the same with u32 nstate,
+ * f32[nstate * numel] (the server optimizer's state) after each part's
+ * u64[nranks]. */
 
 static flps_err fsync_dir_of(const char *path)
 {
@@ -473,6 +488,7 @@ flps_err ckpt_write(const char *path, const void *meta, size_t metalen,
     char tmp[4200];
     crc_writer w;
     uint32_t u32, crc;
+    int v3 = 0;
 
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -482,7 +498,9 @@ flps_err ckpt_write(const char *path, const void *meta, size_t metalen,
     }
     w.crc = crc32(0L, Z_NULL, 0);
     w.rc = FLPS_OK;
-    cw_put(&w, CKPT_MAGIC, 8);
+    for (uint32_t i = 0; i < nparts; i++)
+        v3 |= parts[i].nstate > 0;
+    cw_put(&w, v3 ? CKPT_MAGIC_V3 : CKPT_MAGIC, 8);
     u32 = (uint32_t)metalen;
     cw_put(&w, &u32, 4);
     cw_put(&w, meta, metalen);
@@ -495,6 +513,11 @@ flps_err ckpt_write(const char *path, const void *meta, size_t metalen,
         cw_put(&w, parts[i].values, (size_t)parts[i].numel * 4);
         cw_put(&w, &parts[i].nranks, 4);
         cw_put(&w, parts[i].rank_iters, (size_t)parts[i].nranks * 8);
+        if (v3) {
+            cw_put(&w, &parts[i].nstate, 4);
+            cw_put(&w, parts[i].state,
+                   (size_t)parts[i].nstate * parts[i].numel * 4);
+        }
     }
     crc = (uint32_t)w.crc;
     if (w.rc == FLPS_OK)
@@ -516,19 +539,48 @@ flps_err ckpt_write(const char *path, const void *meta, size_t metalen,
     return fsync_dir_of(path);
 }
 
+/* A version 3 part's state at *off into p (nstate, state: a copy the
+ * caller frees; NULL with nstate > 0 when out of memory). FLPS_EPROTO when
+ * the sizes run past the file. */
+static flps_err ckpt_read_state(const unsigned char *data, size_t len,
+                                size_t *off, ckpt_part *p)
+{
+    size_t bytes;
+
+    if (4 > len - 4 - *off)
+        return FLPS_EPROTO;
+    memcpy(&p->nstate, data + *off, 4);
+    *off += 4;
+    if (p->nstate > 2)
+        return FLPS_EPROTO;
+    bytes = (size_t)p->nstate * p->numel * 4;
+    if (bytes > len - 4 - *off)
+        return FLPS_EPROTO;
+    if (bytes > 0) {
+        float *st = flps_malloc(bytes);
+        if (st != NULL)
+            memcpy(st, data + *off, bytes);
+        p->state = st;
+    }
+    *off += bytes;
+    return FLPS_OK;
+}
+
 flps_err ckpt_read(const char *path, void **meta, size_t *metalen,
                    ckpt_part_fn fn, void *arg, int *missing)
 {
     unsigned char *data = NULL;
     size_t len = 0, off;
     uint32_t mlen, nparts, crc;
+    int v3;
     void *m = NULL;
     flps_err rc = read_file(path, &data, &len, missing);
 
     if (rc != FLPS_OK)
         return rc;
     rc = FLPS_EPROTO;
-    if (len < 8 + 4 + 4 + 4 || memcmp(data, CKPT_MAGIC, 8) != 0) {
+    v3 = len >= 8 && memcmp(data, CKPT_MAGIC_V3, 8) == 0;
+    if (len < 8 + 4 + 4 + 4 || (!v3 && memcmp(data, CKPT_MAGIC, 8) != 0)) {
         log_error("checkpoint %s: not an flps checkpoint (bad magic)", path);
         goto out;
     }
@@ -593,9 +645,17 @@ flps_err ckpt_read(const char *path, void **meta, size_t *metalen,
             p.rank_iters = ri;
         }
         off += (size_t)p.nranks * 8;
-        rc = fn(arg, &p);
+        p.nstate = 0;
+        p.state = NULL;
+        if (v3 && ckpt_read_state(data, len, &off, &p) != FLPS_OK) {
+            flps_free(vals);
+            flps_free((void *)p.rank_iters);
+            goto bad_size;
+        }
+        rc = p.state == NULL && p.nstate > 0 ? FLPS_ENOMEM : fn(arg, &p);
         flps_free(vals);
         flps_free((void *)p.rank_iters);
+        flps_free((void *)p.state);
         if (rc != FLPS_OK)
             goto out;
         rc = FLPS_EPROTO;

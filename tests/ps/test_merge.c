@@ -155,6 +155,32 @@ Test(ps_merge, merges_empty_contributions_to_nothing)
     ps_merge_destroy(m);
 }
 
+/* Empty contributions carry no arrays (NULL, as a decoded push with no
+ * pairs has): beside full ones they add nothing (fuzz_shard found the
+ * NULL + 0 this once computed, undefined behaviour under clang's UBSan). */
+Test(ps_merge, skips_empty_contributions_without_arrays_beside_full_ones)
+{
+    proto_msg src[3];
+    uint32_t a_idx[2] = {1, 4}, c_idx[1] = {4}, idx[3];
+    float a_val[2] = {1.0f, 2.0f}, c_val[1] = {0.5f}, sum[3];
+    ps_merge *m = NULL;
+
+    memset(src, 0, sizeof(src));
+    src[0].n = 2;
+    src[0].idx = a_idx;
+    src[0].val = a_val;
+    src[2].n = 1;
+    src[2].idx = c_idx;
+    src[2].val = c_val;
+    cr_assert_eq(ps_merge_create(3, &m), FLPS_OK);
+    cr_assert_eq(ps_merge_sum(m, src, 3, idx, sum), 2);
+    cr_assert_eq(idx[0], 1);
+    cr_assert_float_eq(sum[0], 1.0f, 0);
+    cr_assert_eq(idx[1], 4);
+    cr_assert_float_eq(sum[1], 2.5f, 0);
+    ps_merge_destroy(m);
+}
+
 Test(ps_merge, refuses_impossible_sizes_and_survives_allocation_failure)
 {
     ps_merge *m = NULL;
