@@ -211,14 +211,24 @@ typedef struct flps_client_config {
                         16384 values sent, their update not yet back;
                         the next ones wait in order, sent from within
                         this client's later calls): 0 (the default)
-                        takes $FLPS_PUSH_WINDOW, else no bound; a
-                        negative value: no bound, every piece sent at
-                        once. flworker keeps the default; 1 suits
-                        links of 100 Mbit/s or less. A program that drives
+                        takes $FLPS_PUSH_WINDOW (a number or "auto"),
+                        else no bound; a negative value: no bound,
+                        every piece sent at once;
+                        FLPS_PUSH_WINDOW_AUTO: sized to the link by
+                        flps_client_init (flworker and flps.torch use
+                        it for dense jobs). A program that drives
                         several clients from one thread and waits for
                         them in turn keeps no bound: a held push moves
                         only while its own client is called */
 } flps_client_config;
+
+/* push_window: size each shard's window to the link. flps_client_init
+ * measures the rate of a few whole-model pulls once (as
+ * flps_client_measure_network does; all workers at once, so it is what
+ * the layout gives each) and keeps about 2 ms of it in flight per shard,
+ * at least one piece; no bound where that covers every piece of a shard
+ * (fast links, where the CPU and not the queue limits). */
+#define FLPS_PUSH_WINDOW_AUTO 2147483647
 
 typedef struct flps_client_stats {
     uint64_t bytes_sent;     /* put on the wire, message headers and

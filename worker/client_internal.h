@@ -264,6 +264,8 @@ struct flps_client {
      * will take on the wire (counted in bytes_sent from the push on, so
      * a push's bytes are its own whenever they go). */
     uint32_t win_limit;
+    int win_auto; /* FLPS_PUSH_WINDOW_AUTO: flps_client_init sizes
+                     win_limit to the link (client_wait.c) */
     cwindow *win;
     uint64_t held_wire;
     /* client_recv.c, from the REGISTER_OK replies. */

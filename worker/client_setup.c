@@ -292,28 +292,33 @@ static flps_err setup_parts(flps_client *c)
 /* The window of dense pushes in flight per shard without a setting: none
  * (client_req.h). A held push moves only while its client is called, so
  * a program that drives several clients from one thread, waiting for
- * each in turn, would wait for ever on the others' held pushes; and one
- * piece in flight is slower at 1 Gbit/s (docs/benchmarks.md). */
+ * each in turn, would wait for ever on the others' held pushes; flworker
+ * and flps.torch, one client per process, ask for FLPS_PUSH_WINDOW_AUTO
+ * on dense jobs. */
 #define PUSH_WINDOW_DEFAULT 0u
 
 /* cfg's push_window as a window limit (0: no bound): the setting, else
- * $FLPS_PUSH_WINDOW, else the default. A value that is no integer is
- * logged and the default taken. */
-static uint32_t push_window_of(const flps_client_config *cfg)
+ * $FLPS_PUSH_WINDOW ("auto" or an integer), else the default. A value
+ * that is neither is logged and the default taken. Sets c->win_auto for
+ * FLPS_PUSH_WINDOW_AUTO: no bound until flps_client_init sizes it. */
+static uint32_t push_window_of(flps_client *c, const flps_client_config *cfg)
 {
     const char *env = getenv("FLPS_PUSH_WINDOW");
     char why[160];
     int w = cfg->push_window;
 
-    if (w == 0 && env != NULL && env[0] != '\0' &&
-        flps_parse_int("FLPS_PUSH_WINDOW", env, INT32_MIN, INT32_MAX, &w, why,
-                       sizeof(why)) != FLPS_OK) {
-        log_warn("%s; taking the default (no window)", why);
+    if (w == 0 && env != NULL && strcmp(env, "auto") == 0)
+        w = FLPS_PUSH_WINDOW_AUTO;
+    else if (w == 0 && env != NULL && env[0] != '\0' &&
+             flps_parse_int("FLPS_PUSH_WINDOW", env, INT32_MIN, INT32_MAX, &w,
+                            why, sizeof(why)) != FLPS_OK) {
+        log_warn("%s (or \"auto\"); taking the default (no window)", why);
         w = 0;
     }
+    c->win_auto = w == FLPS_PUSH_WINDOW_AUTO;
     if (w == 0)
         return PUSH_WINDOW_DEFAULT;
-    return w < 0 ? 0 : (uint32_t)w;
+    return w < 0 || c->win_auto ? 0 : (uint32_t)w;
 }
 
 flps_err client_setup_layout(flps_client *c, const flps_client_config *cfg)
@@ -330,7 +335,7 @@ flps_err client_setup_layout(flps_client *c, const flps_client_config *cfg)
     if (c->parts == NULL || c->shard_req == NULL || c->sel_lo == NULL ||
         c->sel_hi == NULL || c->sel_pis == NULL)
         return FLPS_ENOMEM;
-    rc = creq_window_init(c, push_window_of(cfg));
+    rc = creq_window_init(c, push_window_of(c, cfg));
     if (rc != FLPS_OK)
         return rc;
     rc = measure_push_header(c);

@@ -12,7 +12,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/alloc.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "worker/client_energy.h"
 #include "worker/client_metrics.h"
 #include "worker/client_recv.h"
@@ -50,8 +52,57 @@ flps_err flps_client_pull(flps_client *c)
     return send_pulls(c);
 }
 
+/* What FLPS_PUSH_WINDOW_AUTO keeps in flight per shard: this long at the
+ * rate measured, in whole pieces (at least one). A shard's S - 1
+ * connections from other hosts share one link each way, and every worker
+ * measures at once, so the rate is about what the layout gives each host.
+ * Chosen on bench/cluster's emulated links (docs/benchmarks.md, "Flow
+ * control of dense pushes"): one piece at 100 Mbit/s, where two
+ * overflowed the 20 ms queue; four or more at 1 Gbit/s, where one left
+ * the link idle between a piece and its update. */
+#define WINDOW_LINK_S 0.002
+
+/* Size the window of dense pushes to the link (c->win_auto): measure it
+ * with a few pulls (nothing else is outstanding after init), keep
+ * WINDOW_LINK_S of it in flight per shard, at least one piece, and no
+ * bound where that covers every piece a shard has. */
+static flps_err size_window_to_link(flps_client *c)
+{
+    uint32_t piece = 1, most = 0, *count;
+    double alpha, beta, fit;
+    flps_err rc;
+
+    count = flps_calloc(c->nshards, sizeof(*count));
+    if (count == NULL)
+        return client_set_error(c, FLPS_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < c->pm.nparts; i++) {
+        if (c->parts[i].numel > piece)
+            piece = c->parts[i].numel;
+        if (++count[c->parts[i].shard] > most)
+            most = count[c->parts[i].shard];
+    }
+    flps_free(count);
+    rc = flps_client_measure_network(c, &alpha, &beta);
+    if (rc != FLPS_OK)
+        return rc;
+    fit = WINDOW_LINK_S / beta / (4.0 * piece);
+    c->win_limit = fit < 1 ? 1 : fit >= most ? 0 : (uint32_t)fit;
+    if (c->win_limit == 0)
+        log_info("push window: no bound (the link measured %.1f MB/s: "
+                 "%.0f ms of it holds all %u pieces of a shard)",
+                 1e-6 / beta, WINDOW_LINK_S * 1e3, most);
+    else
+        log_info("push window: %u piece%s of %u values per shard (the "
+                 "link measured %.1f MB/s; %.0f ms of it in flight)",
+                 c->win_limit, c->win_limit == 1 ? "" : "s", piece, 1e-6 / beta,
+                 WINDOW_LINK_S * 1e3);
+    return FLPS_OK;
+}
+
 flps_err flps_client_init(flps_client *c)
 {
+    flps_err rc;
+
     if (c->err != FLPS_OK)
         return c->err;
     if (c->rank == 0) {
@@ -59,7 +110,6 @@ flps_err flps_client_init(flps_client *c)
             cpart *p = &c->parts[i];
             proto_buf *b = proto_buf_create((size_t)p->numel * 4);
             proto_msg m;
-            flps_err rc;
             if (b == NULL)
                 return client_set_error(c, FLPS_ENOMEM, "out of memory");
             memcpy(proto_buf_data(b), c->tensors[p->tensor].data + p->offset,
@@ -78,7 +128,10 @@ flps_err flps_client_init(flps_client *c)
         if (client_recv_drain(c) != FLPS_OK)
             return c->err;
     }
-    return send_pulls(c);
+    rc = send_pulls(c);
+    if (rc == FLPS_OK && c->win_auto)
+        rc = size_window_to_link(c);
+    return rc;
 }
 
 flps_err flps_client_checkpoint(flps_client *c)

@@ -488,11 +488,16 @@ static void client_config(const flw *w, const transport_select *tsel,
     cc->gpu_clock = spec->gpu_clock;
     cc->gpu_clock_slowdown = spec->gpu_clock_slowdown;
     cc->gpu_clock_record = w->clock_record;
-    /* push_window stays 0: the library's default (no bound) unless
-     * $FLPS_PUSH_WINDOW says otherwise. A window of one piece per shard
-     * cut dense iterations 1.77x -> 1.15x DDP's at 100 Mbit/s but made
-     * them 1.40x at 1 Gbit/s (docs/benchmarks.md, "Flow control of dense
-     * pushes"); the window sized to the link is not built. */
+    /* Dense pushes (dense jobs, and auto's dense layers) go through a
+     * window sized to the link at init: without one, at 100 Mbit/s with a
+     * shard beside each worker, the S - 1 connections into each host
+     * overflowed its queue (docs/benchmarks.md, "Flow control of dense
+     * pushes"). $FLPS_PUSH_WINDOW still overrides it. */
+    if (w->spec.compression == CODEC_DENSE || w->is_auto) {
+        const char *env = getenv("FLPS_PUSH_WINDOW");
+        if (env == NULL || env[0] == '\0')
+            cc->push_window = FLPS_PUSH_WINDOW_AUTO;
+    }
     if (w->is_fedavg) {
         /* One synchronous iteration per round, pushing pre-scaled deltas
          * (worker/fedavg.h): lr 1 makes the shards apply the weighted mean;

@@ -86,8 +86,8 @@ class FlpsClientConfig(ctypes.Structure):
 
 class FlpsClientConfigFull(ctypes.Structure):
     """flps_client_config of flps.h whole: the 0.3 fields, then what 0.4
-    appended (the transport, the warm-up, the GPU clock and energy) and
-    server_optimizer after it, for
+    appended (the transport, the warm-up, the GPU clock and energy),
+    server_optimizer and push_window after it, for
     flps_client_config_init_size and flps_client_create_config (which read
     the fields the struct's size holds)."""
 
@@ -101,7 +101,11 @@ class FlpsClientConfigFull(ctypes.Structure):
         ("gpu_clock_record", ctypes.c_char_p),
         ("gpus", ctypes.c_char_p),
         ("server_optimizer", ctypes.c_char_p),
+        ("push_window", ctypes.c_int),
     ]
+
+#: flps_client_config's push_window: sized to the link at init (flps.h).
+PUSH_WINDOW_AUTO = 2147483647
 
 
 class FlpsSapsConfig(ctypes.Structure):

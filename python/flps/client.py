@@ -286,7 +286,7 @@ class Client:
                  lr_cosine=None, iterations=None, retry_ms=0, deadline_ms=0,
                  weighted=None, density_warmup=None,
                  density_warmup_start=None, server_optimizer=None,
-                 settings=None):
+                 push_window=None, settings=None):
         lib = _native.lib()
         self._lib = lib
         self._handle = None
@@ -334,6 +334,7 @@ class Client:
             arg="lr_cosine", shown=lr_cosine) == "cosine"
         server_optimizer = js.resolve("server_optimizer", server_optimizer,
                                       "sgd")
+        window = _push_window_value(push_window)
         if not isinstance(server_optimizer, str):
             raise InvalidArgumentError(
                 "server_optimizer must be \"sgd\", \"momentum:B\" or \"adam\" "
@@ -430,10 +431,10 @@ class Client:
         self.server_optimizer = server_optimizer
         out = ctypes.c_void_p()
         _native.take_logged_error()
-        if server_optimizer != "sgd":
+        if server_optimizer != "sgd" or window != 0:
             rc = self._create_config(lib, cfg, density_warmup,
                                      density_warmup_start,
-                                     server_optimizer.encode(), out)
+                                     server_optimizer.encode(), out, window)
         elif density_warmup > 0:
             # NULL transport: $FLPS_TRANSPORT or zmq, as flps_client_create.
             rc = lib.flps_client_create_warmup(
@@ -463,13 +464,15 @@ class Client:
         _clients.add(self)
 
     @staticmethod
-    def _create_config(lib, cfg, warmup, warmup_start, sopt_b, out):
+    def _create_config(lib, cfg, warmup, warmup_start, sopt_b, out,
+                       window=0):
         """flps_client_create_config with cfg's 0.3 fields and the later
         settings; InvalidArgumentError where the library predates them."""
         if not (_native.has("flps_client_create_config") and
                 _native.has("flps_client_config_init_size")):
             raise InvalidArgumentError(
-                "a server optimizer needs libflps 0.4 or later with "
+                "a server optimizer or a push window needs libflps 0.4 "
+                "or later with "
                 "flps_client_create_config; %s has none"
                 % _native.library_path())
         whole = _native.FlpsClientConfigFull()
@@ -482,6 +485,7 @@ class Client:
         whole.density_warmup = warmup
         whole.density_warmup_start = warmup_start
         whole.server_optimizer = sopt_b
+        whole.push_window = window
         return lib.flps_client_create_config(ctypes.byref(whole),
                                              ctypes.byref(out))
 
@@ -773,12 +777,27 @@ class Client:
             "closed" if self.closed else "open")
 
 
+def _push_window_value(window):
+    """push_window= as flps_client_config's int (0: the library's choice);
+    InvalidArgumentError for anything but None, "auto" or an int."""
+    if window is None:
+        return 0
+    if window == "auto":
+        return _native.PUSH_WINDOW_AUTO
+    if (isinstance(window, bool) or not isinstance(window, int)
+            or not -2**31 <= window < _native.PUSH_WINDOW_AUTO):
+        raise InvalidArgumentError(
+            "push_window must be None, \"auto\" or a whole number of "
+            "pieces (negative: no bound) (got %r)" % (window,))
+    return window
+
+
 def connect(job=None, rank=None, workers=None, servers=None, layout=None,
             *, lr=None, compression=None, momentum=None, part_size=None,
             asynchronous=None, staleness=None, lr_cosine=None,
             iterations=None, retry_ms=0, deadline_ms=0, weighted=None,
             density_warmup=None, density_warmup_start=None,
-            server_optimizer=None, settings=None):
+            server_optimizer=None, push_window=None, settings=None):
     """Join job `job` as worker `rank` of `workers` and register `layout`.
 
     job, rank, workers, servers: where this worker belongs; each one left
@@ -820,6 +839,13 @@ def connect(job=None, rank=None, workers=None, servers=None, layout=None,
         v: FedAvgM) or "adam" (lr times Adam's step on U: FedAdam);
         synchronous or weighted jobs, not gtopk (flps.fl passes the job
         file's).
+    push_window: dense pushes in flight to each shard (flps_client_config's
+        push_window): None (the default: $FLPS_PUSH_WINDOW, else no
+        bound), a positive number of pieces, a negative number (no bound)
+        or "auto" (sized to the link measured by init();
+        DistributedOptimizer passes it for dense and auto jobs).  Keep
+        None where one thread drives several clients: a held push moves
+        only while its own client is called.
     settings: the job file's settings to follow (flps.jobenv.JobSettings;
         default: the launcher's FLPS_* variables).
 
@@ -844,7 +870,8 @@ def connect(job=None, rank=None, workers=None, servers=None, layout=None,
                   deadline_ms=deadline_ms, weighted=weighted,
                   density_warmup=density_warmup,
                   density_warmup_start=density_warmup_start,
-                  server_optimizer=server_optimizer, settings=settings)
+                  server_optimizer=server_optimizer,
+                  push_window=push_window, settings=settings)
 
 
 def version():

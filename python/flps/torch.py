@@ -124,6 +124,17 @@ SPARSE_CODECS = ("topk", "gtopk", "dgc", "auto")
 CORRECTIONS = ("auto", "update", "none")
 
 
+def _push_window_for(compression):
+    """Dense pushes through a window sized to the link (as flworker's):
+    "auto" for dense and auto jobs unless $FLPS_PUSH_WINDOW says
+    otherwise, else the library's choice (None)."""
+    if os.environ.get("FLPS_PUSH_WINDOW"):
+        return None
+    if (compression or "dense") in ("dense", "auto"):
+        return "auto"
+    return None
+
+
 def _is_sparse(compression):
     return (compression or "dense").partition(":")[0] in SPARSE_CODECS
 
@@ -709,6 +720,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 lr_cosine=job["cosine"] and mode == "server",
                 retry_ms=retry_ms, deadline_ms=deadline_ms,
                 density_warmup=warmup, density_warmup_start=warmup_start,
+                push_window=_push_window_for(compression),
                 settings=_jobenv.JobSettings.none())
         except InvalidArgumentError as e:
             if warmup == 0 or not job["warmup_env"]:

@@ -156,6 +156,36 @@ def test_a_read_only_layout_buffer_is_refused():
         flps.connect("j", 0, 1, ["tcp://127.0.0.1:1"], {"x": buf}, lr=1.0)
 
 
+def test_an_automatic_push_window_is_sized_at_init_and_changes_no_value(
+        shards, caplog):
+    s = shards("pw", 2)
+    w = np.arange(10, dtype=np.float32)
+    w0 = w.copy()
+    with caplog.at_level("INFO", logger="flps"):
+        with flps.connect("pw", 0, 1, [x.endpoint for x in s], {"w": w},
+                          lr=LR, part_size=4, deadline_ms=20000,
+                          push_window="auto") as c:
+            c.init()
+            for it in range(3):
+                g = np.linspace(-1, 1, 10, dtype=np.float32) * (it + 1)
+                c.push("w", g, it)
+                c.wait(it)
+                w0 = w0 - np.float32(LR) * g
+                np.testing.assert_array_equal(w, w0)
+    said = [r.getMessage() for r in caplog.records if r.name == "flps"]
+    # Loopback holds every piece of a shard in 2 ms: no bound, and why.
+    assert any(m.startswith("push window: no bound (the link measured")
+               for m in said), said
+
+
+@pytest.mark.parametrize("window", ["big", 1.5, True, 2**31 - 1])
+def test_a_push_window_that_is_no_count_is_refused(window):
+    buf = np.zeros(4, dtype=np.float32)
+    with pytest.raises(flps.InvalidArgumentError, match="push_window must"):
+        flps.connect("j", 0, 1, ["tcp://127.0.0.1:1"], {"x": buf}, lr=1.0,
+                     push_window=window)
+
+
 def test_settings_out_of_range_are_refused_with_what_they_must_be():
     buf = np.zeros(4, dtype=np.float32)
     with pytest.raises(flps.InvalidArgumentError, match="rank < workers"):

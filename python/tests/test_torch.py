@@ -507,6 +507,24 @@ def test_one_worker_in_process_equals_plain_sgd_with_a_scheduler(shards):
         opt.close()
 
 
+@pytest.mark.parametrize("compression,sized", [("dense", True),
+                                               ("topk:0.1", False)])
+def test_a_dense_optimizer_sizes_its_push_window_to_the_link(
+        shards, caplog, monkeypatch, compression, sized):
+    monkeypatch.delenv("FLPS_PUSH_WINDOW", raising=False)
+    s = shards("pwin")[0]
+    cfg = ft.Config("pwin", 0, 1, (s.endpoint,))
+    model = tc.make_model(7)
+    with caplog.at_level("INFO", logger="flps"):
+        opt = ft.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            model.named_parameters(), config=cfg, compression=compression,
+            deadline_ms=20000)
+        opt.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "flps"]
+    assert any(m.startswith("push window:") for m in said) == sized, said
+
+
 def _emulated_post_accumulate_hook(monkeypatch):
     """Give torch < 2.1 a register_post_accumulate_grad_hook for the test:
     a post-hook on the parameter's AccumulateGrad node runs right after

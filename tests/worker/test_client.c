@@ -2235,6 +2235,70 @@ Test(client_window, a_negative_window_sends_every_push_at_once)
     rig_free(g);
 }
 
+/* Pulls that take 2 ms each: the link init measures for an automatic
+ * window moves about 10 kB/s (the rig's model is 120 bytes in 6 parts),
+ * so WINDOW_LINK_S of it is under one piece. */
+static int slow_pulls(fake_net *n, const sent *s)
+{
+    struct timespec ts = {0, 2000000};
+
+    (void)n;
+    if (s->msg.op == PROTO_OP_PULL)
+        nanosleep(&ts, NULL);
+    return 0;
+}
+
+Test(client_window, auto_sizes_the_window_to_a_slow_link_at_init)
+{
+    rig *g = window_rig(FLPS_PUSH_WINDOW_AUTO);
+    size_t mark;
+
+    cr_assert_eq(rig_create(g), FLPS_OK);
+    g->net.script = slow_pulls;
+    cr_assert_eq(flps_client_init(g->c), FLPS_OK);
+    g->net.script = NULL;
+    cr_assert_gt(count_sent(&g->net, 0, PROTO_OP_PULL), 6,
+                 "init measured the link with pulls beyond the first");
+    mark = g->net.nlog;
+    push_all(g, G0, 0);
+    cr_assert_eq(count_sent(&g->net, mark, PROTO_OP_PUSH), 2,
+                 "one piece per shard in flight on a slow link");
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    cr_assert_eq(count_sent(&g->net, mark, PROTO_OP_PUSH), 6);
+    for (uint32_t sh = 0; sh < NSHARDS; sh++)
+        cr_assert_leq(g->net.most_unanswered[sh], 1);
+    rig_free(g);
+}
+
+Test(client_window, auto_is_no_bound_on_a_link_that_holds_every_piece)
+{
+    rig *g = window_rig(FLPS_PUSH_WINDOW_AUTO);
+
+    rig_start(g); /* the fake answers at once: a fast link */
+    g->net.script = drop_pushes;
+    push_all(g, G0, 0);
+    cr_assert_eq(count_sent(&g->net, 0, PROTO_OP_PUSH), 6,
+                 "every piece sent at once");
+    rig_free(g);
+}
+
+Test(client_window, flps_push_window_auto_in_the_environment_sizes_it_too)
+{
+    rig *g = window_rig(0);
+    size_t mark;
+
+    cr_assert_eq(setenv("FLPS_PUSH_WINDOW", "auto", 1), 0);
+    cr_assert_eq(rig_create(g), FLPS_OK);
+    g->net.script = slow_pulls;
+    cr_assert_eq(flps_client_init(g->c), FLPS_OK);
+    g->net.script = drop_pushes;
+    mark = g->net.nlog;
+    push_all(g, G0, 0);
+    cr_assert_eq(count_sent(&g->net, mark, PROTO_OP_PUSH), 2);
+    rig_free(g);
+    unsetenv("FLPS_PUSH_WINDOW");
+}
+
 /* A slow shard 0: its first push is answered only when sent again. */
 static int slow_first_push_to_shard_0(fake_net *n, const sent *s)
 {
