@@ -227,7 +227,8 @@ typedef struct flps_client_config {
  * flps_client_measure_network does; all workers at once, so it is what
  * the layout gives each) and keeps about 2 ms of it in flight per shard,
  * at least one piece; no bound where that covers every piece of a shard
- * (fast links, where the CPU and not the queue limits). */
+ * (fast links, where the CPU and not the queue limits). A non-empty
+ * $FLPS_PUSH_WINDOW overrides it, as it does 0. */
 #define FLPS_PUSH_WINDOW_AUTO 2147483647
 
 typedef struct flps_client_stats {

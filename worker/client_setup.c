@@ -297,8 +297,9 @@ static flps_err setup_parts(flps_client *c)
  * on dense jobs. */
 #define PUSH_WINDOW_DEFAULT 0u
 
-/* cfg's push_window as a window limit (0: no bound): the setting, else
- * $FLPS_PUSH_WINDOW ("auto" or an integer), else the default. A value
+/* cfg's push_window as a window limit (0: no bound): $FLPS_PUSH_WINDOW
+ * ("auto" or an integer) where cfg leaves it to the library (0) or asks
+ * for FLPS_PUSH_WINDOW_AUTO, else cfg's number, else the default. A value
  * that is neither is logged and the default taken. Sets c->win_auto for
  * FLPS_PUSH_WINDOW_AUTO: no bound until flps_client_init sizes it. */
 static uint32_t push_window_of(flps_client *c, const flps_client_config *cfg)
@@ -307,13 +308,15 @@ static uint32_t push_window_of(flps_client *c, const flps_client_config *cfg)
     char why[160];
     int w = cfg->push_window;
 
-    if (w == 0 && env != NULL && strcmp(env, "auto") == 0)
-        w = FLPS_PUSH_WINDOW_AUTO;
-    else if (w == 0 && env != NULL && env[0] != '\0' &&
-             flps_parse_int("FLPS_PUSH_WINDOW", env, INT32_MIN, INT32_MAX, &w,
-                            why, sizeof(why)) != FLPS_OK) {
-        log_warn("%s (or \"auto\"); taking the default (no window)", why);
-        w = 0;
+    if ((w == 0 || w == FLPS_PUSH_WINDOW_AUTO) && env != NULL &&
+        env[0] != '\0') {
+        if (strcmp(env, "auto") == 0)
+            w = FLPS_PUSH_WINDOW_AUTO;
+        else if (flps_parse_int("FLPS_PUSH_WINDOW", env, INT32_MIN, INT32_MAX,
+                                &w, why, sizeof(why)) != FLPS_OK) {
+            log_warn("%s (or \"auto\"); taking the default (no window)", why);
+            w = 0;
+        }
     }
     c->win_auto = w == FLPS_PUSH_WINDOW_AUTO;
     if (w == 0)

@@ -492,12 +492,9 @@ static void client_config(const flw *w, const transport_select *tsel,
      * window sized to the link at init: without one, at 100 Mbit/s with a
      * shard beside each worker, the S - 1 connections into each host
      * overflowed its queue (docs/benchmarks.md, "Flow control of dense
-     * pushes"). $FLPS_PUSH_WINDOW still overrides it. */
-    if (w->spec.compression == CODEC_DENSE || w->is_auto) {
-        const char *env = getenv("FLPS_PUSH_WINDOW");
-        if (env == NULL || env[0] == '\0')
-            cc->push_window = FLPS_PUSH_WINDOW_AUTO;
-    }
+     * pushes"). $FLPS_PUSH_WINDOW still overrides it (the library). */
+    if (w->spec.compression == CODEC_DENSE || w->is_auto)
+        cc->push_window = FLPS_PUSH_WINDOW_AUTO;
     if (w->is_fedavg) {
         /* One synchronous iteration per round, pushing pre-scaled deltas
          * (worker/fedavg.h): lr 1 makes the shards apply the weighted mean;

@@ -126,10 +126,8 @@ CORRECTIONS = ("auto", "update", "none")
 
 def _push_window_for(compression):
     """Dense pushes through a window sized to the link (as flworker's):
-    "auto" for dense and auto jobs unless $FLPS_PUSH_WINDOW says
-    otherwise, else the library's choice (None)."""
-    if os.environ.get("FLPS_PUSH_WINDOW"):
-        return None
+    "auto" for dense and auto jobs ($FLPS_PUSH_WINDOW, which libflps
+    reads, still overrides it), else the library's choice (None)."""
     if (compression or "dense") in ("dense", "auto"):
         return "auto"
     return None

@@ -2299,6 +2299,22 @@ Test(client_window, flps_push_window_auto_in_the_environment_sizes_it_too)
     unsetenv("FLPS_PUSH_WINDOW");
 }
 
+Test(client_window, flps_push_window_in_the_environment_overrides_auto)
+{
+    rig *g = window_rig(FLPS_PUSH_WINDOW_AUTO);
+
+    cr_assert_eq(setenv("FLPS_PUSH_WINDOW", "-1", 1), 0);
+    rig_start(g);
+    cr_assert_eq(count_sent(&g->net, 0, PROTO_OP_PULL), 6,
+                 "no measuring pulls: init's own, one per part");
+    g->net.script = drop_pushes;
+    push_all(g, G0, 0);
+    cr_assert_eq(count_sent(&g->net, 0, PROTO_OP_PUSH), 6,
+                 "every piece sent at once, as the variable says");
+    rig_free(g);
+    unsetenv("FLPS_PUSH_WINDOW");
+}
+
 /* A slow shard 0: its first push is answered only when sent again. */
 static int slow_first_push_to_shard_0(fake_net *n, const sent *s)
 {
