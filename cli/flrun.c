@@ -294,8 +294,10 @@ static int make_credentials(run *r, const char *logdir)
 {
     char path[PATH_MAX + 32], why[512];
     flps_creds c;
-    /* CURVE where it can run: over ZeroMQ, with a libzmq that has it. */
-    int curve = strcmp(r->transport, "zmq") == 0 && creds_have_curve();
+    /* CURVE where it can run (over ZeroMQ, with a libzmq that has it) and
+     * the job did not turn it off. */
+    int curve = r->spec.encryption && strcmp(r->transport, "zmq") == 0 &&
+                creds_have_curve();
 
     snprintf(path, sizeof(path), "%s/credentials", logdir);
     if (creds_generate(curve, &c, why, sizeof(why)) != FLPS_OK ||
@@ -309,7 +311,8 @@ static int make_credentials(run *r, const char *logdir)
         fprintf(stderr,
                 "flrun: the data plane is authenticated but not "
                 "encrypted (%s)\n",
-                strcmp(r->transport, "zmq") != 0
+                !r->spec.encryption ? "the job file says encryption: false"
+                : strcmp(r->transport, "zmq") != 0
                     ? "CURVE applies to ZeroMQ only"
                     : "this libzmq has no CURVE");
     creds_wipe(&c);

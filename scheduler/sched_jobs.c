@@ -318,13 +318,15 @@ flps_err sched_store_queue(sched_store *st, sched_job **out, size_t *n)
 
 /* The job's own credentials (a secret, and CURVE keys where libzmq has
  * them): stored in its hash for flagent to hand to its processes only. */
-static flps_err job_credentials(sched_job *j)
+static flps_err job_credentials(sched_job *j, const jobspec *spec)
 {
     char text[CREDS_FILE_MAX], why[256];
     flps_creds c;
-    /* CURVE keys whenever this libzmq can make them: the transport is
-     * chosen only at placement, and a shard over RDMA ignores them. */
-    flps_err rc = creds_generate(creds_have_curve(), &c, why, sizeof(why));
+    /* CURVE keys whenever this libzmq can make them and the job did not
+     * turn encryption off: the transport is chosen only at placement, and
+     * a shard over RDMA ignores them. */
+    flps_err rc = creds_generate(spec->encryption && creds_have_curve(), &c,
+                                 why, sizeof(why));
 
     if (rc != FLPS_OK) {
         log_error("cannot make the job's credentials: %s", why);
@@ -370,7 +372,7 @@ static flps_err job_of_spec(const jobspec *spec, const char *text, size_t len,
     j->spec = sched_store_dup(text, len);
     if (j->spec == NULL)
         return FLPS_ENOMEM;
-    return job_credentials(j);
+    return job_credentials(j, spec);
 }
 
 static flps_err put_field(void *arg, const char *field, const char *value,

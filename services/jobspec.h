@@ -261,6 +261,10 @@ typedef struct jobspec {
     uint64_t eval_every;         /* iterations between test evaluations,
                                     0 = only at the end; default 100 */
     uint32_t part_size;          /* max elements per part, default 65536 */
+    uint32_t encryption;         /* 1 (default): the data plane is
+                                    encrypted (CURVE) where the transport
+                                    and libzmq can; 0: authenticated by
+                                    the job's secret only */
     uint32_t overlap;            /* 1 (default): flworker pushes each
                                     layer as backprop reaches it and the
                                     next forward waits per layer; 0:

@@ -149,7 +149,7 @@ _Static_assert((int)JOBSPEC_TRANSPORT_ZMQ == (int)TRANSPORT_KIND_ZMQ &&
                    (int)JOBSPEC_TRANSPORT_RDMA == (int)TRANSPORT_KIND_RDMA &&
                    (int)JOBSPEC_TRANSPORT_AUTO == (int)TRANSPORT_KIND_AUTO,
                "jobspec_transport is transport_kind");
-/* overlap: stored as its index, so false is 0. */
+/* overlap, encryption: stored as the index, so false is 0. */
 static const char *const jp_bools[] = {"false", "true"};
 static const char *const jp_backends[] = {
 #define X(backend, value, name, how) [value] = name,
@@ -514,6 +514,8 @@ static const jp_keydef jp_keys[JOBSPEC_KEY_COUNT] = {
                                .expect = "a number > 0 (the server's step "
                                          "on the averaged delta)",
                                .range = {0, 1e6, true, false}},
+    [JOBSPEC_KEY_ENCRYPTION] = {JP_ROW(encryption, JP_WORD, "true"),
+                                JP_WORDS(jp_bools)},
 };
 
 /* What a key accepts, as quoted after "expected": the row's text, or one

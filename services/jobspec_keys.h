@@ -72,6 +72,8 @@ typedef enum {
     JOBSPEC_KEY_PROX_MU,
     JOBSPEC_KEY_SERVER_OPTIMIZER,
     JOBSPEC_KEY_SERVER_LR,
+    /* Whether the data plane is encrypted (0.5). */
+    JOBSPEC_KEY_ENCRYPTION,
     JOBSPEC_KEY_COUNT
 } jobspec_key;
 

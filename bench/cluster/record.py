@@ -148,6 +148,7 @@ def one_run(rundir, stem, mach, commit):
         "hosts": meta["hosts"], "system": meta.get("system", "flps"),
         "worker_hosts": hosts, "overlap": meta.get("overlap"),
         "socket_buffer": meta.get("socket_buffer"),
+        "data_plane": summary.get("data_plane"),
         "evals": evals,
     }
     for k in ("host_rates", "link_rates"):

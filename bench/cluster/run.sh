@@ -48,6 +48,7 @@ WORKERS=4
 SHARDS=1
 SHARDS_AUTO=0
 SOCKBUF=0
+ENCRYPTION=false
 HOSTS=
 ITERATIONS=
 EVAL_EVERY=
@@ -116,6 +117,11 @@ Options (lists are comma-separated):
   --probe-seconds S   bulk bandwidth probe length (default $PROBE_SECONDS)
   --overlap LIST      the jobs' overlap: values, run in turn for each job,
                       e.g. true,false,true,false (default: the example's)
+  --encryption E     the flps jobs' encryption: key, true or false
+                      (default false: the data plane authenticated by the
+                      job's secret but not encrypted, as the DDP peers'
+                      gloo sends in the clear; true adds CURVE), recorded
+                      as data_plane
   --socket-buffer B   the shards' per-connection kernel buffers in bytes
                       (flps --socket-buffer; default 0, autotuned);
                       recorded in meta.json as socket_buffer
@@ -479,7 +485,7 @@ write_job() { # model codec workers out [overlap]
     cmd="[$(dirname "$out")/bin/rankns, $PY, $(torch_program "$model"), --lr-schedule, cosine]"
   fi
   {
-    grep -vE "^(#|name|workers|servers|iterations|compression|eval_every|data_dir|time_limit|transport|overlap$drop):" "$ex" |
+    grep -vE "^(#|name|workers|servers|iterations|compression|eval_every|data_dir|time_limit|transport|overlap|encryption$drop):" "$ex" |
       grep -vE '^($| )'
     if [ "$model" = torch-cnn ]; then
       echo "lr_schedule: cosine"
@@ -487,6 +493,7 @@ write_job() { # model codec workers out [overlap]
       echo 'env: {OMP_NUM_THREADS: "1"}'
     fi
     if [ -n "$ov" ]; then echo "overlap: $ov"; fi
+    echo "encryption: $ENCRYPTION"
     echo "name: $name"
     echo "workers: $w"
     if [ -n "$saps" ]; then
@@ -734,6 +741,7 @@ main() {
       --probe-seconds) PROBE_SECONDS="$2"; shift ;;
       --overlap) OVERLAPS="$2"; shift ;;
       --socket-buffer) SOCKBUF="$2"; shift ;;
+      --encryption) ENCRYPTION="$2"; shift ;;
       --peers) PEERS="$2"; shift ;;
       --repeat) REPEAT="$2"; shift ;;
       --no-record) RECORD=0 ;;
@@ -764,6 +772,7 @@ main() {
     [ -x "$BIN/$b" ] || die "no $BIN/$b: build it first (cmake --build build --target flrun flps flworker) or set FLPS_BIN_DIR"
   done
   [[ "$SOCKBUF" =~ ^[0-9]+$ ]] || die "--socket-buffer wants bytes, not '$SOCKBUF'"
+  [[ "$ENCRYPTION" =~ ^(true|false)$ ]] || die "--encryption wants true or false, not '$ENCRYPTION'"
   local maxw=0 w m c r k
   for w in ${WORKERS//,/ }; do
     [[ "$w" =~ ^[1-9][0-9]*$ ]] || die "--workers wants positive integers, not '$w'"

@@ -483,6 +483,95 @@ Test(auth, a_flrun_job_runs_authenticated_and_shows_its_secret_nowhere,
     cr_assert_eq(system(cmd), 0);
 }
 
+/* The model_hash of flrun's summary in path, into hash[17]; 0 if none. */
+static int summary_hash(const char *path, char hash[17])
+{
+    char line[8192];
+    int found = 0;
+    FILE *f = fopen(path, "r");
+
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        const char *h = strstr(line, "\"model_hash\":\"");
+        if (h != NULL && strlen(h) >= 14 + 16) {
+            memcpy(hash, h + 14, 16);
+            hash[16] = '\0';
+            found = 1;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/* One flrun of a small dense job with encryption: enc in dir/<enc>;
+ * its output's path in out, its model hash in hash. */
+static void run_with_encryption(const char *dir, const char *enc, char *out,
+                                size_t outlen, char hash[17])
+{
+    char sub[256], job[300], logs[300], cmd[600];
+    const char *const args[] = {"--log-dir", logs, job, NULL};
+    int status = -1;
+    pid_t pid;
+    FILE *f;
+
+    snprintf(sub, sizeof(sub), "%s/%s", dir, enc);
+    cr_assert_eq(mkdir(sub, 0700), 0);
+    snprintf(job, sizeof(job), "%s/job.yaml", sub);
+    snprintf(logs, sizeof(logs), "%s/logs", sub);
+    snprintf(out, outlen, "%s/out", sub);
+    f = fopen(job, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "name: enc-%s\nmodel: mlp\ndataset: synthetic\nworkers: 2\n"
+            "servers: 2\niterations: 40\ncompression: dense\n"
+            "eval_every: 0\nencryption: %s\n",
+            enc, enc);
+    fclose(f);
+    pid = test_spawn("flrun", args, out, NULL, NULL, 0);
+    cr_assert_gt(pid, 0);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "flrun failed; see %s", out);
+    cr_assert(summary_hash(out, hash), "no model_hash in %s", out);
+    snprintf(cmd, sizeof(cmd), "%s/credentials", logs);
+    cr_assert_eq(file_holds(cmd, "curve_"),
+                 strcmp(enc, "true") == 0 && creds_have_curve(),
+                 "the credentials' CURVE keys do not follow encryption: %s",
+                 enc);
+}
+
+Test(auth, encryption_false_runs_authenticated_in_the_clear_to_the_same_model,
+     .timeout = 300)
+{
+    char dir[] = "/tmp/flps-authenc-XXXXXX", off[300], on[300], log[400];
+    char hoff[17], hon[17];
+
+    cr_assert_not_null(mkdtemp(dir));
+    run_with_encryption(dir, "false", off, sizeof(off), hoff);
+    cr_assert(file_holds(off, "\"data_plane\":\"authenticated\""),
+              "the summary does not say authenticated only; see %s", off);
+    cr_assert(file_holds(off, "not encrypted (the job file says "
+                              "encryption: false)"),
+              "flrun does not say why it is not encrypted; see %s", off);
+    snprintf(log, sizeof(log), "%s/false/logs/flps-0.log", dir);
+    cr_assert(file_holds(log, "authenticated (job secret), not encrypted"),
+              "the shard does not say so; see %s", log);
+    if (!creds_have_curve()) {
+        cr_log_warn("this libzmq has no CURVE: only encryption: false ran");
+        return;
+    }
+    run_with_encryption(dir, "true", on, sizeof(on), hon);
+    cr_assert(file_holds(on, "\"data_plane\":\"authenticated+curve\""),
+              "see %s", on);
+    snprintf(log, sizeof(log), "%s/true/logs/flps-0.log", dir);
+    cr_assert(file_holds(log, "and encrypted (CURVE)"), "see %s", log);
+    /* Encryption changes the bytes on the wire, not the arithmetic. */
+    cr_assert_str_eq(hoff, hon, "the model differs with encryption");
+    snprintf(log, sizeof(log), "rm -rf %s", dir);
+    cr_assert_eq(system(log), 0);
+}
+
 Test(auth, with_curve_a_client_without_the_job_keys_gets_nothing,
      .timeout = 120)
 {

@@ -10,6 +10,8 @@
 #include <time.h>
 
 #include "common/alloc.h"
+#include "proto/creds.h"
+#include "scheduler/sched_launch_store.h"
 #include "redis_fixture.h"
 #include "scheduler/rconn.h"
 
@@ -147,6 +149,32 @@ Test(sched_store, submit_writes_exactly_the_documented_keys)
     cr_assert_eq(j.per_worker.gpus, 1);
     cr_assert_eq(j.ntasks, 0);
     sched_job_fini(&j);
+}
+
+Test(sched_store, a_job_with_encryption_false_gets_no_curve_keys)
+{
+    char *creds = NULL;
+    flps_creds c;
+    char why[256];
+
+    submit("name: clear\nmodel: mlp\nencryption: false\n", 1000);
+    submit("name: sealed\nmodel: mlp\n", 1001);
+    cr_assert_eq(sched_store_job_credentials(st, "j1", &creds), FLPS_OK);
+    cr_assert_not_null(creds);
+    cr_assert_eq(creds_parse(creds, strlen(creds), &c, why, sizeof(why)),
+                 FLPS_OK, "%s", why);
+    cr_assert_neq(c.secret[0], '\0', "the secret is there either way");
+    cr_assert_eq(c.has_curve, 0, "encryption: false still made CURVE keys");
+    flps_free(creds);
+    creds = NULL;
+    cr_assert_eq(sched_store_job_credentials(st, "j2", &creds), FLPS_OK);
+    cr_assert_not_null(creds);
+    cr_assert_eq(creds_parse(creds, strlen(creds), &c, why, sizeof(why)),
+                 FLPS_OK, "%s", why);
+    cr_assert_eq(c.has_curve, creds_have_curve(),
+                 "the default makes CURVE keys wherever libzmq has CURVE");
+    creds_wipe(&c);
+    flps_free(creds);
 }
 
 Test(sched_store, numbers_jobs_in_submission_order)

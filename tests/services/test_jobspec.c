@@ -1562,6 +1562,22 @@ Test(jobspec, overlap_is_on_by_default_and_takes_true_or_false)
                  NULL);
 }
 
+Test(jobspec, encryption_is_on_by_default_and_takes_true_or_false)
+{
+    jobspec s;
+
+    parse_ok("name: a\nmodel: mlp\n", &s);
+    cr_assert_eq(s.encryption, 1, "the default is on");
+    parse_ok("name: a\nmodel: mlp\nencryption: false\n", &s);
+    cr_assert_eq(s.encryption, 0);
+    parse_ok("name: a\nmodel: mlp\nencryption: true\n", &s);
+    cr_assert_eq(s.encryption, 1);
+    expect_error("name: a\nmodel: mlp\nencryption: off\n",
+                 "line 3: encryption: 'off' is not accepted; expected one of "
+                 "false, true",
+                 NULL);
+}
+
 Test(jobspec, backend_is_cpu_by_default_and_takes_cpu_or_cuda)
 {
     jobspec s;
