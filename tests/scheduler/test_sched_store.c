@@ -11,9 +11,9 @@
 
 #include "common/alloc.h"
 #include "proto/creds.h"
-#include "scheduler/sched_launch_store.h"
 #include "redis_fixture.h"
 #include "scheduler/rconn.h"
+#include "scheduler/sched_launch_store.h"
 
 static test_redis srv;
 static rconn *rc;
