@@ -190,14 +190,19 @@ static void pack_optional(msgpack_packer *pk, const proto_msg *msg)
 }
 
 /* A REGISTER's cfg array: 11 fields, 13 with a density warm-up, 15 with
- * a server optimizer (the warm-up's two then 0 when there is none). */
+ * a server optimizer (the warm-up's two then 0 when there is none), 16
+ * with a piece (the four before it then as they are). */
 static void pack_cfg(msgpack_packer *pk, const proto_jobcfg *c)
 {
     const size_t cl = strlen(c->compression);
-    const int sopt = c->server_opt != PROTO_SOPT_SGD;
+    const int piece = c->piece > 0;
+    const int sopt = c->server_opt != PROTO_SOPT_SGD || piece;
 
     pack_key(pk, "cfg");
-    msgpack_pack_array(pk, sopt ? 15 : c->density_warmup > 0 ? 13 : 11);
+    msgpack_pack_array(pk, piece  ? 16
+                           : sopt ? 15
+                           : c->density_warmup > 0 ? 13
+                                                   : 11);
     msgpack_pack_uint64(pk, c->shard);
     msgpack_pack_uint64(pk, c->nshards);
     msgpack_pack_uint64(pk, c->workers);
@@ -218,6 +223,8 @@ static void pack_cfg(msgpack_packer *pk, const proto_jobcfg *c)
         msgpack_pack_uint64(pk, c->server_opt);
         msgpack_pack_double(pk, c->server_beta);
     }
+    if (piece)
+        msgpack_pack_uint64(pk, c->piece);
 }
 
 /* A REGISTER's tensors: [name, numel] pairs. FLPS_EINVAL for a name

@@ -133,6 +133,12 @@ typedef struct proto_jobcfg {
      * a REGISTER without them reads as sgd. */
     uint8_t server_opt;
     double server_beta;
+    /* The even map (partmap_build_even) with pieces of at most this many
+     * values, for dense jobs whose codec sums element by element; 0: the
+     * map of parts placed largest first (partmap_build_pieces), as every
+     * REGISTER before it had. Sent only when not 0, as a 16th field after
+     * the four above (which are then sent as they are, sgd included). */
+    uint32_t piece;
 } proto_jobcfg;
 
 /* The learning rate of iteration t under cfg's schedule. */

@@ -57,20 +57,24 @@ static int key_is(const msgpack_object *k, const char *name)
            memcmp(k->via.str.ptr, name, n) == 0;
 }
 
-/* The server optimizer of a 15-field cfg (sgd otherwise): a known one,
- * not sgd (which is sent as 11 or 13 fields), beta in [0, 1) and 0 but
- * for momentum. */
-static int decode_server_opt(const msgpack_object *o, proto_jobcfg *c)
+/* The server optimizer of a 15- or 16-field cfg (sgd otherwise): a known
+ * one, not sgd in 15 fields (sgd is sent as 11 or 13), beta in [0, 1) and
+ * 0 but for momentum; and the piece of a 16-field one, not 0. */
+static int decode_cfg_tail(const msgpack_object *o, proto_jobcfg *c)
 {
     const msgpack_object *a = o->via.array.ptr;
     uint32_t opt;
 
     c->server_opt = PROTO_SOPT_SGD;
     c->server_beta = 0;
-    if (o->via.array.size != 15)
+    c->piece = 0;
+    if (o->via.array.size < 15)
         return 1;
+    if (o->via.array.size == 16 && (!obj_u32(&a[15], &c->piece) || c->piece == 0))
+        return 0;
     if (!obj_u32(&a[13], &opt) || !obj_f64(&a[14], &c->server_beta) ||
-        opt == PROTO_SOPT_SGD || opt > PROTO_SOPT_ADAM ||
+        (opt == PROTO_SOPT_SGD && o->via.array.size == 15) ||
+        opt > PROTO_SOPT_ADAM ||
         !(c->server_beta >= 0 && c->server_beta < 1) ||
         (opt != PROTO_SOPT_MOMENTUM && c->server_beta != 0))
         return 0;
@@ -85,7 +89,7 @@ static int decode_cfg(const msgpack_object *o, proto_jobcfg *c)
 
     if (o->type != MSGPACK_OBJECT_ARRAY ||
         (o->via.array.size != 11 && o->via.array.size != 13 &&
-         o->via.array.size != 15))
+         o->via.array.size != 15 && o->via.array.size != 16))
         return 0;
     a = o->via.array.ptr;
     if (!obj_u32(&a[0], &c->shard) || !obj_u32(&a[1], &c->nshards) ||
@@ -104,11 +108,11 @@ static int decode_cfg(const msgpack_object *o, proto_jobcfg *c)
         (!obj_u64(&a[11], &c->density_warmup) ||
          !obj_f64(&a[12], &c->density_start) ||
          (c->density_warmup == 0) !=
-             (o->via.array.size == 15 && c->density_start == 0) ||
+             (o->via.array.size >= 15 && c->density_start == 0) ||
          (c->density_warmup > 0 &&
           (!(c->density_start > 0) || c->density_start > 1))))
         return 0;
-    if (!decode_server_opt(o, c))
+    if (!decode_cfg_tail(o, c))
         return 0;
     c->lr_schedule = (uint8_t)sched;
     c->mode = (uint8_t)mode;

@@ -127,6 +127,90 @@ flps_err partmap_build_pieces(const uint64_t *numel, uint32_t ntensors,
     return FLPS_OK;
 }
 
+/* floor(s * total / nshards) without overflow (s < nshards < 2^32). */
+static uint64_t even_start(uint64_t total, uint32_t nshards, uint32_t s)
+{
+    return s * (total / nshards) + s * (total % nshards) / nshards;
+}
+
+/* The even map's parts into pm (counting only, into *n, when pm is
+ * NULL): runs walked in flat order, so the owning shard only advances. */
+static flps_err even_cut(const uint64_t *numel, uint32_t ntensors,
+                         uint32_t nshards, uint32_t piece, uint64_t total,
+                         partmap *pm, uint64_t *n)
+{
+    uint64_t base = 0;
+    uint32_t s = 0;
+
+    *n = 0;
+    for (uint32_t t = 0; t < ntensors; t++) {
+        if (pm != NULL)
+            pm->first_part[t] = (uint32_t)*n;
+        for (uint64_t at = base; at < base + numel[t];) {
+            uint64_t end;
+            while (s + 1 < nshards && even_start(total, nshards, s + 1) <= at)
+                s++;
+            end = s + 1 < nshards ? even_start(total, nshards, s + 1) : total;
+            if (end > base + numel[t])
+                end = base + numel[t];
+            for (; at < end; at += piece) {
+                uint64_t left = end - at;
+                if (*n >= UINT32_MAX)
+                    return FLPS_EINVAL;
+                if (pm != NULL) {
+                    partmap_part *p = &pm->parts[*n];
+                    p->tensor = t;
+                    p->offset = at - base;
+                    p->numel = (uint32_t)(left < piece ? left : piece);
+                    p->shard = s;
+                    pm->shard_load[s] += p->numel;
+                }
+                (*n)++;
+            }
+            at = end;
+        }
+        base += numel[t];
+    }
+    return FLPS_OK;
+}
+
+flps_err partmap_build_even(const uint64_t *numel, uint32_t ntensors,
+                            uint32_t nshards, uint32_t piece, partmap *out)
+{
+    partmap pm;
+    uint64_t total = 0, n = 0;
+    flps_err rc;
+
+    if (numel == NULL || ntensors == 0 || nshards == 0 || piece == 0)
+        return FLPS_EINVAL;
+    for (uint32_t t = 0; t < ntensors; t++) {
+        if (numel[t] == 0 || numel[t] > UINT64_MAX / 2 - total)
+            return FLPS_EINVAL;
+        total += numel[t];
+    }
+    rc = even_cut(numel, ntensors, nshards, piece, total, NULL, &n);
+    if (rc != FLPS_OK)
+        return rc;
+    memset(&pm, 0, sizeof(pm));
+    pm.nparts = (uint32_t)n;
+    pm.nshards = nshards;
+    pm.ntensors = ntensors;
+    pm.parts = flps_calloc(pm.nparts, sizeof(*pm.parts));
+    pm.shard_load = flps_calloc(nshards, sizeof(*pm.shard_load));
+    pm.first_part = flps_calloc(ntensors, sizeof(*pm.first_part));
+    if (pm.parts == NULL || pm.shard_load == NULL || pm.first_part == NULL) {
+        partmap_fini(&pm);
+        return FLPS_ENOMEM;
+    }
+    rc = even_cut(numel, ntensors, nshards, piece, total, &pm, &n);
+    if (rc != FLPS_OK) {
+        partmap_fini(&pm);
+        return rc;
+    }
+    *out = pm;
+    return FLPS_OK;
+}
+
 void partmap_fini(partmap *pm)
 {
     if (pm == NULL)

@@ -47,6 +47,15 @@ flps_err partmap_build(const uint64_t *numel, uint32_t ntensors,
  * whole parts: their pushes are small, and gtopk selects over the part. */
 #define PARTMAP_DENSE_PIECE 16384u
 
+/* The piece of the even map (partmap_build_even) of a dense job whose data
+ * plane is not encrypted: 8192 values, 32 KiB. On bandwidth-limited links
+ * a finer piece closes the pipeline's bubbles (docs/benchmarks.md: at 100
+ * Mbit/s, 1.02x DDP's time per iteration against 1.2x with 16384); under
+ * CURVE each message costs more CPU, and at 1 Gbit/s on 2 cores 8192
+ * took 1.27x DDP's time against 1.07x with 16384, so an encrypted job
+ * keeps PARTMAP_DENSE_PIECE. */
+#define PARTMAP_CLEAR_PIECE 8192u
+
 /* The piece of codecs that scale their values per piece (qsgd, sign):
  * 65536 values, as before dense pieces were cut smaller, since a smaller
  * piece would change their arithmetic. */
@@ -78,6 +87,19 @@ static inline uint32_t partmap_job_piece_size(int dense_agg, int elementwise,
 flps_err partmap_build_pieces(const uint64_t *numel, uint32_t ntensors,
                               uint32_t nshards, uint32_t part_size,
                               uint32_t piece, partmap *out);
+
+/* The even map of a dense job whose pieces sum element by element: the
+ * model's elements, tensor after tensor, cut into nshards runs of equal
+ * length (within one element), shard s owning run s, as the chunks of a
+ * ring allreduce; each tensor's share of a run cut into parts of at most
+ * piece elements, ordered by (tensor, offset). Every shard then sends and
+ * receives the same bytes, where placing whole parts largest first can
+ * leave one shard a part's worth heavier (the MLP's: 2.9%), and a
+ * synchronous step waits for the heaviest. FLPS_EINVAL for no tensors, a
+ * zero-size tensor, nshards or piece 0, or more than 2^32-1 parts;
+ * FLPS_ENOMEM. */
+flps_err partmap_build_even(const uint64_t *numel, uint32_t ntensors,
+                            uint32_t nshards, uint32_t piece, partmap *out);
 
 void partmap_fini(partmap *pm);
 

@@ -174,11 +174,15 @@ flps_err ps_layout_configure(ps_shard *s, const proto_jobcfg *c,
         return FLPS_ENOMEM;
     for (uint32_t i = 0; i < nt; i++)
         numel[i] = t[i].numel;
-    rc = partmap_build_pieces(numel, nt, c->nshards, c->part_size,
-                              partmap_job_piece_size(c->agg == PROTO_AGG_DENSE,
-                                                     is_elementwise(c),
-                                                     c->part_size),
-                              &s->pm);
+    /* The map the workers asked for: even with their piece, else parts
+     * placed largest first (a REGISTER without a piece). */
+    rc = c->piece > 0
+             ? partmap_build_even(numel, nt, c->nshards, c->piece, &s->pm)
+             : partmap_build_pieces(
+                   numel, nt, c->nshards, c->part_size,
+                   partmap_job_piece_size(c->agg == PROTO_AGG_DENSE,
+                                          is_elementwise(c), c->part_size),
+                   &s->pm);
     flps_free(numel);
     if (rc != FLPS_OK)
         return rc;
@@ -244,6 +248,15 @@ static flps_err layout_compare(const ps_shard *s, const proto_msg *m, char *why,
                      (unsigned long long)s->tensors[i].numel);
             return FLPS_ELAYOUT;
         }
+    }
+    if (a->piece != b->piece) {
+        snprintf(why, len,
+                 "the worker cuts the model into pieces of %u values%s, the "
+                 "job's other workers into %u%s: run one flps version, with "
+                 "the same encryption, for every worker",
+                 b->piece, b->piece ? "" : " (the map of older versions)",
+                 a->piece, a->piece ? "" : " (the map of older versions)");
+        return FLPS_ELAYOUT;
     }
     if (a->workers != b->workers || a->part_size != b->part_size ||
         a->mode != b->mode || a->agg != b->agg || a->density != b->density ||

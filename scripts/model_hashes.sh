@@ -58,6 +58,12 @@ run mlp-dense-nooverlap "compression: dense" "overlap: false"
 SERVERS=3 run mlp-gtopk-3s-parts "compression: gtopk:0.02" "part_size: 5000"
 SERVERS=2 WORKERS=3 run mlp-dense-2s-parts "compression: dense" "part_size: 20000"
 ITERS= PARTITION=dirichlet:0.5 run mlp-fedavg "mode: fedavg" "clients: 6" "client_fraction: 0.5" "rounds: 4" "local_steps: 5" "compression: topk:0.05"
+# Four shards beside four workers, encrypted and in the clear: the even map
+# with CURVE's and the clear piece (proto/partmap.h) must give one model.
+SERVERS=4 WORKERS=4 run mlp-dense-4s "compression: dense"
+SERVERS=4 WORKERS=4 run mlp-dense-4s-clear "compression: dense" "encryption: false"
+SERVERS=4 WORKERS=4 run mlp-fp16-4s "compression: fp16"
+SERVERS=4 WORKERS=4 run mlp-fp16-4s-clear "compression: fp16" "encryption: false"
 MODEL=cnn ITERS="iterations: 8" run cnn-gtopk "compression: gtopk:0.01"
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   run torch-mlp-gtopk "compression: gtopk:0.01" "command: [/usr/bin/python3, examples/torch/mlp.py]" 'env: {OMP_NUM_THREADS: "1"}'

@@ -201,15 +201,16 @@ static flps_err create_on(const flps_client_config *cfg, transport *t,
         rc = FLPS_ENOMEM;
         goto fail;
     }
+    /* The credentials first: whether CURVE runs picks the piece size. */
+    rc = client_setup_credentials(c, t);
+    if (rc != FLPS_OK)
+        goto fail;
     rc = client_setup_layout(c, cfg);
     if (rc != FLPS_OK) {
         log_error("cannot set up the client: %s",
                   c->errmsg[0] ? c->errmsg : flps_strerror(rc));
         goto fail;
     }
-    rc = client_setup_credentials(c, t);
-    if (rc != FLPS_OK)
-        goto fail;
     c->t = t;
     rc = connect_shards(c, cfg);
     if (rc != FLPS_OK)

@@ -245,6 +245,9 @@ struct flps_client {
     int weighted;
     double push_weight;
     uint32_t part_size;
+    uint32_t piece; /* the even map's piece (REGISTER's), 0 for the map of
+                       parts placed largest first */
+    int curve;      /* the data plane is encrypted (CURVE) */
     transport *t;
     char **endpoints;
     ctensor *tensors;

@@ -225,14 +225,24 @@ static flps_err setup_tensors(flps_client *c, const flps_client_config *cfg)
         rc = setup_tensor(c, i, &cfg->tensors[i]);
         numel[i] = cfg->tensors[i].numel;
     }
+    /* Dense values summed element by element: the even map, its piece as
+     * fits the encryption (partmap.h); other codecs: parts placed largest
+     * first. */
+    if (c->agg == PROTO_AGG_DENSE &&
+        (c->spec.kind == CODEC_DENSE || c->spec.kind == CODEC_FP16)) {
+        c->piece = c->curve ? PARTMAP_DENSE_PIECE : PARTMAP_CLEAR_PIECE;
+        if (c->piece > c->part_size)
+            c->piece = c->part_size;
+    }
     if (rc == FLPS_OK)
-        rc = partmap_build_pieces(
-            numel, c->ntensors, c->nshards, c->part_size,
-            partmap_job_piece_size(c->agg == PROTO_AGG_DENSE,
-                                   c->spec.kind == CODEC_DENSE ||
-                                       c->spec.kind == CODEC_FP16,
-                                   c->part_size),
-            &c->pm);
+        rc = c->piece > 0
+                 ? partmap_build_even(numel, c->ntensors, c->nshards, c->piece,
+                                      &c->pm)
+                 : partmap_build_pieces(
+                       numel, c->ntensors, c->nshards, c->part_size,
+                       partmap_job_piece_size(c->agg == PROTO_AGG_DENSE, 0,
+                                              c->part_size),
+                       &c->pm);
     flps_free(numel);
     return rc;
 }
@@ -369,6 +379,7 @@ flps_err client_setup_credentials(flps_client *c, transport *t)
     /* Before the first connect: every DEALER authenticates in its
      * handshake (CURVE, encrypted; else PLAIN with the secret). */
     rc = transport_set_credentials(t, &cr, 0, why, sizeof(why));
+    c->curve = rc == FLPS_OK && cr.has_curve && strcmp(t->vt->name, "zmq") == 0;
     if (rc == FLPS_ECONFIG && strcmp(t->vt->name, "zmq") != 0) {
         log_warn("%s", why); /* RDMA: the secret still authenticates */
         rc = FLPS_OK;
@@ -390,6 +401,7 @@ static void register_msg(const flps_client *c, uint32_t s, proto_tensor *pt,
     m->cfg.nshards = c->nshards;
     m->cfg.workers = c->workers;
     m->cfg.part_size = c->part_size;
+    m->cfg.piece = c->piece;
     m->cfg.mode = c->async      ? PROTO_MODE_ASYNC
                   : c->weighted ? PROTO_MODE_WEIGHTED
                                 : PROTO_MODE_SSGD;

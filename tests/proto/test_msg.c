@@ -501,6 +501,67 @@ Test(msg, register_carries_the_server_optimizer_with_or_without_a_warm_up)
     proto_msg_fini(&d);
 }
 
+Test(msg, register_carries_the_piece_of_the_even_map)
+{
+    proto_tensor t;
+    proto_msg m, d;
+    proto_frame f[PROTO_MAX_FRAMES];
+    size_t nf = 0, hlen = 0;
+    void *hdr = NULL;
+    char err[ERRLEN] = "";
+
+    register_of(&m, &t);
+    m.cfg.piece = 8192;
+    round_trip(&m, &d, 1);
+    cr_assert_eq(d.cfg.piece, 8192);
+    cr_assert_eq(d.cfg.server_opt, PROTO_SOPT_SGD, "sgd travels with it");
+    cr_assert_eq(d.cfg.density_warmup, 0);
+    proto_msg_fini(&d);
+
+    /* With a warm-up and a server optimizer beside it. */
+    register_of(&m, &t);
+    m.cfg.piece = 4096;
+    m.cfg.server_opt = PROTO_SOPT_MOMENTUM;
+    m.cfg.server_beta = 0.5;
+    m.cfg.density_warmup = 20;
+    m.cfg.density_start = 0.25;
+    round_trip(&m, &d, 1);
+    cr_assert_eq(d.cfg.piece, 4096);
+    cr_assert_eq(d.cfg.server_opt, PROTO_SOPT_MOMENTUM);
+    cr_assert_eq(d.cfg.server_beta, 0.5);
+    cr_assert_eq(d.cfg.density_warmup, 20);
+    cr_assert_eq(d.cfg.density_start, 0.25);
+    proto_msg_fini(&d);
+
+    /* None is the config older builds send, and reads as none. */
+    register_of(&m, &t);
+    round_trip(&m, &d, 1);
+    cr_assert_eq(d.cfg.piece, 0);
+    proto_msg_fini(&d);
+
+    /* A 16-field config whose piece is 0 is no message of ours: encode
+     * one by hand (a piece of 1, its byte then patched to 0). */
+    register_of(&m, &t);
+    m.cfg.piece = 1;
+    cr_assert_eq(proto_msg_encode(&m, &hdr, &hlen, f, &nf), FLPS_OK);
+    {
+        unsigned char *b = hdr;
+        size_t at = SIZE_MAX;
+        /* The piece is the last field of cfg, right before "tensors". */
+        for (size_t i = 0; i + 8 <= hlen; i++)
+            if (memcmp(b + i, "\xa7tensors", 8) == 0) {
+                at = i - 1;
+                break;
+            }
+        cr_assert_neq(at, SIZE_MAX);
+        cr_assert_eq(b[at], 1, "the piece is a positive fixint");
+        b[at] = 0;
+    }
+    memset(&d, 0, sizeof(d));
+    cr_assert_eq(proto_msg_decode(f, nf, &d, err, sizeof(err)), FLPS_EPROTO);
+    free(hdr);
+}
+
 Test(msg, register_refuses_an_unknown_server_optimizer_or_beta)
 {
     const struct {

@@ -320,3 +320,91 @@ Test(partmap, pieces_no_smaller_than_parts_change_nothing)
     cr_assert_eq(partmap_piece_size(0, 1u << 24), 1u << 24);
     cr_assert_eq(partmap_piece_size(1, 1000), 1000);
 }
+
+/* Every element of every tensor in exactly one part, in (tensor, offset)
+ * order, each part within one tensor and at most piece long. */
+static void assert_covers(const partmap *pm, const uint64_t *numel,
+                          uint32_t nt, uint32_t piece)
+{
+    uint32_t q = 0;
+
+    for (uint32_t t = 0; t < nt; t++) {
+        uint64_t off = 0;
+        cr_assert_eq(pm->first_part[t], q);
+        while (off < numel[t]) {
+            cr_assert_lt(q, pm->nparts);
+            cr_assert_eq(pm->parts[q].tensor, t);
+            cr_assert_eq(pm->parts[q].offset, off);
+            cr_assert_gt(pm->parts[q].numel, 0);
+            cr_assert_leq(pm->parts[q].numel, piece);
+            off += pm->parts[q].numel;
+            q++;
+        }
+        cr_assert_eq(off, numel[t]);
+    }
+    cr_assert_eq(q, pm->nparts);
+}
+
+Test(partmap, the_even_map_gives_every_shard_the_same_elements_within_one)
+{
+    /* The MLP: 784-300-100-10. Parts placed largest first leave one shard
+     * of 4 with 68592 elements; the even map gives each 66652 or 66653. */
+    const uint64_t mlp[] = {235200, 300, 30000, 100, 1000, 10};
+    const uint64_t odd[] = {7, 1, 1, 13, 2, 100003, 5};
+    partmap pm, lpt;
+    uint64_t lo = UINT64_MAX, hi = 0;
+
+    cr_assert_eq(partmap_build_pieces(mlp, 6, 4, 65536, 16384, &lpt), FLPS_OK);
+    for (uint32_t s = 0; s < 4; s++)
+        hi = lpt.shard_load[s] > hi ? lpt.shard_load[s] : hi;
+    cr_assert_eq(hi, 68592, "the old map's heaviest shard");
+    partmap_fini(&lpt);
+    cr_assert_eq(partmap_build_even(mlp, 6, 4, 8192, &pm), FLPS_OK);
+    assert_covers(&pm, mlp, 6, 8192);
+    for (uint32_t s = 0; s < 4; s++)
+        cr_assert(pm.shard_load[s] == 66652 || pm.shard_load[s] == 66653,
+                  "shard %u has %llu", s,
+                  (unsigned long long)pm.shard_load[s]);
+    /* Shards own runs in order: a part's shard never goes down. */
+    for (uint32_t i = 1; i < pm.nparts; i++)
+        cr_assert_geq(pm.parts[i].shard, pm.parts[i - 1].shard);
+    partmap_fini(&pm);
+
+    for (uint32_t S = 1; S <= 9; S++)
+        for (uint32_t piece = 1; piece <= 64; piece *= 4) {
+            uint64_t total = 0, sum = 0;
+            lo = UINT64_MAX;
+            hi = 0;
+            cr_assert_eq(partmap_build_even(odd, 7, S, piece, &pm), FLPS_OK);
+            assert_covers(&pm, odd, 7, piece);
+            for (uint32_t t = 0; t < 7; t++)
+                total += odd[t];
+            for (uint32_t s = 0; s < S; s++) {
+                sum += pm.shard_load[s];
+                lo = pm.shard_load[s] < lo ? pm.shard_load[s] : lo;
+                hi = pm.shard_load[s] > hi ? pm.shard_load[s] : hi;
+            }
+            cr_assert_eq(sum, total);
+            cr_assert_leq(hi - lo, 1, "%u shards, piece %u: %llu..%llu", S,
+                          piece, (unsigned long long)lo,
+                          (unsigned long long)hi);
+            partmap_fini(&pm);
+        }
+}
+
+Test(partmap, the_even_map_refuses_what_partmap_build_refuses)
+{
+    const uint64_t numel[] = {10, 0};
+    partmap pm;
+
+    cr_assert_eq(partmap_build_even(numel, 1, 0, 4, &pm), FLPS_EINVAL);
+    cr_assert_eq(partmap_build_even(numel, 1, 2, 0, &pm), FLPS_EINVAL);
+    cr_assert_eq(partmap_build_even(numel, 0, 2, 4, &pm), FLPS_EINVAL);
+    cr_assert_eq(partmap_build_even(numel, 2, 2, 4, &pm), FLPS_EINVAL,
+                 "a zero-size tensor");
+    cr_assert_eq(partmap_build_even(NULL, 1, 2, 4, &pm), FLPS_EINVAL);
+    /* More shards than elements: some own nothing, none is lost. */
+    cr_assert_eq(partmap_build_even(numel, 1, 16, 4, &pm), FLPS_OK);
+    assert_covers(&pm, numel, 1, 4);
+    partmap_fini(&pm);
+}

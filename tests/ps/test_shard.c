@@ -863,6 +863,15 @@ Test(shard, a_register_with_another_layout_or_config_is_refused)
     refusal_begin(g, &c);
     refusal_check(g, &c, send_register_cfg(g, 1, &cfg, g->t, 3), FLPS_ELAYOUT,
                   PEER(1), "differ from the job's");
+    /* A worker of another map: the piece of the even map, against the
+     * job's map of parts placed largest first. */
+    cfg = g->cfg;
+    cfg.piece = 8192;
+    refusal_begin(g, &c);
+    refusal_check(g, &c, send_register_cfg(g, 1, &cfg, g->t, 3), FLPS_ELAYOUT,
+                  PEER(1),
+                  "the worker cuts the model into pieces of 8192 values, the "
+                  "job's other workers into 0 (the map of older versions)");
     rig_free(g);
 }
 

@@ -388,7 +388,15 @@ static rig *rig_new(const char *compression)
     g->cfg.momentum = 0;
     g->cfg.retry_ms = 60000; /* no resends unless a test asks for them */
     g->cfg.deadline_ms = 60000;
-    cr_assert_eq(partmap_build(NUMEL, NTENSORS, NSHARDS, 4, &g->pm), FLPS_OK);
+    /* Dense values summed element by element: the even map, with the
+     * part size as its piece (no CURVE: PARTMAP_CLEAR_PIECE, above 4);
+     * other codecs: parts placed largest first. */
+    if (strcmp(compression, "dense") == 0 || strcmp(compression, "fp16") == 0)
+        cr_assert_eq(partmap_build_even(NUMEL, NTENSORS, NSHARDS, 4, &g->pm),
+                     FLPS_OK);
+    else
+        cr_assert_eq(partmap_build(NUMEL, NTENSORS, NSHARDS, 4, &g->pm),
+                     FLPS_OK);
     g->net.pm = &g->pm;
     g->t = fake_transport_new(&g->net);
     return g;
@@ -559,11 +567,14 @@ Test(client, a_dense_push_is_split_into_parts_sent_to_their_owners)
     size_t mark;
     uint32_t first = g->pm.first_part[0], last = g->pm.first_part[1];
 
-    /* The hand computation of the layout agrees with partmap.h. */
-    cr_assert_eq(last - first, 3, "10 elements in parts of 4 are 3 parts");
+    /* The hand computation of the even map agrees with partmap.h: of the
+     * 20 elements, shard 0 owns the first 10 (all of w0), cut in 4s. */
+    cr_assert_eq(last - first, 3, "10 elements in pieces of 4 are 3 parts");
     cr_assert_eq(g->pm.parts[first].shard, 0);
-    cr_assert_eq(g->pm.parts[first + 1].shard, 1);
+    cr_assert_eq(g->pm.parts[first + 1].shard, 0);
     cr_assert_eq(g->pm.parts[first + 2].shard, 0);
+    cr_assert_eq(g->pm.parts[first + 2].numel, 2);
+    cr_assert_eq(g->pm.parts[g->pm.first_part[1]].shard, 1);
 
     rig_start(g);
     for (uint32_t i = 0; i < MAXNUMEL; i++)
@@ -2148,16 +2159,16 @@ Test(client_metrics, a_federated_round_feeds_the_fl_series)
 
 /* ---- the window of dense pushes in flight per shard ---- */
 
-/* Tensors 0, 1 and 2 pushed dense: parts 0, 2, 3 go to shard 0 and 1, 4,
- * 5 to shard 1 (the rig's layout). */
+/* Tensors 0, 1 and 2 pushed dense: parts 0, 1, 2 go to shard 0 and 3, 4,
+ * 5 to shard 1 (the rig's even map). */
 static rig *window_rig(int window)
 {
     rig *g = rig_new("dense");
 
     g->cfg.push_window = window;
-    cr_assert_eq(g->pm.parts[0].shard, 0);
-    cr_assert_eq(g->pm.parts[2].shard, 0);
-    cr_assert_eq(g->pm.parts[3].shard, 0);
+    cr_assert_eq(g->pm.nparts, 6);
+    for (uint32_t i = 0; i < 6; i++)
+        cr_assert_eq(g->pm.parts[i].shard, i < 3 ? 0 : 1);
     return g;
 }
 
