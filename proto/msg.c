@@ -199,8 +199,8 @@ static void pack_cfg(msgpack_packer *pk, const proto_jobcfg *c)
     const int sopt = c->server_opt != PROTO_SOPT_SGD || piece;
 
     pack_key(pk, "cfg");
-    msgpack_pack_array(pk, piece  ? 16
-                           : sopt ? 15
+    msgpack_pack_array(pk, piece                   ? 16
+                           : sopt                  ? 15
                            : c->density_warmup > 0 ? 13
                                                    : 11);
     msgpack_pack_uint64(pk, c->shard);

@@ -70,12 +70,12 @@ static int decode_cfg_tail(const msgpack_object *o, proto_jobcfg *c)
     c->piece = 0;
     if (o->via.array.size < 15)
         return 1;
-    if (o->via.array.size == 16 && (!obj_u32(&a[15], &c->piece) || c->piece == 0))
+    if (o->via.array.size == 16 &&
+        (!obj_u32(&a[15], &c->piece) || c->piece == 0))
         return 0;
     if (!obj_u32(&a[13], &opt) || !obj_f64(&a[14], &c->server_beta) ||
         (opt == PROTO_SOPT_SGD && o->via.array.size == 15) ||
-        opt > PROTO_SOPT_ADAM ||
-        !(c->server_beta >= 0 && c->server_beta < 1) ||
+        opt > PROTO_SOPT_ADAM || !(c->server_beta >= 0 && c->server_beta < 1) ||
         (opt != PROTO_SOPT_MOMENTUM && c->server_beta != 0))
         return 0;
     c->server_opt = (uint8_t)opt;

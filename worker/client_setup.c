@@ -235,14 +235,13 @@ static flps_err setup_tensors(flps_client *c, const flps_client_config *cfg)
             c->piece = c->part_size;
     }
     if (rc == FLPS_OK)
-        rc = c->piece > 0
-                 ? partmap_build_even(numel, c->ntensors, c->nshards, c->piece,
-                                      &c->pm)
-                 : partmap_build_pieces(
-                       numel, c->ntensors, c->nshards, c->part_size,
-                       partmap_job_piece_size(c->agg == PROTO_AGG_DENSE, 0,
-                                              c->part_size),
-                       &c->pm);
+        rc = c->piece > 0 ? partmap_build_even(numel, c->ntensors, c->nshards,
+                                               c->piece, &c->pm)
+                          : partmap_build_pieces(
+                                numel, c->ntensors, c->nshards, c->part_size,
+                                partmap_job_piece_size(
+                                    c->agg == PROTO_AGG_DENSE, 0, c->part_size),
+                                &c->pm);
     flps_free(numel);
     return rc;
 }

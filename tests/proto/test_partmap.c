@@ -323,8 +323,8 @@ Test(partmap, pieces_no_smaller_than_parts_change_nothing)
 
 /* Every element of every tensor in exactly one part, in (tensor, offset)
  * order, each part within one tensor and at most piece long. */
-static void assert_covers(const partmap *pm, const uint64_t *numel,
-                          uint32_t nt, uint32_t piece)
+static void assert_covers(const partmap *pm, const uint64_t *numel, uint32_t nt,
+                          uint32_t piece)
 {
     uint32_t q = 0;
 
@@ -363,8 +363,7 @@ Test(partmap, the_even_map_gives_every_shard_the_same_elements_within_one)
     assert_covers(&pm, mlp, 6, 8192);
     for (uint32_t s = 0; s < 4; s++)
         cr_assert(pm.shard_load[s] == 66652 || pm.shard_load[s] == 66653,
-                  "shard %u has %llu", s,
-                  (unsigned long long)pm.shard_load[s]);
+                  "shard %u has %llu", s, (unsigned long long)pm.shard_load[s]);
     /* Shards own runs in order: a part's shard never goes down. */
     for (uint32_t i = 1; i < pm.nparts; i++)
         cr_assert_geq(pm.parts[i].shard, pm.parts[i - 1].shard);
