@@ -156,6 +156,7 @@ typedef struct cpart {
  * moved (a push sent or answered). */
 typedef struct cwindow {
     uint32_t inflight;
+    uint64_t values;     /* the values of the pushes in flight */
     uint32_t head, tail; /* parts; UINT32_MAX: none held */
     double moved;        /* seconds, monotonic */
 } cwindow;
@@ -267,8 +268,11 @@ struct flps_client {
      * will take on the wire (counted in bytes_sent from the push on, so
      * a push's bytes are its own whenever they go). */
     uint32_t win_limit;
-    int win_auto; /* FLPS_PUSH_WINDOW_AUTO: flps_client_init sizes
-                     win_limit to the link (client_wait.c) */
+    uint32_t win_piece; /* the largest piece: the window holds win_limit
+                           of it in values, so small pieces (biases) ride
+                           beside large ones */
+    int win_auto;       /* FLPS_PUSH_WINDOW_AUTO: flps_client_init sizes
+                           win_limit to the link (client_wait.c) */
     cwindow *win;
     uint64_t held_wire;
     /* client_recv.c, from the REGISTER_OK replies. */

@@ -273,7 +273,7 @@ static flps_err on_part_reply(flps_client *c, const transport_rx *rx,
                   m.part, rx->peer);
     /* Answered (or turned into a pull): its room in the window is free. */
     if (in_window && !(r->kind == CREQ_PUSH && r->windowed)) {
-        flps_err wrc = creq_window_answered(c, rx->peer);
+        flps_err wrc = creq_window_answered(c, rx->peer, p->numel);
         if (rc == FLPS_OK)
             rc = wrc;
     }

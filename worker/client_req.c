@@ -117,7 +117,20 @@ flps_err creq_window_init(flps_client *c, uint32_t limit)
     for (uint32_t s = 0; s < c->nshards; s++)
         c->win[s].head = c->win[s].tail = NO_PART;
     c->win_limit = limit;
+    c->win_piece = 1;
+    for (uint32_t i = 0; i < c->pm.nparts; i++)
+        if (c->pm.parts[i].numel > c->win_piece)
+            c->win_piece = c->pm.parts[i].numel;
     return FLPS_OK;
+}
+
+/* Whether w has room for a push of numel values: win_limit of the largest
+ * piece in values, and always for one push when none is in flight. */
+static int window_has_room(const flps_client *c, const cwindow *w,
+                           uint32_t numel)
+{
+    return w->inflight == 0 ||
+           w->values + numel <= (uint64_t)c->win_limit * c->win_piece;
 }
 
 /* What r's frames take on the wire, as the transport counts them. */
@@ -139,26 +152,39 @@ static flps_err window_send(flps_client *c, uint32_t pi)
     r->windowed = 1;
     r->held = 0;
     w->inflight++;
+    w->values += c->parts[pi].numel;
     w->moved = flps_mono_s();
     return creq_send(c, r);
 }
 
-/* Send the first held push of w (pushes cleared while held are passed
- * over). Returns FLPS_OK with nothing sent when none is held. */
-static flps_err window_send_next(flps_client *c, cwindow *w)
+/* Pass over the pushes at the head of w cleared while held; the first
+ * held one, or NO_PART. */
+static uint32_t window_head(flps_client *c, cwindow *w)
 {
     while (w->head != NO_PART) {
-        uint32_t pi = w->head;
-        creq *r = &c->parts[pi].req;
-        w->head = c->parts[pi].held_next;
+        const creq *r = &c->parts[w->head].req;
+        if (r->kind == CREQ_PUSH && r->held)
+            return w->head;
+        w->head = c->parts[w->head].held_next;
         if (w->head == NO_PART)
             w->tail = NO_PART;
-        if (r->kind != CREQ_PUSH || !r->held)
-            continue;
-        c->held_wire -= wire_bytes(r);
-        return window_send(c, pi);
     }
-    return FLPS_OK;
+    return NO_PART;
+}
+
+/* Send the first held push of w, room or not. Returns FLPS_OK with
+ * nothing sent when none is held. */
+static flps_err window_send_next(flps_client *c, cwindow *w)
+{
+    uint32_t pi = window_head(c, w);
+
+    if (pi == NO_PART)
+        return FLPS_OK;
+    w->head = c->parts[pi].held_next;
+    if (w->head == NO_PART)
+        w->tail = NO_PART;
+    c->held_wire -= wire_bytes(&c->parts[pi].req);
+    return window_send(c, pi);
 }
 
 flps_err creq_send_windowed(flps_client *c, uint32_t pi)
@@ -168,7 +194,7 @@ flps_err creq_send_windowed(flps_client *c, uint32_t pi)
 
     if (c->win_limit == 0)
         return creq_send(c, &p->req);
-    if (w->inflight < c->win_limit && w->head == NO_PART)
+    if (window_has_room(c, w, p->numel) && window_head(c, w) == NO_PART)
         return window_send(c, pi);
     p->req.windowed = 1;
     p->req.held = 1;
@@ -182,15 +208,20 @@ flps_err creq_send_windowed(flps_client *c, uint32_t pi)
     return FLPS_OK;
 }
 
-flps_err creq_window_answered(flps_client *c, uint32_t shard)
+flps_err creq_window_answered(flps_client *c, uint32_t shard, uint32_t numel)
 {
     cwindow *w = &c->win[shard];
     flps_err rc = FLPS_OK;
+    uint32_t pi;
 
     if (w->inflight > 0)
         w->inflight--;
+    w->values = w->values > numel ? w->values - numel : 0;
+    if (w->inflight == 0)
+        w->values = 0;
     w->moved = flps_mono_s();
-    while (rc == FLPS_OK && w->inflight < c->win_limit && w->head != NO_PART)
+    while (rc == FLPS_OK && (pi = window_head(c, w)) != NO_PART &&
+           window_has_room(c, w, c->parts[pi].numel))
         rc = window_send_next(c, w);
     return rc;
 }

@@ -39,14 +39,17 @@ flps_err creq_send(flps_client *c, creq *r);
  * at once has all its connections send together, and with a shard beside
  * each worker S - 1 connections burst into each host's link at once and
  * overflow its queue (8% of the segments lost at 100 Mbit/s). So at most
- * c->win_limit of a shard's dense pushes are in flight (sent, their
- * update not here yet) and the others are built and held, in push order,
- * until an update frees room. Every worker pushes in the same order, so
- * the first piece a shard misses is in flight from every worker and
- * closes: the window never waits on itself. Should callers push in
- * different orders it could; so when a shard's window has not moved for
- * CREQ_WINDOW_STALL_S while pushes are held, one more is sent (creq_sweep):
- * at worst as if there were no window. */
+ * c->win_limit of a shard's largest pieces, counted in values, are in
+ * flight (sent, their update not here yet; always one push, however
+ * large) and the others are built and held, in push order, until an
+ * update frees room. Counting values, not pushes, lets a layer's small
+ * pieces (a bias, the tail of a run) go beside a large one instead of
+ * each taking a round trip of its own. Every worker pushes in the same order,
+ * so the first piece a shard misses is in flight from every worker and closes:
+ * the window never waits on itself. Should callers push in different orders it
+ * could; so when a shard's window has not moved for CREQ_WINDOW_STALL_S while
+ * pushes are held, one more is sent (creq_sweep): at worst as if there were no
+ * window. */
 #define CREQ_WINDOW_STALL_S 0.25
 
 /* Allocate the windows of c's shards, each empty, with limit pushes in
@@ -59,10 +62,10 @@ flps_err creq_window_init(flps_client *c, uint32_t limit);
  * creq_send's. */
 flps_err creq_send_windowed(flps_client *c, uint32_t pi);
 
-/* One of shard's windowed pushes was answered (its request cleared or
- * turned into a pull): its room goes to the held pushes, sent in order.
- * Errors: creq_send's. */
-flps_err creq_window_answered(flps_client *c, uint32_t shard);
+/* One of shard's windowed pushes, of numel values, was answered (its
+ * request cleared or turned into a pull): its room goes to the held
+ * pushes, sent in order. Errors: creq_send's. */
+flps_err creq_window_answered(flps_client *c, uint32_t shard, uint32_t numel);
 
 /* Resend every request that waited retry_s without an answer; fail (sticky
  * FLPS_ETIMEDOUT naming the shard) when one waited deadline_s; send one
