@@ -2208,6 +2208,30 @@ Test(client_window, at_most_w_pushes_per_shard_are_unanswered_and_all_arrive)
     }
 }
 
+Test(client_window, small_pieces_ride_beside_each_other_within_one_piece)
+{
+    rig *g = rig_new("dense");
+
+    /* Pieces of 6: shard 0 gets w0 as 6 and 4 values, shard 1 w1 as 6
+     * and 1, then w2's 3. A window of one piece is 6 values in flight. */
+    g->cfg.part_size = 6;
+    g->cfg.push_window = 1;
+    partmap_fini(&g->pm);
+    cr_assert_eq(partmap_build_even(NUMEL, NTENSORS, NSHARDS, 6, &g->pm),
+                 FLPS_OK);
+    cr_assert_eq(g->pm.nparts, 5);
+    rig_start(g);
+    push_all(g, G0, 0);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    cr_assert_eq(count_sent(&g->net, 0, PROTO_OP_PUSH), 5);
+    /* 6 + 4 is more than a piece: one at a time. */
+    cr_assert_eq(g->net.most_unanswered[0], 1);
+    /* Once the 6 is answered, the 1 and the 3 go together: 4 values. */
+    cr_assert_eq(g->net.most_unanswered[1], 2,
+                 "the small pieces each waited a round trip");
+    rig_free(g);
+}
+
 Test(client_window, held_pushes_count_their_bytes_when_pushed)
 {
     rig *a = window_rig(1), *b = window_rig(-1);
