@@ -47,13 +47,16 @@ flps_err partmap_build(const uint64_t *numel, uint32_t ntensors,
  * whole parts: their pushes are small, and gtopk selects over the part. */
 #define PARTMAP_DENSE_PIECE 16384u
 
-/* The piece of the even map (partmap_build_even) of a dense job whose data
- * plane is not encrypted: 8192 values, 32 KiB. On bandwidth-limited links
- * a finer piece closes the pipeline's bubbles (docs/benchmarks.md: at 100
- * Mbit/s, 1.02x DDP's time per iteration against 1.2x with 16384); under
- * CURVE each message costs more CPU, and at 1 Gbit/s on 2 cores 8192
- * took 1.27x DDP's time against 1.07x with 16384, so an encrypted job
- * keeps PARTMAP_DENSE_PIECE. */
+/* The piece of the even map (partmap_build_even), which dense and fp16
+ * jobs use when their data plane is not encrypted: 8192 values, 32 KiB.
+ * On bandwidth-limited links a finer piece closes the pipeline's bubbles,
+ * and the even map sends every host the same bytes (docs/benchmarks.md:
+ * at 100 Mbit/s 1.03x DDP's time per iteration, against 1.19x with the
+ * map below; at 1 Gbit/s 0.85x). Under CURVE, whose every message costs
+ * CPU, neither paid on 2 cores: 8192-value pieces took 1.27x DDP's time
+ * at 1 Gbit/s against 1.07x with 16384, and the even map with 16384
+ * 1.3-1.4x at 100 Mbit/s against 1.19x. So encrypted jobs keep parts
+ * placed largest first in pieces of PARTMAP_DENSE_PIECE. */
 #define PARTMAP_CLEAR_PIECE 8192u
 
 /* The piece of codecs that scale their values per piece (qsgd, sign):

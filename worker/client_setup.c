@@ -213,6 +213,7 @@ static flps_err setup_tensors(flps_client *c, const flps_client_config *cfg)
 {
     uint64_t *numel;
     flps_err rc = FLPS_OK;
+    int elementwise;
 
     c->tensors = flps_calloc(cfg->ntensors, sizeof(*c->tensors));
     numel = flps_calloc(cfg->ntensors, sizeof(*numel));
@@ -225,22 +226,21 @@ static flps_err setup_tensors(flps_client *c, const flps_client_config *cfg)
         rc = setup_tensor(c, i, &cfg->tensors[i]);
         numel[i] = cfg->tensors[i].numel;
     }
-    /* Dense values summed element by element: the even map, its piece as
-     * fits the encryption (partmap.h); other codecs: parts placed largest
-     * first. */
-    if (c->agg == PROTO_AGG_DENSE &&
-        (c->spec.kind == CODEC_DENSE || c->spec.kind == CODEC_FP16)) {
-        c->piece = c->curve ? PARTMAP_DENSE_PIECE : PARTMAP_CLEAR_PIECE;
-        if (c->piece > c->part_size)
-            c->piece = c->part_size;
-    }
+    /* Dense values summed element by element in the clear: the even map
+     * with the clear piece (partmap.h says why not under CURVE); else
+     * parts placed largest first, cut in the codec's pieces. */
+    elementwise = c->spec.kind == CODEC_DENSE || c->spec.kind == CODEC_FP16;
+    if (c->agg == PROTO_AGG_DENSE && elementwise && !c->curve)
+        c->piece = c->part_size < PARTMAP_CLEAR_PIECE ? c->part_size
+                                                      : PARTMAP_CLEAR_PIECE;
     if (rc == FLPS_OK)
         rc = c->piece > 0 ? partmap_build_even(numel, c->ntensors, c->nshards,
                                                c->piece, &c->pm)
                           : partmap_build_pieces(
                                 numel, c->ntensors, c->nshards, c->part_size,
                                 partmap_job_piece_size(
-                                    c->agg == PROTO_AGG_DENSE, 0, c->part_size),
+                                    c->agg == PROTO_AGG_DENSE, elementwise,
+                                    c->part_size),
                                 &c->pm);
     flps_free(numel);
     return rc;
