@@ -39,12 +39,13 @@ flps_err creq_send(flps_client *c, creq *r);
  * at once has all its connections send together, and with a shard beside
  * each worker S - 1 connections burst into each host's link at once and
  * overflow its queue (8% of the segments lost at 100 Mbit/s). So at most
- * c->win_limit of a shard's largest pieces, counted in values, are in
- * flight (sent, their update not here yet; always one push, however
- * large) and the others are built and held, in push order, until an
- * update frees room. Counting values, not pushes, lets a layer's small
- * pieces (a bias, the tail of a run) go beside a large one instead of
- * each taking a round trip of its own. Every worker pushes in the same order,
+ * c->win_limit of a shard's largest pieces are in flight (sent, their
+ * update not here yet) and the others are built and held, in push order,
+ * until an update frees room. Under the even map (dense in the clear) the
+ * window counts values (always one push, however large): a run's small
+ * pieces (a bias, the tail of a run) go beside each other instead of each
+ * taking a round trip of its own; under the map of parts placed largest
+ * first it counts pushes. Every worker pushes in the same order,
  * so the first piece a shard misses is in flight from every worker and closes:
  * the window never waits on itself. Should callers push in different orders it
  * could; so when a shard's window has not moved for CREQ_WINDOW_STALL_S while

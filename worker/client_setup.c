@@ -234,14 +234,14 @@ static flps_err setup_tensors(flps_client *c, const flps_client_config *cfg)
         c->piece = c->part_size < PARTMAP_CLEAR_PIECE ? c->part_size
                                                       : PARTMAP_CLEAR_PIECE;
     if (rc == FLPS_OK)
-        rc = c->piece > 0 ? partmap_build_even(numel, c->ntensors, c->nshards,
-                                               c->piece, &c->pm)
-                          : partmap_build_pieces(
-                                numel, c->ntensors, c->nshards, c->part_size,
-                                partmap_job_piece_size(
-                                    c->agg == PROTO_AGG_DENSE, elementwise,
-                                    c->part_size),
-                                &c->pm);
+        rc = c->piece > 0
+                 ? partmap_build_even(numel, c->ntensors, c->nshards, c->piece,
+                                      &c->pm)
+                 : partmap_build_pieces(
+                       numel, c->ntensors, c->nshards, c->part_size,
+                       partmap_job_piece_size(c->agg == PROTO_AGG_DENSE,
+                                              elementwise, c->part_size),
+                       &c->pm);
     flps_free(numel);
     return rc;
 }
