@@ -20,6 +20,25 @@ static int cmp_largest_first(const void *pa, const void *pb)
     return a->id < b->id ? -1 : (a->id > b->id);
 }
 
+/* An empty map of nparts parts (zeroed) over nshards and ntensors.
+ * FLPS_ENOMEM leaves *pm empty. */
+static flps_err partmap_alloc(partmap *pm, uint32_t nparts, uint32_t nshards,
+                              uint32_t ntensors)
+{
+    memset(pm, 0, sizeof(*pm));
+    pm->nparts = nparts;
+    pm->nshards = nshards;
+    pm->ntensors = ntensors;
+    pm->parts = flps_calloc(nparts, sizeof(*pm->parts));
+    pm->shard_load = flps_calloc(nshards, sizeof(*pm->shard_load));
+    pm->first_part = flps_calloc(ntensors, sizeof(*pm->first_part));
+    if (pm->parts == NULL || pm->shard_load == NULL || pm->first_part == NULL) {
+        partmap_fini(pm);
+        return FLPS_ENOMEM;
+    }
+    return FLPS_OK;
+}
+
 flps_err partmap_build(const uint64_t *numel, uint32_t ntensors,
                        uint32_t nshards, uint32_t part_size, partmap *out)
 {
@@ -37,17 +56,10 @@ flps_err partmap_build(const uint64_t *numel, uint32_t ntensors,
         if (total > UINT32_MAX)
             return FLPS_EINVAL;
     }
-    memset(&pm, 0, sizeof(pm));
-    pm.nparts = (uint32_t)total;
-    pm.nshards = nshards;
-    pm.ntensors = ntensors;
-    pm.parts = flps_calloc(pm.nparts, sizeof(*pm.parts));
-    pm.shard_load = flps_calloc(nshards, sizeof(*pm.shard_load));
-    pm.first_part = flps_calloc(ntensors, sizeof(*pm.first_part));
+    if (partmap_alloc(&pm, (uint32_t)total, nshards, ntensors) != FLPS_OK)
+        return FLPS_ENOMEM;
     order = flps_calloc(pm.nparts, sizeof(*order));
-    if (pm.parts == NULL || pm.shard_load == NULL || pm.first_part == NULL ||
-        order == NULL) {
-        flps_free(order);
+    if (order == NULL) {
         partmap_fini(&pm);
         return FLPS_ENOMEM;
     }
@@ -191,17 +203,8 @@ flps_err partmap_build_even(const uint64_t *numel, uint32_t ntensors,
     rc = even_cut(numel, ntensors, nshards, piece, total, NULL, &n);
     if (rc != FLPS_OK)
         return rc;
-    memset(&pm, 0, sizeof(pm));
-    pm.nparts = (uint32_t)n;
-    pm.nshards = nshards;
-    pm.ntensors = ntensors;
-    pm.parts = flps_calloc(pm.nparts, sizeof(*pm.parts));
-    pm.shard_load = flps_calloc(nshards, sizeof(*pm.shard_load));
-    pm.first_part = flps_calloc(ntensors, sizeof(*pm.first_part));
-    if (pm.parts == NULL || pm.shard_load == NULL || pm.first_part == NULL) {
-        partmap_fini(&pm);
+    if (partmap_alloc(&pm, (uint32_t)n, nshards, ntensors) != FLPS_OK)
         return FLPS_ENOMEM;
-    }
     rc = even_cut(numel, ntensors, nshards, piece, total, &pm, &n);
     if (rc != FLPS_OK) {
         partmap_fini(&pm);

@@ -1542,40 +1542,41 @@ Test(jobspec, transport_names_are_the_transport_kinds_of_proto)
     cr_assert_str_eq(jobspec_transport_name(JOBSPEC_TRANSPORT_AUTO), "auto");
 }
 
-Test(jobspec, overlap_is_on_by_default_and_takes_true_or_false)
+/* A true/false key at offset off of jobspec: on by default, false is 0,
+ * anything else refused with the words it takes. */
+static void check_on_by_default(const char *key, size_t off)
 {
     jobspec s;
+    char text[128], want[160];
 
     parse_ok("name: a\nmodel: cnn\n", &s);
-    cr_assert_eq(s.overlap, 1, "the default is on");
-    parse_ok("name: a\nmodel: cnn\noverlap: false\n", &s);
-    cr_assert_eq(s.overlap, 0);
-    parse_ok("name: a\nmodel: cnn\noverlap: true\n", &s);
-    cr_assert_eq(s.overlap, 1);
+    cr_assert_eq(*(const uint32_t *)((const char *)&s + off), 1,
+                 "%s: the default is on", key);
+    snprintf(text, sizeof(text), "name: a\nmodel: cnn\n%s: false\n", key);
+    parse_ok(text, &s);
+    cr_assert_eq(*(const uint32_t *)((const char *)&s + off), 0, "%s", key);
+    snprintf(text, sizeof(text), "name: a\nmodel: cnn\n%s: true\n", key);
+    parse_ok(text, &s);
+    cr_assert_eq(*(const uint32_t *)((const char *)&s + off), 1, "%s", key);
+    snprintf(text, sizeof(text), "name: a\nmodel: cnn\n%s: 2\n", key);
+    snprintf(want, sizeof(want),
+             "line 3: %s: '2' is not accepted; expected one of false, true",
+             key);
+    expect_error(text, want, NULL);
+}
+
+Test(jobspec, overlap_is_on_by_default_and_takes_true_or_false)
+{
+    check_on_by_default("overlap", offsetof(jobspec, overlap));
     expect_error("name: a\nmodel: cnn\noverlap: flase\n",
                  "line 3: overlap: 'flase' is not accepted; expected one of "
                  "false, true; did you mean 'false'?",
-                 NULL);
-    expect_error("name: a\nmodel: cnn\noverlap: 2\n",
-                 "line 3: overlap: '2' is not accepted; expected one of "
-                 "false, true",
                  NULL);
 }
 
 Test(jobspec, encryption_is_on_by_default_and_takes_true_or_false)
 {
-    jobspec s;
-
-    parse_ok("name: a\nmodel: mlp\n", &s);
-    cr_assert_eq(s.encryption, 1, "the default is on");
-    parse_ok("name: a\nmodel: mlp\nencryption: false\n", &s);
-    cr_assert_eq(s.encryption, 0);
-    parse_ok("name: a\nmodel: mlp\nencryption: true\n", &s);
-    cr_assert_eq(s.encryption, 1);
-    expect_error("name: a\nmodel: mlp\nencryption: off\n",
-                 "line 3: encryption: 'off' is not accepted; expected one of "
-                 "false, true",
-                 NULL);
+    check_on_by_default("encryption", offsetof(jobspec, encryption));
 }
 
 Test(jobspec, backend_is_cpu_by_default_and_takes_cpu_or_cuda)
