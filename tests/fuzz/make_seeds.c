@@ -317,6 +317,40 @@ static void compact_seeds(const char *msgdir)
     save_sparse(msgdir, "compact-02", 0, upd, 5, seg_idx, val);
 }
 
+/* REGISTERs of the even map (cfg's 16th field, the piece), alone and with
+ * a warm-up and a server optimizer beside it, and the same registration
+ * then a shard's first dense pushes of that map. One per file for
+ * fuzz_msg; the sequence for fuzz_shard. */
+static void even_map_seeds(const char *msgdir, const char *shdir)
+{
+    proto_jobcfg c = jobcfg(PROTO_AGG_DENSE, PROTO_MODE_SSGD, "dense");
+    static const float g[4] = {0.5f, -1, 0.25f, 2};
+    seq s = {0};
+
+    c.piece = 4;
+    add_register(&s, &c);
+    save(msgdir, "even-00", &s);
+    s.len = 0;
+    c.density_warmup = 0;
+    c.server_opt = PROTO_SOPT_MOMENTUM;
+    c.server_beta = 0.9;
+    add_register(&s, &c);
+    save(msgdir, "even-01", &s);
+    s.len = 0;
+    c.server_opt = PROTO_SOPT_SGD;
+    c.server_beta = 0;
+    add_register(&s, &c);
+    for (uint32_t r = 0; r < c.workers; r++) {
+        proto_msg m = base(PROTO_OP_PUSH, r, 0, 0);
+        m.codec = PROTO_CODEC_DENSE;
+        m.n = 4;
+        m.val = g;
+        add(&s, (uint8_t)(1 + r), &m);
+    }
+    save(shdir, "even", &s);
+    free(s.buf);
+}
+
 static void ignore_reply(void *arg, uint32_t peer, const ps_reply *reply)
 {
     (void)arg;
@@ -742,6 +776,7 @@ int main(int argc, char **argv)
         die("mkdtemp");
     empty_pushes(msgdir);
     compact_seeds(msgdir);
+    even_map_seeds(msgdir, shdir);
     for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
         seq s = {0};
         char name[64], ck[256], wl[256];
