@@ -159,27 +159,32 @@ static flps_err even_cut(const uint64_t *numel, uint32_t ntensors,
         if (pm != NULL)
             pm->first_part[t] = (uint32_t)*n;
         for (uint64_t at = base; at < base + numel[t];) {
-            uint64_t end;
+            uint64_t end, len, cnt;
             while (s + 1 < nshards && even_start(total, nshards, s + 1) <= at)
                 s++;
             end = s + 1 < nshards ? even_start(total, nshards, s + 1) : total;
             if (end > base + numel[t])
                 end = base + numel[t];
-            for (; at < end; at += piece) {
-                uint64_t left = end - at;
+            /* The fewest pieces of at most piece values, within one
+             * value of each other: no small tail, whose push would cost
+             * a round trip of its own at the end of every step. */
+            len = end - at;
+            cnt = (len + piece - 1) / piece;
+            for (uint64_t k = 0; k < cnt; k++) {
+                uint64_t size = len / cnt + (k < len % cnt);
                 if (*n >= UINT32_MAX)
                     return FLPS_EINVAL;
                 if (pm != NULL) {
                     partmap_part *p = &pm->parts[*n];
                     p->tensor = t;
                     p->offset = at - base;
-                    p->numel = (uint32_t)(left < piece ? left : piece);
+                    p->numel = (uint32_t)size;
                     p->shard = s;
                     pm->shard_load[s] += p->numel;
                 }
                 (*n)++;
+                at += size;
             }
-            at = end;
         }
         base += numel[t];
     }

@@ -48,16 +48,17 @@ flps_err partmap_build(const uint64_t *numel, uint32_t ntensors,
 #define PARTMAP_DENSE_PIECE 16384u
 
 /* The piece of the even map (partmap_build_even), which dense and fp16
- * jobs use when their data plane is not encrypted: 8192 values, 32 KiB.
- * On bandwidth-limited links a finer piece closes the pipeline's bubbles,
- * and the even map sends every host the same bytes (docs/benchmarks.md:
- * at 100 Mbit/s 1.03x DDP's time per iteration, against 1.19x with the
- * map below; at 1 Gbit/s 0.85x). Under CURVE, whose every message costs
- * CPU, neither paid on 2 cores: 8192-value pieces took 1.27x DDP's time
- * at 1 Gbit/s against 1.07x with 16384, and the even map with 16384
- * 1.3-1.4x at 100 Mbit/s against 1.19x. So encrypted jobs keep parts
- * placed largest first in pieces of PARTMAP_DENSE_PIECE. */
-#define PARTMAP_CLEAR_PIECE 8192u
+ * jobs use when their data plane is not encrypted: 4096 values, 16 KiB.
+ * On bandwidth-limited links a finer piece closes the pipeline's bubbles
+ * and keeps the shared queues short, and the even map sends every host
+ * the same bytes (docs/benchmarks.md, MLP on 4 hosts: at 100 Mbit/s
+ * 0.121 s per iteration against 0.128 with 8192 and 0.131 with 8192 cut
+ * with a small tail; at 1 Gbit/s within noise of 8192). Under CURVE,
+ * whose every message costs CPU, the even map in 4096 measured 1.3x the
+ * map below at 1 Gbit/s on 2 cores (though 0.83x at 100 Mbit/s), so
+ * encrypted jobs keep parts placed largest first in pieces of
+ * PARTMAP_DENSE_PIECE. */
+#define PARTMAP_CLEAR_PIECE 4096u
 
 /* The piece of codecs that scale their values per piece (qsgd, sign):
  * 65536 values, as before dense pieces were cut smaller, since a smaller
@@ -94,8 +95,9 @@ flps_err partmap_build_pieces(const uint64_t *numel, uint32_t ntensors,
 /* The even map of a dense job whose pieces sum element by element: the
  * model's elements, tensor after tensor, cut into nshards runs of equal
  * length (within one element), shard s owning run s, as the chunks of a
- * ring allreduce; each tensor's share of a run cut into parts of at most
- * piece elements, ordered by (tensor, offset). Every shard then sends and
+ * ring allreduce; each tensor's share of a run cut into the fewest parts
+ * of at most piece elements, within one element of each other, ordered
+ * by (tensor, offset). Every shard then sends and
  * receives the same bytes, where placing whole parts largest first can
  * leave one shard a part's worth heavier (the MLP's: 2.9%), and a
  * synchronous step waits for the heaviest. FLPS_EINVAL for no tensors, a

@@ -391,6 +391,55 @@ Test(partmap, the_even_map_gives_every_shard_the_same_elements_within_one)
         }
 }
 
+/* Each tensor's share of a run is cut into the fewest pieces that fit,
+ * all within one value of each other: no small tail that costs a round
+ * trip of its own. */
+Test(partmap, the_even_map_cuts_each_share_into_equal_pieces)
+{
+    const uint64_t mlp[] = {200704, 256, 32768, 128, 1280, 10};
+    const uint64_t odd[] = {7, 1, 1, 13, 2, 100003, 5};
+    const struct {
+        const uint64_t *numel;
+        uint32_t nt, shards, piece;
+    } cases[] = {{mlp, 6, 4, 4096}, {mlp, 6, 3, 8192}, {mlp, 6, 1, 4096},
+                 {odd, 7, 5, 16},   {odd, 7, 2, 1},    {odd, 7, 9, 100}};
+    partmap pm;
+
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        cr_assert_eq(partmap_build_even(cases[c].numel, cases[c].nt,
+                                        cases[c].shards, cases[c].piece, &pm),
+                     FLPS_OK);
+        assert_covers(&pm, cases[c].numel, cases[c].nt, cases[c].piece);
+        for (uint32_t i = 0; i < pm.nparts;) {
+            uint32_t j = i, lo = UINT32_MAX, hi = 0;
+            uint64_t len = 0;
+            while (j < pm.nparts && pm.parts[j].tensor == pm.parts[i].tensor &&
+                   pm.parts[j].shard == pm.parts[i].shard) {
+                len += pm.parts[j].numel;
+                lo = pm.parts[j].numel < lo ? pm.parts[j].numel : lo;
+                hi = pm.parts[j].numel > hi ? pm.parts[j].numel : hi;
+                j++;
+            }
+            cr_assert_eq(j - i, (len + cases[c].piece - 1) / cases[c].piece,
+                         "case %zu: %llu values of tensor %u on shard %u in "
+                         "%u pieces",
+                         c, (unsigned long long)len, pm.parts[i].tensor,
+                         pm.parts[i].shard, j - i);
+            cr_assert_leq(hi - lo, 1, "case %zu: pieces of %u..%u values", c,
+                          lo, hi);
+            i = j;
+        }
+        partmap_fini(&pm);
+    }
+    /* The bench MLP's first shard: 58786 or 58787 values of fc1.weight,
+     * 15 pieces of 3919 or 3920, not 14 of 4096 and one of 1442. */
+    cr_assert_eq(partmap_build_even(mlp, 6, 4, 4096, &pm), FLPS_OK);
+    cr_assert_eq(pm.first_part[1], 15 + 15 + 15 + 6);
+    cr_assert(pm.parts[0].numel == 3919 || pm.parts[0].numel == 3920, "%u",
+              pm.parts[0].numel);
+    partmap_fini(&pm);
+}
+
 Test(partmap, the_even_map_refuses_what_partmap_build_refuses)
 {
     const uint64_t numel[] = {10, 0};

@@ -568,12 +568,15 @@ Test(client, a_dense_push_is_split_into_parts_sent_to_their_owners)
     uint32_t first = g->pm.first_part[0], last = g->pm.first_part[1];
 
     /* The hand computation of the even map agrees with partmap.h: of the
-     * 20 elements, shard 0 owns the first 10 (all of w0), cut in 4s. */
+     * 20 elements, shard 0 owns the first 10 (all of w0), cut in the
+     * fewest pieces of at most 4, within one of each other: 4, 3, 3. */
     cr_assert_eq(last - first, 3, "10 elements in pieces of 4 are 3 parts");
     cr_assert_eq(g->pm.parts[first].shard, 0);
     cr_assert_eq(g->pm.parts[first + 1].shard, 0);
     cr_assert_eq(g->pm.parts[first + 2].shard, 0);
-    cr_assert_eq(g->pm.parts[first + 2].numel, 2);
+    cr_assert_eq(g->pm.parts[first].numel, 4);
+    cr_assert_eq(g->pm.parts[first + 1].numel, 3);
+    cr_assert_eq(g->pm.parts[first + 2].numel, 3);
     cr_assert_eq(g->pm.parts[g->pm.first_part[1]].shard, 1);
 
     rig_start(g);
@@ -2212,22 +2215,24 @@ Test(client_window, small_pieces_ride_beside_each_other_within_one_piece)
 {
     rig *g = rig_new("dense");
 
-    /* Pieces of 6: shard 0 gets w0 as 6 and 4 values, shard 1 w1 as 6
-     * and 1, then w2's 3. A window of one piece is 6 values in flight. */
-    g->cfg.part_size = 6;
-    g->cfg.push_window = 1;
+    /* Pieces of 5: shard 0 gets w0 as 5 and 5 values, shard 1 w1 as 4
+     * and 3, then w2's 3. A window of two pieces is 10 values in flight. */
+    g->cfg.part_size = 5;
+    g->cfg.push_window = 2;
     partmap_fini(&g->pm);
-    cr_assert_eq(partmap_build_even(NUMEL, NTENSORS, NSHARDS, 6, &g->pm),
+    cr_assert_eq(partmap_build_even(NUMEL, NTENSORS, NSHARDS, 5, &g->pm),
                  FLPS_OK);
     cr_assert_eq(g->pm.nparts, 5);
+    cr_assert_eq(g->pm.parts[2].numel, 4);
     rig_start(g);
     push_all(g, G0, 0);
     cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
     cr_assert_eq(count_sent(&g->net, 0, PROTO_OP_PUSH), 5);
-    /* 6 + 4 is more than a piece: one at a time. */
-    cr_assert_eq(g->net.most_unanswered[0], 1);
-    /* Once the 6 is answered, the 1 and the 3 go together: 4 values. */
-    cr_assert_eq(g->net.most_unanswered[1], 2,
+    /* 5 + 5 fills the window. */
+    cr_assert_eq(g->net.most_unanswered[0], 2);
+    /* 4 + 3 + 3 is 10 values too: three pushes, where a window that
+     * counted pushes would hold the third back for a round trip. */
+    cr_assert_eq(g->net.most_unanswered[1], 3,
                  "the small pieces each waited a round trip");
     rig_free(g);
 }
