@@ -48,17 +48,17 @@ flps_err partmap_build(const uint64_t *numel, uint32_t ntensors,
 #define PARTMAP_DENSE_PIECE 16384u
 
 /* The piece of the even map (partmap_build_even), which dense and fp16
- * jobs use when their data plane is not encrypted: 8192 values, 32 KiB.
- * On bandwidth-limited links a finer piece closes the pipeline's bubbles,
- * and the even map sends every host the same bytes (docs/benchmarks.md).
- * 4096 measured faster still for the MLP at 100 Mbit/s (0.99x DDP against
- * 1.01-1.05x) but made the PyTorch CNN (3.3M values) 1.9x slower at 1
- * Gbit/s on 2 cores, where every message costs CPU: the right piece
- * depends on the link and the model, and is fixed when a worker
- * registers, before it has measured the link. Under CURVE, neither the
- * finer piece nor the even map paid at 1 Gbit/s, so encrypted jobs keep
- * parts placed largest first in pieces of PARTMAP_DENSE_PIECE. */
-#define PARTMAP_CLEAR_PIECE 8192u
+ * jobs use when their data plane is not encrypted: 4096 values, 16 KiB.
+ * On bandwidth-limited links a finer piece closes the pipeline's bubbles
+ * and keeps the shared queues short, and the even map sends every host
+ * the same bytes (docs/benchmarks.md, MLP on 4 hosts: at 100 Mbit/s
+ * 0.121 s per iteration against 0.128 with 8192 and 0.131 with 8192 cut
+ * with a small tail; at 1 Gbit/s within noise of 8192). Under CURVE,
+ * whose every message costs CPU, the even map in 4096 measured 1.3x the
+ * map below at 1 Gbit/s on 2 cores (though 0.83x at 100 Mbit/s), so
+ * encrypted jobs keep parts placed largest first in pieces of
+ * PARTMAP_DENSE_PIECE. */
+#define PARTMAP_CLEAR_PIECE 4096u
 
 /* The piece of codecs that scale their values per piece (qsgd, sign):
  * 65536 values, as before dense pieces were cut smaller, since a smaller
