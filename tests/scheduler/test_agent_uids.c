@@ -91,15 +91,28 @@ static void assert_owner(const char *path, uid_t uid, mode_t mode)
 /* A process running as uid until killed; its pid. */
 static pid_t stray(uid_t uid)
 {
-    pid_t pid = fork();
+    int fds[2];
+    char c = 0;
+    pid_t pid;
 
+    cr_assert_eq(pipe(fds), 0);
+    pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
+        close(fds[0]);
         if (setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0)
+            _exit(1);
+        if (write(fds[1], "u", 1) != 1)
             _exit(1);
         for (;;)
             pause();
     }
+    /* Only once it runs as uid: a child still root when the release
+     * went round would outlive it and hang the test. */
+    close(fds[1]);
+    cr_assert_eq(read(fds[0], &c, 1), 1, "the stray could not become uid %u",
+                 (unsigned)uid);
+    close(fds[0]);
     return pid;
 }
 
