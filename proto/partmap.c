@@ -191,6 +191,25 @@ static flps_err even_cut(const uint64_t *numel, uint32_t ntensors,
     return FLPS_OK;
 }
 
+uint32_t partmap_clear_piece(const uint64_t *numel, uint32_t ntensors,
+                             uint32_t nshards, uint32_t part_size)
+{
+    const uint64_t step = PARTMAP_CLEAR_PIECE;
+    uint64_t total = 0, run, piece;
+
+    for (uint32_t t = 0; t < ntensors; t++)
+        total += numel[t];
+    run = total / (nshards > 0 ? nshards : 1);
+    piece = (run + PARTMAP_CLEAR_PIECES_PER_SHARD - 1) /
+            PARTMAP_CLEAR_PIECES_PER_SHARD;
+    piece = (piece + step - 1) / step * step;
+    if (piece < PARTMAP_CLEAR_PIECE)
+        piece = PARTMAP_CLEAR_PIECE;
+    if (piece > PARTMAP_DENSE_PIECE)
+        piece = PARTMAP_DENSE_PIECE;
+    return part_size < piece ? part_size : (uint32_t)piece;
+}
+
 flps_err partmap_build_even(const uint64_t *numel, uint32_t ntensors,
                             uint32_t nshards, uint32_t piece, partmap *out)
 {

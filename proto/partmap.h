@@ -60,6 +60,18 @@ flps_err partmap_build(const uint64_t *numel, uint32_t ntensors,
  * PARTMAP_DENSE_PIECE. */
 #define PARTMAP_CLEAR_PIECE 4096u
 
+/* A large model's even map grows its piece (partmap_clear_piece) so that
+ * no shard takes more than this many pieces a step, up to
+ * PARTMAP_DENSE_PIECE: every message costs ZeroMQ's I/O thread and the
+ * kernel a few syscalls whatever its size (ZeroMQ moves at most 8 KiB
+ * through its batch buffer per call), which the PyTorch CNN's 3.3M values
+ * in pieces of 4096 paid 800 times a step per worker, about 630,000
+ * syscalls a second on 4 hosts. Pieces of 16384 took 0.244-0.249 s per
+ * iteration at 1 Gbit/s against 0.255-0.256 (docs/benchmarks.md); past 64
+ * pieces a shard, a finer cut shortens the pipeline's fill and drain by
+ * less than 2%. */
+#define PARTMAP_CLEAR_PIECES_PER_SHARD 64u
+
 /* The piece of codecs that scale their values per piece (qsgd, sign):
  * 65536 values, as before dense pieces were cut smaller, since a smaller
  * piece would change their arithmetic. */
@@ -105,6 +117,15 @@ flps_err partmap_build_pieces(const uint64_t *numel, uint32_t ntensors,
  * FLPS_ENOMEM. */
 flps_err partmap_build_even(const uint64_t *numel, uint32_t ntensors,
                             uint32_t nshards, uint32_t piece, partmap *out);
+
+/* The piece of the even map for a model of ntensors tensors of numel
+ * elements over nshards shards, with parts of at most part_size:
+ * PARTMAP_CLEAR_PIECE, or the smallest multiple of it that cuts each
+ * shard's run into at most PARTMAP_CLEAR_PIECES_PER_SHARD pieces, up to
+ * PARTMAP_DENSE_PIECE; never more than part_size. Every worker computes
+ * it from the same layout and sends it in REGISTER. */
+uint32_t partmap_clear_piece(const uint64_t *numel, uint32_t ntensors,
+                             uint32_t nshards, uint32_t part_size);
 
 void partmap_fini(partmap *pm);
 

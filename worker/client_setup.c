@@ -231,8 +231,8 @@ static flps_err setup_tensors(flps_client *c, const flps_client_config *cfg)
      * parts placed largest first, cut in the codec's pieces. */
     elementwise = c->spec.kind == CODEC_DENSE || c->spec.kind == CODEC_FP16;
     if (c->agg == PROTO_AGG_DENSE && elementwise && !c->curve)
-        c->piece = c->part_size < PARTMAP_CLEAR_PIECE ? c->part_size
-                                                      : PARTMAP_CLEAR_PIECE;
+        c->piece =
+            partmap_clear_piece(numel, c->ntensors, c->nshards, c->part_size);
     if (rc == FLPS_OK)
         rc = c->piece > 0
                  ? partmap_build_even(numel, c->ntensors, c->nshards, c->piece,

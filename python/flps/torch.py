@@ -53,10 +53,35 @@ ENVIRONMENT["FLPS_JOB_KEYS"] = ("the keys the job file gives, comma-separated "
 DEFAULT_WARMUP_START = 0.25
 
 #: True where torch has Tensor.register_post_accumulate_grad_hook (2.1 and
-#: later): gradients are then pushed during backward, as soon as each is
-#: produced. Older torch pushes them all at the start of step().
+#: later). Either way gradients are pushed during backward, as soon as each
+#: is produced: older torch gets the same moment from a hook on the
+#: parameter's AccumulateGrad node (_AccumulateGradHook).
 HAS_POST_ACCUMULATE_HOOK = hasattr(torch.Tensor,
                                    "register_post_accumulate_grad_hook")
+
+
+class _AccumulateGradHook:
+    """hook(p) right after backward wrote p.grad, on torch before 2.1: a
+    post-hook of p's AccumulateGrad node, the node that writes p.grad (the
+    node DistributedDataParallel hooks there too).  The node lives only
+    while something holds it, so this object does until remove()."""
+
+    def __init__(self, p, hook):
+        with torch.enable_grad():
+            self._node = p.expand_as(p).grad_fn.next_functions[0][0]
+        self._handle = self._node.register_hook(lambda *_: hook(p))
+
+    def remove(self):
+        self._handle.remove()
+        self._node = None
+
+
+def _post_accumulate_hook(p, hook):
+    """hook(p) each time backward has written p.grad: torch's own hook
+    where it has one (2.1 and later), else _AccumulateGradHook."""
+    if HAS_POST_ACCUMULATE_HOOK:
+        return p.register_post_accumulate_grad_hook(hook)
+    return _AccumulateGradHook(p, hook)
 
 
 @dataclass(frozen=True)
@@ -775,10 +800,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.iteration = self.client.resume_iteration
         # The update exchange pushes steps, known only once the wrapped
         # optimizer has made them in step(): nothing to push in backward.
-        if HAS_POST_ACCUMULATE_HOOK and self.correction == "none":
+        if self.correction == "none":
             for i, (_, p) in enumerate(self._named):
-                self._hooks.append(
-                    p.register_post_accumulate_grad_hook(self._hook(i)))
+                self._hooks.append(_post_accumulate_hook(p, self._hook(i)))
         # Rank 0 of an auto job times each layer's backward in warm-up: a
         # tensor hook runs as the parameter's gradient is produced (torch
         # 1.13 has these too); removed once the profile is out.
@@ -893,8 +917,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self.tuner.mark_pushed()
 
     def step(self, closure=None):
-        """Push what backward produced (all of it, last layer first, on
-        torch without post-accumulate-grad hooks), wait for the shards and
+        """Push what backward did not push already (a closure's gradients,
+        a parameter backward left without one), wait for the shards and
         apply the aggregate.  Returns closure()'s loss."""
         if self.client is None:
             return self._step_alone(closure)
@@ -934,11 +958,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     if sel is not None:
                         self._sparse_grad(p, r)
                         continue
-                    avg = r.view_as(p).neg()
+                    avg = r.view_as(p)
                     if p.grad is None:
-                        p.grad = avg.to(p.device)
+                        p.grad = avg.neg().to(p.device)
+                    elif p.grad.device == r.device and p.grad.shape == p.shape:
+                        # In place, one pass: no 13 MB allocation (and its
+                        # page faults) a step for a 3.3M-value model.
+                        torch.neg(avg, out=p.grad)
                     else:
-                        p.grad.copy_(avg)
+                        p.grad.copy_(avg.neg())
                     r.zero_()
                 self._updates_to_pulled()
             with self._scheduled_lr():

@@ -525,32 +525,10 @@ def test_a_dense_optimizer_sizes_its_push_window_to_the_link(
     assert any(m.startswith("push window:") for m in said) == sized, said
 
 
-def _emulated_post_accumulate_hook(monkeypatch):
-    """Give torch < 2.1 a register_post_accumulate_grad_hook for the test:
-    a post-hook on the parameter's AccumulateGrad node runs right after
-    p.grad was written, which is when torch 2.1's hook runs."""
-    if ft.HAS_POST_ACCUMULATE_HOOK:
-        return  # the real one is there
-    nodes = []  # an AccumulateGrad node lives only while referenced
-
-    class Handle:
-        def remove(self):
-            pass
-
-    def register(p, hook):
-        node = p.expand_as(p).grad_fn.next_functions[0][0]
-        node.register_hook(lambda *_: hook(p))
-        nodes.append(node)
-        return Handle()
-
-    monkeypatch.setattr(torch.Tensor, "register_post_accumulate_grad_hook",
-                        register, raising=False)
-    monkeypatch.setattr(ft, "HAS_POST_ACCUMULATE_HOOK", True)
-
-
-def test_with_post_accumulate_hooks_backward_pushes_each_gradient(
-        shards, monkeypatch):
-    _emulated_post_accumulate_hook(monkeypatch)
+def test_backward_pushes_each_gradient_as_it_is_written(shards):
+    """torch's post-accumulate-grad hook where it has one (2.1+), else the
+    AccumulateGrad node's hook: either way backward pushes, and the model
+    stays what plain SGD makes of the same batches."""
     s = shards("hooks")[0]
     cfg = ft.Config("hooks", 0, 1, (s.endpoint,))
     model, ref = tc.make_model(3), tc.make_model(3)
@@ -579,3 +557,8 @@ def test_with_post_accumulate_hooks_backward_pushes_each_gradient(
             tc.loss_of(model, xb, yb).backward()
     finally:
         opt.close()
+    # close() removed the hooks: a backward now pushes nothing.
+    model.zero_grad()
+    opt._pushed = [False] * len(opt._pushed)
+    tc.loss_of(model, xb, yb).backward()
+    assert not any(opt._pushed)

@@ -440,6 +440,38 @@ Test(partmap, the_even_map_cuts_each_share_into_equal_pieces)
     partmap_fini(&pm);
 }
 
+Test(partmap, a_large_models_even_piece_grows_to_64_pieces_a_shard)
+{
+    /* The bench MLP and examples/torch/cnn.py's CNN. */
+    const uint64_t mlp[] = {200704, 256, 32768, 128, 1280, 10};
+    const uint64_t cnn[] = {800, 32, 51200, 64, 3211264, 1024, 10240, 10};
+    const uint64_t one[] = {786432};
+    partmap pm;
+
+    cr_assert_eq(partmap_clear_piece(mlp, 6, 4, 65536), 4096,
+                 "15 pieces a shard: the small piece stays");
+    cr_assert_eq(partmap_clear_piece(mlp, 6, 1, 65536), 4096);
+    /* 818,658 values a shard: 12,792 each for 64, rounded up. */
+    cr_assert_eq(partmap_clear_piece(cnn, 8, 4, 65536), 16384);
+    cr_assert_eq(partmap_clear_piece(cnn, 8, 16, 65536), 4096);
+    cr_assert_eq(partmap_clear_piece(cnn, 8, 1, 65536), PARTMAP_DENSE_PIECE,
+                 "never past the dense piece");
+    cr_assert_eq(partmap_clear_piece(one, 1, 1, 65536), 12288,
+                 "a multiple of 4096");
+    cr_assert_eq(partmap_clear_piece(cnn, 8, 4, 1000), 1000,
+                 "never past the part size");
+    cr_assert_eq(partmap_clear_piece(mlp, 6, 0, 65536), 4096);
+    /* The CNN over 4 shards: at most 64 pieces a shard. */
+    cr_assert_eq(partmap_build_even(cnn, 8, 4, 16384, &pm), FLPS_OK);
+    for (uint32_t s = 0; s < 4; s++) {
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < pm.nparts; i++)
+            n += pm.parts[i].shard == s;
+        cr_assert(n > 32 && n <= 64, "shard %u takes %u pieces", s, n);
+    }
+    partmap_fini(&pm);
+}
+
 Test(partmap, the_even_map_refuses_what_partmap_build_refuses)
 {
     const uint64_t numel[] = {10, 0};
