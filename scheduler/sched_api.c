@@ -342,6 +342,7 @@ static void submit(sched_api *a, const httpd_request *req, const jobspec *spec,
     }
     memset(&pj, 0, sizeof(pj));
     pj.need_rdma = spec->transport == JOBSPEC_TRANSPORT_RDMA;
+    pj.beside = spec->servers_auto;
     pj.servers = spec->servers;
     pj.workers = spec->workers;
     pj.per_server.mcpus = sched_res_mcpus(spec->cpus_per_server);

@@ -92,6 +92,7 @@ static const jf job_fields[] = {
     JF("transport", JF_STR, transport, 1, JF_TOP, "transport"),
     JF("compression", JF_STR, compression, 1, JF_HIDDEN, NULL),
     JF("transport_used", JF_STR, transport_used, 0, JF_TOP, "transport_used"),
+    JF("placement", JF_STR, placement, 1, JF_HIDDEN, NULL),
     JF("credentials", JF_SECRET, credentials, 1, JF_HIDDEN, NULL),
 };
 

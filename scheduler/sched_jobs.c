@@ -362,6 +362,8 @@ static flps_err job_of_spec(const jobspec *spec, const char *text, size_t len,
     snprintf(j->transport, sizeof(j->transport), "%s",
              jobspec_transport_name(spec->transport));
     jobspec_comp_format(spec, j->compression, sizeof(j->compression));
+    snprintf(j->placement, sizeof(j->placement), "%s",
+             spec->servers_auto ? "beside" : "");
     j->per_worker.mcpus = sched_res_mcpus(spec->cpus_per_worker);
     j->per_worker.memory = spec->memory_per_worker;
     j->per_worker.gpus = spec->gpus_per_worker;

@@ -641,6 +641,7 @@ static flps_err loop_nodes(sched_loop *l, double now, double mono, double t0)
 typedef struct job_settings {
     jobspec_transport transport;
     int is_auto; /* compression: auto */
+    int beside;  /* servers: auto: server i on worker i's node */
 } job_settings;
 
 /* The job file's settings from the job hash's fields, which the submit
@@ -656,11 +657,13 @@ static void job_settings_of(const sched_job *job, job_settings *out)
 
     out->transport = JOBSPEC_TRANSPORT_ZMQ;
     out->is_auto = 0;
+    out->beside = strcmp(job->placement, "beside") == 0;
     if (job->compression[0] == '\0') {
         if (job->spec != NULL && jobspec_parse(job->spec, strlen(job->spec),
                                                &spec, NULL, 0) == FLPS_OK) {
             out->transport = spec.transport;
             out->is_auto = spec.compression == CODEC_AUTO;
+            out->beside = spec.servers_auto;
         }
         return;
     }
@@ -980,6 +983,7 @@ static flps_err place_read_queue(sched_loop *l, place_turn *t)
         t->pq[j].priority = q->priority;
         t->pq[j].seq = q->seq;
         t->pq[j].need_rdma = js.transport == JOBSPEC_TRANSPORT_RDMA;
+        t->pq[j].beside = js.beside;
     }
     sched_place_order(t->pq, nq, t->order);
     for (size_t j = 0; j < nq; j++) {

@@ -75,6 +75,46 @@ static sched_res node_free(const sched_pnode *n)
     return f;
 }
 
+/* What a worker and the server beside it need together. */
+static sched_res pair_need(const sched_pjob *job)
+{
+    sched_res need = job->per_worker;
+
+    res_add(&need, &job->per_server);
+    return need;
+}
+
+/* servers: auto: worker i and server i on one node, each pair on the node
+ * with the fewest pairs so far that holds it (the most free CPU among
+ * equals), so every node with a worker has its shard beside it and the
+ * pairs spread over the nodes as servers do. */
+static int place_pairs(const sched_pnode *nodes, size_t nnodes,
+                       const sched_pjob *job, uint32_t *server_node,
+                       uint32_t *worker_node, sched_res *scratch,
+                       uint32_t *npairs)
+{
+    const sched_res need = pair_need(job);
+
+    for (uint32_t w = 0; w < job->workers; w++) {
+        size_t best = nnodes;
+
+        for (size_t i = 0; i < nnodes; i++) {
+            if (!node_serves(&nodes[i], job) || !res_fits(&need, &scratch[i]))
+                continue;
+            if (best == nnodes || npairs[i] < npairs[best] ||
+                (npairs[i] == npairs[best] &&
+                 scratch[i].mcpus > scratch[best].mcpus))
+                best = i;
+        }
+        if (best == nnodes)
+            return 0;
+        res_sub(&scratch[best], &need);
+        npairs[best]++;
+        server_node[w] = worker_node[w] = (uint32_t)best;
+    }
+    return 1;
+}
+
 /* The greedy rules of docs/scheduler.md on scratch copies, so a job that
  * does not fit leaves free untouched. nsrv is nnodes counters of scratch. */
 static int place_on(const sched_pnode *nodes, sched_res *free, size_t nnodes,
@@ -83,6 +123,13 @@ static int place_on(const sched_pnode *nodes, sched_res *free, size_t nnodes,
 {
     memcpy(scratch, free, nnodes * sizeof(*scratch));
     memset(nsrv, 0, nnodes * sizeof(*nsrv));
+    if (job->beside && job->servers == job->workers) {
+        if (!place_pairs(nodes, nnodes, job, server_node, worker_node, scratch,
+                         nsrv))
+            return 0;
+        memcpy(free, scratch, nnodes * sizeof(*free));
+        return 1;
+    }
     for (uint32_t s = 0; s < job->servers; s++) {
         size_t best = nnodes;
 
@@ -314,6 +361,24 @@ void sched_place_explain(const sched_pnode *nodes, size_t nnodes,
                 plural_word((double)one[i].need, "GPU", "GPUs"),
                 (unsigned long long)one[i].max);
         return;
+    }
+    if (job->beside && job->servers == job->workers && job->workers > 0) {
+        const sched_res pair = pair_need(job);
+
+        if (!res_fits(&pair, &max)) {
+            format_size(pair.memory, a, sizeof(a));
+            format_size(max.memory, b, sizeof(b));
+            *field = "servers";
+            snprintf(msg, msglen,
+                     "servers: auto puts each worker's server on its node, "
+                     "and a worker with its server needs %.3f %s and %s of "
+                     "memory; the largest node has %.3f and %s (give "
+                     "servers a number to place them apart)",
+                     (double)pair.mcpus / 1000,
+                     plural_word((double)pair.mcpus / 1000, "CPU", "CPUs"), a,
+                     (double)max.mcpus / 1000, b);
+            return;
+        }
     }
     for (uint32_t s = 0; s < job->servers; s++)
         res_add(&srv_need, &job->per_server);

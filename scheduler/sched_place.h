@@ -44,6 +44,9 @@ typedef struct sched_pjob {
     uint32_t priority; /* for sched_place_order: higher first */
     uint64_t seq;      /* for sched_place_order: submission order */
     int need_rdma;     /* transport: rdma: only nodes with rdma set */
+    /* servers: auto (as many servers as workers): server i on worker i's
+     * node, the pairs spread over the nodes as servers are */
+    int beside;
 } sched_pjob;
 
 /* Queue order: order[n] gets the indices of jobs[n] by priority (highest

@@ -90,6 +90,9 @@ typedef struct sched_job {
     char compression[40];
     char transport_used[8]; /* what the placement chose: zmq or rdma; ""
                                until placed */
+    /* "beside" for servers: auto (server i on worker i's node), else "";
+     * "" in a hash written before the field existed. */
+    char placement[8];
     /* The job's data-plane credentials as a credentials file's text
      * (proto/creds.h), made at submit and written to the hash then; owned.
      * Never read back from the hash nor shown by the API: only flagent

@@ -81,7 +81,7 @@ Test(sched_jobhash, a_submit_writes_the_documented_fields_in_order)
                      "restarts max_restarts reason spec workers servers "
                      "iterations time_limit cpus_per_worker memory_per_worker "
                      "gpus_per_worker cpus_per_server memory_per_server "
-                     "transport compression credentials");
+                     "transport compression placement credentials");
     cr_assert_not_null(strstr(p.resp, "$15\r\ncpus_per_worker\r\n$3\r\n1.5"));
     cr_assert_not_null(strstr(p.resp, "submitted_at\r\n$7\r\n1000.25"));
     cr_assert_not_null(strstr(p.resp, "state\r\n$6\r\nQUEUED"));

@@ -579,6 +579,39 @@ Test(sched_loop, places_an_rdma_job_only_on_the_node_with_an_active_port)
 
 /* The loop reads the job file's settings from the hash's fields; a hash
  * from a flsched before them has only its spec, which is read instead. */
+Test(sched_loop, servers_auto_puts_shard_i_on_worker_is_node)
+{
+    add_node("n1", 4, 30000);
+    add_node("n2", 4, 30000);
+    /* Apart, the 2 workers would pack onto n1 (test above). */
+    submit("name: beside\nmodel: mlp\nservers: auto\nworkers: 2\n");
+    cr_assert_str_eq(S("HGET flps:job:%s placement", "j1", NULL), "beside");
+    step();
+    cr_assert_str_eq(state_of("j1"), "RUNNING");
+    cr_assert_str_eq(members("flps:node:n1:tasks"),
+                     "flps:task:j1:0:server-0 flps:task:j1:0:worker-0");
+    cr_assert_str_eq(members("flps:node:n2:tasks"),
+                     "flps:task:j1:0:server-1 flps:task:j1:0:worker-1");
+}
+
+Test(sched_loop, servers_auto_of_a_hash_without_the_field_comes_from_its_spec)
+{
+    redisReply *r = NULL;
+
+    add_node("n1", 8, 30000);
+    add_node("n2", 8, 30000);
+    submit("name: old\nmodel: mlp\nservers: auto\nworkers: 2\n");
+    cr_assert_eq(
+        rconn_cmd(rc, &r, "HDEL flps:job:j1 placement transport compression"),
+        FLPS_OK);
+    freeReplyObject(r);
+    step();
+    cr_assert_str_eq(state_of("j1"), "RUNNING");
+    /* Apart, both workers would pack onto n1. */
+    cr_assert_str_eq(members("flps:node:n2:tasks"),
+                     "flps:task:j1:0:server-1 flps:task:j1:0:worker-1");
+}
+
 Test(sched_loop, reads_the_transport_of_a_hash_without_the_fields_from_its_spec)
 {
     redisReply *r = NULL;

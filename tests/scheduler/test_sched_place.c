@@ -576,3 +576,85 @@ Test(sched_place, the_queue_passes_an_rdma_head_over_for_a_zmq_job)
     cr_assert_eq(srv[1][0], 1);
     cr_assert_eq(wrk[1][0], 1);
 }
+
+Test(sched_place, servers_auto_puts_each_server_on_its_workers_node)
+{
+    sched_pnode nodes[4] = {node(4, 16 * GI, 0), node(4, 16 * GI, 0),
+                            node(4, 16 * GI, 0), node(4, 16 * GI, 0)};
+    sched_res free[4];
+    sched_pjob j = job(4, 4, 1, 0);
+    uint32_t srv[4], wrk[4];
+    const uint32_t want[4] = {0, 1, 2, 3};
+    int placed = -1;
+
+    for (size_t i = 0; i < 4; i++)
+        free[i] = free_of(&nodes[i]);
+    /* Without the rule the workers pack onto node 0, the servers spread. */
+    cr_assert_eq(sched_place_gang(nodes, free, 4, &j, srv, wrk, &placed),
+                 FLPS_OK);
+    cr_assert_eq(placed, 1);
+    cr_assert(wrk[0] == 0 && wrk[1] == 0 && srv[1] == 1);
+    for (size_t i = 0; i < 4; i++)
+        free[i] = free_of(&nodes[i]);
+    j.beside = 1;
+    cr_assert_eq(sched_place_gang(nodes, free, 4, &j, srv, wrk, &placed),
+                 FLPS_OK);
+    cr_assert_eq(placed, 1);
+    assert_nodes(srv, want, 4, "server");
+    assert_nodes(wrk, want, 4, "worker");
+    for (size_t i = 0; i < 4; i++)
+        cr_assert_eq(free[i].mcpus, 2000, "node %zu keeps 2 CPUs", i);
+}
+
+Test(sched_place, servers_auto_pairs_double_up_where_nodes_are_few)
+{
+    /* 2 nodes of 5 CPUs, 4 pairs of 2 CPUs: two pairs on each; the node
+     * with more room left takes the tie. */
+    sched_pnode nodes[2] = {node(5, 16 * GI, 0), node(5, 16 * GI, 0)};
+    sched_res free[2] = {free_of(&nodes[0]), free_of(&nodes[1])};
+    sched_pjob j = job(4, 4, 1, 0);
+    uint32_t srv[4], wrk[4];
+    const uint32_t want[4] = {0, 1, 0, 1};
+    int placed = -1;
+
+    j.beside = 1;
+    cr_assert_eq(sched_place_gang(nodes, free, 2, &j, srv, wrk, &placed),
+                 FLPS_OK);
+    cr_assert_eq(placed, 1);
+    assert_nodes(srv, want, 4, "server");
+    assert_nodes(wrk, want, 4, "worker");
+    /* A third pair on a node has no room: a fifth would not fit, and a
+     * job that does not fit leaves free as it was. */
+    j = job(5, 5, 1, 0);
+    j.beside = 1;
+    free[0] = free_of(&nodes[0]);
+    free[1] = free_of(&nodes[1]);
+    cr_assert_eq(sched_place_gang(nodes, free, 2, &j, srv, wrk, &placed),
+                 FLPS_OK);
+    cr_assert_eq(placed, 0);
+    cr_assert_eq(free[0].mcpus, 5000);
+}
+
+Test(sched_place, servers_auto_says_when_a_pair_fits_no_node)
+{
+    /* A worker (3 CPUs) fits, a server (1) fits, the two together do not;
+     * apart, the servers take nodes 0-1 and the workers nodes 2-3. */
+    sched_pnode nodes[4] = {node(3, 16 * GI, 0), node(3, 16 * GI, 0),
+                            node(3, 16 * GI, 0), node(3, 16 * GI, 0)};
+    sched_pjob j = job(2, 2, 3, 0);
+    const char *field = NULL;
+    char msg[512];
+    int fits = -1;
+
+    j.beside = 1;
+    cr_assert_eq(sched_place_fits_ever(nodes, 4, &j, &fits), FLPS_OK);
+    cr_assert_eq(fits, 0);
+    sched_place_explain(nodes, 4, &j, &field, msg, sizeof(msg));
+    cr_assert_str_eq(field, "servers");
+    cr_assert(strstr(msg, "servers: auto") != NULL &&
+                  strstr(msg, "4.000 CPUs") != NULL,
+              "%s", msg);
+    j.beside = 0;
+    cr_assert_eq(sched_place_fits_ever(nodes, 4, &j, &fits), FLPS_OK);
+    cr_assert_eq(fits, 1, "apart they fit");
+}
