@@ -598,6 +598,22 @@ flps_err k8s_manifest_service(const k8s_settings *s, const k8s_job *j,
     return give(o, out);
 }
 
+/* servers: auto: a pod's wish to share a node with the other pod of its
+ * index (shard I with worker I, so the pair's traffic stays on the node
+ * and each node's link carries what a ring allreduce's would). Both pods
+ * carry it, so whichever the cluster schedules second follows the first;
+ * preferred, not required: a node too small for the pair still runs the
+ * job, apart. */
+static json_t *beside_affinity(const char *set, int server, const char *idx)
+{
+    return json_pack(
+        "{s:{s:[{s:i,s:{s:{s:{s:s,s:s,s:s}},s:s}}]}}", "podAffinity",
+        "preferredDuringSchedulingIgnoredDuringExecution", "weight", 100,
+        "podAffinityTerm", "labelSelector", "matchLabels", K8S_LABEL_SET, set,
+        K8S_LABEL_ROLE, server ? "worker" : "server", K8S_LABEL_INDEX, idx,
+        "topologyKey", "kubernetes.io/hostname");
+}
+
 flps_err k8s_manifest_pod(const k8s_settings *s, const k8s_job *j, int server,
                           uint32_t index, json_t **out)
 {
@@ -621,6 +637,15 @@ flps_err k8s_manifest_pod(const k8s_settings *s, const k8s_job *j, int server,
     json_object_set_new(meta, "name", json_string(name));
     json_object_set_new(spec, "hostname", json_string(name));
     json_object_set_new(spec, "subdomain", json_string(set));
+    if (j->spec->servers_auto) {
+        json_t *aff = beside_affinity(set, server, idx);
+        if (aff == NULL) {
+            json_decref(meta);
+            json_decref(spec);
+            return FLPS_ENOMEM;
+        }
+        json_object_set_new(spec, "affinity", aff);
+    }
     o = json_pack("{s:s,s:s,s:o,s:o}", "apiVersion", "v1", "kind", "Pod",
                   "metadata", meta, "spec", spec);
     return give(o, out);

@@ -350,3 +350,36 @@ Test(k8s_manifest, no_podgroup_without_volcano_and_an_emptydir_without_claim)
     cr_assert_null(at(p, "metadata labels kueue.x-k8s.io/queue-name"));
     json_decref(p);
 }
+
+Test(k8s_manifest, servers_auto_pods_prefer_the_node_of_their_pair)
+{
+    static const char text[] =
+        "name: s\nmodel: mlp\nworkers: 2\nservers: auto\n";
+    static const char *const term =
+        "spec affinity podAffinity "
+        "preferredDuringSchedulingIgnoredDuringExecution 0 podAffinityTerm";
+    char path[256];
+    json_t *p = NULL;
+
+    setup_with(text, 0);
+    cr_assert_eq(k8s_manifest_pod(&set, &job, 1, 1, &p), FLPS_OK);
+    snprintf(path, sizeof(path), "%s labelSelector matchLabels flps.io/role",
+             term);
+    cr_assert_str_eq(json_string_value(at(p, path)), "worker");
+    snprintf(path, sizeof(path), "%s labelSelector matchLabels flps.io/index",
+             term);
+    cr_assert_str_eq(json_string_value(at(p, path)), "1");
+    snprintf(path, sizeof(path), "%s topologyKey", term);
+    cr_assert_str_eq(json_string_value(at(p, path)), "kubernetes.io/hostname");
+    json_decref(p);
+    cr_assert_eq(k8s_manifest_pod(&set, &job, 0, 0, &p), FLPS_OK);
+    snprintf(path, sizeof(path), "%s labelSelector matchLabels flps.io/role",
+             term);
+    cr_assert_str_eq(json_string_value(at(p, path)), "server");
+    json_decref(p);
+    /* A numbered servers: no wish. */
+    setup_with("name: s\nmodel: mlp\nworkers: 2\nservers: 2\n", 0);
+    cr_assert_eq(k8s_manifest_pod(&set, &job, 1, 0, &p), FLPS_OK);
+    cr_assert_null(at(p, "spec affinity"));
+    json_decref(p);
+}
