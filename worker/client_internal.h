@@ -146,19 +146,20 @@ typedef struct cpart {
      * in the pulls of flps_client_wait so the shard answers with only
      * what changed since (client_recv.c). */
     uint64_t held_version;
-    /* The next held push of the same shard, in push order (UINT32_MAX:
-     * none); client_req.c. */
+    /* The next held push of the same shard, in priority order
+     * (UINT32_MAX: none); client_req.c. */
     uint32_t held_next;
 } cpart;
 
 /* The window of one shard (client_req.c): dense pushes sent and not yet
- * answered, the held ones waiting in push order, and when the window last
+ * answered, the held ones waiting in priority order (the earlier
+ * iteration, then the lower part), and when the window last
  * moved (a push sent or answered). */
 typedef struct cwindow {
     uint32_t inflight;
-    uint64_t values;     /* the values of the pushes in flight */
-    uint32_t head, tail; /* parts; UINT32_MAX: none held */
-    double moved;        /* seconds, monotonic */
+    uint64_t values; /* the values of the pushes in flight */
+    uint32_t head;   /* the first held part; UINT32_MAX: none */
+    double moved;    /* seconds, monotonic */
 } cwindow;
 
 /* The caller's pairs of a tensor's last flps_client_push_pairs; opaque

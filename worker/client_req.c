@@ -115,7 +115,7 @@ flps_err creq_window_init(flps_client *c, uint32_t limit)
     if (c->win == NULL)
         return FLPS_ENOMEM;
     for (uint32_t s = 0; s < c->nshards; s++)
-        c->win[s].head = c->win[s].tail = NO_PART;
+        c->win[s].head = NO_PART;
     c->win_limit = limit;
     c->win_piece = 1;
     for (uint32_t i = 0; i < c->pm.nparts; i++)
@@ -171,8 +171,6 @@ static uint32_t window_head(flps_client *c, cwindow *w)
         if (r->kind == CREQ_PUSH && r->held)
             return w->head;
         w->head = c->parts[w->head].held_next;
-        if (w->head == NO_PART)
-            w->tail = NO_PART;
     }
     return NO_PART;
 }
@@ -186,10 +184,78 @@ static flps_err window_send_next(flps_client *c, cwindow *w)
     if (pi == NO_PART)
         return FLPS_OK;
     w->head = c->parts[pi].held_next;
-    if (w->head == NO_PART)
-        w->tail = NO_PART;
     c->held_wire -= wire_bytes(&c->parts[pi].req);
     return window_send(c, pi);
+}
+
+/* Whether push a goes before push b: the earlier iteration, then the
+ * lower part (an earlier layer of the model: the next forward pass reads
+ * it first). */
+static int push_before(const flps_client *c, uint32_t a, uint32_t b)
+{
+    uint64_t ia = c->parts[a].req.iter, ib = c->parts[b].req.iter;
+
+    return ia != ib ? ia < ib : a < b;
+}
+
+/* Hold part pi's built push in w, in priority order (push_before); a
+ * stale link of pi itself (a push cleared while held) is dropped first. */
+static void window_hold(flps_client *c, cwindow *w, uint32_t pi)
+{
+    uint32_t prev = NO_PART, cur = w->head;
+
+    while (cur != NO_PART) {
+        uint32_t next = c->parts[cur].held_next;
+        if (cur == pi) {
+            if (prev == NO_PART)
+                w->head = next;
+            else
+                c->parts[prev].held_next = next;
+        } else if (push_before(c, pi, cur)) {
+            break;
+        } else {
+            prev = cur;
+        }
+        cur = next;
+    }
+    c->parts[pi].held_next = cur;
+    if (prev == NO_PART)
+        w->head = pi;
+    else
+        c->parts[prev].held_next = pi;
+}
+
+/* Whether held push pi goes before every push of its shard in flight.
+ * Such a push is sent whatever the window holds: the shard may be
+ * waiting for it from this worker while the pushes in flight wait for
+ * other workers (who sent pi already), and without it the window would
+ * wait on itself; it also puts the layers the next forward pass reads
+ * first ahead of a large layer's pieces (client_req.h). */
+static int below_inflight(const flps_client *c, uint32_t pi)
+{
+    uint32_t shard = c->parts[pi].shard;
+
+    for (uint32_t q = 0; q < c->pm.nparts; q++) {
+        const creq *r = &c->parts[q].req;
+        if (q != pi && r->kind == CREQ_PUSH && r->shard == shard &&
+            r->windowed && !r->held && push_before(c, q, pi))
+            return 0;
+    }
+    return 1;
+}
+
+/* Send w's held pushes while the window has room, or the first goes
+ * before everything in flight. */
+static flps_err window_drain(flps_client *c, cwindow *w)
+{
+    flps_err rc = FLPS_OK;
+    uint32_t pi;
+
+    while (rc == FLPS_OK && (pi = window_head(c, w)) != NO_PART &&
+           (window_has_room(c, w, c->parts[pi].numel) ||
+            below_inflight(c, pi)))
+        rc = window_send_next(c, w);
+    return rc;
 }
 
 flps_err creq_send_windowed(flps_client *c, uint32_t pi)
@@ -203,21 +269,14 @@ flps_err creq_send_windowed(flps_client *c, uint32_t pi)
         return window_send(c, pi);
     p->req.windowed = 1;
     p->req.held = 1;
-    p->held_next = NO_PART;
-    if (w->tail == NO_PART)
-        w->head = pi;
-    else
-        c->parts[w->tail].held_next = pi;
-    w->tail = pi;
+    window_hold(c, w, pi);
     c->held_wire += wire_bytes(&p->req);
-    return FLPS_OK;
+    return window_drain(c, w);
 }
 
 flps_err creq_window_answered(flps_client *c, uint32_t shard, uint32_t numel)
 {
     cwindow *w = &c->win[shard];
-    flps_err rc = FLPS_OK;
-    uint32_t pi;
 
     if (w->inflight > 0)
         w->inflight--;
@@ -225,10 +284,7 @@ flps_err creq_window_answered(flps_client *c, uint32_t shard, uint32_t numel)
     if (w->inflight == 0)
         w->values = 0;
     w->moved = flps_mono_s();
-    while (rc == FLPS_OK && (pi = window_head(c, w)) != NO_PART &&
-           window_has_room(c, w, c->parts[pi].numel))
-        rc = window_send_next(c, w);
-    return rc;
+    return window_drain(c, w);
 }
 
 /* A window that has not moved for CREQ_WINDOW_STALL_S while pushes are

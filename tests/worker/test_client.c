@@ -2426,3 +2426,60 @@ Test(client_window, a_window_waiting_on_itself_moves_after_a_stall)
     cr_assert_eq(count_sent(&g->net, 0, PROTO_OP_PUSH), 6);
     rig_free(g);
 }
+
+/* Backprop's order under a window of one piece, pieces of 2: w2 (parts
+ * of shard 1 after w1's) is pushed first, then w1, then w0. The first
+ * push of w2 is answered only once w1's last piece is in: a window that
+ * kept push order would send w2's second piece next and wait on itself. */
+static uint32_t w1_last, w2_first;
+
+static int w2_waits_for_w1(fake_net *n, const sent *s)
+{
+    if (s->msg.op != PROTO_OP_PUSH)
+        return 0;
+    if (s->msg.part == w2_first && n->counter < 0) {
+        n->counter = (int)(s - n->log); /* answered later */
+        return 1;
+    }
+    if (s->msg.part == w1_last && n->counter >= 0)
+        fake_shard_answer(n, &n->log[n->counter]);
+    return 0;
+}
+
+Test(client_window, held_pushes_go_in_layer_order_and_a_lower_one_passes)
+{
+    rig *g = rig_new("dense");
+    double t0;
+
+    g->cfg.part_size = 2;
+    g->cfg.push_window = 1;
+    partmap_fini(&g->pm);
+    cr_assert_eq(partmap_build_even(NUMEL, NTENSORS, NSHARDS, 2, &g->pm),
+                 FLPS_OK);
+    /* Shard 0: w0 in 5 pieces; shard 1: w1 in 4 (2, 2, 2, 1), w2 in 2. */
+    w1_last = g->pm.first_part[2] - 1;
+    w2_first = g->pm.first_part[2];
+    cr_assert_eq(g->pm.parts[g->pm.first_part[1]].shard, 1);
+    cr_assert_eq(w1_last - g->pm.first_part[1], 3);
+    cr_assert_eq(g->pm.parts[w2_first].shard, 1);
+    cr_assert_eq(g->pm.nparts, w2_first + 2);
+    rig_start(g);
+    g->net.counter = -1;
+    g->net.script = w2_waits_for_w1;
+    t0 = flps_mono_s();
+    for (int t = NTENSORS - 1; t >= 0; t--)
+        cr_assert_eq(flps_client_push(g->c, (uint32_t)t, t ? ZERO : G0, 0),
+                     FLPS_OK);
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    cr_assert_lt(flps_mono_s() - t0, CREQ_WINDOW_STALL_S * 0.9,
+                 "no stall: w1's pieces went past w2's");
+    cr_assert_eq(count_sent(&g->net, 0, PROTO_OP_PUSH), g->pm.nparts,
+                 "every piece once");
+    for (uint32_t pi = g->pm.first_part[1]; pi <= w1_last; pi++)
+        cr_assert_lt(find_sent(&g->net, 0, PROTO_OP_PUSH, pi),
+                     find_sent(&g->net, 0, PROTO_OP_PUSH, w2_first + 1),
+                     "w1's piece %u went before w2's second, held earlier", pi);
+    cr_assert_eq(g->net.most_unanswered[1], 2,
+                 "w1's first piece went beside w2's unanswered first one");
+    rig_free(g);
+}
