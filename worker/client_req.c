@@ -252,8 +252,7 @@ static flps_err window_drain(flps_client *c, cwindow *w)
     uint32_t pi;
 
     while (rc == FLPS_OK && (pi = window_head(c, w)) != NO_PART &&
-           (window_has_room(c, w, c->parts[pi].numel) ||
-            below_inflight(c, pi)))
+           (window_has_room(c, w, c->parts[pi].numel) || below_inflight(c, pi)))
         rc = window_send_next(c, w);
     return rc;
 }
