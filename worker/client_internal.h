@@ -276,6 +276,10 @@ struct flps_client {
                            win_limit to the link (client_wait.c) */
     cwindow *win;
     uint64_t held_wire;
+    /* Set by the first flps_client_wait_layer: the caller waits layer by
+     * layer, so held pushes go in layer order (client_req.h); otherwise
+     * in push order. */
+    int layer_order;
     /* client_recv.c, from the REGISTER_OK replies. */
     uint64_t resume_iter;
     int resume_known; /* a REGISTER_OK set resume_iter */

@@ -198,8 +198,9 @@ static int push_before(const flps_client *c, uint32_t a, uint32_t b)
     return ia != ib ? ia < ib : a < b;
 }
 
-/* Hold part pi's built push in w, in priority order (push_before); a
- * stale link of pi itself (a push cleared while held) is dropped first. */
+/* Hold part pi's built push in w: in priority order (push_before) once
+ * the caller waits layer by layer, else last; a stale link of pi itself
+ * (a push cleared while held) is dropped first. */
 static void window_hold(flps_client *c, cwindow *w, uint32_t pi)
 {
     uint32_t prev = NO_PART, cur = w->head;
@@ -211,7 +212,7 @@ static void window_hold(flps_client *c, cwindow *w, uint32_t pi)
                 w->head = next;
             else
                 c->parts[prev].held_next = next;
-        } else if (push_before(c, pi, cur)) {
+        } else if (c->layer_order && push_before(c, pi, cur)) {
             break;
         } else {
             prev = cur;
@@ -244,15 +245,16 @@ static int below_inflight(const flps_client *c, uint32_t pi)
     return 1;
 }
 
-/* Send w's held pushes while the window has room, or the first goes
- * before everything in flight. */
+/* Send w's held pushes while the window has room, or (in layer order)
+ * the first goes before everything in flight. */
 static flps_err window_drain(flps_client *c, cwindow *w)
 {
     flps_err rc = FLPS_OK;
     uint32_t pi;
 
     while (rc == FLPS_OK && (pi = window_head(c, w)) != NO_PART &&
-           (window_has_room(c, w, c->parts[pi].numel) || below_inflight(c, pi)))
+           (window_has_room(c, w, c->parts[pi].numel) ||
+            (c->layer_order && below_inflight(c, pi))))
         rc = window_send_next(c, w);
     return rc;
 }

@@ -47,24 +47,28 @@ flps_err creq_send(flps_client *c, creq *r);
  * trip of its own; under the map of parts placed largest first it counts
  * pushes.
  *
- * Held pushes wait in priority order, not push order: the earlier
- * iteration first, then the lower part, which is an earlier layer of the
- * model (ByteScheduler's order). Backprop pushes the last layers first,
- * so without it the first layers' small pieces, pushed at the end of
- * backward, would queue behind a large layer's and the next forward pass
- * (flps_client_wait_layer) could not start on them while the large
- * layer's updates still flow down. A held push that goes before every
- * push of its shard in flight is sent at once, room or not. That also
- * keeps the window from waiting on itself although workers may send in
- * different orders (one sent a piece before a lower one was pushed,
- * another held both and sends the lower first): the lowest piece a shard
- * still misses is, at every worker that has not sent it, the first held
- * and below everything in flight there that is not already answered, so
- * it goes. Should a window stall anyway (callers pushing one part for two
- * iterations at once), when it has not moved for CREQ_WINDOW_STALL_S while
- * pushes are held one more is sent (creq_sweep): at worst as if there
- * were no window. The extra pushes this lets past the window are bounded
- * by the layers pushed in descending order: a layer's own pieces go up. */
+ * Held pushes wait in push order: every worker pushes in the same order,
+ * so the first piece a shard misses is in flight from every worker and
+ * closes, and the window never waits on itself. Once the caller waits
+ * layer by layer (its first flps_client_wait_layer: flworker's overlap,
+ * flps.torch's overlap=True) they wait in priority order instead: the
+ * earlier iteration first, then the lower part, which is an earlier layer
+ * of the model (ByteScheduler's order). Backprop pushes the last layers
+ * first, so in push order the first layers' small pieces, pushed at the
+ * end of backward, would queue behind a large layer's and the next
+ * forward pass could not start on them while the large layer's updates
+ * still flow down. A held push that goes before every push of its shard
+ * in flight is then sent at once, room or not. That keeps the window from
+ * waiting on itself although workers may now send in different orders
+ * (one sent a piece before a lower one was pushed, another held both and
+ * sends the lower first): the lowest piece a shard still misses is, at
+ * every worker that has not sent it, the first held and below everything
+ * in flight there that is not already answered, so it goes. The extra
+ * pushes this lets past the window are bounded by the layers pushed in
+ * descending order (a layer's own pieces go up). Should a window stall
+ * anyway (a caller pushing one part for two iterations at once), when it
+ * has not moved for CREQ_WINDOW_STALL_S while pushes are held one more is
+ * sent (creq_sweep): at worst as if there were no window. */
 #define CREQ_WINDOW_STALL_S 0.25
 
 /* Allocate the windows of c's shards, each empty, with limit pushes in

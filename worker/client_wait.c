@@ -298,6 +298,7 @@ flps_err flps_client_wait_layer(flps_client *c, uint32_t tensor, uint64_t iter)
 
     if (c == NULL || tensor >= c->ntensors)
         return FLPS_EINVAL;
+    c->layer_order = 1;
     t0 = client_metrics_now();
     rc = wait_layer(c, tensor, iter);
     client_metrics_wait_end(c, t0, iter, 0, rc);
