@@ -154,6 +154,7 @@ typedef enum {
     X(FLPS_SERVER_LR, "`server_lr`")                                           \
     X(FLPS_EVAL_EVERY, "`eval_every`")                                         \
     X(FLPS_PART_SIZE, "`part_size`")                                           \
+    X(FLPS_OVERLAP, "`overlap`: `true` or `false`")                            \
     X(FLPS_JOB_KEYS, "the keys the job file gives (not left to their "         \
                      "defaults), comma-separated: flps.torch and "             \
                      "flps.connect follow those and refuse an argument "       \

@@ -221,6 +221,7 @@ flps_err workerenv_build(const jobspec *spec, const workerenv *w,
     we_add(&l, "FLPS_EVAL_EVERY", num);
     snprintf(num, sizeof(num), "%u", spec->part_size);
     we_add(&l, "FLPS_PART_SIZE", num);
+    we_add(&l, "FLPS_OVERLAP", spec->overlap ? "true" : "false");
     /* Which of the values above the job says and which are defaults: a
      * program follows the former and may choose the latter itself. */
     jobspec_given_format(spec, keys, sizeof(keys));

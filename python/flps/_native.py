@@ -226,6 +226,8 @@ _PROTOTYPES = {
     "flps_client_pairs_taken": (_c_err, [_c_void_p, ctypes.c_uint32,
                                          _c_void_p, ctypes.c_size_t]),
     "flps_client_wait": (_c_err, [_c_void_p, ctypes.c_uint64]),
+    "flps_client_wait_layer": (_c_err, [_c_void_p, ctypes.c_uint32,
+                                        ctypes.c_uint64]),
     "flps_client_pull": (_c_err, [_c_void_p]),
     "flps_client_set_layer_codec": (_c_err, [_c_void_p, ctypes.c_uint32,
                                              ctypes.c_char_p]),

@@ -615,6 +615,26 @@ class Client:
         if self.density_warmup > 0 and iteration + 1 == self.density_warmup:
             self._warmup_sent = self.stats().bytes_sent
 
+    def wait_layer(self, layer, iteration):
+        """Synchronous clients: block until every part of `layer` (index or
+        name) pushed for `iteration` has its update and add it into that
+        layer's buffer (flps_client_wait_layer): call it just before the
+        next forward pass reads the layer.  Updates of other layers that
+        arrive first are added too; call wait() (or this for every layer)
+        before reading the whole model."""
+        i = self.layer(layer)
+        if self.mode != "ssgd":
+            raise StateError("wait_layer waits for one layer's update in a "
+                             "synchronous job; this client is %s, where "
+                             "each wait pulls the whole model: use wait()"
+                             % self.mode)
+        self._call("the update of %r for iteration %d did not arrive"
+                   % (self.names[i], iteration),
+                   self._lib.flps_client_wait_layer, i, iteration)
+        self._ran.iterations = max(self._ran.iterations, iteration + 1)
+        if self.density_warmup > 0 and iteration + 1 == self.density_warmup:
+            self._warmup_sent = self.stats().bytes_sent
+
     @property
     def warmup_bytes_sent(self):
         """bytes_sent when the wait of the density warm-up's last iteration

@@ -64,6 +64,7 @@ KEYS = {
     "seed": ("FLPS_SEED", "the job file's seed"),
     "batch_size": ("FLPS_BATCH", "the job file's batch_size"),
     "eval_every": ("FLPS_EVAL_EVERY", "the job file's eval_every"),
+    "overlap": ("FLPS_OVERLAP", "the job file's overlap: true or false"),
 }
 
 _DENSITY_CODECS = ("topk", "gtopk", "randk", "dgc")
@@ -107,6 +108,12 @@ def _mode(text):
     if word in ("ssgd", "async", "fedavg") and not sep:
         return word
     raise ValueError("not a mode")
+
+
+def _bool(text):
+    if text not in ("true", "false"):
+        raise ValueError("not a boolean")
+    return text == "true"
 
 
 def _schedule(text):
@@ -167,6 +174,7 @@ _PARSE = {
     "seed": (_whole, "a whole number"),
     "batch_size": (_whole, "a whole number"),
     "eval_every": (_whole, "a whole number"),
+    "overlap": (_bool, "true or false"),
 }
 
 

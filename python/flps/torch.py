@@ -615,6 +615,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
         mode lr_cosine decays the wrapped optimizer's lr instead,
         lr * (1 + cos(pi * t / iterations)) / 2 at iteration t.
     retry_ms, deadline_ms: passed to flps.connect.
+    overlap: True: step() pushes what backward left and returns without
+        waiting; the next forward pass waits for each layer's update just
+        before a module reads its parameters and steps the wrapped
+        optimizer on those parameters then, so the first layers compute
+        while later layers' updates are still on the wire (the shards'
+        window sends the first layers' pieces first).  Synchronous
+        gradient mode with a dense-valued codec (dense, fp16, qsgd, sign,
+        randk) or libflps's top-k selection (correction "none"); the same
+        arithmetic, bit for bit.  Between step() and the next forward the
+        parameters are the old ones: call synchronize() before reading
+        them any other way (state_dict() of this optimizer and close() do).
+        Default: the job file's overlap where it gives one, else False.
 
     What the job file says is what runs (flps.jobenv): compression,
     sync_mode (the file's mode), part_size, iterations, lr_cosine (its
@@ -644,7 +656,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                  mode=None, *, sync_mode=None, selection="auto",
                  correction="auto", config=None, part_size=None,
                  iterations=None, lr_cosine=None, retry_ms=0, deadline_ms=0,
-                 density_warmup=None, density_warmup_start=None):
+                 density_warmup=None, density_warmup_start=None,
+                 overlap=None):
         if mode is None:
             mode = "gradient"
         elif _torch_saps.job_mode() == "saps":
@@ -687,6 +700,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._base = None  # async gradient mode: the model last pulled
         self._cosine = 0  # gradient mode: the lr schedule's iterations
         self._forward_hook = None  # correction "update": _to_local
+        #: overlap: the iteration whose updates the next forward applies
+        #: layer by layer (None: none pending), the parameters not applied
+        #: yet, and the optimizer's hyperparameters as step() saw them.
+        self.overlap = False
+        self._deferred = None
+        self._unapplied = set()
+        self._hyper = None
         if cfg.local:
             return  # a world of one: the wrapped optimizer steps alone
         js = (cfg.settings if cfg.settings is not None
@@ -720,6 +740,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                               for _, p in self._named]
             if job["cosine"]:
                 self._cosine = job["iterations"]
+        self.overlap = self._overlap_of(js, overlap, job, compression)
         if retry_ms == 0:
             # A re-sent push whose late refusal (FLPS_ELATE) arrives after
             # the next iteration's push makes libflps pull that part
@@ -797,6 +818,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._param_ids = {id(p) for _, p in self._named}
             self._forward_hook = _module.register_module_forward_pre_hook(
                 self._to_local)
+        if self.overlap and any(sel is not None for sel in self.selectors):
+            try:
+                self.overlap = self._overlap_refused(
+                    overlap, "top-k selected in torch")
+            except BaseException:
+                self.client.close()
+                raise
+        if self.overlap:
+            self._index = {id(p): i for i, (_, p) in enumerate(self._named)}
+            self._gbuf = [None] * len(self._named)
+            self._forward_hook = _module.register_module_forward_pre_hook(
+                self._apply_module)
         self.iteration = self.client.resume_iteration
         # The update exchange pushes steps, known only once the wrapped
         # optimizer has made them in step(): nothing to push in backward.
@@ -809,6 +842,37 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self.tuner is not None and self.tuner.alpha is not None:
             for i, (_, p) in enumerate(self._named):
                 self._timing_hooks.append(p.register_hook(self._timer(i)))
+
+    def _overlap_of(self, js, overlap, job, compression):
+        """Whether step() leaves the updates to the next forward pass: the
+        argument or the job file's overlap (default False), where this
+        optimizer can (the class docstring's overlap)."""
+        want = js.resolve("overlap", overlap, False)
+        why = None
+        if self.mode != "gradient":
+            why = "mode=%r" % self.mode
+        elif job["asynchronous"]:
+            why = "an asynchronous job (each wait pulls the whole model)"
+        elif self.correction != "none":
+            why = "correction %r" % self.correction
+        elif compression == "auto":
+            why = "compression \"auto\""
+        if want and why is not None:
+            return self._overlap_refused(overlap, why)
+        return bool(want)
+
+    @staticmethod
+    def _overlap_refused(overlap, why):
+        """False where the job file asked for overlap and this optimizer
+        cannot (it pushes during backward anyway, as flworker in async
+        jobs); a ConfigError where the argument asked."""
+        if overlap:
+            raise ConfigError(
+                "overlap=True applies the updates layer by layer in the "
+                "next forward pass, in synchronous gradient mode with "
+                "correction \"none\" and libflps's selection; not with %s: "
+                "drop overlap" % why)
+        return False
 
     @staticmethod
     def _check_parameter(name, p, mode):
@@ -888,6 +952,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _push(self, i, grad):
         name, p = self._named[i]
+        if i in self._unapplied:
+            # A layer the last forward pass did not read: its update first.
+            self._apply([i])
         if self._pushed[i]:
             raise StateError(
                 "the gradient of %r was produced twice in iteration %d; flps "
@@ -928,7 +995,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 loss = closure()
         if self.correction == "update":
             self._exchange_steps()
+        elif self.overlap and closure is None:
+            self._push_and_defer()
         else:
+            self.synchronize()
             self._exchange_gradients()
         if self.tuner is not None:
             self.tuner.end_step(self._local, self.iteration)
@@ -971,6 +1041,78 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._updates_to_pulled()
             with self._scheduled_lr():
                 self.optimizer.step()
+
+    def _push_and_defer(self):
+        """overlap: push what backward did not, and leave the iteration's
+        updates to the next forward pass (_apply_module), with the wrapped
+        optimizer's hyperparameters as they are now."""
+        self.synchronize()
+        for i in reversed(range(len(self._named))):
+            if not self._pushed[i]:
+                self._push(i, self._named[i][1].grad)
+        with self._scheduled_lr():
+            self._hyper = [{k: v for k, v in g.items() if k != "params"}
+                           for g in self.optimizer.param_groups]
+        self._deferred = self.iteration
+        self._unapplied = set(range(len(self._named)))
+
+    def _apply_module(self, module, inputs):
+        """The forward pre-hook of every module (overlap): a module holding
+        parameters whose update is pending waits for it and steps them."""
+        if self._deferred is None:
+            return
+        mine = [self._index[id(q)] for q in module.parameters(recurse=False)
+                if id(q) in self._index]
+        mine = [i for i in mine if i in self._unapplied]
+        if mine:
+            self._apply(mine)
+
+    def _apply(self, layers):
+        """Wait for the pending updates of layers (indices) and step the
+        wrapped optimizer on exactly those parameters, with the gradient
+        the shards averaged and the hyperparameters step() saw; each
+        parameter's own .grad is left as it was."""
+        it = self._deferred
+        self._unapplied.difference_update(layers)
+        if not self._unapplied:
+            self._deferred = None
+        for i in layers:
+            self.client.wait_layer(i, it)
+        groups = self.optimizer.param_groups
+        chosen = {id(self._named[i][1]) for i in layers}
+        kept, grads = [dict(g) for g in groups], []
+        with torch.no_grad():
+            for i in layers:
+                p, r = self._named[i][1], self._replicas[i]
+                g = self._gbuf[i]
+                if g is None:
+                    g = self._gbuf[i] = torch.empty_like(p)
+                if g.device == r.device:
+                    torch.neg(r.view_as(p), out=g)
+                else:
+                    g.copy_(r.view_as(p))
+                    g.neg_()
+                r.zero_()
+                grads.append((p, p.grad))
+                p.grad = g
+            try:
+                for g, hyper in zip(groups, self._hyper):
+                    g.update(hyper)
+                    g["params"] = [q for q in g["params"] if id(q) in chosen]
+                self.optimizer.step()
+            finally:
+                for g, was in zip(groups, kept):
+                    g.clear()
+                    g.update(was)
+                for p, grad in grads:
+                    p.grad = grad
+
+    def synchronize(self):
+        """overlap: wait for every update still pending and apply it, so the
+        parameters are the model after the last step().  Without overlap,
+        or with nothing pending, it returns at once."""
+        if self._deferred is not None:
+            self._apply(sorted(self._unapplied))
 
     def _exchange_steps(self):
         """Correction "update": the wrapped optimizer steps on this
@@ -1100,6 +1242,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return self.optimizer.zero_grad(*args, **kwargs)
 
     def state_dict(self):
+        self.synchronize()
         return self.optimizer.state_dict()
 
     def load_state_dict(self, state_dict):
@@ -1111,7 +1254,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
                          "to the optimizer before wrapping it")
 
     def close(self):
-        """Disconnect from the shards (the parameters stay as they are)."""
+        """Apply the updates overlap left pending, then disconnect from the
+        shards (the parameters stay as they are)."""
+        if self.client is not None and self._deferred is not None:
+            self.synchronize()
         for h in self._hooks + self._timing_hooks:
             h.remove()
         if self._forward_hook is not None:

@@ -74,6 +74,33 @@ def test_a_dense_round_trip_on_two_shards_is_exact(shards):
     assert c.closed
 
 
+def test_wait_layer_adds_one_layers_update_and_refuses_an_async_client(
+        shards):
+    s = shards("wl", 2)
+    w = np.zeros(10, dtype=np.float32)
+    b = np.zeros(3, dtype=np.float32)
+    with flps.connect("wl", 0, 1, [x.endpoint for x in s],
+                      [("w", w), ("b", b)], lr=LR, part_size=4,
+                      deadline_ms=20000) as c:
+        c.init()
+        c.push("b", np.ones(3, dtype=np.float32), 0)
+        c.push("w", np.ones(10, dtype=np.float32), 0)
+        c.wait_layer("b", 0)
+        np.testing.assert_array_equal(b, np.full(3, -LR, dtype=np.float32))
+        c.wait_layer(0, 0)
+        np.testing.assert_array_equal(w, np.full(10, -LR, dtype=np.float32))
+        c.wait_layer("w", 0)  # nothing outstanding: at once
+        with pytest.raises(flps.InvalidArgumentError):
+            c.wait_layer(5, 1)
+    s = shards("wl-async")
+    w = np.zeros(4, dtype=np.float32)
+    with flps.connect("wl-async", 0, 1, [s[0].endpoint], [("w", w)], lr=LR,
+                      asynchronous=True, deadline_ms=20000) as c:
+        c.init()
+        with pytest.raises(flps.StateError, match="wait_layer|async"):
+            c.wait_layer(0, 0)
+
+
 def test_two_workers_get_the_update_of_the_averaged_gradient(shards):
     s = shards("avg", 1)
     n = 6

@@ -146,6 +146,52 @@ def test_a_key_the_job_file_leaves_out_is_the_programs(job_file,
             deadline_ms=300)
 
 
+def test_overlap_is_on_only_where_the_job_file_writes_it(shards, job_file,
+                                                         monkeypatch):
+    """The launcher exports overlap always (its default true is
+    flworker's); flps.torch overlaps where the file gives the key."""
+    s = shards("jf-ov")[0]
+    model = make_model()
+
+    def made():
+        opt = ft.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            named_parameters=model.named_parameters(),
+            config=ft.Config("jf-ov", 0, 1, (s.endpoint,)),
+            deadline_ms=20000)
+        opt.close()
+        return opt.overlap
+
+    job_file()
+    monkeypatch.setenv("FLPS_OVERLAP", "true")
+    assert made() is False, "the launcher's default, not the file's word"
+    job_file(overlap="true")
+    assert made() is True
+    job_file(overlap="false")
+    assert made() is False
+    with pytest.raises(flps.ConfigError, match=r"overlap=True contradicts "
+                       r"the job file's overlap: false \(FLPS_OVERLAP\)"):
+        ft.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            named_parameters=model.named_parameters(), overlap=True,
+            config=ft.Config("jf-ov", 0, 1, NOWHERE), deadline_ms=300)
+    job_file(overlap="maybe")
+    with pytest.raises(flps.ConfigError, match="FLPS_OVERLAP='maybe' is not "
+                       "true or false"):
+        made()
+    # Given where it cannot run (server mode), the file's overlap is not
+    # an error: the optimizer pushes during backward and waits in step().
+    job_file(overlap="true")
+    s = shards("jf-ov-server")[0]
+    opt = ft.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        named_parameters=model.named_parameters(), mode="server",
+        config=ft.Config("jf-ov-server", 0, 1, (s.endpoint,)),
+        deadline_ms=20000)
+    opt.close()
+    assert opt.overlap is False
+
+
 def test_the_job_files_lr_and_momentum_set_an_optimizer_at_its_defaults(
         job_file):
     job_file(lr="0.01", momentum="0.5")

@@ -98,6 +98,100 @@ def test_dense_sgd_equals_single_process_sgd_on_averaged_gradients(
                                                                     diff)
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_overlap_applies_the_same_updates_bit_for_bit(shards, tmp_path,
+                                                      optimizer):
+    """overlap=True leaves each step's updates to the next forward pass,
+    layer by layer: the same models as without it, to the last bit."""
+    steps = 20
+    plain = run_workers(shards("plain-" + optimizer)[0], "plain-" + optimizer,
+                        tmp_path, steps, optimizer)
+    over = run_workers(shards("over-" + optimizer)[0], "over-" + optimizer,
+                       tmp_path, steps, optimizer,
+                       extra_env={"TEST_OVERLAP": "1"})
+    for rank in range(W):
+        assert over[rank]["overlap"] and not plain[rank]["overlap"]
+        assert over[rank]["pending_at_close"], \
+            "the last step's updates waited for a forward pass"
+        assert torch.equal(over[rank]["final"], plain[rank]["final"]), \
+            "rank %d differs with overlap" % rank
+    assert (over[0]["final"] - over[0]["synced"]).abs().max() > 1e-2
+
+
+def test_overlap_steps_each_layer_as_the_forward_pass_reaches_it(shards):
+    """After step() the parameters wait for the next forward: each module's
+    own are stepped just before it runs (with the lr step() saw, not one a
+    scheduler set since), a layer the forward skips is stepped before
+    backward pushes it again, and synchronize() steps the rest."""
+    s = shards("overlap-one")[0]
+    cfg = ft.Config("overlap-one", 0, 1, (s.endpoint,))
+    model, ref = tc.make_model(3), tc.make_model(3)
+    opt = ft.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        model.named_parameters(), config=cfg, overlap=True,
+        deadline_ms=20000)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    first, last = model[0], model[2]
+    x, y = tc.make_data(1, 4)
+    seen = []
+    probe = first.register_forward_pre_hook(
+        lambda m, i: seen.append(torch.equal(last.weight, ref[2].weight)))
+    try:
+        for step in range(3):
+            xb, yb = tc.batch(x, y, 1, step, 0)
+            opt.zero_grad()
+            tc.loss_of(model, xb, yb).backward()
+            before = tc.flat(model).clone()
+            opt.step()
+            assert torch.equal(tc.flat(model), before), \
+                "step() left the update to the next forward"
+            ref_opt.zero_grad()
+            tc.loss_of(ref, xb, yb).backward()
+            ref_opt.step()
+            # A scheduler's lr after step() is the next step's.
+            opt.param_groups[0]["lr"] = 0.05 if step % 2 else 0.1
+            ref_opt.param_groups[0]["lr"] = opt.param_groups[0]["lr"]
+        # The first layer alone: its parameters are stepped, the last
+        # layer's are not (they are the reference's of one step before).
+        with torch.no_grad():
+            first(x[:2])
+        assert torch.equal(first.weight, ref[0].weight)
+        assert not torch.equal(last.weight, ref[2].weight)
+        assert opt._unapplied == {2, 3}
+        opt.synchronize()
+        assert torch.equal(tc.flat(model), tc.flat(ref))
+        assert opt._deferred is None
+        assert len(seen) == 4 and not any(seen[1:]), \
+            "after a step, the first module ran before the last was stepped"
+        # A layer the forward pass skips: stepped before its next push.
+        xb, yb = tc.batch(x, y, 1, 3, 0)
+        opt.zero_grad()
+        tc.loss_of(model, xb, yb).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        tc.loss_of(ref, xb, yb).backward()
+        ref_opt.step()
+        opt.zero_grad()
+        (first(xb).sum() * 0).backward()  # the last layer is not run
+        assert opt._unapplied == {2, 3}
+        opt.step()  # pushes the last layer's (no) gradient
+        assert torch.equal(last.weight, ref[2].weight), \
+            "stepped before it was pushed again"
+        assert opt._unapplied == {0, 1, 2, 3}
+    finally:
+        probe.remove()
+        opt.close()
+
+
+def test_overlap_is_refused_where_it_cannot_run():
+    model = tc.make_model(1)
+    with pytest.raises(flps.ConfigError, match="overlap"):
+        ft.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            named_parameters=model.named_parameters(), mode="server",
+            overlap=True, config=ft.Config("j", 0, 1, ("tcp://x:1",)))
+
+
 def test_adam_keeps_every_worker_identical_after_50_steps(shards, tmp_path):
     s = shards("adam")[0]
     results = run_workers(s, "adam", tmp_path, 50, "adam")

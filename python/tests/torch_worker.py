@@ -26,6 +26,7 @@ def main():
         mode=os.environ.get("TEST_MODE", "gradient"),
         selection=os.environ.get("TEST_SELECTION", "auto"),
         correction=os.environ.get("TEST_CORRECTION", "auto"),
+        overlap=os.environ.get("TEST_OVERLAP") == "1" or None,
         deadline_ms=60000)
     synced = tc.flat(model).clone()
     x, y = tc.make_data(cfg.workers, steps)
@@ -42,6 +43,7 @@ def main():
     stats = opt.client.stats()
     torch_layers = sum(s is not None for s in opt.selectors)
     residual = [s.residual.clone() for s in opt.selectors if s is not None]
+    pending = opt.overlap and opt._deferred is not None
     opt.close()
     torch.save({"before": before, "synced": synced, "final": tc.flat(model),
                 "losses": losses, "bytes_sent": stats.bytes_sent,
@@ -49,7 +51,8 @@ def main():
                 "elements_sent": stats.elements_sent, "per_step": per_step,
                 "density_warmup": opt.client.density_warmup,
                 "density_warmup_start": opt.client.density_warmup_start,
-                "torch_layers": torch_layers, "residual": residual},
+                "torch_layers": torch_layers, "residual": residual,
+                "overlap": opt.overlap, "pending_at_close": pending},
                sys.argv[1])
 
 

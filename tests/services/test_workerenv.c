@@ -60,6 +60,8 @@ Test(workerenv, sets_the_jobs_variables_over_the_launchers_and_adds_env)
     cr_assert_str_eq(workerenv_get(env, "FLPS_MODEL"), "cnn");
     cr_assert_str_eq(workerenv_get(env, "FLPS_DEADLINE_MS"), "120000");
     cr_assert_null(workerenv_get(env, "FLPS_PLAN_FILE"), "no plan, no file");
+    cr_assert_str_eq(workerenv_get(env, "FLPS_OVERLAP"), "true",
+                     "the job file's default");
     cr_assert_str_eq(workerenv_get(env, "MINE"), "yes");
     cr_assert_str_eq(workerenv_get(env, "PYTHONPATH"),
                      "/repo/python:/mine:/inherited");
