@@ -146,15 +146,16 @@ typedef struct cpart {
      * in the pulls of flps_client_wait so the shard answers with only
      * what changed since (client_recv.c). */
     uint64_t held_version;
-    /* The next held push of the same shard, in priority order
-     * (UINT32_MAX: none); client_req.c. */
+    /* The next held push of the same shard, in push order or, once the
+     * caller waits per layer, layer order (UINT32_MAX: none);
+     * client_req.c. */
     uint32_t held_next;
 } cpart;
 
 /* The window of one shard (client_req.c): dense pushes sent and not yet
- * answered, the held ones waiting in priority order (the earlier
- * iteration, then the lower part), and when the window last
- * moved (a push sent or answered). */
+ * answered, the held ones waiting (in push order, or in layer order
+ * once the caller waits per layer: client_req.h), and when the window
+ * last moved (a push sent or answered). */
 typedef struct cwindow {
     uint32_t inflight;
     uint64_t values; /* the values of the pushes in flight */

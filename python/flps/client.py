@@ -611,6 +611,11 @@ class Client:
         add the updates into the buffers."""
         self._call("iteration %d did not complete" % iteration,
                    self._lib.flps_client_wait, iteration)
+        self._waited(iteration)
+
+    def _waited(self, iteration):
+        """What a wait that returned for iteration records: the iterations
+        run and, at the warm-up's last iteration, the bytes sent so far."""
         self._ran.iterations = max(self._ran.iterations, iteration + 1)
         if self.density_warmup > 0 and iteration + 1 == self.density_warmup:
             self._warmup_sent = self.stats().bytes_sent
@@ -631,9 +636,7 @@ class Client:
         self._call("the update of %r for iteration %d did not arrive"
                    % (self.names[i], iteration),
                    self._lib.flps_client_wait_layer, i, iteration)
-        self._ran.iterations = max(self._ran.iterations, iteration + 1)
-        if self.density_warmup > 0 and iteration + 1 == self.density_warmup:
-            self._warmup_sent = self.stats().bytes_sent
+        self._waited(iteration)
 
     @property
     def warmup_bytes_sent(self):

@@ -1016,9 +1016,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _exchange_gradients(self):
         """Push the gradients backward did not push yet, wait, and in
         gradient mode let the optimizer step on the average."""
-        for i in reversed(range(len(self._named))):
-            if not self._pushed[i]:
-                self._push(i, self._named[i][1].grad)
+        self._push_rest()
         self._wait()
         if self.mode == "gradient":
             with torch.no_grad():
@@ -1042,14 +1040,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
             with self._scheduled_lr():
                 self.optimizer.step()
 
+    def _push_rest(self):
+        """Push, last layer first, the gradients backward did not push."""
+        for i in reversed(range(len(self._named))):
+            if not self._pushed[i]:
+                self._push(i, self._named[i][1].grad)
+
     def _push_and_defer(self):
         """overlap: push what backward did not, and leave the iteration's
         updates to the next forward pass (_apply_module), with the wrapped
         optimizer's hyperparameters as they are now."""
         self.synchronize()
-        for i in reversed(range(len(self._named))):
-            if not self._pushed[i]:
-                self._push(i, self._named[i][1].grad)
+        self._push_rest()
         with self._scheduled_lr():
             self._hyper = [{k: v for k, v in g.items() if k != "params"}
                            for g in self.optimizer.param_groups]
@@ -1084,26 +1086,27 @@ class DistributedOptimizer(torch.optim.Optimizer):
         with torch.no_grad():
             for i in layers:
                 p, r = self._named[i][1], self._replicas[i]
-                g = self._gbuf[i]
-                if g is None:
-                    g = self._gbuf[i] = torch.empty_like(p)
-                if g.device == r.device:
-                    torch.neg(r.view_as(p), out=g)
+                avg = self._gbuf[i]
+                if avg is None:
+                    avg = self._gbuf[i] = torch.empty_like(p)
+                if avg.device == r.device:
+                    torch.neg(r.view_as(p), out=avg)
                 else:
-                    g.copy_(r.view_as(p))
-                    g.neg_()
+                    avg.copy_(r.view_as(p))
+                    avg.neg_()
                 r.zero_()
                 grads.append((p, p.grad))
-                p.grad = g
+                p.grad = avg
             try:
-                for g, hyper in zip(groups, self._hyper):
-                    g.update(hyper)
-                    g["params"] = [q for q in g["params"] if id(q) in chosen]
+                for group, hyper in zip(groups, self._hyper):
+                    group.update(hyper)
+                    group["params"] = [q for q in group["params"]
+                                       if id(q) in chosen]
                 self.optimizer.step()
             finally:
-                for g, was in zip(groups, kept):
-                    g.clear()
-                    g.update(was)
+                for group, was in zip(groups, kept):
+                    group.clear()
+                    group.update(was)
                 for p, grad in grads:
                     p.grad = grad
 
@@ -1256,8 +1259,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def close(self):
         """Apply the updates overlap left pending, then disconnect from the
         shards (the parameters stay as they are)."""
-        if self.client is not None and self._deferred is not None:
-            self.synchronize()
+        self.synchronize()
         for h in self._hooks + self._timing_hooks:
             h.remove()
         if self._forward_hook is not None:

@@ -2211,17 +2211,26 @@ Test(client_window, at_most_w_pushes_per_shard_are_unanswered_and_all_arrive)
     }
 }
 
-Test(client_window, small_pieces_ride_beside_each_other_within_one_piece)
+/* The dense rig on the even map in pieces of piece, under a window of
+ * window pieces (not started). */
+static rig *even_window_rig(uint32_t piece, int window)
 {
     rig *g = rig_new("dense");
 
+    g->cfg.part_size = piece;
+    g->cfg.push_window = window;
+    partmap_fini(&g->pm);
+    cr_assert_eq(partmap_build_even(NUMEL, NTENSORS, NSHARDS, piece, &g->pm),
+                 FLPS_OK);
+    return g;
+}
+
+Test(client_window, small_pieces_ride_beside_each_other_within_one_piece)
+{
     /* Pieces of 5: shard 0 gets w0 as 5 and 5 values, shard 1 w1 as 4
      * and 3, then w2's 3. A window of two pieces is 10 values in flight. */
-    g->cfg.part_size = 5;
-    g->cfg.push_window = 2;
-    partmap_fini(&g->pm);
-    cr_assert_eq(partmap_build_even(NUMEL, NTENSORS, NSHARDS, 5, &g->pm),
-                 FLPS_OK);
+    rig *g = even_window_rig(5, 2);
+
     cr_assert_eq(g->pm.nparts, 5);
     cr_assert_eq(g->pm.parts[2].numel, 4);
     rig_start(g);
@@ -2450,13 +2459,8 @@ static int w2_waits_for_w1(fake_net *n, const sent *s)
  * script above. */
 static rig *pieces_of_2_rig(void)
 {
-    rig *g = rig_new("dense");
+    rig *g = even_window_rig(2, 1);
 
-    g->cfg.part_size = 2;
-    g->cfg.push_window = 1;
-    partmap_fini(&g->pm);
-    cr_assert_eq(partmap_build_even(NUMEL, NTENSORS, NSHARDS, 2, &g->pm),
-                 FLPS_OK);
     /* Shard 0: w0 in 5 pieces; shard 1: w1 in 4 (2, 2, 2, 1), w2 in 2. */
     w1_last = g->pm.first_part[2] - 1;
     w2_first = g->pm.first_part[2];
