@@ -48,13 +48,20 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   echo "test_chart: node and npm are needed (apt-get install nodejs npm)" >&2
   exit 1
 fi
-# Install when package.json changed since the last install.
+# Install when package.json or the lock changed since the last install.
+# package-lock.json pins every package, not only the four named in
+# package.json: with ranges left open, npm once resolved a dependency of
+# @kubernetes/client-node to a version the registry it reached did not hold
+# yet, and the install failed. Regenerate the lock after a change to
+# package.json with
+#   npm install --package-lock-only --legacy-peer-deps --before=YYYY-MM-DD
+# (a date a few weeks back, so every version it picks has spread to mirrors).
 stamp="$NM/.flps-package.json"
-if ! cmp -s "$HERE/package.json" "$stamp" 2>/dev/null; then
-  echo "test_chart: npm install (pinned in tests/deploy/package.json)"
-  (cd "$HERE" && npm install --legacy-peer-deps --no-package-lock --no-audit --no-fund --loglevel=error >/dev/null)
+if ! cat "$HERE/package.json" "$HERE/package-lock.json" | cmp -s - "$stamp" 2>/dev/null; then
+  echo "test_chart: npm ci (pinned in tests/deploy/package-lock.json)"
+  (cd "$HERE" && npm ci --legacy-peer-deps --no-audit --no-fund --loglevel=error >/dev/null)
   rm -f "$HELM"
-  cp "$HERE/package.json" "$stamp"
+  cat "$HERE/package.json" "$HERE/package-lock.json" >"$stamp"
 fi
 if [ ! -x "$HELM" ]; then
   mkdir -p "$NM/.helm"
