@@ -81,8 +81,11 @@ Options (lists are comma-separated):
                       with adaptive / random / ring peers (model mlp)
   --peers LIST        PyTorch DistributedDataParallel runs of the same
                       model beside the flps jobs: ddp (allreduce),
-                      ddp-fp16, ddp-powersgd[:RANK] (rank 2 by default)
-                      (default: none; models mlp and torch-cnn)
+                      ddp-fp16, ddp-powersgd[:RANK] (rank 2 by default);
+                      compute: W processes training alone at once, one
+                      per worker host, nothing sent (the floor of an
+                      iteration on these cores) (default: none; models
+                      mlp and torch-cnn)
   --repeat N          run the codecs and peers N times in turn,
                       interleaved, for medians (default $REPEAT)
   --rates LIST        tc rates, e.g. 10gbit,1gbit,100mbit (default $RATES)
@@ -583,7 +586,7 @@ write_wrappers() { # dir workers
 RUN_N=0
 # The run's record (meta.json) for record.py, from the bridge ports'
 # counters before (ports-0) and after (ports-1) it: the same for a flps job
-# and a peer. system: flps or ddp.
+# and a peer. system: flps, ddp or compute.
 write_meta() { # dir t0 rate model codec workers shards rc overlap system
   local r whosts
   whosts=$(for ((r = 0; r < $6; r++)); do worker_host "$r"; done | sort -un | tr '\n' ,)
@@ -656,9 +659,11 @@ run_job() { # rate model codec workers [overlap]
 # momentum, schedule, batch, seed); the MLP on flworker's data, order and
 # initial weights. Its events are flworker's lines, recorded as a flps
 # job's are; peer.out ({"wall_seconds": ...}) stands for flrun's summary.
+# The compute peer: the same program with --local --events on every worker
+# host at once, each training alone (only rank 0 evaluates before the end).
 run_peer() { # rate model peer workers
   local rate="$1" model="$2" peer="$3" w="$4" dir rc=0 t0 r st ended start hook=allreduce
-  local job args=() lim=() pids=()
+  local job args=() lim=() pids=() each=() system=ddp what="PyTorch DDP, gloo"
   RUN_N=$((RUN_N + 1))
   dir="$SESSION/runs/$RUN_N"
   mkdir -p "$dir/logs"
@@ -668,7 +673,13 @@ run_peer() { # rate model peer workers
     ddp-fp16) hook=fp16 ;;
     ddp-powersgd:*) hook=powersgd; args+=(--powersgd-rank "${peer#*:}") ;;
   esac
-  args+=(--ddp --ddp-hook "$hook" --iterations "$ITERS" --eval-every "$EVERY"
+  if [ "$peer" = compute ]; then
+    system=compute what="each alone, nothing sent"
+    args+=(--local --events)
+  else
+    args+=(--ddp --ddp-hook "$hook")
+  fi
+  args+=(--iterations "$ITERS"
     --batch "$(job_key "$job" batch_size 32)" --lr "$(job_key "$job" lr 0.05)"
     --momentum "$(job_key "$job" momentum 0.9)" --seed "$(job_key "$job" seed 1)"
     --lr-schedule "$(job_key "$job" lr_schedule constant)")
@@ -676,15 +687,17 @@ run_peer() { # rate model peer workers
   if [ -n "$DATA_DIR" ]; then args+=(--data-dir "$DATA_DIR"); fi
   if [ "$TIME_LIMIT" != 0 ]; then lim=(timeout "$TIME_LIMIT"); fi
   t0=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  echo "run.sh: [$RUN_N] $model $peer (PyTorch DDP, gloo), $w workers, $ITERS iterations on $rate" >&2
+  echo "run.sh: [$RUN_N] $model $peer ($what), $w workers, $ITERS iterations on $rate" >&2
   ports_bytes >"$dir/ports-0"
   start=$(date +%s.%N)
   set +e
   for ((r = 0; r < w; r++)); do
+    each=(--eval-every "$EVERY")
+    if [ "$peer" = compute ] && [ "$r" != 0 ]; then each=(--eval-every 0); fi
     env RANK="$r" WORLD_SIZE="$w" MASTER_ADDR="$(host_ip "$(worker_host 0)")" \
       MASTER_PORT=$((29500 + RUN_N % 1000)) GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
       "${lim[@]}" ip netns exec "$PREFIX-h$(worker_host "$r")" "$PY" "$(torch_program "$model")" \
-      "${args[@]}" >"$dir/events-$r.jsonl" 2>"$dir/logs/ddp-$r.log" &
+      "${args[@]}" "${each[@]}" >"$dir/events-$r.jsonl" 2>"$dir/logs/ddp-$r.log" &
     pids+=($!)
   done
   # A rank that fails leaves the others waiting in an allreduce: stop them.
@@ -703,7 +716,7 @@ run_peer() { # rate model peer workers
   "$PY" -c 'import json, sys; print(json.dumps({"wall_seconds": round(float(sys.argv[2]) - float(sys.argv[1]), 3)}))' \
     "$start" "$(date +%s.%N)" >"$dir/peer.out"
   ports_bytes >"$dir/ports-1"
-  write_meta "$dir" "$t0" "$rate" "$model" "$peer" "$w" 0 "$rc" "" ddp
+  write_meta "$dir" "$t0" "$rate" "$model" "$peer" "$w" 0 "$rc" "" "$system"
   if [ "$rc" != 0 ]; then
     echo "run.sh: [$RUN_N] $peer failed (exit $rc): $(tail -n 3 "$dir/logs/ddp-0.log" | tr '\n' ' ')" >&2
     echo "run.sh: logs in $dir" >&2
@@ -798,10 +811,10 @@ main() {
   local peers=() p
   for p in ${PEERS//,/ }; do
     case "$p" in
-      ddp | ddp-fp16) ;;
+      ddp | ddp-fp16 | compute) ;;
       ddp-powersgd) p=ddp-powersgd:2 ;;
       ddp-powersgd:*) [[ "${p#*:}" =~ ^[1-9][0-9]*$ ]] || die "--peers: '$p': the PowerSGD rank is a positive integer" ;;
-      *) die "--peers: '$p' is not a peer (ddp, ddp-fp16, ddp-powersgd[:RANK])" ;;
+      *) die "--peers: '$p' is not a peer (ddp, ddp-fp16, ddp-powersgd[:RANK], compute)" ;;
     esac
     peers+=("$p")
   done

@@ -80,6 +80,12 @@ def settings(argv, description):
     p.add_argument("--local", action="store_true",
                    help="train in this one process with plain PyTorch (no "
                         "flps), for comparison")
+    p.add_argument("--events", action="store_true",
+                   help="with --local: flworker's event lines on stdout, as "
+                        "--ddp prints them, instead of the plain progress "
+                        "(bench/cluster's compute peer: W of these at once, "
+                        "one per host, time an iteration with no "
+                        "communication)")
     p.add_argument("--iterations", type=int,
                    default=_env("FLPS_ITERATIONS", 1000, int))
     p.add_argument("--batch", type=int, default=_env("FLPS_BATCH", 32, int),
@@ -153,6 +159,9 @@ def settings(argv, description):
         args.mode = "server" if args.optimizer == "sgd" else "gradient"
     if args.ddp and args.local:
         p.error("--ddp and --local are two different ways to run: pick one")
+    if args.events and not args.local:
+        p.error("--events goes with --local (--ddp prints the event lines "
+                "always; an flps job reports through flps.report)")
     if args.powersgd_start is None:
         args.powersgd_start = max(2, args.iterations // 10)
     if args.powersgd_start < 2:
@@ -195,9 +204,10 @@ def lr_at(args, it):
 
 
 class Events:
-    """flworker's event lines on stdout, for --ddp: rank 0's progress and
-    evaluations (with elapsed_s, seconds since the training loop began),
-    every rank's done event (no byte counts: DDP has none to give)."""
+    """flworker's event lines on stdout, for --ddp and --local --events:
+    rank 0's progress and evaluations (with elapsed_s, seconds since the
+    training loop began), every rank's done event (no byte counts: DDP has
+    none to give, --local sends none)."""
 
     def __init__(self, rank, args, t0):
         self.rank, self.args, self.t0 = rank, args, t0
@@ -226,9 +236,12 @@ class Events:
     def done(self):
         ev = {"event": "done", "rank": self.rank,
               "iterations": self.args.iterations,
-              "seconds": round(time.monotonic() - self.t0, 3),
-              "ddp_hook": self.args.ddp_hook}
-        if self.args.ddp_hook == "powersgd":
+              "seconds": round(time.monotonic() - self.t0, 3)}
+        if self.args.local:
+            ev["system"] = "local"
+        else:
+            ev["ddp_hook"] = self.args.ddp_hook
+        if self.args.ddp and self.args.ddp_hook == "powersgd":
             ev["powersgd_rank"] = self.args.powersgd_rank
             ev["powersgd_start"] = self.args.powersgd_start
         if self.acc is not None:
@@ -340,7 +353,7 @@ def main(make_model, description, argv=None, flworker_init=None):
     # the median of its intervals is bench/cluster's time per iteration.
     every = max(1, args.iterations // 100)
     t0 = time.monotonic()  # elapsed_s counts from here, as flworker's does
-    if args.ddp:
+    if args.ddp or args.events:
         report = Events(rank, args, t0)
     pos, win_loss, win_correct, win_n = 0, 0.0, 0, 0
     if batches is None:
@@ -378,10 +391,11 @@ def main(make_model, description, argv=None, flworker_init=None):
     acc, tl = evaluate(model, xte, yte) if rank == 0 else (None, None)
     report(iteration=args.iterations, test_accuracy=acc, test_loss=tl,
            elapsed_s=time.monotonic() - t0 if rank == 0 else None)
-    if args.ddp:
+    if args.ddp or args.events:
         report.done()
-        import torch.distributed as dist
-        dist.destroy_process_group()
+        if args.ddp:
+            import torch.distributed as dist
+            dist.destroy_process_group()
     elif not args.local and opt.client is not None:  # not a world of one
         sent = opt.client.stats()
         opt.close()

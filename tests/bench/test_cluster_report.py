@@ -163,6 +163,32 @@ def test_peer_rows_show_wire_bytes_and_the_speedup_over_ddp(tmp_path):
     assert out.index("| ddp |") > out.index("| auto |")
 
 
+def test_the_compute_peer_gives_each_system_its_time_beyond_compute(tmp_path):
+    entries = PEERS_GOOD + [("mlp", "compute", "100mbit", 0, 0.01, 1e3, 5.0)]
+    res = run(str(peer_file(tmp_path, entries)), "--check")
+    assert res.returncode == 0, res.stdout
+    out = res.stdout
+    # One worker's training alone: no time to target, no accuracy, no
+    # speedups; a row of its own after the peers.
+    row = next(l for l in out.splitlines() if l.startswith("| 100mbit | compute |"))
+    assert "| 0.0100 s |" in row
+    assert "| - (no communication) | - | - | - | 1: p#7 |" in row
+    assert out.index("| compute |") > out.index("| ddp |")
+    assert "Beyond compute alone (`compute`: the 4 processes" in out
+    assert "| 100mbit | dense | 4 | 4 | 0.1200 s | +0.1100 s | 12.00× |" in out
+    assert "| 100mbit | ddp | 4 | 0 | 0.1300 s | +0.1200 s | 13.00× |" in out
+    assert "| 100mbit | compute | 4 | 0 | 0.0100 s | - | 1.00× |" in out
+    # The bars read the same runs as without it.
+    bars = run(str(peer_file(tmp_path, PEERS_GOOD, "b.json")), "--check").stdout
+    assert out[out.index("- **"):] == bars[bars.index("- **"):]
+
+
+def test_without_a_compute_peer_there_is_no_table_beyond_compute(tmp_path):
+    res = run(str(peer_file(tmp_path, PEERS_GOOD)))
+    assert res.returncode == 0, res.stderr
+    assert "Beyond compute" not in res.stdout
+
+
 def test_repeated_runs_are_one_row_of_medians(tmp_path):
     entries = PEERS_GOOD + [
         ("mlp", "ddp", "100mbit", 0, 0.15, 3.01e6, 120.0),
@@ -288,6 +314,19 @@ def test_record_writes_wire_bytes_per_worker_for_flps_and_the_peer(tmp_path):
     csv_path = path[:-len(".json")] + ".csv"
     header = open(csv_path).readline().strip().split(",")
     assert header[-1] == "wire_bytes_per_iter_per_worker"
+
+
+def test_record_keeps_the_compute_peer_apart_with_no_bytes_of_its_own(tmp_path):
+    session = tmp_path / "s"
+    session.mkdir()
+    fake_run(session, 1, "compute", 0, "compute",
+             {"system": "local", "test_accuracy": 0.7}, "peer.out",
+             {"wall_seconds": 3.0})
+    _, (row,) = record(session, tmp_path)
+    assert row["system"] == "compute" and row["codec"] == "compute"
+    assert row["bytes_per_iter_per_worker"] is None
+    assert row["s_per_iter_median"] == 0.2
+    assert "ddp" not in row
 
 
 def test_record_gives_joules_to_the_target_where_energy_was_measured(tmp_path):

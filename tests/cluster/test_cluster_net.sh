@@ -228,10 +228,11 @@ fi
 
 # 5. The DDP peer beside a flps job (when PyTorch with gloo is here): a
 # host per worker (3 hosts), dense flps then DDP on the same MLP, data
-# order and initial weights; both recorded the same way.
+# order and initial weights; both recorded the same way. Then the compute
+# peer: the workers training alone, nothing on the wire.
 if /usr/bin/python3 -c 'import torch.distributed as d, sys; sys.exit(not d.is_gloo_available())' 2>/dev/null; then
     run_ok "run.sh runs the flps job and its DDP peer" "after the peer" "$tmp/peer" \
-        --hosts 3 --peers ddp --iterations 50 --work "$tmp/peer" \
+        --hosts 3 --peers ddp,compute --iterations 50 --work "$tmp/peer" \
         --out "$tmp/peer-results" --label peer
     "$PY" - "$tmp/peer-results" <<'EOF'
 import glob, json, os, sys
@@ -242,7 +243,8 @@ def check(ok, what):
     if not ok:
         bad.append(what)
 runs = {r["codec"]: r for r in doc["runs"]}
-check(sorted(runs) == ["ddp", "dense"], "one flps row and one DDP row (%s)" % sorted(runs))
+check(sorted(runs) == ["compute", "ddp", "dense"],
+      "one flps row, one DDP row and one compute row (%s)" % sorted(runs))
 d, p = runs.get("dense", {}), runs.get("ddp", {})
 check(p.get("shards") == 0 and p.get("system") == "ddp" and p.get("iterations") == 50,
       "the DDP row has no shards and ran its 50 iterations")
@@ -256,6 +258,14 @@ check(w >= 0.95 * 2 * model, "DDP moved %d wire bytes per worker per iteration "
       "(at least 95%% of 2 x %d)" % (w, model))
 check((d.get("wire_bytes_per_iter_per_worker") or 0) >= 0.95 * (d.get("bytes_per_iter_per_worker") or 1e12),
       "dense flps's payload crossed its workers' links")
+c = runs.get("compute", {})
+check(c.get("system") == "compute" and c.get("shards") == 0
+      and (c.get("s_per_iter_median") or 0) > 0,
+      "the compute row has no shards and a time per iteration")
+check((c.get("wire_bytes_per_iter_per_worker") or 0) < 0.01 * model,
+      "the compute run sent nothing worth counting (%s wire bytes per worker "
+      "per iteration)" % c.get("wire_bytes_per_iter_per_worker"))
+check(len(c.get("evals", [])) == 2, "the compute run's rank 0 evaluated twice")
 # The same model, data order and arithmetic up to summation order.
 a, b = d.get("final_test_accuracy"), p.get("final_test_accuracy")
 check(a is not None and b is not None and abs(a - b) <= 0.002,
