@@ -133,6 +133,28 @@ static int ef_update_is_finite(const ef *e, const float *g)
     return (bad & 0x80000000u) == 0;
 }
 
+/* Momentum factor masking (u[S] <- 0 on the sent indices) for a sparse
+ * step at density d: only where an element waits longer between sends than
+ * the momentum remembers. At density d an element is sent every 1/d steps
+ * on average; momentum m remembers about H = 1/(1 - m) steps (rounded: 10
+ * for 0.9). Below that (d * H < 1, e.g. 0.01 with m = 0.9) the velocity of
+ * a sent element is stale by the time it is sent and is dropped, as in
+ * Deep Gradient Compression. At or above it (0.1 with m = 0.9) nothing is
+ * stale, and dropping the velocity of elements sent nearly every step
+ * would leave them plain SGD's steps, a tenth of momentum's: so u is kept,
+ * and everything sent plus r is exactly SGD with momentum's displacement,
+ * delayed. Measured on the PyTorch CNN (docs/benchmarks.md, "Momentum
+ * factor masking at high density"). */
+static int ef_masks(const ef *e, double density)
+{
+    double h;
+
+    if (e->u == NULL)
+        return 0;
+    h = floor(1.0 / (1.0 - (double)e->m) + 0.5);
+    return density * h < 1.0;
+}
+
 /* The step for codecs that send exact values, in place: r and u are
  * updated in the codec's own pass over the layer (codec_encode_fused), so
  * the layer is read twice (g alone for the check, then g, r and u) and
@@ -174,7 +196,7 @@ static flps_err ef_step_exact(ef *e, codec *c, const float *g, codec_msg *msg)
             if (fabs((double)val[j]) < kept)
                 kept = fabs((double)val[j]);
         e->rmax = kept;
-        if (e->u != NULL)
+        if (ef_masks(e, spec->density))
             for (size_t j = 0; j < out.count; j++)
                 e->u[out.idx[j]] = 0.0f;
     }

@@ -312,7 +312,10 @@ class TopkSelector:
     the host.  The same steps as libflps's own (docs/algorithms.md):
 
         u <- m*u + g;  a <- r + u  (a <- r + g without momentum)
-        S <- the k largest |a|;  send a[S];  r <- a, zeroed on S;  u[S] <- 0
+        S <- the k largest |a|;  send a[S];  r <- a, zeroed on S
+        u[S] <- 0 where d * round(1 / (1 - m)) < 1 for the step's density d
+            (momentum factor masking only where an element waits longer
+            between sends than the momentum remembers, as libflps's ef_step)
         after the update: r[i] += a[i] for every pair the shards left out.
 
     Ties between equal |a| go to the lower index, as in libflps: the same
@@ -350,19 +353,27 @@ class TopkSelector:
         return min(max(int(math.floor(density * self.numel)), 1),
                    self.numel)
 
+    def density_at(self, iteration):
+        """The density of iteration `iteration` under the warm-up (self.density
+        from the warm-up's end on, and without one)."""
+        if self.warmup == 0 or iteration >= self.warmup:
+            return self.density
+        return _warmup_density(self.warmup_start, self.density, self.warmup,
+                               iteration)
+
     def k_at(self, iteration):
         """The k of iteration `iteration` under the warm-up (self.k from
         the warm-up's end on, and without one)."""
         if self.warmup == 0 or iteration >= self.warmup:
             return self.k
-        return self._k_of(_warmup_density(self.warmup_start, self.density,
-                                          self.warmup, iteration))
+        return self._k_of(self.density_at(iteration))
 
     def select(self, grad, iteration=None):
         """(indices ascending, values) of grad's step, on grad's device,
         with k_at(iteration) pairs (self.k when iteration is None);
         nothing of the state moves until commit()."""
         k = self.k if iteration is None else self.k_at(iteration)
+        d = self.density if iteration is None else self.density_at(iteration)
         g = grad.detach().reshape(-1).to(self.residual.dtype)
         if self.velocity is not None:
             u = self.velocity * self.momentum + g
@@ -375,17 +386,27 @@ class TopkSelector:
         else:
             idx = _top_k_lower_index_first(a.abs(), k)
         val = a[idx]
-        self._pending = (a, u, idx, val)
+        self._pending = (a, u, idx, val, d)
         return idx, val
 
+    def _masks(self, density):
+        """libflps's ef_masks: u[S] <- 0 only when density * H < 1, H the
+        momentum's horizon 1 / (1 - m) rounded, from m as the float libflps
+        keeps (the same doubles)."""
+        m = torch.tensor(self.momentum, dtype=torch.float32).item()
+        h = math.floor(1.0 / (1.0 - m) + 0.5)
+        return density * h < 1.0
+
     def commit(self):
-        """The selection was pushed: r <- a zeroed on S, u[S] <- 0."""
-        a, u, idx, val = self._pending
+        """The selection was pushed: r <- a zeroed on S, u[S] <- 0 where
+        the density masks."""
+        a, u, idx, val, d = self._pending
         self._pending = None
         a[idx] = 0
         self.residual = a
         if u is not None:
-            u[idx] = 0
+            if self._masks(d):
+                u[idx] = 0
             self.velocity = u
         self.idx, self.val = idx, val
 

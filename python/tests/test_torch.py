@@ -276,6 +276,26 @@ def test_the_torch_selector_keeps_what_it_did_not_send():
     assert 3 in idx2.tolist(), "the left-out value is sent again"
 
 
+@pytest.mark.parametrize("density,momentum,masked", [
+    (0.1, 0.9, False), (0.5, 0.9, False), (0.09, 0.9, True), (0.01, 0.9, True),
+    (0.5, 0.5, False), (0.5, 0.25, True)])
+def test_the_torch_selector_masks_the_velocity_as_libflps_does(
+        density, momentum, masked):
+    """u[S] <- 0 only where density * round(1 / (1 - m)) < 1 (compress/ef.h):
+    an element sent within the momentum's memory keeps its velocity."""
+    n = 200
+    sel = ft.TopkSelector(n, density, torch.device("cpu"), momentum)
+    g = torch.arange(1, n + 1, dtype=torch.float32)
+    idx, val = sel.select(g)
+    assert torch.equal(val, g[idx])
+    sel.commit()
+    want = g.clone()
+    if masked:
+        want[idx] = 0
+    assert torch.equal(sel.velocity, want)
+    assert torch.equal(sel.residual[idx], torch.zeros(idx.numel()))
+
+
 # ---- density warm-up ----
 
 WARM_ENV = {"FLPS_DENSITY_WARMUP": "10", "FLPS_DENSITY_WARMUP_START": "0.5"}

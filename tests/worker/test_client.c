@@ -1113,33 +1113,49 @@ Test(client, a_dense_push_without_momentum_sends_the_gradient_unchanged)
     rig_free(g);
 }
 
-Test(client, a_sparse_push_with_momentum_masks_the_sent_velocity)
+/* topk:0.5 pushed twice with momentum m: part 0's message of the second
+ * push, whose sent elements hold 10 and -9 in G0. */
+static void second_sparse_push(double m, float want1, float want3)
 {
     rig *g = rig_new("topk:0.5");
     size_t mark, k;
 
-    g->cfg.momentum = 0.5;
+    g->cfg.momentum = m;
     rig_start(g);
     push_all(g, G0, 0);
     cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
-    /* Pushed again: the five sent elements have velocity and residual 0,
-     * so a = G0 there; the five kept have r = G0 and u = G0, so a = G0 +
-     * (0.5 G0 + G0) = 2.5 G0 (at most 1.25). The sent five lead again. */
     mark = g->net.nlog;
     push_all(g, G0, 1);
     k = find_sent(&g->net, mark, PROTO_OP_PUSH, g->pm.first_part[0]);
     cr_assert_neq(k, SIZE_MAX);
     {
         const proto_msg *msg = &g->net.log[k].msg;
-        /* a = {0.25, 10, 0.5, -9} in part 0. */
         cr_assert_eq(msg->n, 2);
         cr_assert_eq(msg->idx[0], 1);
         cr_assert_eq(msg->idx[1], 3);
-        cr_assert_eq(msg->val[0], 10.0f);
-        cr_assert_eq(msg->val[1], -9.0f);
+        cr_assert_eq(msg->val[0], want1, "m = %g: %g", m, (double)msg->val[0]);
+        cr_assert_eq(msg->val[1], want3, "m = %g: %g", m, (double)msg->val[1]);
     }
     cr_assert_eq(flps_client_wait(g->c, 1), FLPS_OK);
     rig_free(g);
+}
+
+/* m = 0.25 remembers about one step, so at density 0.5 an element waits
+ * longer between sends than that and its velocity is masked when sent
+ * (compress/ef.h): the five sent elements have velocity and residual 0,
+ * so a = G0 there; the five kept have r = G0 and u = G0, so a = G0 +
+ * (0.25 G0 + G0) = 2.25 G0 (at most 1.125). The sent five lead again. */
+Test(client, a_sparse_push_with_momentum_masks_the_sent_velocity)
+{
+    second_sparse_push(0.25, 10.0f, -9.0f);
+}
+
+/* m = 0.5 remembers about two steps, as long as density 0.5 makes an
+ * element wait: the velocity of the sent elements is kept, and they send
+ * 0.5 G0 + G0 = 1.5 G0. */
+Test(client, a_sparse_push_keeps_the_velocity_within_the_momentums_memory)
+{
+    second_sparse_push(0.5, 15.0f, -13.5f);
 }
 
 /* ---- pushes of several parts ---- */
