@@ -334,6 +334,14 @@ class TopkSelector:
         self.warmup_start = float(warmup_start)
         self.set_density(density)
         self.momentum = float(momentum)
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError("TopkSelector: momentum %r is outside [0, 1), "
+                             "as libflps's error feedback refuses it"
+                             % (momentum,))
+        # The momentum's horizon 1 / (1 - m), rounded, from m as the float
+        # libflps keeps (ef_masks: the same doubles); fixed with m.
+        m32 = torch.tensor(self.momentum, dtype=torch.float32).item()
+        self._horizon = math.floor(1.0 / (1.0 - m32) + 0.5)
         self.residual = torch.zeros(numel, dtype=torch.float32, device=device)
         self.velocity = (torch.zeros_like(self.residual)
                          if self.momentum > 0 else None)
@@ -391,11 +399,8 @@ class TopkSelector:
 
     def _masks(self, density):
         """libflps's ef_masks: u[S] <- 0 only when density * H < 1, H the
-        momentum's horizon 1 / (1 - m) rounded, from m as the float libflps
-        keeps (the same doubles)."""
-        m = torch.tensor(self.momentum, dtype=torch.float32).item()
-        h = math.floor(1.0 / (1.0 - m) + 0.5)
-        return density * h < 1.0
+        momentum's horizon (self._horizon)."""
+        return density * self._horizon < 1.0
 
     def commit(self):
         """The selection was pushed: r <- a zeroed on S, u[S] <- 0 where
