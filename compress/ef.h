@@ -41,11 +41,12 @@ void ef_destroy(ef *e);
  *   r <- a - decode(*msg): for topk, gtopk and dgc that is a with the sent
  *        indices S zeroed, exactly; for qsgd, sign and fp16 it is the
  *        quantisation error; for dense it is zero
- *   u[S] <- 0 for sparse codecs when m > 0 and d * round(1 / (1 - m)) < 1
- *        for the codec's density d (momentum factor masking where an
- *        element waits longer between sends than the momentum remembers:
- *        with m = 0.9, densities below 0.1; the dense-valued codecs send
- *        every element and keep u)
+ *   u[S] <- 0 for sparse codecs when m > 0 and d * round(1 / (1 - m)) is
+ *        below 1 for gtopk, 1/8 for topk and dgc, d the codec's density
+ *        (momentum factor masking where an element waits long enough
+ *        between sends that its velocity is stale: with m = 0.9, gtopk
+ *        below 0.1, topk and dgc below 0.0125; the dense-valued codecs
+ *        send every element and keep u)
  * So sum(sent) + r == sum(accumulated) up to float rounding, where the
  * accumulated quantity is g (m = 0) or u after its update (m > 0).
  * *msg is borrowed from c until its next encode (or, after

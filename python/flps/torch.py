@@ -305,6 +305,12 @@ def _top_k_lower_index_first(mag, k):
     return cand[_top_k_exact(mag[cand], k)]
 
 
+#: Momentum factor masking, as libflps's ef_masks (compress/ef.c): the
+#: velocity of a sent element is dropped where density * round(1 / (1 - m))
+#: is below the bound of the codec's kind (docs/algorithms.md §3).
+MASK_BOUNDS = {"topk": 1.0 / 8.0, "gtopk": 1.0}
+
+
 class TopkSelector:
     """Top-k with error feedback (and momentum correction) for one layer,
     run by torch on the device its gradient lives on: the residual and
@@ -313,9 +319,10 @@ class TopkSelector:
 
         u <- m*u + g;  a <- r + u  (a <- r + g without momentum)
         S <- the k largest |a|;  send a[S];  r <- a, zeroed on S
-        u[S] <- 0 where d * round(1 / (1 - m)) < 1 for the step's density d
-            (momentum factor masking only where an element waits longer
-            between sends than the momentum remembers, as libflps's ef_step)
+        u[S] <- 0 where d * round(1 / (1 - m)) < 1 (kind "gtopk") or < 1/8
+            (kind "topk") for the step's density d (momentum factor masking
+            only where an element waits long enough between sends that its
+            velocity is stale, as libflps's ef_step)
         after the update: r[i] += a[i] for every pair the shards left out.
 
     Ties between equal |a| go to the lower index, as in libflps: the same
@@ -325,10 +332,18 @@ class TopkSelector:
     select(grad, iteration) takes k_at(iteration) pairs, the k of the
     density that decays from warmup_start to the layer's density over the
     first `warmup` iterations, as libflps and the shards compute it.
+
+    kind: "topk" (every selected pair is applied: also auto's sparse
+    layers) or "gtopk" (the shards keep the global top-k and the rest comes
+    back through add_back); it decides where the velocity is masked.
     """
 
     def __init__(self, numel, density, device, momentum=0.0, warmup=0,
-                 warmup_start=DEFAULT_WARMUP_START):
+                 warmup_start=DEFAULT_WARMUP_START, kind="topk"):
+        if kind not in MASK_BOUNDS:
+            raise ValueError("TopkSelector: kind %r is none of %s"
+                             % (kind, ", ".join(sorted(MASK_BOUNDS))))
+        self.kind = kind
         self.numel = numel
         self.warmup = int(warmup)
         self.warmup_start = float(warmup_start)
@@ -398,9 +413,10 @@ class TopkSelector:
         return idx, val
 
     def _masks(self, density):
-        """libflps's ef_masks: u[S] <- 0 only when density * H < 1, H the
-        momentum's horizon (self._horizon)."""
-        return density * self._horizon < 1.0
+        """libflps's ef_masks: u[S] <- 0 only when density * H is below the
+        kind's bound (MASK_BOUNDS), H the momentum's horizon
+        (self._horizon)."""
+        return density * self._horizon < MASK_BOUNDS[self.kind]
 
     def commit(self):
         """The selection was pushed: r <- a zeroed on S, u[S] <- 0 where
@@ -815,6 +831,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self.client.close()
             raise
 
+        # auto's sparse layers are topk:D; masking differs for gtopk.
+        selector_kind = "gtopk" if compression.startswith("gtopk:") \
+            else "topk"
+
         def density_of(i):
             if density != "auto":
                 return density
@@ -826,7 +846,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         #: correction "update".
         self.selectors = [
             TopkSelector(p.numel(), density_of(i), p.device, momentum,
-                         warmup=warmup, warmup_start=warmup_start)
+                         warmup=warmup, warmup_start=warmup_start,
+                         kind=selector_kind)
             if density is not None and (
                 selection == "torch" or
                 (selection == "auto" and p.device.type == "cuda"))

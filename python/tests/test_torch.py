@@ -276,15 +276,21 @@ def test_the_torch_selector_keeps_what_it_did_not_send():
     assert 3 in idx2.tolist(), "the left-out value is sent again"
 
 
-@pytest.mark.parametrize("density,momentum,masked", [
-    (0.1, 0.9, False), (0.5, 0.9, False), (0.09, 0.9, True), (0.01, 0.9, True),
-    (0.5, 0.5, False), (0.5, 0.25, True)])
+@pytest.mark.parametrize("kind,density,momentum,masked", [
+    ("topk", 0.1, 0.9, False), ("gtopk", 0.5, 0.9, False),
+    ("topk", 0.09, 0.9, False), ("gtopk", 0.09, 0.9, True),
+    ("topk", 0.02, 0.9, False), ("topk", 0.01, 0.9, True),
+    ("gtopk", 0.01, 0.9, True), ("gtopk", 0.5, 0.5, False),
+    ("gtopk", 0.5, 0.25, True), ("topk", 0.5, 0.25, False),
+    ("topk", 0.05, 0.5, True)])
 def test_the_torch_selector_masks_the_velocity_as_libflps_does(
-        density, momentum, masked):
-    """u[S] <- 0 only where density * round(1 / (1 - m)) < 1 (compress/ef.h):
-    an element sent within the momentum's memory keeps its velocity."""
+        kind, density, momentum, masked):
+    """u[S] <- 0 only where density * round(1 / (1 - m)) is below 1 for
+    gtopk, 1/8 for topk (compress/ef.h): an element sent often enough for
+    its velocity to be fresh keeps it."""
     n = 200
-    sel = ft.TopkSelector(n, density, torch.device("cpu"), momentum)
+    sel = ft.TopkSelector(n, density, torch.device("cpu"), momentum,
+                          kind=kind)
     g = torch.arange(1, n + 1, dtype=torch.float32)
     idx, val = sel.select(g)
     assert torch.equal(val, g[idx])
@@ -294,6 +300,11 @@ def test_the_torch_selector_masks_the_velocity_as_libflps_does(
         want[idx] = 0
     assert torch.equal(sel.velocity, want)
     assert torch.equal(sel.residual[idx], torch.zeros(idx.numel()))
+
+
+def test_the_torch_selector_refuses_a_kind_it_does_not_know():
+    with pytest.raises(ValueError, match="kind 'dgc' is none of gtopk, topk"):
+        ft.TopkSelector(10, 0.1, torch.device("cpu"), 0.9, kind="dgc")
 
 
 # ---- density warm-up ----

@@ -129,7 +129,7 @@ Test(ef, topk_residual_is_the_sum_with_the_sent_indices_zeroed)
 Test(ef, masks_the_velocity_on_the_sent_indices)
 {
     size_t n = 500;
-    codec *c = make("topk:0.1");
+    codec *c = make("topk:0.05"); /* 0.05 * 2 under topk's 1/8 */
     ef *e = NULL;
     float *g = malloc(n * sizeof(*g)), *want = malloc(n * sizeof(*want));
     codec_msg msg;
@@ -151,10 +151,11 @@ Test(ef, masks_the_velocity_on_the_sent_indices)
     free(want);
 }
 
-/* With m = 0.9 the momentum remembers about 10 steps: at density 0.1 (an
- * element sent every 10 steps on average) and above nothing is stale, and
- * the velocity of a sent element is kept; below, as in the test above, it
- * is masked. */
+/* With m = 0.9 the momentum remembers about H = 10 steps, and an element
+ * is sent every 1/d steps on average. topk and dgc mask the velocity of a
+ * sent element only where it waits more than eight horizons (d * H < 1/8:
+ * below 0.0125), gtopk where it waits more than one (below 0.1); elsewhere
+ * the velocity is kept. */
 Test(ef, keeps_the_velocity_where_elements_are_sent_within_the_momentums_memory)
 {
     static const struct {
@@ -162,10 +163,13 @@ Test(ef, keeps_the_velocity_where_elements_are_sent_within_the_momentums_memory)
         float m;
         int masked;
     } cases[] = {
-        {"topk:0.1", 0.9f, 0},   {"gtopk:0.5", 0.9f, 0},
-        {"topk:0.09", 0.9f, 1},  {"gtopk:0.01", 0.9f, 1},
-        {"topk:0.01", 0.99f, 0}, {"topk:0.009", 0.99f, 1},
-        {"dgc:0.2", 0.9f, 0},    {"dgc:0.05", 0.9f, 1},
+        {"topk:0.1", 0.9f, 0},     {"gtopk:0.5", 0.9f, 0},
+        {"topk:0.09", 0.9f, 0},    {"gtopk:0.09", 0.9f, 1},
+        {"topk:0.02", 0.9f, 0},    {"topk:0.01", 0.9f, 1},
+        {"gtopk:0.01", 0.9f, 1},   {"topk:0.002", 0.99f, 0},
+        {"topk:0.001", 0.99f, 1},  {"gtopk:0.01", 0.99f, 0},
+        {"gtopk:0.009", 0.99f, 1}, {"dgc:0.2", 0.9f, 0},
+        {"dgc:0.05", 0.9f, 0},     {"dgc:0.01", 0.9f, 1},
     };
     size_t n = 1000;
     float *g = malloc(n * sizeof(*g)), *want = malloc(n * sizeof(*want));
@@ -344,10 +348,12 @@ static void check_against_the_written_out_step(const char *s, float m, size_t n,
     ef *e = NULL;
     float *g = malloc(n * sizeof(*g)), *r = calloc(n, sizeof(*r));
     float *u = calloc(n, sizeof(*u)), *a = malloc(n * sizeof(*a));
-    /* Masking only below the momentum's memory: density * round(1/(1-m))
-     * under 1 (ef.h). */
+    /* Masking only where an element waits long enough between sends:
+     * density * round(1/(1-m)) under 1 for gtopk, 1/8 for topk and dgc
+     * (ef.h). */
+    const double bound = spec.kind == CODEC_GTOPK ? 1.0 : 0.125;
     const int masks =
-        m > 0.0f && spec.density * floor(1.0 / (1.0 - (double)m) + 0.5) < 1.0;
+        m > 0.0f && spec.density * floor(1.0 / (1.0 - (double)m) + 0.5) < bound;
 
     cr_assert_eq(ef_create_for(&spec, n, m, &e), FLPS_OK);
     for (int t = 0; t < steps; t++) {
@@ -402,10 +408,10 @@ Test(ef, the_in_place_step_gives_what_the_written_out_step_gives)
     static const struct {
         const char *spec;
         size_t n;
-    } cases[] = {{"topk:0.01", 5000},  {"topk:0.004", 300000},
-                 {"gtopk:0.05", 5000}, {"gtopk:0.001", 200003},
-                 {"dgc:0.01", 5000},   {"dense", 5000},
-                 {"topk:1", 100},      {"topk:0.00001", 70000}};
+    } cases[] = {
+        {"topk:0.01", 5000},     {"topk:0.004", 300000},  {"gtopk:0.05", 5000},
+        {"gtopk:0.001", 200003}, {"dgc:0.01", 5000},      {"dense", 5000},
+        {"topk:1", 100},         {"topk:0.00001", 70000}, {"topk:0.05", 5000}};
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         check_against_the_written_out_step(cases[i].spec, 0.9f, cases[i].n, 6);

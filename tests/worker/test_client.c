@@ -1113,11 +1113,13 @@ Test(client, a_dense_push_without_momentum_sends_the_gradient_unchanged)
     rig_free(g);
 }
 
-/* topk:0.5 pushed twice with momentum m: part 0's message of the second
- * push, whose sent elements hold 10 and -9 in G0. */
-static void second_sparse_push(double m, float want1, float want3)
+/* spec (at density 0.5) pushed twice with momentum m: part 0's message of
+ * the second push, whose sent elements hold 10 and -9 in G0 (the fake
+ * shard rejects nothing, so gtopk's residual moves as topk's). */
+static void second_sparse_push(const char *spec, double m, float want1,
+                               float want3)
 {
-    rig *g = rig_new("topk:0.5");
+    rig *g = rig_new(spec);
     size_t mark, k;
 
     g->cfg.momentum = m;
@@ -1141,13 +1143,13 @@ static void second_sparse_push(double m, float want1, float want3)
 }
 
 /* m = 0.25 remembers about one step, so at density 0.5 an element waits
- * longer between sends than that and its velocity is masked when sent
+ * longer between sends than that, and gtopk masks its velocity when sent
  * (compress/ef.h): the five sent elements have velocity and residual 0,
  * so a = G0 there; the five kept have r = G0 and u = G0, so a = G0 +
  * (0.25 G0 + G0) = 2.25 G0 (at most 1.125). The sent five lead again. */
 Test(client, a_sparse_push_with_momentum_masks_the_sent_velocity)
 {
-    second_sparse_push(0.25, 10.0f, -9.0f);
+    second_sparse_push("gtopk:0.5", 0.25, 10.0f, -9.0f);
 }
 
 /* m = 0.5 remembers about two steps, as long as density 0.5 makes an
@@ -1155,7 +1157,16 @@ Test(client, a_sparse_push_with_momentum_masks_the_sent_velocity)
  * 0.5 G0 + G0 = 1.5 G0. */
 Test(client, a_sparse_push_keeps_the_velocity_within_the_momentums_memory)
 {
-    second_sparse_push(0.5, 15.0f, -13.5f);
+    second_sparse_push("topk:0.5", 0.5, 15.0f, -13.5f);
+    second_sparse_push("gtopk:0.5", 0.5, 15.0f, -13.5f);
+}
+
+/* topk masks only where an element waits more than eight horizons: with m
+ * = 0.25 the sent elements keep their velocity, 0.25 G0 + G0 = 1.25 G0,
+ * where gtopk (above) masks it. */
+Test(client, a_topk_push_keeps_the_velocity_where_gtopk_masks_it)
+{
+    second_sparse_push("topk:0.5", 0.25, 12.5f, -11.25f);
 }
 
 /* ---- pushes of several parts ---- */
