@@ -1743,8 +1743,8 @@ Test(jobspec, the_warm_up_example_holds_its_documented_setting)
                  "%s: %s", path, err);
     jobspec_comp_format(&s, comp, sizeof(comp));
     cr_assert_str_eq(comp, "gtopk:0.001");
-    cr_assert_eq(s.density_warmup, 300);
-    cr_assert_eq(s.density_warmup_start, 0.02);
+    cr_assert_eq(s.density_warmup, 1000);
+    cr_assert_eq(s.density_warmup_start, 0.01);
     cr_assert_eq(s.iterations, 1500);
     cr_assert_eq(s.workers, 4);
     cr_assert_eq(s.servers, 2);
