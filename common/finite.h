@@ -34,6 +34,25 @@ static inline uint32_t flps_max_abs_bits(const float *x, size_t n)
     return (uint32_t)mx;
 }
 
+/* Copy src[0..n) to dst (not overlapping) and return the largest |src[i]|
+ * as flps_max_abs_bits does: the check rides on the copy, one read pass
+ * instead of two. */
+static inline uint32_t
+flps_copy_max_abs_bits(float *restrict dst, const float *restrict src, size_t n)
+{
+    int32_t mx = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        int32_t b;
+        memcpy(&u, src + i, sizeof(u));
+        memcpy(dst + i, &u, sizeof(u));
+        b = (int32_t)(u & 0x7fffffffu);
+        mx = b > mx ? b : mx;
+    }
+    return (uint32_t)mx;
+}
+
 /* 1 when some value of x[0..n) is NaN or Inf: its exponent bits are all
  * set. An or-reduction of one compare per value, vectorised. */
 static inline int flps_any_nonfinite(const float *x, size_t n)

@@ -63,12 +63,15 @@ static int dense_overflows(const flps_client *c, uint32_t first, uint32_t last,
 /* Write each part's dense payload of t (its velocity m * v + g with
  * momentum, else the gradient) into the part's kept buffer when nobody
  * else holds it, else into a fresh one, and record t's new max |velocity|.
- * Errors (sticky): FLPS_ENOMEM. */
+ * Without momentum, *gbits gets the gradient's largest |value| as bits
+ * (flps_max_abs_bits), read as it is copied. Errors (sticky):
+ * FLPS_ENOMEM. */
 static flps_err write_dense_payloads(flps_client *c, ctensor *t, uint32_t first,
                                      uint32_t last, const float *grad,
-                                     float mom)
+                                     float mom, uint32_t *gbits)
 {
     double vmax = 0.0;
+    uint32_t gmax = 0;
 
     for (uint32_t pi = first; pi < last; pi++) {
         cpart *p = &c->parts[pi];
@@ -96,7 +99,9 @@ static flps_err write_dense_payloads(flps_client *c, ctensor *t, uint32_t first,
             if ((double)bits_to_float(vb) > vmax)
                 vmax = (double)bits_to_float(vb);
         } else {
-            memcpy(proto_buf_data(b), grad + p->offset, len);
+            const uint32_t pb = flps_copy_max_abs_bits(
+                proto_buf_data(b), grad + p->offset, p->numel);
+            gmax = pb > gmax ? pb : gmax;
         }
         if (*keep != b) {
             proto_buf_release(*keep);
@@ -105,14 +110,19 @@ static flps_err write_dense_payloads(flps_client *c, ctensor *t, uint32_t first,
         proto_buf_release(b);
     }
     t->vel_max = vmax;
+    if (mom == 0.0f)
+        *gbits = gmax;
     return FLPS_OK;
 }
 
 /* Push the layer's parts with the dense codec: no error feedback and no
- * codec buffer. The gradient is checked first (one read pass): a NaN or
- * Inf anywhere sends nothing and moves no velocity (FLPS_ENONFINITE, not
- * sticky). Then each part is written and queued at once, so the first
- * parts travel while the later ones are computed. With momentum the
+ * codec buffer. A NaN or Inf anywhere in the gradient sends nothing and
+ * moves no velocity (FLPS_ENONFINITE, not sticky). With momentum the
+ * gradient is checked first (one read pass), for the velocity is updated
+ * in place; without, the check rides on the copy into the payloads, which
+ * are the client's own until they are queued, so a refused gradient
+ * leaves nothing behind (one read pass, not two). Then each part is
+ * queued, once every part is written. With momentum the
  * payload is the velocity itself (it holds m * v + g as sent), updated in
  * place once the transport and the update are done with it: one copy of
  * the layer, not two. Finite inputs cannot make it overflow unless
@@ -123,23 +133,27 @@ static flps_err push_dense(flps_client *c, ctensor *t, uint32_t first,
                            uint32_t last, const float *grad, uint64_t iter)
 {
     const float mom = (float)c->momentum;
-    const uint32_t gbits = flps_max_abs_bits(grad, t->numel);
-    int in_place;
+    uint32_t gbits = 0;
     flps_err rc;
 
-    if (gbits >= FLPS_INF_BITS)
-        return FLPS_ENONFINITE;
-    /* 1 % of slack covers the rounding of m * v + g. */
-    in_place =
-        mom == 0.0f ||
-        ((double)mom * t->vel_max + (double)bits_to_float(gbits)) * 1.01 <
+    if (mom > 0.0f) {
+        int in_place;
+        gbits = flps_max_abs_bits(grad, t->numel);
+        if (gbits >= FLPS_INF_BITS)
+            return FLPS_ENONFINITE;
+        /* 1 % of slack covers the rounding of m * v + g. */
+        in_place =
+            ((double)mom * t->vel_max + (double)bits_to_float(gbits)) * 1.01 <
             (double)FLT_MAX;
-    /* Rare: find an overflow before anything moves. */
-    if (!in_place && dense_overflows(c, first, last, grad, mom))
-        return FLPS_ENONFINITE;
-    rc = write_dense_payloads(c, t, first, last, grad, mom);
+        /* Rare: find an overflow before anything moves. */
+        if (!in_place && dense_overflows(c, first, last, grad, mom))
+            return FLPS_ENONFINITE;
+    }
+    rc = write_dense_payloads(c, t, first, last, grad, mom, &gbits);
     if (rc != FLPS_OK)
         return rc;
+    if (gbits >= FLPS_INF_BITS)
+        return FLPS_ENONFINITE; /* without momentum: nothing was queued */
     /* Queued once every part is written: on a machine with few cores the
      * transport's thread copying the first parts out would otherwise
      * compete with the loop above for the core and the memory bus (the

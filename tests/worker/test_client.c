@@ -1052,6 +1052,53 @@ Test(client,
     rig_free(g);
 }
 
+/* Without momentum the finiteness check rides on the copy into the
+ * payloads: a NaN or Inf in any part, the first or the last, still sends
+ * no part, and the next good push sends its own gradient exactly. */
+Test(client, a_dense_push_without_momentum_sends_no_part_of_a_non_finite_grad)
+{
+    rig *g = rig_new("dense");
+    float g1[MAXNUMEL], bad[MAXNUMEL];
+    const float poison[] = {NAN, INFINITY, -INFINITY};
+    uint32_t first = g->pm.first_part[0], last = g->pm.first_part[1];
+    size_t mark;
+
+    cr_assert_gt(last - first, 1, "the layer spans several parts");
+    rig_start(g);
+    for (uint32_t j = 0; j < MAXNUMEL; j++) {
+        g1[j] = 0.5f * (float)j - 3.0f;
+        bad[j] = -g1[j];
+    }
+    for (size_t v = 0; v < sizeof(poison) / sizeof(poison[0]); v++) {
+        const uint32_t at[] = {0, MAXNUMEL - 1};
+        for (size_t a = 0; a < 2; a++) {
+            const float keep = bad[at[a]];
+            bad[at[a]] = poison[v];
+            mark = g->net.nlog;
+            cr_assert_eq(flps_client_push(g->c, 0, bad, 0), FLPS_ENONFINITE,
+                         "%g at %u", (double)poison[v], at[a]);
+            cr_assert_eq(g->net.nlog, mark, "nothing was sent");
+            cr_assert_str_eq(flps_client_last_error(g->c), "", "not sticky");
+            bad[at[a]] = keep;
+        }
+    }
+    mark = g->net.nlog;
+    push_all(g, g1, 0);
+    for (uint32_t pi = first; pi < last; pi++) {
+        const partmap_part *pp = &g->pm.parts[pi];
+        size_t k = find_sent(&g->net, mark, PROTO_OP_PUSH, pi);
+        const proto_msg *msg;
+        cr_assert_neq(k, SIZE_MAX);
+        msg = &g->net.log[k].msg;
+        cr_assert_eq(msg->codec, PROTO_CODEC_DENSE);
+        cr_assert_eq(msg->n, pp->numel);
+        cr_assert(memcmp(msg->val, g1 + pp->offset, pp->numel * 4) == 0,
+                  "part %u carries the good gradient", pi);
+    }
+    cr_assert_eq(flps_client_wait(g->c, 0), FLPS_OK);
+    rig_free(g);
+}
+
 /* The velocity is updated in place; finite gradients that would make it
  * overflow (m * v + g beyond FLT_MAX) send nothing and leave it as it
  * was, in every part. */
