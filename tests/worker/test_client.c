@@ -1004,6 +1004,20 @@ Test(client, destroy_of_null_does_nothing)
 
 /* ---- the dense push path ---- */
 
+/* The dense push of part pi sent since log entry mark, checked to carry
+ * the whole part. */
+static const proto_msg *dense_push_sent(const rig *g, size_t mark, uint32_t pi)
+{
+    size_t k = find_sent(&g->net, mark, PROTO_OP_PUSH, pi);
+    const proto_msg *msg;
+
+    cr_assert_neq(k, SIZE_MAX, "part %u was pushed", pi);
+    msg = &g->net.log[k].msg;
+    cr_assert_eq(msg->codec, PROTO_CODEC_DENSE);
+    cr_assert_eq(msg->n, g->pm.parts[pi].numel);
+    return msg;
+}
+
 Test(client,
      a_dense_push_with_momentum_sends_the_velocity_and_a_nan_moves_it_not)
 {
@@ -1036,12 +1050,7 @@ Test(client,
     push_all(g, g2, 1);
     for (uint32_t pi = first; pi < last; pi++) {
         const partmap_part *pp = &g->pm.parts[pi];
-        size_t k = find_sent(&g->net, mark, PROTO_OP_PUSH, pi);
-        const proto_msg *msg;
-        cr_assert_neq(k, SIZE_MAX);
-        msg = &g->net.log[k].msg;
-        cr_assert_eq(msg->codec, PROTO_CODEC_DENSE);
-        cr_assert_eq(msg->n, pp->numel);
+        const proto_msg *msg = dense_push_sent(g, mark, pi);
         for (uint32_t j = 0; j < msg->n; j++) {
             float want = m * g1[pp->offset + j] + g2[pp->offset + j];
             cr_assert(msg->val[j] == want, "part %u [%u]: %g, want %g", pi, j,
@@ -1086,12 +1095,7 @@ Test(client, a_dense_push_without_momentum_sends_no_part_of_a_non_finite_grad)
     push_all(g, g1, 0);
     for (uint32_t pi = first; pi < last; pi++) {
         const partmap_part *pp = &g->pm.parts[pi];
-        size_t k = find_sent(&g->net, mark, PROTO_OP_PUSH, pi);
-        const proto_msg *msg;
-        cr_assert_neq(k, SIZE_MAX);
-        msg = &g->net.log[k].msg;
-        cr_assert_eq(msg->codec, PROTO_CODEC_DENSE);
-        cr_assert_eq(msg->n, pp->numel);
+        const proto_msg *msg = dense_push_sent(g, mark, pi);
         cr_assert(memcmp(msg->val, g1 + pp->offset, pp->numel * 4) == 0,
                   "part %u carries the good gradient", pi);
     }
