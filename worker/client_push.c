@@ -110,7 +110,7 @@ static flps_err write_dense_payloads(flps_client *c, ctensor *t, uint32_t first,
         proto_buf_release(b);
     }
     t->vel_max = vmax;
-    if (mom == 0.0f)
+    if (!(mom > 0.0f)) /* the branch that copied above */
         *gbits = gmax;
     return FLPS_OK;
 }
