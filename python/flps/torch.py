@@ -659,13 +659,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
     retry_ms, deadline_ms: passed to flps.connect.
     overlap: True: step() pushes what backward left and returns without
         waiting; the next forward pass waits for each layer's update just
-        before a module reads its parameters and steps the wrapped
-        optimizer on those parameters then, so the first layers compute
+        before a module reads its parameters and (gradient mode) steps the
+        wrapped optimizer on those parameters then, or (server mode) finds
+        the shards' new values in them, so the first layers compute
         while later layers' updates are still on the wire (the shards'
         window sends the first layers' pieces first).  Synchronous
-        gradient mode with a dense-valued codec (dense, fp16, qsgd, sign,
-        randk) or libflps's top-k selection (correction "none"); the same
-        arithmetic, bit for bit.  Between step() and the next forward the
+        gradient or server mode with a dense-valued codec (dense, fp16,
+        qsgd, sign, randk) or libflps's top-k selection (correction
+        "none"); the same arithmetic, bit for bit.  Between step() and the next forward the
         parameters are the old ones: call synchronize() before reading
         them any other way (state_dict() of this optimizer and close() do).
         Default: the job file's overlap where it gives one, else False.
@@ -896,7 +897,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         optimizer can (the class docstring's overlap)."""
         want = js.resolve("overlap", overlap, False)
         why = None
-        if self.mode != "gradient":
+        if self.mode not in ("gradient", "server"):
             why = "mode=%r" % self.mode
         elif job["asynchronous"]:
             why = "an asynchronous job (each wait pulls the whole model)"
@@ -916,9 +917,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if overlap:
             raise ConfigError(
                 "overlap=True applies the updates layer by layer in the "
-                "next forward pass, in synchronous gradient mode with "
-                "correction \"none\" and libflps's selection; not with %s: "
-                "drop overlap" % why)
+                "next forward pass, in synchronous gradient or server mode "
+                "with correction \"none\" and libflps's selection; not with "
+                "%s: drop overlap" % why)
         return False
 
     @staticmethod
@@ -1107,7 +1108,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _apply_module(self, module, inputs):
         """The forward pre-hook of every module (overlap): a module holding
-        parameters whose update is pending waits for it and steps them."""
+        parameters whose update is pending waits for it (and in gradient
+        mode steps them)."""
         if self._deferred is None:
             return
         mine = [self._index[id(q)] for q in module.parameters(recurse=False)
@@ -1117,16 +1119,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._apply(mine)
 
     def _apply(self, layers):
-        """Wait for the pending updates of layers (indices) and step the
-        wrapped optimizer on exactly those parameters, with the gradient
-        the shards averaged and the hyperparameters step() saw; each
-        parameter's own .grad is left as it was."""
+        """Wait for the pending updates of layers (indices); in gradient
+        mode then step the wrapped optimizer on exactly those parameters,
+        with the gradient the shards averaged and the hyperparameters
+        step() saw; each parameter's own .grad is left as it was."""
         it = self._deferred
         self._unapplied.difference_update(layers)
         if not self._unapplied:
             self._deferred = None
         for i in layers:
             self.client.wait_layer(i, it)
+        if self.mode == "server":
+            return  # the shards stepped: the update lands in the parameter
         groups = self.optimizer.param_groups
         chosen = {id(self._named[i][1]) for i in layers}
         kept, grads = [dict(g) for g in groups], []

@@ -179,14 +179,25 @@ def test_overlap_is_on_only_where_the_job_file_writes_it(shards, job_file,
     with pytest.raises(flps.ConfigError, match="FLPS_OVERLAP='maybe' is not "
                        "true or false"):
         made()
-    # Given where it cannot run (server mode), the file's overlap is not
-    # an error: the optimizer pushes during backward and waits in step().
+    # Server mode overlaps too (the shards step; each layer's forward
+    # waits for its new values).
     job_file(overlap="true")
     s = shards("jf-ov-server")[0]
     opt = ft.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.1),
         named_parameters=model.named_parameters(), mode="server",
         config=ft.Config("jf-ov-server", 0, 1, (s.endpoint,)),
+        deadline_ms=20000)
+    opt.close()
+    assert opt.overlap is True
+    # Given where it cannot run (an asynchronous job), the file's overlap
+    # is not an error: the optimizer pushes during backward and waits in
+    # step().
+    s = shards("jf-ov-async")[0]
+    opt = ft.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        named_parameters=model.named_parameters(), sync_mode="async",
+        config=ft.Config("jf-ov-async", 0, 1, (s.endpoint,)),
         deadline_ms=20000)
     opt.close()
     assert opt.overlap is False

@@ -98,16 +98,21 @@ def test_dense_sgd_equals_single_process_sgd_on_averaged_gradients(
                                                                     diff)
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("optimizer,mode", [("sgd", "gradient"),
+                                            ("adam", "gradient"),
+                                            ("sgd", "server")])
 def test_overlap_applies_the_same_updates_bit_for_bit(shards, tmp_path,
-                                                      optimizer):
+                                                      optimizer, mode):
     """overlap=True leaves each step's updates to the next forward pass,
-    layer by layer: the same models as without it, to the last bit."""
+    layer by layer: the same models as without it, to the last bit (in
+    server mode the shards' SGD steps and the forward pass waits for each
+    layer's new values)."""
     steps = 20
-    plain = run_workers(shards("plain-" + optimizer)[0], "plain-" + optimizer,
-                        tmp_path, steps, optimizer)
-    over = run_workers(shards("over-" + optimizer)[0], "over-" + optimizer,
-                       tmp_path, steps, optimizer,
+    tag = optimizer + "-" + mode
+    plain = run_workers(shards("plain-" + tag)[0], "plain-" + tag,
+                        tmp_path, steps, optimizer, mode=mode)
+    over = run_workers(shards("over-" + tag)[0], "over-" + tag,
+                       tmp_path, steps, optimizer, mode=mode,
                        extra_env={"TEST_OVERLAP": "1"})
     for rank in range(W):
         assert over[rank]["overlap"] and not plain[rank]["overlap"]
@@ -183,13 +188,60 @@ def test_overlap_steps_each_layer_as_the_forward_pass_reaches_it(shards):
         opt.close()
 
 
-def test_overlap_is_refused_where_it_cannot_run():
+def test_overlap_in_server_mode_waits_for_each_layer_as_the_forward_reaches_it(
+        shards):
+    """Server mode: the shards step, and overlap leaves their new values
+    to the next forward pass: each module waits for its own parameters'
+    just before it runs, and synchronize() for the rest; the model is the
+    one a plain torch SGD makes from the same gradients. (The replica is
+    the parameter itself, so a layer's values may land early, while
+    waiting for another's: only "no later than its forward" holds.)"""
+    s = shards("overlap-server")[0]
+    cfg = ft.Config("overlap-server", 0, 1, (s.endpoint,))
+    model, ref = tc.make_model(3), tc.make_model(3)
+    opt = ft.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        model.named_parameters(), mode="server", config=cfg, overlap=True,
+        deadline_ms=20000)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    first = model[0]
+    x, y = tc.make_data(1, 3)
+    try:
+        assert opt.overlap
+        for step in range(3):
+            xb, yb = tc.batch(x, y, 1, step, 0)
+            opt.zero_grad()
+            tc.loss_of(model, xb, yb).backward()
+            opt.step()
+            assert opt._deferred == step and opt._unapplied == {0, 1, 2, 3}
+            ref_opt.zero_grad()
+            tc.loss_of(ref, xb, yb).backward()
+            ref_opt.step()
+        with torch.no_grad():
+            first(x[:2])
+        assert opt._unapplied == {2, 3}, "the first module waited for its own"
+        assert torch.allclose(first.weight, ref[0].weight, atol=1e-6)
+        assert torch.allclose(first.bias, ref[0].bias, atol=1e-6)
+        opt.synchronize()
+        assert opt._deferred is None and not opt._unapplied
+        assert torch.allclose(tc.flat(model), tc.flat(ref), atol=1e-6)
+        assert not torch.allclose(tc.flat(model), tc.flat(tc.make_model(3)),
+                                  atol=1e-3), "training moved the model"
+    finally:
+        opt.close()
+
+
+@pytest.mark.parametrize("kwargs,why", [
+    ({"sync_mode": "async"}, "asynchronous"),
+    ({"compression": "auto", "correction": "none"}, "auto"),
+])
+def test_overlap_is_refused_where_it_cannot_run(kwargs, why):
     model = tc.make_model(1)
-    with pytest.raises(flps.ConfigError, match="overlap"):
+    with pytest.raises(flps.ConfigError, match="overlap.*" + why):
         ft.DistributedOptimizer(
             torch.optim.SGD(model.parameters(), lr=0.1),
-            named_parameters=model.named_parameters(), mode="server",
-            overlap=True, config=ft.Config("j", 0, 1, ("tcp://x:1",)))
+            named_parameters=model.named_parameters(), overlap=True,
+            config=ft.Config("j", 0, 1, ("tcp://x:1",)), **kwargs)
 
 
 def test_adam_keeps_every_worker_identical_after_50_steps(shards, tmp_path):
