@@ -119,7 +119,8 @@ Options (lists are comma-separated):
   --note TEXT         recorded with the results
   --probe-seconds S   bulk bandwidth probe length (default $PROBE_SECONDS)
   --overlap LIST      the jobs' overlap: values, run in turn for each job,
-                      e.g. true,false,true,false (default: the example's)
+                      e.g. true,false,true,false (default: the example's
+                      overlap where it writes one, else none written)
   --encryption E     the flps jobs' encryption: key, true or false
                       (default false: the data plane authenticated by the
                       job's secret but not encrypted, as the DDP peers'
@@ -618,7 +619,15 @@ EOF
 }
 
 run_job() { # rate model codec workers [overlap]
-  local rate="$1" model="$2" codec="$3" w="$4" ov="${5:-}" dir rc t0
+  local rate="$1" model="$2" codec="$3" w="$4" ov="${5:-}" dir rc t0 ex
+  # Without --overlap, the example's own overlap where it writes one
+  # (examples/torch/cnn-dense.yaml), for the example's own codec only
+  # (flps.torch ignores a file's overlap where it cannot run: gtopk's
+  # correction "update", auto), recorded as any other.
+  ex=$(example_of "$model")
+  if [ -z "$ov" ] && [ "$codec" = "$(job_key "$ex" compression "")" ]; then
+    ov=$(job_key "$ex" overlap "")
+  fi
   RUN_N=$((RUN_N + 1))
   dir="$SESSION/runs/$RUN_N"
   mkdir -p "$dir"
