@@ -840,6 +840,8 @@ static flps_err start_flworker(run *r, uint32_t w, const paths *pa,
                     NULL,
                     NULL,
                     NULL};
+    char **env = NULL;
+    flps_err rc;
 
     snprintf(rank, sizeof(rank), "%u", w);
     clock_record(pa->logdir, w, record, sizeof(record));
@@ -854,7 +856,15 @@ static flps_err start_flworker(run *r, uint32_t w, const paths *pa,
     }
     snprintf(name, sizeof(name), "flworker rank %u", w);
     snprintf(log, sizeof(log), "%s/flworker-%u.log", pa->logdir, w);
-    return start_piped(r, r->nprocs, name, args, NULL, log);
+    /* The job file's env: applies to the built-in worker too. */
+    if (r->spec.env_count > 0 &&
+        workerenv_build_flworker(&r->spec, environ, &env) != FLPS_OK) {
+        fprintf(stderr, "flrun: out of memory\n");
+        return FLPS_ENOMEM;
+    }
+    rc = start_piped(r, r->nprocs, name, args, env, log);
+    workerenv_free(env);
+    return rc;
 }
 
 /* A saps job's workers' endpoints: a free loopback port each (all held

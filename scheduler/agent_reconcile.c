@@ -506,6 +506,30 @@ static void start_server(agent_node *n, agent_task *t)
         t->phase = AGENT_TASK_STARTING;
 }
 
+/* Start t's flworker (argv): in the environment task_spawn gives it, with
+ * the job file's env: over it where the file (js, NULL where it did not
+ * parse) has one. 1 when started. */
+static int start_flworker(agent_node *n, agent_task *t, const jobspec *js,
+                          char *const argv[])
+{
+    char **base = NULL, **env = NULL;
+    int ok;
+
+    if (js == NULL || js->env_count == 0)
+        return task_spawn(n, t, argv, NULL);
+    if (!task_env(n, t, &base) ||
+        workerenv_build_flworker(js, base != NULL ? base : environ, &env) !=
+            FLPS_OK) {
+        workerenv_free(base);
+        task_fail(n, t, "out of memory");
+        return 0;
+    }
+    ok = task_spawn(n, t, argv, env);
+    workerenv_free(env);
+    workerenv_free(base);
+    return ok;
+}
+
 /* Write the job file where the workers read it: a temporary file renamed
  * into place, so a worker starting meanwhile never reads half of it. */
 static int write_job_file(agent_node *n, agent_task *t, const char *spec,
@@ -690,7 +714,7 @@ static void try_start_worker(agent_node *n, agent_task *t)
                 t->phase = AGENT_TASK_RUNNING;
                 t->report_running = 1;
             }
-        } else if (task_spawn(n, t, argv, NULL)) {
+        } else if (start_flworker(n, t, j->parsed ? &j->spec : NULL, argv)) {
             t->phase = AGENT_TASK_RUNNING;
             t->report_running = 1;
         }

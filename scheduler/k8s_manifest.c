@@ -307,6 +307,38 @@ static json_t *worker_command(const k8s_job *j, const char *index,
     return c;
 }
 
+/* vars ("NAME=VALUE" entries) into env, taken literally; FLPS_RANK, where
+ * there is one, the pod's index. Frees vars. */
+static void add_vars(json_t *env, char **vars)
+{
+    for (size_t i = 0; vars[i] != NULL; i++) {
+        char name[128];
+        const char *eq = strchr(vars[i], '=');
+
+        if (eq == NULL || (size_t)(eq - vars[i]) >= sizeof(name))
+            continue;
+        memcpy(name, vars[i], (size_t)(eq - vars[i]));
+        name[eq - vars[i]] = '\0';
+        if (strcmp(name, "FLPS_RANK") == 0)
+            add_env(env, name, json_string("$(FLPS_INDEX)"));
+        else
+            add_env(env, name, literal(eq + 1));
+    }
+    workerenv_free(vars);
+}
+
+/* The job file's env: into a built-in worker's env (as flrun and flagent
+ * start flworker with it). 0, or -1 without memory. */
+static int add_job_env(const k8s_job *j, json_t *env)
+{
+    char **vars = NULL;
+
+    if (workerenv_build_flworker(j->spec, NULL, &vars) != FLPS_OK)
+        return -1;
+    add_vars(env, vars);
+    return 0;
+}
+
 /* A command: job's worker: its program under flpod, its FLPS_*
  * variables (services/workerenv.h) into env with FLPS_RANK the pod's
  * index. */
@@ -331,20 +363,7 @@ static json_t *user_command(const k8s_job *j, const char *servers, json_t *env)
         json_decref(c);
         return NULL;
     }
-    for (size_t i = 0; vars[i] != NULL; i++) {
-        char name[128];
-        const char *eq = strchr(vars[i], '=');
-
-        if (eq == NULL || (size_t)(eq - vars[i]) >= sizeof(name))
-            continue;
-        memcpy(name, vars[i], (size_t)(eq - vars[i]));
-        name[eq - vars[i]] = '\0';
-        if (strcmp(name, "FLPS_RANK") == 0)
-            add_env(env, name, json_string("$(FLPS_INDEX)"));
-        else
-            add_env(env, name, literal(eq + 1));
-    }
-    workerenv_free(vars);
+    add_vars(env, vars);
     return c;
 }
 
@@ -356,7 +375,7 @@ static json_t *container(const k8s_settings *s, const k8s_job *j,
 {
     flps_strbuf servers = FLPS_STRBUF_INIT;
     char metrics[32], task[48];
-    json_t *c, *cmd, *mounts, *ports, *caps;
+    json_t *c, *cmd = NULL, *mounts, *ports, *caps;
     uint32_t i = (uint32_t)strtoul(index[0] == '$' ? "0" : index, NULL, 10);
     int mport = k8s_manifest_metrics_port(s, j->spec, server, i);
 
@@ -383,7 +402,7 @@ static json_t *container(const k8s_settings *s, const k8s_job *j,
         cmd = server_command(s, j, index);
     else if (j->spec->command_argc > 0)
         cmd = user_command(j, servers.data, env);
-    else
+    else if (add_job_env(j, env) == 0)
         cmd = worker_command(j, index, servers.data, metrics);
     flps_strbuf_fini(&servers);
     if (cmd == NULL)

@@ -293,8 +293,9 @@ typedef struct jobspec {
      * NUL-terminated, back to back; read them with jobspec_words. */
     char command[JOBSPEC_WORDS_BYTES];
     uint32_t command_argc;
-    /* env: env_count "NAME=VALUE" entries added to the command's
-     * environment, stored like command's words. */
+    /* env: env_count "NAME=VALUE" entries added to the workers'
+     * environment (the command's, or flworker's: workerenv.h), stored
+     * like command's words. */
     char env[JOBSPEC_WORDS_BYTES];
     uint32_t env_count;
     /* Which keys the job says rather than leaves to their defaults: bit k

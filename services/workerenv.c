@@ -63,6 +63,34 @@ static void we_add_entry(we_list *l, const char *entry)
     we_add(l, name, eq + 1);
 }
 
+/* entry ("NAME=VALUE") in l in place of an earlier entry of NAME: an
+ * env: word over an inherited variable (getenv takes the first of two,
+ * so appending would leave the launcher's value in force). */
+static void we_put_entry(we_list *l, const char *entry)
+{
+    const char *eq = strchr(entry, '=');
+    size_t nl;
+
+    if (eq == NULL || l->failed)
+        return;
+    nl = (size_t)(eq - entry) + 1; /* "NAME=" */
+    for (size_t i = 0; i < l->n; i++) {
+        char *e;
+
+        if (strncmp(l->v[i], entry, nl) != 0)
+            continue;
+        e = flps_strdup(entry);
+        if (e == NULL) {
+            l->failed = 1;
+            return;
+        }
+        flps_free(l->v[i]);
+        l->v[i] = e;
+        return;
+    }
+    we_add_entry(l, entry);
+}
+
 /* A fedavg job's rounds, clients and strategy, for flps.fl (set in every
  * mode, as FLPS_ITERATIONS is). Each is a double, printed with "%.17g":
  * integers print as integers, and every value reads back as the same
@@ -181,7 +209,7 @@ flps_err workerenv_build(const jobspec *spec, const workerenv *w,
         if (we_is(words[i], "PYTHONPATH"))
             pp_user = words[i] + strlen("PYTHONPATH=");
         else
-            we_add_entry(&l, words[i]);
+            we_put_entry(&l, words[i]);
     }
     /* Python block-buffers stdout into a pipe: the launcher would see a
      * program's print() lines only when it exits. */
@@ -283,6 +311,30 @@ flps_err workerenv_build(const jobspec *spec, const workerenv *w,
              pp_user && pp_base ? ":" : "", pp_base ? pp_base : "");
     if (pythonpath[0] != '\0')
         we_add(&l, "PYTHONPATH", pythonpath);
+    if (l.failed || l.v == NULL) {
+        workerenv_free(l.v);
+        return FLPS_ENOMEM;
+    }
+    *out = l.v;
+    return FLPS_OK;
+}
+
+flps_err workerenv_build_flworker(const jobspec *spec, char *const *base,
+                                  char ***out)
+{
+    we_list l = {NULL, 0, 0, 0};
+    const char *words[JOBSPEC_WORDS_MAX];
+    size_t n;
+
+    if (spec == NULL || out == NULL)
+        return FLPS_EINVAL;
+    for (size_t i = 0; base != NULL && base[i] != NULL; i++)
+        we_add_entry(&l, base[i]);
+    n = jobspec_words(spec->env, spec->env_count, words, JOBSPEC_WORDS_MAX);
+    for (size_t i = 0; i < n; i++)
+        we_put_entry(&l, words[i]);
+    if (!l.failed && l.v == NULL)
+        l.v = flps_calloc(1, sizeof(*l.v)); /* no variable at all */
     if (l.failed || l.v == NULL) {
         workerenv_free(l.v);
         return FLPS_ENOMEM;

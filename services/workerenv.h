@@ -35,7 +35,8 @@ typedef struct workerenv {
 } workerenv;
 
 /* Build the environment of one worker: base (the launcher's environ)
- * without any JOBSPEC_WORKER_ENV variable, then spec's env: entries,
+ * without any JOBSPEC_WORKER_ENV variable, then spec's env: entries
+ * (each in place of base's variable of the same name),
  * PYTHONUNBUFFERED=1 unless one of those sets it (so a program's print()
  * lines reach the launcher as they are printed), then the
  * JOBSPEC_WORKER_ENV variables (FLPS_MODEL only where the job gives a
@@ -47,6 +48,15 @@ typedef struct workerenv {
  * workerenv_free), FLPS_ENOMEM, or FLPS_EINVAL for NULL arguments. */
 flps_err workerenv_build(const jobspec *spec, const workerenv *w,
                          char *const *base, char ***out);
+
+/* The environment of a job's built-in worker (flworker): base (the
+ * launcher's environment) with spec's env: entries over it, an entry of
+ * env: replacing base's variable of the same name. flworker takes the
+ * job's settings from its arguments and the job file, so nothing else is
+ * set. FLPS_OK with *out as workerenv_build's, FLPS_ENOMEM, or
+ * FLPS_EINVAL for NULL spec or out. */
+flps_err workerenv_build_flworker(const jobspec *spec, char *const *base,
+                                  char ***out);
 
 void workerenv_free(char **env);
 

@@ -249,6 +249,28 @@ Test(k8s_manifest, a_command_job_gets_its_variables_and_literal_words)
     json_decref(p);
 }
 
+Test(k8s_manifest, a_built_in_worker_gets_the_job_files_env_and_a_shard_not)
+{
+    static const char text[] = "name: t\nmodel: mlp\nworkers: 2\nservers: 1\n"
+                               "env:\n  OMP_NUM_THREADS: '1'\n"
+                               "  NOTE: 'cost $(X)'\n";
+    json_t *p = NULL, *c;
+
+    setup_with(text, 0);
+    cr_assert_eq(k8s_manifest_pod(&set, &job, 0, 0, &p), FLPS_OK);
+    c = at(p, "spec containers 0");
+    cr_assert_str_eq(str(c, "command 2"), "flworker");
+    expect_env(c, (const char *const[]){"OMP_NUM_THREADS", "1", "NOTE",
+                                        "cost $$(X)", "FLPS_RANK", NULL, NULL});
+    json_decref(p);
+    p = NULL;
+    cr_assert_eq(k8s_manifest_pod(&set, &job, 1, 0, &p), FLPS_OK);
+    c = at(p, "spec containers 0");
+    cr_assert_str_neq(str(c, "command 2"), "flworker");
+    expect_env(c, (const char *const[]){"OMP_NUM_THREADS", NULL, NULL});
+    json_decref(p);
+}
+
 Test(k8s_manifest, a_jobset_has_a_server_and_a_worker_job_and_ends_with_workers)
 {
     json_t *js = NULL, *w, *c;

@@ -257,3 +257,44 @@ Test(workerenv, a_saps_program_gets_its_peers_and_the_saps_keys)
     cr_assert_str_eq(workerenv_get(env, "FLPS_PEERS"), "");
     workerenv_free(env);
 }
+
+Test(workerenv, an_env_entry_takes_the_place_of_the_launchers_variable)
+{
+    jobspec s = parse("name: j\nworkers: 1\ncommand: [prog]\n"
+                      "env:\n  OMP_NUM_THREADS: \"1\"\n");
+    char *base[] = {"OMP_NUM_THREADS=8", "HOME=/root", NULL};
+    workerenv w = {.job = "j", .rank = 0, .servers = "tcp://a:1"};
+    char **env = NULL;
+
+    cr_assert_eq(workerenv_build(&s, &w, base, &env), FLPS_OK);
+    cr_assert_str_eq(workerenv_get(env, "OMP_NUM_THREADS"), "1",
+                     "getenv takes the first entry: env:'s must be it");
+    cr_assert_eq(count(env, "OMP_NUM_THREADS"), 1);
+    cr_assert_str_eq(workerenv_get(env, "HOME"), "/root");
+    workerenv_free(env);
+}
+
+Test(workerenv, the_built_in_worker_gets_the_launchers_environment_and_env)
+{
+    jobspec s = parse("name: j\nmodel: mlp\nworkers: 2\n"
+                      "env:\n  OMP_NUM_THREADS: \"1\"\n  FLPS_LOG: error\n");
+    jobspec none = parse("name: j\nmodel: mlp\nworkers: 2\n");
+    char *base[] = {"HOME=/root", "OMP_NUM_THREADS=8", "PATH=/usr/bin", NULL};
+    char **env = NULL;
+
+    cr_assert_eq(workerenv_build_flworker(&s, base, &env), FLPS_OK);
+    cr_assert_str_eq(workerenv_get(env, "HOME"), "/root");
+    cr_assert_str_eq(workerenv_get(env, "PATH"), "/usr/bin");
+    cr_assert_str_eq(workerenv_get(env, "OMP_NUM_THREADS"), "1");
+    cr_assert_eq(count(env, "OMP_NUM_THREADS"), 1);
+    cr_assert_str_eq(workerenv_get(env, "FLPS_LOG"), "error");
+    cr_assert_null(workerenv_get(env, "FLPS_JOB"),
+                   "flworker takes the job from its arguments");
+    workerenv_free(env);
+    env = NULL;
+    cr_assert_eq(workerenv_build_flworker(&none, NULL, &env), FLPS_OK);
+    cr_assert_not_null(env);
+    cr_assert_null(env[0], "no launcher's variables and no env: nothing");
+    workerenv_free(env);
+    cr_assert_eq(workerenv_build_flworker(NULL, base, &env), FLPS_EINVAL);
+}
