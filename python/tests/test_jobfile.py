@@ -150,15 +150,16 @@ def test_overlap_is_on_only_where_the_job_file_writes_it(shards, job_file,
                                                          monkeypatch):
     """The launcher exports overlap always (its default true is
     flworker's); flps.torch overlaps where the file gives the key."""
-    s = shards("jf-ov")[0]
     model = make_model()
+    running = {}
 
-    def made():
+    def made(job="jf-ov", **kwargs):
+        s = running.get(job) or running.setdefault(job, shards(job)[0])
         opt = ft.DistributedOptimizer(
             torch.optim.SGD(model.parameters(), lr=0.1),
             named_parameters=model.named_parameters(),
-            config=ft.Config("jf-ov", 0, 1, (s.endpoint,)),
-            deadline_ms=20000)
+            config=ft.Config(job, 0, 1, (s.endpoint,)),
+            deadline_ms=20000, **kwargs)
         opt.close()
         return opt.overlap
 
@@ -182,25 +183,11 @@ def test_overlap_is_on_only_where_the_job_file_writes_it(shards, job_file,
     # Server mode overlaps too (the shards step; each layer's forward
     # waits for its new values).
     job_file(overlap="true")
-    s = shards("jf-ov-server")[0]
-    opt = ft.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.1),
-        named_parameters=model.named_parameters(), mode="server",
-        config=ft.Config("jf-ov-server", 0, 1, (s.endpoint,)),
-        deadline_ms=20000)
-    opt.close()
-    assert opt.overlap is True
+    assert made("jf-ov-server", mode="server") is True
     # Given where it cannot run (an asynchronous job), the file's overlap
     # is not an error: the optimizer pushes during backward and waits in
     # step().
-    s = shards("jf-ov-async")[0]
-    opt = ft.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.1),
-        named_parameters=model.named_parameters(), sync_mode="async",
-        config=ft.Config("jf-ov-async", 0, 1, (s.endpoint,)),
-        deadline_ms=20000)
-    opt.close()
-    assert opt.overlap is False
+    assert made("jf-ov-async", sync_mode="async") is False
 
 
 def test_the_job_files_lr_and_momentum_set_an_optimizer_at_its_defaults(

@@ -152,20 +152,16 @@ Test(flrun, a_built_in_job_of_flags_alone_trains_and_shows_its_workers_lines)
 
 Test(flrun, the_job_files_env_reaches_the_built_in_worker)
 {
-    char dir[] = "/tmp/flrun-env-XXXXXX", job[128], cmd[512], path[160];
+    char dir[PATH_MAX], path[PATH_MAX + 32], cmd[PATH_MAX + 16];
     char *wlog, *slog;
     run_result r;
 
     /* FLPS_LOG=error silences every INFO line of the process that reads
      * it: the workers', not the shards' (env: is the workers'). */
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(job, sizeof(job), "%s/job.yaml", dir);
-    write_file(job, "name: envjob\nmodel: mlp\ndataset: synthetic\n"
-                    "workers: 2\nservers: 1\niterations: 20\n"
-                    "eval_every: 0\nenv:\n  FLPS_LOG: error\n");
-    snprintf(cmd, sizeof(cmd), "%s/flrun --quiet --log-dir %s/logs %s",
-             FLPS_BIN_DIR, dir, job);
-    run_cmd(cmd, &r);
+    run_flrun_text_in_tmp("name: envjob\nmodel: mlp\ndataset: synthetic\n"
+                          "workers: 2\nservers: 1\niterations: 20\n"
+                          "eval_every: 0\nenv:\n  FLPS_LOG: error\n",
+                          &r, dir);
     cr_assert_eq(r.status, 0, "%s", r.err);
     snprintf(path, sizeof(path), "%s/logs/flworker-0.log", dir);
     wlog = slurp(path);
