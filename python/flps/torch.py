@@ -666,9 +666,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         window sends the first layers' pieces first).  Synchronous
         gradient or server mode with a dense-valued codec (dense, fp16,
         qsgd, sign, randk) or libflps's top-k selection (correction
-        "none"); the same arithmetic, bit for bit.  Between step() and the next forward the
-        parameters are the old ones: call synchronize() before reading
-        them any other way (state_dict() of this optimizer and close() do).
+        "none"); the same arithmetic, bit for bit.  Between step() and
+        the next forward the parameters are the old ones: call
+        synchronize() before reading them any other way (state_dict() of
+        this optimizer and close() do).
         Default: the job file's overlap where it gives one, else False.
 
     What the job file says is what runs (flps.jobenv): compression,
