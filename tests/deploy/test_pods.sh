@@ -146,6 +146,13 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 check "flsched answers /healthz (the probes' path) with 200" [ "$code" = 200 ]
+# /healthz answers 200 before the first election (a standby is healthy
+# too): give the lone replica up to 10 s to take the lease.
+for _ in $(seq 100); do
+  grep -q '"leader":true,"redis":"ok"' "$TMP/healthz" && break
+  sleep 0.1
+  curl -s -o "$TMP/healthz" "http://127.0.0.1:$SPORT/healthz" || true
+done
 check "flsched is the leader and reaches Redis" grep -q '"leader":true,"redis":"ok"' "$TMP/healthz"
 check "flsched runs as uid 10001" [ "$(uid_of sched)" = 10001 ]
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$SPORT/v1/nodes" || true)
