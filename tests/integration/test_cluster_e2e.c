@@ -4,7 +4,7 @@
  * queues and runs when one ends; cancel stops every process of a job;
  * flsched killed mid-job and restarted loses nothing; an agent killed gets
  * its node marked lost and the job restarted from its checkpoints on the
- * other node. */
+ * other node; a job file's env: reaches the worker an agent starts. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -94,6 +94,30 @@ Test(cluster_e2e, three_jobs_on_two_nodes_run_two_at_a_time_and_all_succeed)
     free(a);
     free(b);
     free(c);
+}
+
+Test(cluster_e2e, the_job_files_env_reaches_the_built_in_worker)
+{
+    /* FLPS_LOG=error silences every INFO line of the process that reads
+     * it: the worker flagent starts, not the shard (env: is the
+     * workers'), as under flrun. */
+    char *id = submit(SMALL_JOB("envjob", "50", "env:\n  FLPS_LOG: error\n"));
+    json_t *j = wait_state(id, "SUCCEEDED", 120);
+    char cmd[1024];
+
+    json_decref(j);
+    snprintf(cmd, sizeof(cmd),
+             "set -e; w=$(ls %s/n*/%s/attempt-*/worker-0.log | head -1); "
+             "s=$(ls %s/n*/%s/attempt-*/server-0.log | head -1); "
+             "test -s \"$s\"; grep -q ' INFO ' \"$s\"; "
+             "test -f \"$w\"; if grep -q ' INFO ' \"$w\"; then cat \"$w\"; "
+             "exit 1; fi",
+             cl.dir, id, cl.dir, id);
+    cr_assert_eq(system(cmd), 0,
+                 "the worker logged INFO under env: FLPS_LOG: error, or a "
+                 "log is missing: %s",
+                 cmd);
+    free(id);
 }
 
 static int processes_of(const char *id)
