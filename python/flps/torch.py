@@ -1098,12 +1098,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _push_and_defer(self):
         """overlap: push what backward did not, and leave the iteration's
         updates to the next forward pass (_apply_module), with the wrapped
-        optimizer's hyperparameters as they are now."""
+        optimizer's hyperparameters as they are now (gradient mode: in
+        server mode the shards step, and _apply only waits)."""
         self.synchronize()
         self._push_rest()
-        with self._scheduled_lr():
-            self._hyper = [{k: v for k, v in g.items() if k != "params"}
-                           for g in self.optimizer.param_groups]
+        if self.mode != "server":
+            with self._scheduled_lr():
+                self._hyper = [{k: v for k, v in g.items() if k != "params"}
+                               for g in self.optimizer.param_groups]
         self._deferred = self.iteration
         self._unapplied = set(range(len(self._named)))
 
