@@ -869,7 +869,9 @@ static flps_err start_flworker(run *r, uint32_t w, const paths *pa,
 
 /* A saps job's workers' endpoints: a free loopback port each (all held
  * open until every one is found, so no two are the same), into
- * r->peers. 0, or -1 (said). */
+ * r->peers. Outside the kernel's ephemeral range (tcplisten_open_handoff):
+ * a worker's own port-0 binds and connections cannot take another's port
+ * before it binds it. 0, or -1 (said). */
 static int pick_peers(run *r)
 {
     flps_strbuf list = FLPS_STRBUF_INIT;
@@ -880,8 +882,8 @@ static int pick_peers(run *r)
     for (; ok && got < r->spec.workers; got++) {
         char bound[64];
 
-        ok = tcplisten_open("127.0.0.1:0", 1, &fds[got], bound,
-                            sizeof(bound)) == FLPS_OK;
+        ok = tcplisten_open_handoff("127.0.0.1", 1, &fds[got], bound,
+                                    sizeof(bound)) == FLPS_OK;
         if (ok)
             flps_strbuf_printf(&list, "%stcp://%s", got ? "," : "", bound);
         else

@@ -33,4 +33,25 @@ int tcplisten_is_any(const char *where);
 flps_err tcplisten_open(const char *where, int backlog, int *fd, char *bound,
                         size_t boundlen);
 
+/* The ports tcplisten_open_handoff draws from, given the kernel's
+ * ephemeral range [lo, hi] (net.ipv4.ip_local_port_range): those above
+ * it, or, when fewer than 256 are, those from 1024 below it. 1 with
+ * [*first, *last]; 0 when neither side has 256 ports. */
+int tcplisten_handoff_range(unsigned lo, unsigned hi, unsigned *first,
+                            unsigned *last);
+
+/* A listening socket on host (an address as tcplisten_open's HOST,
+ * "[V6]" bracketed) for a port that is handed to another process, which
+ * binds it after this one is closed (a saps worker's peer endpoint, picked
+ * by flrun or flagent). The port lies outside the kernel's ephemeral range
+ * (tcplisten_handoff_range of /proc/sys/net/ipv4/ip_local_port_range): no
+ * bind to port 0 and no outgoing connection of any process on the machine
+ * is given such a port, so between the close and the other process's bind
+ * only a process that binds that very number can take it. Ports are tried
+ * quietly from a random start; when none is free (or the range cannot be
+ * read and the default 32768-60999 leaves none), port 0 as
+ * tcplisten_open picks it. Results as tcplisten_open's. */
+flps_err tcplisten_open_handoff(const char *host, int backlog, int *fd,
+                                char *bound, size_t boundlen);
+
 #endif

@@ -14,15 +14,18 @@
 #include "common/tcplisten.h"
 
 /* A free port on the agent's address: bound, then closed for the worker
- * to bind. As in flrun, another process may take it in between; the
+ * to bind. It lies outside the kernel's ephemeral range
+ * (tcplisten_open_handoff), so no process's port-0 bind (the worker's
+ * own metrics port among them) or outgoing connection takes it in
+ * between; a process binding that very number still could, and the
  * worker then fails to listen and says so. 1 with t->peer_endpoint. */
 static int pick_endpoint(agent_node *n, agent_task *t, char *why, size_t len)
 {
-    char where[96], bound[96];
+    char bound[96];
     int fd = -1;
 
-    snprintf(where, sizeof(where), "%s:0", n->cfg.address);
-    if (tcplisten_open(where, 1, &fd, bound, sizeof(bound)) != FLPS_OK) {
+    if (tcplisten_open_handoff(n->cfg.address, 1, &fd, bound, sizeof(bound)) !=
+        FLPS_OK) {
         snprintf(why, len, "no free port on %s for the worker to listen on",
                  n->cfg.address);
         return 0;
