@@ -88,6 +88,49 @@ def test_a_later_file_replaces_the_same_run(tmp_path):
     assert res.returncode == 1 and "2.00× sooner" in res.stdout
 
 
+def test_pool_makes_the_same_run_in_several_files_one_entry_of_medians(tmp_path):
+    a = result_file(tmp_path, GOOD, "a.json")
+    b = result_file(tmp_path, {**GOOD, ("100mbit", "gtopk:0.01"): 50.0}, "b.json")
+    res = run(str(a), str(b), "--check", "--pool")
+    # gtopk's time is the median of 10 and 50 s; dense's of 100 and 100.
+    assert res.returncode == 1 and "3.33× sooner" in res.stdout, res.stdout
+    gtopk = next(l for l in res.stdout.splitlines() if "| 100mbit | gtopk:0.01 |" in l)
+    assert "| 2: t#2, t#2 |" in gtopk
+    c = result_file(tmp_path, {**GOOD, ("100mbit", "gtopk:0.01"): 15.0}, "c.json")
+    res = run(str(a), str(b), str(c), "--check", "--pool")
+    assert res.returncode == 0 and "6.67× sooner" in res.stdout, res.stdout
+
+
+def test_pool_refuses_runs_of_other_settings(tmp_path):
+    a = result_file(tmp_path, GOOD, "a.json")
+    b = result_file(tmp_path, GOOD, "b.json")
+    for f in (a, b):
+        doc = json.loads(f.read_text())
+        for r in doc["runs"]:
+            r["iterations"] = 3000 if f == b and r["codec"] == "dense" else 1500
+        f.write_text(json.dumps(doc))
+    res = run(str(a), str(b), "--pool")
+    assert res.returncode == 2 and res.stdout == ""
+    assert "--pool: mlp dense at 100mbit has iterations 1500 in a.json and 3000 in " \
+           "b.json; pool only invocations of the same settings" in res.stderr
+
+
+def test_pool_gives_the_bars_against_the_peers_the_medians_of_invocations(tmp_path):
+    slow = [("mlp", "dense", "100mbit", 4, 0.16, 2.95e6, 90.0)] + \
+        [e for e in PEERS_GOOD if e[:2] != ("mlp", "dense")]
+    fast = [("mlp", "dense", "100mbit", 4, 0.11, 2.95e6, 90.0),
+            ("mlp", "dense", "100mbit", 4, 0.12, 2.95e6, 90.0)] + \
+        [e for e in PEERS_GOOD if e[:2] != ("mlp", "dense")]
+    one = peer_file(tmp_path, slow, "one.json")
+    res = run(str(one), "--check")
+    assert res.returncode == 1 and "flps / DDP = 1.23" in res.stdout, res.stdout
+    # Pooled with a second invocation: dense's median of 0.16, 0.11, 0.12
+    # is 0.12 against DDP's 0.13 (0.13 in both).
+    res = run(str(one), str(peer_file(tmp_path, fast, "two.json")), "--check", "--pool")
+    assert res.returncode == 0, res.stdout
+    assert "takes 0.1200 s per iteration, DDP 0.1300 s (flps / DDP = 0.92" in res.stdout
+
+
 @pytest.mark.skipif(shutil.which("gnuplot") is None, reason="gnuplot-nox not installed")
 def test_plots_are_small_pngs(tmp_path):
     out = tmp_path / "img"
