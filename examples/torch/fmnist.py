@@ -395,6 +395,10 @@ def main(make_model, description, argv=None, flworker_init=None):
         report.done()
         if args.ddp:
             import torch.distributed as dist
+            # Leave together: a rank that tore gloo down while rank 0
+            # still evaluated aborted once at exit ("terminate called
+            # without an active exception", a PowerSGD run of the MLP).
+            dist.barrier()
             dist.destroy_process_group()
     elif not args.local and opt.client is not None:  # not a world of one
         sent = opt.client.stats()
