@@ -665,12 +665,13 @@ FLPS_API flps_err flps_fl_partition(const char *spec, const uint32_t *labels,
  * Each worker listens on its own endpoint and sends to the others', with
  * the job's credentials as the shards' connections have them ($FLPS_
  * CREDENTIALS_FILE: CURVE where the job has keys, the secret in every
- * message). flps_saps_create waits until every worker has joined,
- * measures this worker's row of the bandwidth matrix with a short probe
- * (in rounds of disjoint pairs) and agrees on the whole matrix with the
- * others. Every sync_every rounds (and every bandwidth_reprobe rounds,
- * after a new probe) the workers agree on who is alive: a worker that died
- * is then left out of every later matching; before that, a peer that does
+ * message). flps_saps_create waits until every worker has joined (past
+ * join_deadline_ms it goes on without those missing when most of the
+ * job's workers did join), measures this worker's row of the bandwidth matrix
+ * with a short probe (in rounds of disjoint pairs) and agrees on the whole
+ * matrix with the others. Every sync_every rounds (and every bandwidth_reprobe
+ * rounds, after a new probe) the workers agree on who is alive: a worker that
+ * died is then left out of every later matching; before that, a peer that does
  * not answer within deadline_ms is skipped for the round (and not waited
  * for again until the agreement). */
 typedef struct flps_saps flps_saps;
@@ -702,7 +703,9 @@ typedef struct flps_saps_config {
     int deadline_ms;              /* how long a peer may take to answer
                                      (an exchange, a probe step, an
                                      agreement step); 10000 */
-    int join_deadline_ms;         /* how long create waits for every worker;
+    int join_deadline_ms;         /* how long create waits for every worker
+                                     (past it, the others go on without the
+                                     missing if most answered);
                                      0 (default): $FLPS_DEADLINE_MS, else 120000 */
     size_t probe_bytes;           /* the probe's payload each way; 262144 */
     const char *transport; /* "zmq", "rdma", "auto"; NULL: $FLPS_TRANSPORT,
@@ -768,9 +771,10 @@ static inline flps_err flps_saps_config_init(flps_saps_config *cfg)
  * are left as they are: start every worker from the same model (the same
  * seed). Errors (logged, naming the cause): FLPS_EINVAL (cfg), FLPS_ECONFIG
  * (credentials, transport, peer_selection), FLPS_ESYS (the endpoint cannot
- * be bound), FLPS_ETIMEDOUT (a worker never joined), FLPS_ENOMEM. cfg and
- * what it points to but tensors' data are borrowed for the call. Caller
- * owns *out on FLPS_OK. */
+ * be bound), FLPS_ETIMEDOUT (not most of the workers joined), FLPS_ESTATE
+ * (this worker came after most of the others had gone on without it),
+ * FLPS_ENOMEM. cfg and what it points to but tensors' data are borrowed
+ * for the call. Caller owns *out on FLPS_OK. */
 FLPS_API flps_err flps_saps_create(const flps_saps_config *cfg,
                                    flps_saps **out);
 

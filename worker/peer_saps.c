@@ -346,6 +346,46 @@ static flps_err saps_measure(flps_saps *s, uint64_t probe_tag,
     return saps_pick_threshold(s, &s->threshold);
 }
 
+/* The workers this one counts as taking part. */
+static uint32_t saps_alive(const flps_saps *s)
+{
+    uint32_t n = 0;
+
+    for (uint32_t w = 0; w < s->n; w++)
+        n += s->alive[w];
+    return n;
+}
+
+/* Greet the others. Those that never answer within the join deadline (a
+ * process that died before it, a host lost at the start) are left out
+ * when most of the job's workers did answer: more than half, so that two
+ * halves cut apart cannot both train. The agreement after the bandwidth
+ * probe then settles, for all alike, who takes part. */
+static flps_err saps_join(flps_saps *s)
+{
+    char why[512];
+    flps_err rc;
+
+    rc = peer_sync_join(s->net, s->rank, s->n,
+                        flps_mono_s() + s->join_deadline_s, s->alive, why,
+                        sizeof(why));
+    if (rc == FLPS_ETIMEDOUT && saps_alive(s) * 2 > s->n) {
+        uint32_t first = 0;
+
+        while (first < s->n && s->alive[first])
+            first++;
+        log_warn("saps: %u of the job's %u workers never joined within %.3g "
+                 "s (worker %u among them): going on with the %u that did, "
+                 "most of them",
+                 s->n - saps_alive(s), s->n, s->join_deadline_s, first,
+                 saps_alive(s));
+        return FLPS_OK;
+    }
+    if (rc != FLPS_OK)
+        return saps_fail(s, rc, "%s", why);
+    return FLPS_OK;
+}
+
 flps_err flps_saps_create(const flps_saps_config *cfg, flps_saps **out)
 {
     flps_saps_config c;
@@ -397,15 +437,18 @@ flps_err flps_saps_create(const flps_saps_config *cfg, flps_saps **out)
     if (rc != FLPS_OK)
         goto fail;
     rc = saps_open(s, &c);
-    if (rc == FLPS_OK) {
-        rc = peer_sync_join(s->net, s->rank, s->n,
-                            flps_mono_s() + s->join_deadline_s, why,
-                            sizeof(why));
-        if (rc != FLPS_OK)
-            saps_fail(s, rc, "%s", why);
-    }
+    if (rc == FLPS_OK)
+        rc = saps_join(s);
     if (rc == FLPS_OK)
         rc = saps_measure(s, 0, 0);
+    if (rc == FLPS_OK && saps_alive(s) * 2 <= s->n)
+        rc = saps_fail(s, FLPS_ESTATE,
+                       "only %u of the job's %u workers took part in the "
+                       "agreement after the bandwidth probe, not most of "
+                       "them: this worker does not train without the "
+                       "others (did it start after they had gone on "
+                       "without it, or is it cut off from them?)",
+                       saps_alive(s), s->n);
     if (rc != FLPS_OK)
         goto fail;
     sc.workers = s->n;
@@ -417,9 +460,16 @@ flps_err flps_saps_create(const flps_saps_config *cfg, flps_saps **out)
         saps_fail(s, rc, "peer selection: %s", why);
         goto fail;
     }
-    for (uint32_t w = 0; w < s->n; w++)
-        if (!s->alive[w])
-            saps_peers_set_dead(s->sel, w, 0, NULL, 0);
+    for (uint32_t w = 0; w < s->n; w++) {
+        if (s->alive[w])
+            continue;
+        saps_peers_set_dead(s->sel, w, 0, NULL, 0);
+        s->st.dead++;
+        log_warn("saps: worker %u is not in the job (it never joined, or "
+                 "left during the bandwidth probe): the others go on "
+                 "without it",
+                 w);
+    }
     fast = saps_fast_links(s, &links);
     log_info("saps: rank %u of %u over %s: %zu of %zu values a round "
              "(density %g); bandwidth probe %.2f s, threshold %.4g bytes/s%s: "

@@ -18,10 +18,14 @@ enum { PROBE_HELLO, PROBE_RTT, PROBE_DATA, PROBE_STEPS };
 #define JOIN_ROUND 0
 
 flps_err peer_sync_join(peer_net *net, uint32_t rank, uint32_t workers,
-                        double deadline, char *errbuf, size_t errlen)
+                        double deadline, uint8_t *present, char *errbuf,
+                        size_t errlen)
 {
     flps_err rc = FLPS_OK;
     uint32_t missing = 0, first = 0;
+
+    for (uint32_t j = 0; present != NULL && j < workers; j++)
+        present[j] = j == rank;
 
     for (uint32_t j = 0; j < workers && rc == FLPS_OK; j++)
         if (j != rank)
@@ -46,6 +50,8 @@ flps_err peer_sync_join(peer_net *net, uint32_t rank, uint32_t workers,
                                    "waiting for the other workers: %s",
                                    flps_strerror(rc));
         peer_msg_free(m);
+        if (present != NULL)
+            present[j] = 1;
     }
     if (missing > 0)
         return flps_errbuf_set(errbuf, errlen, FLPS_ETIMEDOUT,

@@ -22,10 +22,13 @@
 #include "worker/peer_net.h"
 
 /* Send a hello to every other worker and wait until each has sent its
- * own, or the monotonic clock passes deadline. Errors: FLPS_ETIMEDOUT
- * (errbuf names the workers missing), the transport's. */
+ * own, or the monotonic clock passes deadline. present (workers entries,
+ * may be NULL) gets 1 for this worker and each whose hello came, 0 for
+ * the others. Errors: FLPS_ETIMEDOUT (errbuf names the workers missing;
+ * present is set), the transport's. */
 flps_err peer_sync_join(peer_net *net, uint32_t rank, uint32_t workers,
-                        double deadline, char *errbuf, size_t errlen);
+                        double deadline, uint8_t *present, char *errbuf,
+                        size_t errlen);
 
 /* This worker's row of the bandwidth matrix (row[j], bytes per second to
  * worker j; row[rank] and the rows' dead entries 0), measured among the

@@ -3,7 +3,7 @@
  * the bytes stay the exchanges', probes and the final gather; and a worker
  * killed mid-job leaves the others going on without it, its peer skipping
  * the exchange (or the next membership check finding it gone first), the
- * summary naming it. */
+ * summary naming it; so does a worker lost before the others' join. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <signal.h>
@@ -239,4 +239,72 @@ Test(flrun_saps, a_worker_killed_mid_job_leaves_the_others_going_on,
                   NULL, "%s", r.err);
     cr_assert_neq(strstr(r.err, "worker 2 is gone"), NULL, "%s", r.err);
     run_free(&r);
+}
+
+Test(flrun_saps, a_worker_lost_before_the_join_leaves_the_others_going_on,
+     .timeout = 300)
+{
+    char dir[64], job[128], cmd[640], yaml[160], out[160], *text;
+    FILE *p;
+    pid_t victim = 0;
+    json_t *summary = NULL;
+    int left_out = 0;
+
+    run_dir(dir, sizeof(dir));
+    write_job_text(dir,
+                   "name: saps-early\nmodel: mlp\nworkers: 4\nmode: saps\n"
+                   "iterations: 300\nlocal_steps: 2\nlr: 0.02\n"
+                   "lr_schedule: cosine\neval_every: 0\n",
+                   job, sizeof(job));
+    /* The join deadline comes from FLPS_DEADLINE_MS (10 s here, 120 s by
+     * default). */
+    snprintf(cmd, sizeof(cmd),
+             "FLPS_DEADLINE_MS=10000 %s/flrun --log-dir %s/logs %s >%s/out "
+             "2>%s/err & echo $!",
+             FLPS_BIN_DIR, dir, job, dir, dir);
+    p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    pclose(p);
+    /* Rank 2 is stopped as soon as it exists, long before it can greet
+     * the others (it loads Fashion-MNIST first), and killed once they have
+     * gone on without it. */
+    snprintf(yaml, sizeof(yaml), "%s/logs/flrun-job.yaml", dir);
+    for (int i = 0; i < 6000 && victim == 0; i++) {
+        victim = flworker_pid(yaml, 2);
+        if (victim == 0)
+            usleep(5000);
+    }
+    cr_assert_neq(victim, 0, "rank 2 never started");
+    cr_assert_eq(kill(victim, SIGSTOP), 0);
+    for (int i = 0; i < 600 && !left_out; i++) {
+        char path[160];
+
+        snprintf(path, sizeof(path), "%s/logs/flworker-0.log", dir);
+        left_out = log_has(path, "1 of the job's 4 workers never joined");
+        if (!left_out)
+            usleep(100000);
+    }
+    cr_assert(left_out, "rank 0 did not go on without rank 2");
+    cr_assert_eq(kill(victim, SIGKILL), 0);
+    snprintf(out, sizeof(out), "%s/out", dir);
+    for (int i = 0; i < 2400 && summary == NULL; i++) {
+        char *last;
+
+        text = slurp(out);
+        last = strstr(text, "\"workers_lost\"") ? strrchr(text, '{') : NULL;
+        summary = last ? json_loads(last, 0, NULL) : NULL;
+        free(text);
+        if (summary == NULL)
+            usleep(100000);
+    }
+    cr_assert_not_null(summary, "flrun wrote no summary");
+    cr_assert_eq(json_array_size(json_object_get(summary, "workers_lost")), 1);
+    cr_assert_eq(json_integer_value(json_array_get(
+                     json_object_get(summary, "workers_lost"), 0)),
+                 2);
+    cr_assert_eq(num(summary, "consensus_workers"), 3,
+                 "the consensus of the three that went on");
+    cr_assert(json_is_true(json_object_get(summary, "matchings_agree")));
+    cr_assert_gt(num(summary, "consensus_accuracy"), 0.5);
+    json_decref(summary);
 }

@@ -3,7 +3,8 @@
  * the probe's schedule, the shared mask, members refused without the
  * job's secret, and workers in threads that average exactly the masked
  * values with the peer the matching names, agree on every matching, end
- * in the consensus, and go on without a worker that stops. */
+ * in the consensus, and go on without a worker that stops or never
+ * joins. */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <math.h>
@@ -218,6 +219,13 @@ typedef struct wk {
     flps_err rc;
 } wk;
 
+/* run_workers' start-up faults: the ranks that never start (a bit each),
+ * the rank that starts late_ms late (MAXW: none), and the join deadline
+ * of all (0: the default). */
+static uint32_t absent_ranks, late_rank = MAXW, late_ms, join_ms;
+/* Each round of the others takes at least this long (a slow trainer). */
+static uint32_t round_ms;
+
 static void *run_worker(void *arg)
 {
     wk *k = arg;
@@ -245,6 +253,13 @@ static void *run_worker(void *arg)
     c.deadline_ms = 1000;
     c.probe_bytes = 4096;
     c.bandwidth_reprobe = k->reprobe;
+    c.join_deadline_ms = join_ms;
+    if (absent_ranks & (1u << k->rank)) {
+        k->rc = FLPS_ESTATE; /* never started */
+        return NULL;
+    }
+    if (k->rank == late_rank)
+        usleep(late_ms * 1000u);
     k->rc = flps_saps_create(&c, &s);
     if (k->rc != FLPS_OK)
         return NULL;
@@ -254,6 +269,8 @@ static void *run_worker(void *arg)
             return NULL;
         }
         memcpy(k->before, k->data, sizeof(k->data));
+        if (round_ms != 0)
+            usleep(round_ms * 1000u);
         k->rc = flps_saps_round(s, r, &k->info[r]);
         if (k->rc != FLPS_OK)
             goto out;
@@ -403,6 +420,74 @@ Test(saps_exchange, the_others_go_on_without_a_worker_that_stops,
         }
     }
     cr_assert_eq(k[0].cons.averaged, 3);
+    free(k);
+}
+
+/* The three workers other than 3 went on without it from the start. */
+static void assert_three_went_on_without_3(const wk *k, uint32_t rounds)
+{
+    for (uint32_t i = 0; i < 3; i++) {
+        cr_assert_eq(k[i].rc, FLPS_OK, "worker %u: %s", i,
+                     flps_strerror(k[i].rc));
+        cr_assert_eq(k[i].st.dead, 1);
+        cr_assert_eq(k[i].alive_at_end[3], 0);
+        cr_assert_eq(k[i].st.exchanges + k[i].st.idle, rounds,
+                     "three workers: a pair and one idle a round, nobody "
+                     "waiting for worker 3");
+        for (uint32_t r = 0; r < rounds; r++) {
+            cr_assert_neq(k[i].info[r].peer, 3, "round %u", r);
+            cr_assert_eq(k[i].info[r].alive, 3);
+            cr_assert_eq(k[i].info[r].matching_hash,
+                         k[0].info[r].matching_hash);
+        }
+    }
+    cr_assert_eq(k[0].cons.averaged, 3);
+}
+
+Test(saps_exchange, the_others_go_on_without_a_worker_that_never_joins,
+     .timeout = 120)
+{
+    wk *k;
+
+    absent_ranks = 1u << 3;
+    join_ms = 1500;
+    k = run_workers(4, 8, "random", MAXW, 0);
+    assert_three_went_on_without_3(k, 8);
+    free(k);
+}
+
+Test(saps_exchange, a_worker_that_comes_after_the_others_went_on_stops,
+     .timeout = 120)
+{
+    wk *k;
+
+    /* Worker 3 starts half a second after the others' join deadline,
+     * while they train (30 rounds of 0.1 s): it joins (their hellos wait
+     * for it), probes and reaches the agreement after they have left it:
+     * alone, it must not train. */
+    late_rank = 3;
+    late_ms = 1500;
+    join_ms = 1000;
+    round_ms = 100;
+    k = run_workers(4, 30, "random", MAXW, 0);
+    assert_three_went_on_without_3(k, 30);
+    cr_assert_eq(k[3].rc, FLPS_ESTATE, "the late worker: %s",
+                 flps_strerror(k[3].rc));
+    free(k);
+}
+
+Test(saps_exchange, without_most_workers_nobody_goes_on, .timeout = 120)
+{
+    wk *k;
+
+    /* Two of four: not most of them, so neither of two halves cut apart
+     * could go on; both fail at the join deadline. */
+    absent_ranks = 1u << 2 | 1u << 3;
+    join_ms = 1500;
+    k = run_workers(4, 8, "random", MAXW, 0);
+    for (uint32_t i = 0; i < 2; i++)
+        cr_assert_eq(k[i].rc, FLPS_ETIMEDOUT, "worker %u: %s", i,
+                     flps_strerror(k[i].rc));
     free(k);
 }
 
