@@ -131,6 +131,21 @@ static pid_t flworker_pid(const char *job_path, uint32_t w)
     return found;
 }
 
+/* flrun on job in the background (env: assignments before it, or ""),
+ * its output in dir's out and err, the worker lines in dir/logs. */
+static void start_flrun(const char *dir, const char *job, const char *env)
+{
+    char cmd[640];
+    FILE *p;
+
+    snprintf(cmd, sizeof(cmd),
+             "%s%s/flrun --log-dir %s/logs %s >%s/out 2>%s/err &", env,
+             FLPS_BIN_DIR, dir, job, dir, dir);
+    p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    pclose(p);
+}
+
 /* Whether the log at path holds needle. */
 static int log_has(const char *path, const char *needle)
 {
@@ -144,9 +159,8 @@ static int log_has(const char *path, const char *needle)
 Test(flrun_saps, a_worker_killed_mid_job_leaves_the_others_going_on,
      .timeout = 300)
 {
-    char dir[64], job[128], cmd[512], log[160];
+    char dir[64], job[128], log[160];
     run_result r;
-    FILE *p;
     pid_t victim = 0;
     json_t *lost;
 
@@ -156,14 +170,7 @@ Test(flrun_saps, a_worker_killed_mid_job_leaves_the_others_going_on,
                    "iterations: 4000\nlr: 0.02\nlr_schedule: cosine\n"
                    "peer_deadline: 2\neval_every: 0\n",
                    job, sizeof(job));
-    /* flrun in the background, its output in files, the worker lines in
-     * its log directory. */
-    snprintf(cmd, sizeof(cmd),
-             "%s/flrun --log-dir %s/logs %s >%s/out 2>%s/err & echo $!",
-             FLPS_BIN_DIR, dir, job, dir, dir);
-    p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    pclose(p);
+    start_flrun(dir, job, "");
     /* Rank 2 dies once training is on its way: a second after it joined
      * the others and agreed on the matrix (its log line saying so), of
      * some 10 s of rounds. */
@@ -244,8 +251,7 @@ Test(flrun_saps, a_worker_killed_mid_job_leaves_the_others_going_on,
 Test(flrun_saps, a_worker_lost_before_the_join_leaves_the_others_going_on,
      .timeout = 300)
 {
-    char dir[64], job[128], cmd[640], yaml[160], out[160], *text;
-    FILE *p;
+    char dir[64], job[128], yaml[160], out[160], *text;
     pid_t victim = 0;
     json_t *summary = NULL;
     int left_out = 0;
@@ -258,13 +264,7 @@ Test(flrun_saps, a_worker_lost_before_the_join_leaves_the_others_going_on,
                    job, sizeof(job));
     /* The join deadline comes from FLPS_DEADLINE_MS (10 s here, 120 s by
      * default). */
-    snprintf(cmd, sizeof(cmd),
-             "FLPS_DEADLINE_MS=10000 %s/flrun --log-dir %s/logs %s >%s/out "
-             "2>%s/err & echo $!",
-             FLPS_BIN_DIR, dir, job, dir, dir);
-    p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    pclose(p);
+    start_flrun(dir, job, "FLPS_DEADLINE_MS=10000 ");
     /* Rank 2 is stopped as soon as it exists, long before it can greet
      * the others (it loads Fashion-MNIST first), and killed once they have
      * gone on without it. */
